@@ -1,0 +1,284 @@
+//! Object storage over aws-sdk-s3: presigned URLs for clients, HEAD/PUT/GET/DELETE for vidq.
+//! Works against AWS S3, MinIO and the embedded server alike.
+
+use std::time::Duration;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{Credentials, Region, timeout::TimeoutConfig};
+use aws_sdk_s3::presigning::PresigningConfig;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+use url::Url;
+
+use crate::config::StorageConfig;
+
+/// A storage failure: which operation on which key, with the SDK's error as the source.
+#[derive(Debug, thiserror::Error)]
+#[error("S3 {op} of {key:?} failed")]
+pub struct StorageError {
+    /// The S3 operation (`HeadObject`, `PutObject`...).
+    pub op: &'static str,
+    /// The key or prefix it was for.
+    pub key: String,
+    /// The SDK's error, with its own cause chain.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl StorageError {
+    fn new(
+        op: &'static str,
+        key: &str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            op,
+            key: key.to_owned(),
+            source: Box::new(source),
+        }
+    }
+}
+
+/// Static credentials for servers vidq starts itself (the embedded S3 in `vidq dev`).
+#[derive(Clone, Debug)]
+pub struct StaticCredentials {
+    /// Access key id.
+    pub access_key_id: String,
+    /// Secret access key.
+    pub secret_access_key: crate::config::Secret,
+}
+
+/// What HEAD says of an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectHead {
+    /// Size in bytes.
+    pub size: i64,
+}
+
+/// A presigned PUT: the URL and the headers the client must send with it.
+#[derive(Clone, Debug)]
+pub struct PresignedPut {
+    /// Where to PUT.
+    pub url: String,
+    /// Headers that are part of the signature.
+    pub headers: Vec<(String, String)>,
+}
+
+/// The bucket, through an S3 client (and a second client that signs URLs for the public
+/// endpoint, when clients reach S3 at another address than vidq does).
+#[derive(Clone, Debug)]
+pub struct Storage {
+    client: Client,
+    presigner: Client,
+    bucket: String,
+}
+
+impl Storage {
+    /// Builds the clients. Credentials come from the standard AWS chain unless given.
+    pub async fn connect(config: &StorageConfig, credentials: Option<StaticCredentials>) -> Self {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(Region::new(config.region.clone()))
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(5))
+                    .build(),
+            );
+        if let Some(creds) = credentials {
+            loader = loader.credentials_provider(Credentials::new(
+                creds.access_key_id,
+                creds.secret_access_key.expose().to_owned(),
+                None,
+                None,
+                "vidq-static",
+            ));
+        }
+        let shared = loader.load().await;
+        let client_for = |endpoint: Option<&Url>| {
+            let mut builder = aws_sdk_s3::config::Builder::from(&shared)
+                .force_path_style(config.force_path_style);
+            if let Some(endpoint) = endpoint {
+                builder = builder.endpoint_url(endpoint.as_str().trim_end_matches('/'));
+            }
+            Client::from_conf(builder.build())
+        };
+        let client = client_for(config.endpoint.as_ref());
+        let presigner = match &config.public_endpoint {
+            Some(public) => client_for(Some(public)),
+            None => client.clone(),
+        };
+        Self {
+            client,
+            presigner,
+            bucket: config.bucket.clone(),
+        }
+    }
+
+    /// The bucket's name.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// A URL the client PUTs the object to, valid for `ttl`, signed with its content type.
+    pub async fn presign_put(
+        &self,
+        key: &str,
+        content_type: &str,
+        ttl: Duration,
+    ) -> Result<PresignedPut, StorageError> {
+        let presigning = PresigningConfig::expires_in(ttl).map_err(|e| StorageError::new("PresignPut", key, e))?;
+        let request = self
+            .presigner
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .presigned(presigning)
+            .await
+            .map_err(|e| StorageError::new("PresignPut", key, e))?;
+        Ok(PresignedPut {
+            url: request.uri().to_owned(),
+            headers: request
+                .headers()
+                .map(|(name, value)| (name.to_owned(), value.to_owned()))
+                .collect(),
+        })
+    }
+
+    /// A URL anyone holding it may GET the object from, valid for `ttl`.
+    pub async fn presign_get(&self, key: &str, ttl: Duration) -> Result<String, StorageError> {
+        let presigning = PresigningConfig::expires_in(ttl).map_err(|e| StorageError::new("PresignGet", key, e))?;
+        let request = self
+            .presigner
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .presigned(presigning)
+            .await
+            .map_err(|e| StorageError::new("PresignGet", key, e))?;
+        Ok(request.uri().to_owned())
+    }
+
+    /// The object's size, or `None` if there is no such object.
+    pub async fn head(&self, key: &str) -> Result<Option<ObjectHead>, StorageError> {
+        match self.client.head_object().bucket(&self.bucket).key(key).send().await {
+            Ok(out) => Ok(Some(ObjectHead {
+                size: out.content_length().unwrap_or_default(),
+            })),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_not_found()) => Ok(None),
+            Err(err) => Err(StorageError::new("HeadObject", key, err)),
+        }
+    }
+
+    /// Stores a small object from memory.
+    pub async fn put_bytes(&self, key: &str, body: Vec<u8>, content_type: &str) -> Result<(), StorageError> {
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .map(drop)
+            .map_err(|e| StorageError::new("PutObject", key, e))
+    }
+
+    /// Reads a small object into memory (`None` if absent).
+    pub async fn get_bytes(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        match self.client.get_object().bucket(&self.bucket).key(key).send().await {
+            Ok(out) => {
+                let bytes = out
+                    .body
+                    .collect()
+                    .await
+                    .map_err(|e| StorageError::new("GetObject", key, e))?;
+                Ok(Some(bytes.to_vec()))
+            }
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_no_such_key()) => Ok(None),
+            Err(err) => Err(StorageError::new("GetObject", key, err)),
+        }
+    }
+
+    /// Deletes one object (deleting an absent object succeeds, as in S3).
+    pub async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map(drop)
+            .map_err(|e| StorageError::new("DeleteObject", key, e))
+    }
+
+    /// Every key under a prefix.
+    pub async fn list_prefix(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        let mut keys = Vec::new();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| StorageError::new("ListObjectsV2", prefix, e))?;
+            keys.extend(page.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
+        }
+        Ok(keys)
+    }
+
+    /// Deletes every object under a prefix, 1,000 keys a request; returns how many.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<usize, StorageError> {
+        let keys = self.list_prefix(prefix).await?;
+        for chunk in keys.chunks(1000) {
+            let objects = chunk
+                .iter()
+                .map(|key| ObjectIdentifier::builder().key(key).build())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| StorageError::new("DeleteObjects", prefix, e))?;
+            let delete = Delete::builder()
+                .set_objects(Some(objects))
+                .quiet(true)
+                .build()
+                .map_err(|e| StorageError::new("DeleteObjects", prefix, e))?;
+            self.client
+                .delete_objects()
+                .bucket(&self.bucket)
+                .delete(delete)
+                .send()
+                .await
+                .map_err(|e| StorageError::new("DeleteObjects", prefix, e))?;
+        }
+        Ok(keys.len())
+    }
+
+    /// Whether the bucket exists and these credentials may use it.
+    pub async fn check_bucket(&self) -> Result<(), StorageError> {
+        self.client
+            .head_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+            .map(drop)
+            .map_err(|e| StorageError::new("HeadBucket", &self.bucket, e))
+    }
+
+    /// Creates the bucket unless it already exists (for servers vidq runs itself).
+    pub async fn ensure_bucket(&self) -> Result<(), StorageError> {
+        if self.check_bucket().await.is_ok() {
+            return Ok(());
+        }
+        match self.client.create_bucket().bucket(&self.bucket).send().await {
+            Ok(_) => Ok(()),
+            Err(err)
+                if err.as_service_error().is_some_and(|e| {
+                    e.is_bucket_already_owned_by_you() || e.is_bucket_already_exists()
+                }) =>
+            {
+                Ok(())
+            }
+            Err(err) => Err(StorageError::new("CreateBucket", &self.bucket, err)),
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Use-cases: one function per transaction, called by HTTP handlers, roles and admin
+//! commands alike. Each loads, checks, writes in one transaction, and touches S3 only
+//! outside it (invariant I7).
+
+pub mod auth;
+pub mod uploads;
+pub mod users;
+pub mod videos;
+
+use crate::adapters::storage::{Storage, StorageError};
+use crate::config::UploadConfig;
+use crate::db::{DbError, DbPool};
+use crate::domain::upload::UploadRequestError;
+
+/// What every use-case needs: the database, the bucket and the upload limits.
+#[derive(Clone, Debug)]
+pub struct AppContext {
+    /// Connection pool.
+    pub db: DbPool,
+    /// The bucket.
+    pub storage: Storage,
+    /// Upload limits and URL lifetimes.
+    pub upload: UploadConfig,
+}
+
+/// Why a use-case did not do what was asked. `http::error` maps each kind to one status and
+/// one stable code.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// No such resource for this caller (a stranger's id reads the same as an unknown one).
+    #[error("not found")]
+    NotFound,
+    /// The request for a new upload broke a rule.
+    #[error(transparent)]
+    InvalidUpload(#[from] UploadRequestError),
+    /// A query parameter or body field is malformed.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Confirm came before the object was in S3.
+    #[error("no object has been uploaded for this upload yet; PUT it to upload_url first")]
+    UploadIncomplete,
+    /// The object's size is not the declared size.
+    #[error("the uploaded object has {actual} bytes but the upload declared {declared}")]
+    SizeMismatch {
+        /// What the client declared.
+        declared: i64,
+        /// What HEAD says.
+        actual: i64,
+    },
+    /// The contract is rejected or expired and cannot become a video.
+    #[error("the upload is {state} and can no longer be confirmed")]
+    UploadClosed {
+        /// Its state.
+        state: String,
+    },
+    /// `user create` with a name already in use.
+    #[error("a user named {0:?} already exists")]
+    NameTaken(String),
+    /// The database failed.
+    #[error("database error")]
+    Database(#[from] DbError),
+    /// S3 failed.
+    #[error("storage error")]
+    Storage(#[from] StorageError),
+}
+
+impl From<diesel::result::Error> for AppError {
+    fn from(err: diesel::result::Error) -> Self {
+        Self::Database(DbError::Query(err))
+    }
+}
+
+impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for AppError {
+    fn from(err: bb8::RunError<diesel_async::pooled_connection::PoolError>) -> Self {
+        Self::Database(DbError::Pool(err))
+    }
+}

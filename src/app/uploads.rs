@@ -1,0 +1,150 @@
+//! Upload contracts: issuing one (a presigned PUT to a server-chosen key) and confirming it
+//! (the transaction that turns bytes in S3 into a queued video).
+
+use std::time::Duration;
+
+use chrono::Utc;
+use diesel_async::AsyncConnection;
+
+use super::videos::{VideoView, view};
+use super::{AppContext, AppError};
+use crate::adapters::storage::PresignedPut;
+use crate::db::{self, uploads::UploadRow, videos::VideoWithAttempts};
+use crate::domain::event::Event;
+use crate::domain::ids::{UploadId, UserId, VideoId};
+use crate::domain::keys;
+use crate::domain::upload::{NewUpload, UploadState};
+
+/// A new contract and where to PUT the bytes.
+#[derive(Debug)]
+pub struct CreatedUpload {
+    /// The stored contract.
+    pub upload: UploadRow,
+    /// Presigned PUT to its key.
+    pub presigned: PresignedPut,
+}
+
+/// Checks the request, records a pending contract and presigns a PUT to `originals/{id}`.
+#[tracing::instrument(skip_all, fields(owner = %owner))]
+pub async fn create_upload(
+    ctx: &AppContext,
+    owner: UserId,
+    filename: &str,
+    content_type: &str,
+    size_bytes: i64,
+) -> Result<CreatedUpload, AppError> {
+    let request = NewUpload::parse(filename, content_type, size_bytes, ctx.upload.max_upload_bytes)?;
+    let id = UploadId::new();
+    let key = keys::original(id);
+    let ttl = Duration::from_secs(ctx.upload.upload_url_ttl_secs);
+    // Signing is local computation; no S3 round trip happens here.
+    let presigned = ctx.storage.presign_put(&key, &request.content_type, ttl).await?;
+    let expires_at = Utc::now() + ttl;
+    let size = i64::try_from(request.size_bytes).expect("size was checked against the limit");
+    let mut conn = ctx.db.get().await?;
+    let upload = db::uploads::insert(
+        &mut conn,
+        &db::uploads::NewUploadRow {
+            id: id.0,
+            owner_id: owner.0,
+            object_key: &key,
+            filename: &request.filename,
+            content_type: &request.content_type,
+            declared_size: size,
+            expires_at,
+        },
+    )
+    .await?;
+    tracing::info!(upload_id = %id, size, "upload contract issued");
+    Ok(CreatedUpload { upload, presigned })
+}
+
+/// Whether a confirm created the video or found it already made.
+#[derive(Debug)]
+pub enum Confirmed {
+    /// This call created the video, its job and its `video.accepted` event.
+    Created(VideoView),
+    /// An earlier (or concurrent) confirm did; nothing was added.
+    AlreadyConfirmed(VideoView),
+}
+
+/// Confirms an upload: HEAD the contracted object, check its size, then in ONE transaction
+/// move the contract to `confirmed` (CAS), insert the video, its PENDING job and the
+/// `video.accepted` outbox row (invariant I1). Idempotent: a repeat, or a loser of a race,
+/// returns the same video and adds nothing.
+#[tracing::instrument(skip_all, fields(owner = %owner, upload_id = %upload_id))]
+pub async fn confirm_upload(
+    ctx: &AppContext,
+    owner: UserId,
+    upload_id: UploadId,
+) -> Result<Confirmed, AppError> {
+    let upload = {
+        let mut conn = ctx.db.get().await?;
+        db::uploads::find_owned(&mut conn, owner.0, upload_id.0)
+            .await?
+            .ok_or(AppError::NotFound)?
+    };
+    let state: UploadState = upload.state.parse().map_err(db::DbError::from)?;
+    if state == UploadState::Confirmed {
+        return existing_video(ctx, upload_id).await.map(Confirmed::AlreadyConfirmed);
+    }
+    if !state.confirmable() {
+        return Err(AppError::UploadClosed {
+            state: state.to_string(),
+        });
+    }
+
+    // S3 is asked with no connection held and no transaction open.
+    let head = ctx
+        .storage
+        .head(&upload.object_key)
+        .await?
+        .ok_or(AppError::UploadIncomplete)?;
+    if head.size != upload.declared_size {
+        tracing::info!(declared = upload.declared_size, actual = head.size, "confirm refused: size mismatch");
+        return Err(AppError::SizeMismatch {
+            declared: upload.declared_size,
+            actual: head.size,
+        });
+    }
+
+    let mut conn = ctx.db.get().await?;
+    let created: Option<VideoWithAttempts> = conn
+        .transaction::<_, AppError, _>(async |conn| {
+            // Lock order: users first, so a concurrent user deletion waits or wins cleanly.
+            if db::users::lock_for_key_share(conn, owner.0).await?.is_none() {
+                return Err(AppError::NotFound);
+            }
+            if db::uploads::mark_confirmed(conn, upload.id).await? == 0 {
+                // A concurrent confirm committed first; its video is the answer.
+                return Ok(None);
+            }
+            let video_id = VideoId::new();
+            let video = db::videos::insert(conn, video_id.0, owner.0, upload.id).await?;
+            db::jobs::insert(conn, video_id.0, &upload.object_key).await?;
+            db::jobs::notify_claimable(conn).await?;
+            let event = Event::video_accepted(video_id, upload_id, video.created_at);
+            db::outbox::insert(conn, owner.0, &event).await?;
+            Ok(Some((video, Some(0))))
+        })
+        .await?;
+    drop(conn);
+
+    match created {
+        Some(video) => {
+            tracing::info!(video_id = %video.0.id, "upload confirmed; encoding job queued");
+            Ok(Confirmed::Created(view(ctx, video).await?))
+        }
+        None => existing_video(ctx, upload_id).await.map(Confirmed::AlreadyConfirmed),
+    }
+}
+
+async fn existing_video(ctx: &AppContext, upload_id: UploadId) -> Result<VideoView, AppError> {
+    let found = {
+        let mut conn = ctx.db.get().await?;
+        db::videos::find_by_upload(&mut conn, upload_id.0).await?
+    };
+    // A confirmed contract whose video is gone was deleted in between: nothing to show.
+    let found = found.ok_or(AppError::NotFound)?;
+    view(ctx, found).await
+}

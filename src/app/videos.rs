@@ -1,0 +1,151 @@
+//! Reading and deleting videos, scoped to their owner.
+
+use std::time::Duration;
+
+use diesel_async::AsyncConnection;
+
+use super::{AppContext, AppError};
+use crate::db::{self, videos::{VideoRow, VideoWithAttempts}};
+use crate::domain::ids::{UploadId, UserId, VideoId};
+use crate::domain::keys;
+use crate::domain::video::VideoStatus;
+
+/// Largest page `list_videos` returns.
+pub const MAX_PAGE: i64 = 100;
+
+/// Where a ready video can be played from (presigned GET URLs).
+#[derive(Clone, Debug)]
+pub struct Playback {
+    /// The HLS playlist.
+    pub hls_url: Option<String>,
+    /// The progressive MP4.
+    pub mp4_url: Option<String>,
+    /// The thumbnail.
+    pub thumbnail_url: Option<String>,
+}
+
+/// A video as its owner sees it.
+#[derive(Clone, Debug)]
+pub struct VideoView {
+    /// The row.
+    pub video: VideoRow,
+    /// Parsed status.
+    pub status: VideoStatus,
+    /// Encoding attempts made so far.
+    pub attempts: i32,
+    /// Present once ready.
+    pub playback: Option<Playback>,
+}
+
+/// Builds the owner's view of a video, presigning playback URLs once it is ready.
+pub async fn view(ctx: &AppContext, (video, attempts): VideoWithAttempts) -> Result<VideoView, AppError> {
+    let status: VideoStatus = video.status.parse().map_err(db::DbError::from)?;
+    let playback = if status == VideoStatus::Ready {
+        let ttl = Duration::from_secs(ctx.upload.playback_url_ttl_secs);
+        let sign = async |key: &Option<String>| match key {
+            Some(key) => ctx.storage.presign_get(key, ttl).await.map(Some),
+            None => Ok(None),
+        };
+        Some(Playback {
+            hls_url: sign(&video.hls_key).await?,
+            mp4_url: sign(&video.mp4_key).await?,
+            thumbnail_url: sign(&video.thumbnail_key).await?,
+        })
+    } else {
+        None
+    };
+    Ok(VideoView {
+        video,
+        status,
+        attempts: attempts.unwrap_or(0),
+        playback,
+    })
+}
+
+/// One of the caller's videos.
+pub async fn get_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Result<VideoView, AppError> {
+    let found = {
+        let mut conn = ctx.db.get().await?;
+        db::videos::find_owned(&mut conn, owner.0, id.0).await?
+    };
+    view(ctx, found.ok_or(AppError::NotFound)?).await
+}
+
+/// A page of the caller's videos, newest first, and the cursor of the next page.
+pub async fn list_videos(
+    ctx: &AppContext,
+    owner: UserId,
+    status: Option<VideoStatus>,
+    limit: i64,
+    after: Option<VideoId>,
+) -> Result<(Vec<VideoView>, Option<VideoId>), AppError> {
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(AppError::BadRequest(format!("limit must be between 1 and {MAX_PAGE}")));
+    }
+    let mut rows = {
+        let mut conn = ctx.db.get().await?;
+        // One extra row tells whether another page exists.
+        db::videos::list_owned(
+            &mut conn,
+            owner.0,
+            status.map(VideoStatus::as_str),
+            after.map(|v| v.0),
+            limit + 1,
+        )
+        .await?
+    };
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next = more.then(|| rows.last().map(|(v, _)| VideoId(v.id))).flatten();
+    let mut views = Vec::with_capacity(rows.len());
+    for row in rows {
+        views.push(view(ctx, row).await?);
+    }
+    Ok((views, next))
+}
+
+/// Deletes a video, its job and its upload contract in one transaction (lock order users ->
+/// videos -> jobs), then its original and every output object. A worker still encoding it
+/// finds its claim gone and its results fenced out.
+#[tracing::instrument(skip_all, fields(owner = %owner, video_id = %id))]
+pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Result<(), AppError> {
+    let mut conn = ctx.db.get().await?;
+    let upload: UploadId = conn
+        .transaction::<_, AppError, _>(async |conn| {
+            if db::users::lock_for_key_share(conn, owner.0).await?.is_none() {
+                return Err(AppError::NotFound);
+            }
+            let video = db::videos::lock_owned_for_update(conn, owner.0, id.0)
+                .await?
+                .ok_or(AppError::NotFound)?;
+            db::jobs::lock_for_videos(conn, &[id.0]).await?;
+            db::videos::delete(conn, id.0).await?;
+            db::uploads::delete(conn, video.upload_id).await?;
+            Ok(UploadId(video.upload_id))
+        })
+        .await?;
+    drop(conn);
+    delete_objects(ctx, &[keys::original(upload)], &[id]).await;
+    tracing::info!("video deleted");
+    Ok(())
+}
+
+/// Deletes originals and every object under the videos' prefixes, after their rows are gone.
+/// A failure is logged and not returned: the rows are already deleted, and an object without
+/// a row is an orphan for the sweeper, never a live object without its bytes.
+pub async fn delete_objects(ctx: &AppContext, originals: &[String], videos: &[VideoId]) -> usize {
+    let mut deleted = 0;
+    for key in originals {
+        match ctx.storage.delete(key).await {
+            Ok(()) => deleted += 1,
+            Err(error) => tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete an original; left for the sweeper"),
+        }
+    }
+    for video in videos {
+        match ctx.storage.delete_prefix(&keys::video_prefix(*video)).await {
+            Ok(n) => deleted += n,
+            Err(error) => tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete a video's outputs; left for the sweeper"),
+        }
+    }
+    deleted
+}

@@ -1,0 +1,245 @@
+//! One typed configuration, read from command-line flags and `VIDQ_*` environment variables.
+//!
+//! Every setting is listed here with its default; `vidq <role> --help` prints them with the
+//! variable that sets each. Configuration is passed to the code that needs it, never global.
+//! Secrets (the database URL, which may hold a password) are wrapped so they never reach a
+//! log line or a `Debug` print.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+
+use clap::{Args, Parser};
+use url::Url;
+
+/// A value that must never be printed: `Debug` and `Display` show `[redacted]`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for the one place that needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Self(s.to_owned()))
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// Where the database is and how many connections this process may hold.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseConfig {
+    /// PostgreSQL URL, e.g. `postgres://vidq:secret@db.internal/vidq`. A URL without a user
+    /// connects as the current OS user, as psql does.
+    #[arg(long = "database-url", env = "DATABASE_URL", value_name = "URL", hide_env_values = true)]
+    pub url: Secret,
+
+    /// Maximum connections in this process's pool.
+    #[arg(
+        long = "db-pool-size",
+        env = "VIDQ_DB_POOL_SIZE",
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u32).range(1..=200)
+    )]
+    pub pool_size: u32,
+}
+
+/// The S3 bucket that holds originals and encoded outputs.
+///
+/// Credentials come from the standard AWS chain: `AWS_ACCESS_KEY_ID` and
+/// `AWS_SECRET_ACCESS_KEY`, a profile, or an instance role.
+#[derive(Debug, Clone, Args)]
+pub struct StorageConfig {
+    /// S3 endpoint URL (MinIO, Ceph, R2...). Unset means AWS S3 itself.
+    #[arg(long = "s3-endpoint", env = "VIDQ_S3_ENDPOINT", value_name = "URL")]
+    pub endpoint: Option<Url>,
+
+    /// Endpoint written into presigned URLs handed to clients, when clients reach S3 at
+    /// another address than vidq does (e.g. `http://localhost:9000` outside Docker while
+    /// vidq uses `http://minio:9000`). Defaults to the S3 endpoint.
+    #[arg(long = "s3-public-endpoint", env = "VIDQ_S3_PUBLIC_ENDPOINT", value_name = "URL")]
+    pub public_endpoint: Option<Url>,
+
+    /// Bucket name (3-63 characters: lowercase letters, digits, dots and hyphens).
+    #[arg(long = "s3-bucket", env = "VIDQ_S3_BUCKET", value_name = "BUCKET", value_parser = parse_bucket)]
+    pub bucket: String,
+
+    /// S3 region.
+    #[arg(long = "s3-region", env = "VIDQ_S3_REGION", value_name = "REGION", default_value = "us-east-1")]
+    pub region: String,
+
+    /// Address buckets as `endpoint/bucket/key` instead of `bucket.endpoint/key`
+    /// (MinIO and most S3-compatible servers need this).
+    #[arg(
+        long = "s3-force-path-style",
+        env = "VIDQ_S3_FORCE_PATH_STYLE",
+        value_name = "BOOL",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub force_path_style: bool,
+}
+
+/// Where the HTTP API listens.
+#[derive(Debug, Clone, Args)]
+pub struct HttpConfig {
+    /// Address and port the HTTP API binds to.
+    #[arg(long = "http-addr", env = "VIDQ_HTTP_ADDR", value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+}
+
+/// Limits and lifetimes of the upload contract handed to clients.
+#[derive(Debug, Clone, Args)]
+pub struct UploadConfig {
+    /// Largest original a client may declare, in bytes (default 5 GiB).
+    #[arg(
+        long = "max-upload-bytes",
+        env = "VIDQ_MAX_UPLOAD_BYTES",
+        value_name = "BYTES",
+        default_value_t = 5 * 1024 * 1024 * 1024,
+        value_parser = clap::value_parser!(u64).range(1..=5 * 1024 * 1024 * 1024 * 1024)
+    )]
+    pub max_upload_bytes: u64,
+
+    /// How long a presigned upload URL stays valid, in seconds (S3 allows at most 7 days).
+    #[arg(
+        long = "upload-url-ttl-secs",
+        env = "VIDQ_UPLOAD_URL_TTL_SECS",
+        value_name = "SECS",
+        default_value_t = 3600,
+        value_parser = clap::value_parser!(u64).range(60..=604_800)
+    )]
+    pub upload_url_ttl_secs: u64,
+
+    /// How long a presigned playback URL in a video's status stays valid, in seconds.
+    #[arg(
+        long = "playback-url-ttl-secs",
+        env = "VIDQ_PLAYBACK_URL_TTL_SECS",
+        value_name = "SECS",
+        default_value_t = 3600,
+        value_parser = clap::value_parser!(u64).range(60..=604_800)
+    )]
+    pub playback_url_ttl_secs: u64,
+}
+
+/// Settings of the `api` role.
+#[derive(Debug, Clone, Args)]
+// Flattened groups are documented on their own types.
+#[allow(missing_docs)]
+pub struct ApiConfig {
+    #[command(flatten)]
+    pub database: DatabaseConfig,
+    #[command(flatten)]
+    pub storage: StorageConfig,
+    #[command(flatten)]
+    pub http: HttpConfig,
+    #[command(flatten)]
+    pub upload: UploadConfig,
+    /// Do not apply pending migrations at start-up (run `vidq migrate` separately).
+    #[arg(long = "no-migrate", env = "VIDQ_NO_MIGRATE", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
+    pub no_migrate: bool,
+}
+
+fn parse_bucket(name: &str) -> Result<String, String> {
+    let valid_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+    let valid_ends = name
+        .bytes()
+        .next()
+        .zip(name.bytes().last())
+        .is_some_and(|(a, z)| a.is_ascii_alphanumeric() && z.is_ascii_alphanumeric());
+    if (3..=63).contains(&name.len()) && valid_chars && valid_ends {
+        Ok(name.to_owned())
+    } else {
+        Err("a bucket name has 3-63 characters: lowercase letters, digits, dots and hyphens, \
+             starting and ending with a letter or digit"
+            .to_owned())
+    }
+}
+
+/// Parses the command line like `T::parse()`, but a missing or bad setting's error also names
+/// the environment variable that sets it, since services are usually configured that way.
+pub fn parse_cli<T: Parser>() -> T {
+    match T::try_parse() {
+        Ok(parsed) => parsed,
+        Err(err) => {
+            use clap::error::ErrorKind;
+            let names_a_setting = matches!(
+                err.kind(),
+                ErrorKind::MissingRequiredArgument
+                    | ErrorKind::InvalidValue
+                    | ErrorKind::ValueValidation
+            );
+            if names_a_setting {
+                let rendered = err.render().to_string();
+                let hints = env_hints(&T::command(), &rendered);
+                eprint!("{rendered}");
+                for hint in hints {
+                    eprintln!("  hint: {hint}");
+                }
+                std::process::exit(2);
+            }
+            err.exit()
+        }
+    }
+}
+
+/// For each `--flag` mentioned in a clap error, "set it with --flag or VARIABLE".
+fn env_hints(command: &clap::Command, message: &str) -> Vec<String> {
+    let mut hints = Vec::new();
+    let mut stack = vec![command.clone()];
+    while let Some(cmd) = stack.pop() {
+        for arg in cmd.get_arguments() {
+            if let (Some(long), Some(env)) = (arg.get_long(), arg.get_env()) {
+                let flag = format!("--{long}");
+                let mentioned = message
+                    .match_indices(&flag)
+                    .any(|(i, _)| !message[i + flag.len()..].starts_with(|c: char| c == '-' || c.is_alphanumeric()));
+                let hint = format!("{flag} is also set by the environment variable {}", env.to_string_lossy());
+                if mentioned && !hints.contains(&hint) {
+                    hints.push(hint);
+                }
+            }
+        }
+        stack.extend(cmd.get_subcommands().cloned());
+    }
+    hints
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_names_follow_s3_rules() {
+        assert!(parse_bucket("vidq-media").is_ok());
+        assert!(parse_bucket("ab").is_err());
+        assert!(parse_bucket("Upper").is_err());
+        assert!(parse_bucket("-dash").is_err());
+        assert!(parse_bucket("under_score").is_err());
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let secret = Secret::new("postgres://u:pw@h/db");
+        assert_eq!(format!("{secret:?}"), "[redacted]");
+        assert_eq!(secret.expose(), "postgres://u:pw@h/db");
+    }
+}

@@ -1,0 +1,88 @@
+//! The connection pool (bb8 over diesel-async) and database URL handling.
+
+use std::time::Duration;
+
+use diesel_async::AsyncPgConnection;
+use diesel_async::pooled_connection::AsyncDieselConnectionManager;
+
+use super::DbError;
+
+/// A pool of async PostgreSQL connections.
+pub type DbPool = bb8::Pool<AsyncDieselConnectionManager<AsyncPgConnection>>;
+
+/// A connection checked out of [`DbPool`]; derefs to `AsyncPgConnection`.
+pub type DbConn<'a> = bb8::PooledConnection<'a, AsyncDieselConnectionManager<AsyncPgConnection>>;
+
+/// Builds a pool of at most `max_size` connections and checks that one can be opened, so a
+/// wrong URL or a stopped database fails at start-up with its cause, not on the first request.
+pub async fn connect(url: &str, max_size: u32) -> Result<DbPool, DbError> {
+    let url = with_default_user(url)?;
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(url);
+    let pool = bb8::Pool::builder()
+        .max_size(max_size)
+        .connection_timeout(Duration::from_secs(10))
+        .build_unchecked(manager);
+    drop(pool.get().await.map_err(|err| DbError::Connect(err.to_string()))?);
+    Ok(pool)
+}
+
+/// libpq (and so psql) connects as the OS user when a URL names none; tokio-postgres
+/// refuses such URLs. Filling in the same default keeps `postgres://localhost/vidq` working
+/// for a newcomer exactly as it does in psql.
+pub fn with_default_user(url: &str) -> Result<String, DbError> {
+    let mut parsed = url::Url::parse(url)
+        .map_err(|err| DbError::Connect(format!("DATABASE_URL is not a valid URL: {err}")))?;
+    if !matches!(parsed.scheme(), "postgres" | "postgresql") {
+        return Err(DbError::Connect(
+            "DATABASE_URL must start with postgres:// or postgresql://".to_owned(),
+        ));
+    }
+    if parsed.username().is_empty() {
+        let user = std::env::var("USER")
+            .or_else(|_| std::env::var("LOGNAME"))
+            .unwrap_or_else(|_| "postgres".to_owned());
+        parsed
+            .set_username(&user)
+            .map_err(|()| DbError::Connect("DATABASE_URL cannot carry a user name".to_owned()))?;
+    }
+    Ok(parsed.into())
+}
+
+/// The URL of another database on the same server (for creating `vidq dev`'s database and
+/// the tests' per-test databases).
+pub fn with_database(url: &str, database: &str) -> Result<String, DbError> {
+    let mut parsed = url::Url::parse(&with_default_user(url)?)
+        .map_err(|err| DbError::Connect(err.to_string()))?;
+    parsed.set_path(database);
+    Ok(parsed.into())
+}
+
+/// The database name a URL points at.
+pub fn database_name(url: &str) -> Option<String> {
+    let parsed = url::Url::parse(url).ok()?;
+    let name = parsed.path().trim_start_matches('/');
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_without_a_user_get_the_os_user() {
+        let filled = with_default_user("postgres://localhost/vidq").unwrap();
+        assert!(!url::Url::parse(&filled).unwrap().username().is_empty());
+        assert_eq!(
+            with_default_user("postgres://app@db/vidq").unwrap(),
+            "postgres://app@db/vidq"
+        );
+        assert!(with_default_user("mysql://x/y").is_err());
+    }
+
+    #[test]
+    fn database_can_be_swapped_and_read() {
+        let other = with_database("postgres://a@h:5432/vidq?sslmode=disable", "vidq_t1").unwrap();
+        assert_eq!(other, "postgres://a@h:5432/vidq_t1?sslmode=disable");
+        assert_eq!(database_name(&other).as_deref(), Some("vidq_t1"));
+    }
+}

@@ -1,0 +1,119 @@
+// @generated automatically by Diesel CLI.
+
+pub mod sql_types {
+    #[derive(diesel::query_builder::QueryId, Clone, diesel::sql_types::SqlType)]
+    #[diesel(postgres_type(name = "xid8", schema = "pg_catalog"))]
+    pub struct Xid8;
+}
+
+diesel::table! {
+    job_attempts (id) {
+        id -> Int8,
+        job_id -> Int8,
+        attempt -> Int4,
+        claim_token -> Uuid,
+        node_id -> Text,
+        started_at -> Timestamptz,
+        ended_at -> Nullable<Timestamptz>,
+        outcome -> Nullable<Text>,
+        error_code -> Nullable<Text>,
+        error_message -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    use diesel::sql_types::*;
+    use super::sql_types::Xid8;
+
+    notification_outbox (id) {
+        id -> Int8,
+        event_id -> Uuid,
+        event_type -> Text,
+        owner_id -> Uuid,
+        video_id -> Uuid,
+        payload -> Jsonb,
+        xid -> Xid8,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    uploads (id) {
+        id -> Uuid,
+        owner_id -> Uuid,
+        object_key -> Text,
+        filename -> Text,
+        content_type -> Text,
+        declared_size -> Int8,
+        state -> Text,
+        reject_reason -> Nullable<Text>,
+        expires_at -> Timestamptz,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    users (id) {
+        id -> Uuid,
+        name -> Text,
+        api_key_hash -> Bytea,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    video_encoding_jobs (id) {
+        id -> Int8,
+        video_id -> Uuid,
+        original_s3_key -> Text,
+        status -> Text,
+        attempt_count -> Int4,
+        claim_token -> Nullable<Uuid>,
+        claimed_by -> Nullable<Text>,
+        lease_until -> Nullable<Timestamptz>,
+        available_at -> Timestamptz,
+        enqueued_at -> Timestamptz,
+        completed_at -> Nullable<Timestamptz>,
+        last_error -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    videos (id) {
+        id -> Uuid,
+        owner_id -> Uuid,
+        upload_id -> Uuid,
+        status -> Text,
+        duration_ms -> Nullable<Int8>,
+        width -> Nullable<Int4>,
+        height -> Nullable<Int4>,
+        video_codec -> Nullable<Text>,
+        audio_codec -> Nullable<Text>,
+        live_attempt -> Nullable<Int4>,
+        hls_key -> Nullable<Text>,
+        mp4_key -> Nullable<Text>,
+        thumbnail_key -> Nullable<Text>,
+        error_code -> Nullable<Text>,
+        error_message -> Nullable<Text>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+        ready_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::joinable!(job_attempts -> video_encoding_jobs (job_id));
+diesel::joinable!(notification_outbox -> users (owner_id));
+diesel::joinable!(uploads -> users (owner_id));
+diesel::joinable!(video_encoding_jobs -> videos (video_id));
+diesel::joinable!(videos -> uploads (upload_id));
+diesel::joinable!(videos -> users (owner_id));
+
+diesel::allow_tables_to_appear_in_same_query!(
+    job_attempts,
+    notification_outbox,
+    uploads,
+    users,
+    video_encoding_jobs,
+    videos,
+);

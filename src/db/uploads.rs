@@ -1,0 +1,114 @@
+//! Upload contracts: one row per object key a client was told to PUT to.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use super::schema::uploads;
+use crate::domain::upload::UploadState;
+
+/// An `uploads` row.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = uploads)]
+pub struct UploadRow {
+    /// Primary key (UUIDv7).
+    pub id: Uuid,
+    /// The uploader.
+    pub owner_id: Uuid,
+    /// Server-chosen S3 key.
+    pub object_key: String,
+    /// The client's filename, a label only.
+    pub filename: String,
+    /// Checked video media type.
+    pub content_type: String,
+    /// Exact size the object must have.
+    pub declared_size: i64,
+    /// See [`UploadState`].
+    pub state: String,
+    /// Why it was rejected, if it was.
+    pub reject_reason: Option<String>,
+    /// When the presigned URL stops working.
+    pub expires_at: DateTime<Utc>,
+    /// Created.
+    pub created_at: DateTime<Utc>,
+    /// Last state change.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Values for a new contract.
+#[derive(Debug, Insertable)]
+#[diesel(table_name = uploads)]
+pub struct NewUploadRow<'a> {
+    /// Primary key.
+    pub id: Uuid,
+    /// The uploader.
+    pub owner_id: Uuid,
+    /// Server-chosen key.
+    pub object_key: &'a str,
+    /// Label.
+    pub filename: &'a str,
+    /// Checked media type.
+    pub content_type: &'a str,
+    /// Declared size.
+    pub declared_size: i64,
+    /// When the presigned URL expires.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Records a new pending contract.
+pub async fn insert(conn: &mut AsyncPgConnection, new: &NewUploadRow<'_>) -> QueryResult<UploadRow> {
+    diesel::insert_into(uploads::table)
+        .values(new)
+        .returning(UploadRow::as_returning())
+        .get_result(conn)
+        .await
+}
+
+/// The contract, only if `owner` holds it (a stranger's id reads as absent).
+pub async fn find_owned(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    id: Uuid,
+) -> QueryResult<Option<UploadRow>> {
+    uploads::table
+        .filter(uploads::id.eq(id).and(uploads::owner_id.eq(owner)))
+        .select(UploadRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// CAS `pending|uploaded -> confirmed`. Returns 0 when another confirm got there first (the
+/// row lock makes a concurrent confirm wait, then re-check the state and match nothing).
+pub async fn mark_confirmed(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+    diesel::update(
+        uploads::table.filter(uploads::id.eq(id).and(
+            uploads::state.eq_any([UploadState::Pending.as_str(), UploadState::Uploaded.as_str()]),
+        )),
+    )
+    .set((
+        uploads::state.eq(UploadState::Confirmed.as_str()),
+        uploads::updated_at.eq(diesel::dsl::sql::<diesel::sql_types::Timestamptz>(
+            "statement_timestamp()",
+        )),
+    ))
+    .execute(conn)
+    .await
+}
+
+/// Deletes a contract (its video and job cascade with it).
+pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+    diesel::delete(uploads::table.filter(uploads::id.eq(id)))
+        .execute(conn)
+        .await
+}
+
+/// Every original's key an owner has, for deleting their objects.
+pub async fn object_keys_of_owner(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<Vec<String>> {
+    uploads::table
+        .filter(uploads::owner_id.eq(owner))
+        .select(uploads::object_key)
+        .load(conn)
+        .await
+}

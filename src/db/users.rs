@@ -1,0 +1,83 @@
+//! Uploaders and their hashed API keys.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use super::schema::users;
+
+/// A `users` row.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = users)]
+pub struct UserRow {
+    /// Primary key.
+    pub id: Uuid,
+    /// Unique, chosen by the operator.
+    pub name: String,
+    /// SHA-256 of the API key.
+    pub api_key_hash: Vec<u8>,
+    /// When the user was created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Inserts a user; a taken name is a unique violation the caller maps.
+pub async fn insert(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    name: &str,
+    api_key_hash: &[u8],
+) -> QueryResult<UserRow> {
+    diesel::insert_into(users::table)
+        .values((
+            users::id.eq(id),
+            users::name.eq(name),
+            users::api_key_hash.eq(api_key_hash),
+        ))
+        .returning(UserRow::as_returning())
+        .get_result(conn)
+        .await
+}
+
+/// The user holding the key with this hash.
+pub async fn find_by_key_hash(conn: &mut AsyncPgConnection, hash: &[u8]) -> QueryResult<Option<Uuid>> {
+    users::table
+        .filter(users::api_key_hash.eq(hash))
+        .select(users::id)
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Locks the user row against deletion (`FOR KEY SHARE`) without blocking the user's other
+/// transactions; the first lock every write path takes. `None` if the user is gone.
+pub async fn lock_for_key_share(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<Uuid>> {
+    users::table
+        .filter(users::id.eq(id))
+        .select(users::id)
+        .for_key_share()
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Locks the user row for deletion (`FOR UPDATE`), found by name.
+pub async fn lock_by_name_for_update(
+    conn: &mut AsyncPgConnection,
+    name: &str,
+) -> QueryResult<Option<Uuid>> {
+    users::table
+        .filter(users::name.eq(name))
+        .select(users::id)
+        .for_update()
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Deletes the user; uploads, videos, jobs and outbox rows go with it (ON DELETE CASCADE).
+pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+    diesel::delete(users::table.filter(users::id.eq(id)))
+        .execute(conn)
+        .await
+}

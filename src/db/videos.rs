@@ -1,0 +1,159 @@
+//! Videos: the client-visible result of a confirmed upload.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use super::schema::{video_encoding_jobs, videos};
+
+/// A `videos` row.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = videos)]
+pub struct VideoRow {
+    /// Primary key (UUIDv7).
+    pub id: Uuid,
+    /// The uploader.
+    pub owner_id: Uuid,
+    /// The upload contract it was made from.
+    pub upload_id: Uuid,
+    /// `queued | processing | ready | failed`.
+    pub status: String,
+    /// Probed duration.
+    pub duration_ms: Option<i64>,
+    /// Probed width.
+    pub width: Option<i32>,
+    /// Probed height.
+    pub height: Option<i32>,
+    /// Probed video codec.
+    pub video_codec: Option<String>,
+    /// Probed audio codec.
+    pub audio_codec: Option<String>,
+    /// The attempt whose outputs are live.
+    pub live_attempt: Option<i32>,
+    /// HLS playlist key.
+    pub hls_key: Option<String>,
+    /// Progressive MP4 key.
+    pub mp4_key: Option<String>,
+    /// Thumbnail key.
+    pub thumbnail_key: Option<String>,
+    /// Stable failure code.
+    pub error_code: Option<String>,
+    /// Human-readable failure.
+    pub error_message: Option<String>,
+    /// Created (the confirm's transaction time).
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+    /// When it became ready.
+    pub ready_at: Option<DateTime<Utc>>,
+}
+
+/// A video with its job's attempt count, as the status API shows it.
+pub type VideoWithAttempts = (VideoRow, Option<i32>);
+
+/// Inserts a queued video.
+pub async fn insert(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    owner: Uuid,
+    upload: Uuid,
+) -> QueryResult<VideoRow> {
+    diesel::insert_into(videos::table)
+        .values((
+            videos::id.eq(id),
+            videos::owner_id.eq(owner),
+            videos::upload_id.eq(upload),
+        ))
+        .returning(VideoRow::as_returning())
+        .get_result(conn)
+        .await
+}
+
+/// The video made from an upload, if any.
+pub async fn find_by_upload(
+    conn: &mut AsyncPgConnection,
+    upload: Uuid,
+) -> QueryResult<Option<VideoWithAttempts>> {
+    videos::table
+        .left_join(video_encoding_jobs::table)
+        .filter(videos::upload_id.eq(upload))
+        .select((VideoRow::as_select(), video_encoding_jobs::attempt_count.nullable()))
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// The video, only if `owner` holds it.
+pub async fn find_owned(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    id: Uuid,
+) -> QueryResult<Option<VideoWithAttempts>> {
+    videos::table
+        .left_join(video_encoding_jobs::table)
+        .filter(videos::id.eq(id).and(videos::owner_id.eq(owner)))
+        .select((VideoRow::as_select(), video_encoding_jobs::attempt_count.nullable()))
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// One page of an owner's videos, newest first, strictly older than `before` when given.
+/// UUIDv7 ids order by creation time, so the key is the id alone.
+pub async fn list_owned(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    status: Option<&str>,
+    before: Option<Uuid>,
+    limit: i64,
+) -> QueryResult<Vec<VideoWithAttempts>> {
+    let mut query = videos::table
+        .left_join(video_encoding_jobs::table)
+        .filter(videos::owner_id.eq(owner))
+        .select((VideoRow::as_select(), video_encoding_jobs::attempt_count.nullable()))
+        .order(videos::id.desc())
+        .limit(limit)
+        .into_boxed();
+    if let Some(status) = status {
+        query = query.filter(videos::status.eq(status.to_owned()));
+    }
+    if let Some(before) = before {
+        query = query.filter(videos::id.lt(before));
+    }
+    query.load(conn).await
+}
+
+/// Locks one of `owner`'s videos `FOR UPDATE`. `None` if it is not theirs or is gone.
+pub async fn lock_owned_for_update(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    id: Uuid,
+) -> QueryResult<Option<VideoRow>> {
+    videos::table
+        .filter(videos::id.eq(id).and(videos::owner_id.eq(owner)))
+        .select(VideoRow::as_select())
+        .for_update()
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Locks every video of an owner `FOR UPDATE`, in id order (the fixed lock order within a
+/// table); returns their ids.
+pub async fn lock_all_of_owner(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<Vec<Uuid>> {
+    videos::table
+        .filter(videos::owner_id.eq(owner))
+        .select(videos::id)
+        .order(videos::id)
+        .for_update()
+        .load(conn)
+        .await
+}
+
+/// Deletes a video (its job cascades).
+pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+    diesel::delete(videos::table.filter(videos::id.eq(id)))
+        .execute(conn)
+        .await
+}

@@ -1,0 +1,88 @@
+//! Outbox events: the versioned envelope every sink and the pull feed carry.
+//!
+//! `{"id", "type", "occurred_at", "video_id", "data": {...}}`. `id` is minted in the
+//! transaction that produces the event and never changes, so consumers can drop repeats.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::ids::{EventId, UploadId, VideoId};
+
+/// What happened to a video.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum EventType {
+    /// A confirmed upload became a video and its encoding job was queued.
+    #[serde(rename = "video.accepted")]
+    VideoAccepted,
+    /// Encoded outputs are in S3 and playable.
+    #[serde(rename = "video.ready")]
+    VideoReady,
+    /// The video will not become playable.
+    #[serde(rename = "video.failed")]
+    VideoFailed,
+}
+
+impl EventType {
+    /// The wire and database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::VideoAccepted => "video.accepted",
+            Self::VideoReady => "video.ready",
+            Self::VideoFailed => "video.failed",
+        }
+    }
+}
+
+/// One event, as stored in the outbox and sent to consumers.
+#[derive(Clone, Debug, Serialize)]
+pub struct Event {
+    /// Stable across every delivery try.
+    pub id: EventId,
+    /// What happened.
+    #[serde(rename = "type")]
+    pub event_type: EventType,
+    /// When the producing transaction ran.
+    pub occurred_at: DateTime<Utc>,
+    /// The video it is about.
+    pub video_id: VideoId,
+    /// Type-specific facts, enough to act without calling back.
+    pub data: Value,
+}
+
+impl Event {
+    /// `video.accepted`: the upload is confirmed and the video is queued for encoding.
+    pub fn video_accepted(video_id: VideoId, upload_id: UploadId, occurred_at: DateTime<Utc>) -> Self {
+        Self {
+            id: EventId::new(),
+            event_type: EventType::VideoAccepted,
+            occurred_at,
+            video_id,
+            data: serde_json::json!({ "status": "queued", "upload_id": upload_id }),
+        }
+    }
+
+    /// The envelope as JSON, as stored in the outbox's `payload`.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).expect("an event always serializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepted_event_has_the_documented_envelope() {
+        let video = VideoId::new();
+        let upload = UploadId::new();
+        let event = Event::video_accepted(video, upload, Utc::now());
+        let json = event.to_json();
+        assert_eq!(json["type"], "video.accepted");
+        assert_eq!(json["video_id"], video.to_string());
+        assert_eq!(json["id"], event.id.to_string());
+        assert_eq!(json["data"]["status"], "queued");
+        assert_eq!(json["data"]["upload_id"], upload.to_string());
+        assert!(json["occurred_at"].is_string());
+    }
+}

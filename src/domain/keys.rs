@@ -1,0 +1,35 @@
+//! Object keys in S3. The server chooses every key; a client's filename never becomes part
+//! of one, so no client can write outside its own objects or guess another's.
+
+use super::ids::{UploadId, VideoId};
+
+/// Where the client PUTs its original.
+pub fn original(upload: UploadId) -> String {
+    format!("originals/{upload}")
+}
+
+/// Everything vidq writes for one video, all attempts included.
+pub fn video_prefix(video: VideoId) -> String {
+    format!("videos/{video}/")
+}
+
+/// The prefix of one encoding attempt. Each attempt writes under its own prefix, so a late
+/// (zombie) attempt can never overwrite the outputs of the attempt that won.
+pub fn attempt_prefix(video: VideoId, attempt: i32) -> String {
+    format!("videos/{video}/a{attempt}/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_deterministic_and_nested() {
+        let video = VideoId::new();
+        let attempt = attempt_prefix(video, 2);
+        assert!(attempt.starts_with(&video_prefix(video)));
+        assert_eq!(attempt, format!("videos/{video}/a2/"));
+        let upload = UploadId::new();
+        assert_eq!(original(upload), format!("originals/{upload}"));
+    }
+}

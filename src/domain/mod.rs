@@ -1,0 +1,10 @@
+//! The pure core: identifiers, states and their legal transitions, input validation and event
+//! payloads. Nothing here does I/O or knows about diesel or actix.
+
+pub mod api_key;
+pub mod event;
+pub mod ids;
+pub mod job;
+pub mod keys;
+pub mod upload;
+pub mod video;

@@ -1,0 +1,213 @@
+//! Upload contracts: what a client may ask to upload, and the states a contract moves through.
+//!
+//! `pending -> confirmed` for a presigned PUT checked by HEAD at confirm time;
+//! `pending -> uploaded -> confirmed` when vidq itself moved the bytes; `rejected` and
+//! `expired` are terminal.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Container types the media pipeline accepts (the probe's demuxer allow-list matches).
+pub const ACCEPTED_CONTENT_TYPES: &[&str] = &[
+    "video/mp4",
+    "video/quicktime",
+    "video/webm",
+    "video/x-matroska",
+    "video/3gpp",
+    "video/3gpp2",
+    "video/x-m4v",
+];
+
+/// Where an upload contract is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UploadState {
+    /// Contract issued; the object may or may not be in S3 yet.
+    Pending,
+    /// vidq wrote the object and checked its size; not yet turned into a video.
+    Uploaded,
+    /// A video and its encoding job exist for it.
+    Confirmed,
+    /// Refused for good (reason recorded).
+    Rejected,
+    /// Never completed before its deadline.
+    Expired,
+}
+
+impl UploadState {
+    /// The database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Uploaded => "uploaded",
+            Self::Confirmed => "confirmed",
+            Self::Rejected => "rejected",
+            Self::Expired => "expired",
+        }
+    }
+
+    /// States from which a confirm may turn the contract into a video.
+    pub fn confirmable(self) -> bool {
+        matches!(self, Self::Pending | Self::Uploaded)
+    }
+}
+
+impl FromStr for UploadState {
+    type Err = UnknownState;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "pending" => Self::Pending,
+            "uploaded" => Self::Uploaded,
+            "confirmed" => Self::Confirmed,
+            "rejected" => Self::Rejected,
+            "expired" => Self::Expired,
+            other => return Err(UnknownState(other.to_owned())),
+        })
+    }
+}
+
+/// A state string the code does not know (the schema's CHECK makes this a bug, not input).
+#[derive(Debug, thiserror::Error)]
+#[error("unknown state {0:?}")]
+pub struct UnknownState(pub String);
+
+/// Why a new upload request was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum UploadRequestError {
+    /// Empty, too long, or holding control characters or path separators.
+    #[error("filename must be 1-255 characters, without control characters or slashes")]
+    BadFilename,
+    /// Not one of [`ACCEPTED_CONTENT_TYPES`].
+    #[error("content type {0:?} is not an accepted video type (accepted: {accepted})", accepted = ACCEPTED_CONTENT_TYPES.join(", "))]
+    UnsupportedMediaType(String),
+    /// Zero or negative.
+    #[error("size_bytes must be a positive number of bytes")]
+    BadSize,
+    /// Over the configured limit.
+    #[error("size_bytes {declared} is over the limit of {limit} bytes")]
+    TooLarge {
+        /// What the client declared.
+        declared: u64,
+        /// `VIDQ_MAX_UPLOAD_BYTES`.
+        limit: u64,
+    },
+}
+
+/// A checked request for a new upload contract.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewUpload {
+    /// The client's filename, kept as a label only.
+    pub filename: String,
+    /// Lower-cased media type without parameters, one of [`ACCEPTED_CONTENT_TYPES`].
+    pub content_type: String,
+    /// Exact byte count the object must have at confirm.
+    pub size_bytes: u64,
+}
+
+impl NewUpload {
+    /// Checks a client's request against the accepted types and the size limit.
+    pub fn parse(
+        filename: &str,
+        content_type: &str,
+        size_bytes: i64,
+        max_bytes: u64,
+    ) -> Result<Self, UploadRequestError> {
+        let filename = filename.trim();
+        let filename_ok = (1..=255).contains(&filename.chars().count())
+            && !filename.chars().any(|c| c.is_control() || c == '/' || c == '\\');
+        if !filename_ok {
+            return Err(UploadRequestError::BadFilename);
+        }
+        let media_type = content_type
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        if !ACCEPTED_CONTENT_TYPES.contains(&media_type.as_str()) {
+            return Err(UploadRequestError::UnsupportedMediaType(content_type.to_owned()));
+        }
+        let size = u64::try_from(size_bytes)
+            .ok()
+            .filter(|&s| s > 0)
+            .ok_or(UploadRequestError::BadSize)?;
+        if size > max_bytes {
+            return Err(UploadRequestError::TooLarge {
+                declared: size,
+                limit: max_bytes,
+            });
+        }
+        Ok(Self {
+            filename: filename.to_owned(),
+            content_type: media_type,
+            size_bytes: size,
+        })
+    }
+}
+
+impl fmt::Display for UploadState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn accepts_video_types_with_parameters_and_any_case() {
+        let up = NewUpload::parse("clip.mp4", "Video/MP4; codecs=avc1", 10, GIB).unwrap();
+        assert_eq!(up.content_type, "video/mp4");
+        assert_eq!(up.size_bytes, 10);
+    }
+
+    #[test]
+    fn refuses_non_video_types() {
+        assert!(matches!(
+            NewUpload::parse("a.mp4", "application/vnd.apple.mpegurl", 10, GIB),
+            Err(UploadRequestError::UnsupportedMediaType(_))
+        ));
+        assert!(matches!(
+            NewUpload::parse("a.txt", "text/plain", 10, GIB),
+            Err(UploadRequestError::UnsupportedMediaType(_))
+        ));
+    }
+
+    #[test]
+    fn refuses_bad_sizes_and_sizes_over_the_limit() {
+        assert_eq!(NewUpload::parse("a", "video/mp4", 0, GIB), Err(UploadRequestError::BadSize));
+        assert_eq!(NewUpload::parse("a", "video/mp4", -5, GIB), Err(UploadRequestError::BadSize));
+        assert_eq!(
+            NewUpload::parse("a", "video/mp4", 11, 10),
+            Err(UploadRequestError::TooLarge { declared: 11, limit: 10 })
+        );
+    }
+
+    #[test]
+    fn refuses_filenames_that_look_like_paths_or_hide_control_characters() {
+        for bad in ["", "  ", "../etc/passwd", "a\\b", "a\nb", &"x".repeat(256)] {
+            assert_eq!(
+                NewUpload::parse(bad, "video/mp4", 1, GIB),
+                Err(UploadRequestError::BadFilename),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn states_round_trip_through_their_database_spelling() {
+        for s in [
+            UploadState::Pending,
+            UploadState::Uploaded,
+            UploadState::Confirmed,
+            UploadState::Rejected,
+            UploadState::Expired,
+        ] {
+            assert_eq!(s.as_str().parse::<UploadState>().unwrap(), s);
+        }
+        assert!(UploadState::Pending.confirmable());
+        assert!(!UploadState::Confirmed.confirmable());
+    }
+}

@@ -1,0 +1,40 @@
+//! The `Authorization: Bearer <key>` extractor every `/v1` route takes.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use actix_web::{FromRequest, HttpRequest, dev::Payload, http::header, web};
+
+use super::error::ApiError;
+use crate::app::{self, AppContext};
+use crate::domain::ids::UserId;
+
+/// The authenticated caller.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller(pub UserId);
+
+impl FromRequest for Caller {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let ctx = req.app_data::<web::Data<AppContext>>().cloned();
+        let key = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| {
+                let (scheme, key) = value.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| key.trim().to_owned())
+            });
+        Box::pin(async move {
+            let (Some(ctx), Some(key)) = (ctx, key) else {
+                return Err(ApiError::unauthorized());
+            };
+            match app::auth::authenticate(&ctx.db, &key).await? {
+                Some(user) => Ok(Caller(user)),
+                None => Err(ApiError::unauthorized()),
+            }
+        })
+    }
+}

@@ -1,0 +1,124 @@
+//! The one table from error kinds to HTTP status and stable error code.
+//!
+//! Bodies are `{"error": {"code", "message"}}`. Codes are part of the API contract and never
+//! change meaning. A 5xx body is opaque; its full cause chain goes to the log.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+
+use crate::app::AppError;
+use crate::db::DbError;
+use crate::domain::upload::UploadRequestError;
+
+/// An error response: status, stable code and a message safe to show the client.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Detail<'a>,
+}
+
+#[derive(Serialize)]
+struct Detail<'a> {
+    code: &'a str,
+    message: &'a str,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400 `bad_request`.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    /// 401 `unauthorized`.
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send a valid API key as `Authorization: Bearer <key>`",
+        )
+    }
+
+    /// 404 `not_found`; the same for an unknown id and a stranger's, so ids can't be probed.
+    pub fn not_found() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status.as_u16(), self.code, self.message)
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status).json(Body {
+            error: Detail {
+                code: self.code,
+                message: &self.message,
+            },
+        })
+    }
+}
+
+impl From<AppError> for ApiError {
+    fn from(err: AppError) -> Self {
+        use StatusCode as S;
+        let message = err.to_string();
+        match &err {
+            AppError::NotFound => Self::not_found(),
+            AppError::BadRequest(_) => Self::bad_request(message),
+            AppError::InvalidUpload(kind) => match kind {
+                UploadRequestError::UnsupportedMediaType(_) => {
+                    Self::new(S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", message)
+                }
+                UploadRequestError::TooLarge { .. } => Self::new(S::PAYLOAD_TOO_LARGE, "too_large", message),
+                UploadRequestError::BadFilename | UploadRequestError::BadSize => Self::bad_request(message),
+            },
+            AppError::UploadIncomplete => Self::new(S::CONFLICT, "upload_incomplete", message),
+            AppError::SizeMismatch { .. } => Self::new(S::UNPROCESSABLE_ENTITY, "size_mismatch", message),
+            AppError::UploadClosed { .. } => Self::new(S::CONFLICT, "upload_closed", message),
+            AppError::NameTaken(_) => Self::new(S::CONFLICT, "conflict", message),
+            AppError::Database(DbError::Pool(_)) => {
+                log_internal(&err);
+                Self::new(S::SERVICE_UNAVAILABLE, "unavailable", "the service is temporarily unavailable; retry")
+            }
+            AppError::Storage(_) => {
+                log_internal(&err);
+                Self::new(S::SERVICE_UNAVAILABLE, "storage_unavailable", "object storage is temporarily unavailable; retry")
+            }
+            AppError::Database(_) => {
+                log_internal(&err);
+                Self::new(S::INTERNAL_SERVER_ERROR, "internal", "internal error")
+            }
+        }
+    }
+}
+
+fn log_internal(err: &AppError) {
+    tracing::error!(error = %crate::telemetry::error_chain(err), "request failed");
+}

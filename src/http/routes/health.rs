@@ -1,0 +1,42 @@
+//! Liveness (`/healthz`: the process answers) and readiness (`/readyz`: the database and the
+//! bucket answer too), for load balancers and orchestrators.
+
+use actix_web::{HttpResponse, web};
+use diesel_async::RunQueryDsl;
+use serde_json::json;
+
+use crate::app::AppContext;
+
+/// `200` while the process serves requests.
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "status": "ok" }))
+}
+
+/// `200` when the database and the bucket both answer, else `503` naming what does not.
+pub async fn readyz(ctx: web::Data<AppContext>) -> HttpResponse {
+    let database = async {
+        let mut conn = ctx.db.get().await.map_err(|e| e.to_string())?;
+        diesel::sql_query("SELECT 1")
+            .execute(&mut conn)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    };
+    let storage = async { ctx.storage.check_bucket().await.map_err(|e| crate::telemetry::error_chain(&e)) };
+    let (database, storage) = tokio::join!(database, storage);
+    let verdict = |r: &Result<(), String>| match r {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => e.clone(),
+    };
+    let body = json!({
+        "status": if database.is_ok() && storage.is_ok() { "ready" } else { "unavailable" },
+        "database": verdict(&database),
+        "storage": verdict(&storage),
+    });
+    if database.is_ok() && storage.is_ok() {
+        HttpResponse::Ok().json(body)
+    } else {
+        tracing::warn!(%body, "not ready");
+        HttpResponse::ServiceUnavailable().json(body)
+    }
+}

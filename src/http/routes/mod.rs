@@ -1,0 +1,26 @@
+//! Route table: `/healthz`, `/readyz`, and the authenticated `/v1` API.
+
+pub mod health;
+pub mod uploads;
+pub mod videos;
+
+use actix_web::web;
+
+/// Registers every route.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(health::healthz))
+        .route("/readyz", web::get().to(health::readyz))
+        .service(
+            web::scope("/v1")
+                .route("/uploads", web::post().to(uploads::create))
+                .route("/uploads/{upload_id}/confirm", web::post().to(uploads::confirm))
+                .route("/videos", web::get().to(videos::list))
+                .route("/videos/{video_id}", web::get().to(videos::get))
+                .route("/videos/{video_id}", web::delete().to(videos::delete)),
+        );
+}
+
+/// Parses an id from the path. A malformed id names no resource: `404`, like an unknown one.
+fn path_id<T: std::str::FromStr>(raw: &str) -> Result<T, super::error::ApiError> {
+    raw.parse().map_err(|_| super::error::ApiError::not_found())
+}

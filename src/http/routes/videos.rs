@@ -1,0 +1,61 @@
+//! `GET /v1/videos`, `GET /v1/videos/{id}` and `DELETE /v1/videos/{id}`.
+
+use actix_web::{HttpResponse, web};
+
+use super::path_id;
+use crate::app::{self, AppContext};
+use crate::domain::ids::VideoId;
+use crate::domain::video::VideoStatus;
+use crate::http::auth::Caller;
+use crate::http::dto::{ListVideosQuery, VideoDto, VideoListDto};
+use crate::http::error::ApiError;
+
+/// Default page size of the listing.
+const DEFAULT_LIMIT: i64 = 20;
+
+/// One video's status.
+pub async fn get(
+    ctx: web::Data<AppContext>,
+    caller: Caller,
+    video_id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let view = app::videos::get_video(&ctx, caller.0, path_id(&video_id)?).await?;
+    Ok(HttpResponse::Ok().json(VideoDto::from(view)))
+}
+
+/// The caller's videos, newest first, keyset-paginated.
+pub async fn list(
+    ctx: web::Data<AppContext>,
+    caller: Caller,
+    query: web::Query<ListVideosQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let status = query
+        .status
+        .as_deref()
+        .map(|s| {
+            s.parse::<VideoStatus>()
+                .map_err(|_| ApiError::bad_request("status must be one of queued, processing, ready, failed"))
+        })
+        .transpose()?;
+    let cursor = query
+        .cursor
+        .as_deref()
+        .map(|c| c.parse::<VideoId>().map_err(|_| ApiError::bad_request("cursor is not a cursor this API issued")))
+        .transpose()?;
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    let (videos, next) = app::videos::list_videos(&ctx, caller.0, status, limit, cursor).await?;
+    Ok(HttpResponse::Ok().json(VideoListDto {
+        videos: videos.into_iter().map(VideoDto::from).collect(),
+        next_cursor: next.map(|id| id.to_string()),
+    }))
+}
+
+/// Deletes a video, its rows and its objects: `204`.
+pub async fn delete(
+    ctx: web::Data<AppContext>,
+    caller: Caller,
+    video_id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    app::videos::delete_video(&ctx, caller.0, path_id(&video_id)?).await?;
+    Ok(HttpResponse::NoContent().finish())
+}

@@ -1,0 +1,25 @@
+//! vidq: video uploads, distributed encoding and "ready" notifications, with PostgreSQL as the
+//! only queue and S3 for the bytes.
+//!
+//! The modules follow the architecture, outside in:
+//! - [`config`]: one typed configuration, read from flags and `VIDQ_*` variables.
+//! - [`shutdown`]: the cancellation token every role stops on.
+//! - [`domain`]: pure types and rules (ids, states, validation, event payloads). No I/O.
+//! - [`db`]: the only code that knows SQL; query functions take the caller's connection.
+//! - [`app`]: use-cases, one function per transaction (create upload, confirm, delete...).
+//! - [`http`]: the actix-web API: routes, request/response types, the error-code table.
+//! - [`adapters`]: the outside world (S3 storage, the embedded S3 server).
+//! - [`roles`]: the long-running processes (`api`, `dev`) and their wiring.
+//! - [`admin`]: one-shot operator commands (`user create`, `user delete`).
+//! - [`telemetry`]: logging set-up.
+
+pub mod adapters;
+pub mod admin;
+pub mod app;
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod http;
+pub mod roles;
+pub mod shutdown;
+pub mod telemetry;

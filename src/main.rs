@@ -1,0 +1,65 @@
+//! The `vidq` binary: one executable, one subcommand per role or admin command.
+
+use clap::{Parser, Subcommand};
+
+use vidq::admin::UserCommand;
+use vidq::config::{ApiConfig, DatabaseConfig};
+use vidq::roles::dev::DevConfig;
+
+/// vidq takes videos over HTTP, encodes them on any number of worker nodes and tells your
+/// backend when each is ready. PostgreSQL is the only queue; S3 holds the bytes.
+#[derive(Debug, Parser)]
+#[command(name = "vidq", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the HTTP API (uploads, confirm, status). Applies migrations at start unless
+    /// --no-migrate.
+    Api(ApiConfig),
+    /// Run everything on this machine: the API and an embedded S3 server over a local
+    /// directory, against a local PostgreSQL (database created if missing). For laptops.
+    Dev(DevConfig),
+    /// Apply pending database migrations and exit.
+    Migrate(MigrateArgs),
+    /// Manage uploaders and their API keys.
+    #[command(subcommand)]
+    User(UserCommand),
+}
+
+#[derive(Debug, clap::Args)]
+struct MigrateArgs {
+    #[command(flatten)]
+    database: DatabaseConfig,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli: Cli = vidq::config::parse_cli();
+    vidq::telemetry::init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Api(config) => vidq::roles::api::run(config, vidq::shutdown::on_signals()).await,
+        Command::Dev(config) => vidq::roles::dev::run(config, vidq::shutdown::on_signals()).await,
+        Command::Migrate(args) => vidq::roles::api::migrate(&args.database).await,
+        Command::User(command) => vidq::admin::user(command).await,
+    }
+}

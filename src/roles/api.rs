@@ -1,0 +1,59 @@
+//! The `api` role: migrations (unless told not to), the pool, the bucket, the HTTP server.
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use crate::adapters::storage::{StaticCredentials, Storage};
+use crate::app::AppContext;
+use crate::config::{ApiConfig, DatabaseConfig, StorageConfig, UploadConfig};
+use crate::db;
+
+/// Runs the API until `shutdown` is cancelled.
+pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    if config.no_migrate {
+        tracing::info!("skipping migrations (--no-migrate)");
+    } else {
+        migrate(&config.database).await?;
+    }
+    let ctx = context(&config.database, &config.storage, &config.upload, None).await?;
+    if let Err(error) = ctx.storage.check_bucket().await {
+        tracing::warn!(
+            error = %crate::telemetry::error_chain(&error),
+            bucket = ctx.storage.bucket(),
+            "the bucket is not reachable yet; /readyz reports 503 until it is"
+        );
+    }
+    let listener = std::net::TcpListener::bind(config.http.addr)
+        .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
+    tracing::info!(addr = %config.http.addr, "API listening");
+    crate::http::serve(listener, ctx, shutdown)?.await?;
+    tracing::info!("API stopped");
+    Ok(())
+}
+
+/// Applies pending migrations, logging how many ran.
+pub async fn migrate(database: &DatabaseConfig) -> anyhow::Result<()> {
+    let applied = db::migrations::run_pending(database.url.expose())
+        .await
+        .context("applying migrations (DATABASE_URL)")?;
+    tracing::info!(applied, "database schema is up to date");
+    Ok(())
+}
+
+/// Connects the pool and the storage clients every use-case shares.
+pub async fn context(
+    database: &DatabaseConfig,
+    storage: &StorageConfig,
+    upload: &UploadConfig,
+    credentials: Option<StaticCredentials>,
+) -> anyhow::Result<AppContext> {
+    let pool = db::connect(database.url.expose(), database.pool_size)
+        .await
+        .context("connecting to the database (DATABASE_URL)")?;
+    let storage = Storage::connect(storage, credentials).await;
+    Ok(AppContext {
+        db: pool,
+        storage,
+        upload: upload.clone(),
+    })
+}

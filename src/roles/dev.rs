@@ -1,0 +1,109 @@
+//! The `dev` role: everything on one machine for a laptop. Creates the database if needed,
+//! migrates, starts an embedded S3-compatible server over a local directory, creates the
+//! bucket and runs the API. Not the production shape: there, each role is its own process
+//! and S3 is S3.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+use url::Url;
+
+use crate::adapters::s3_server::EmbeddedS3;
+use crate::adapters::storage::StaticCredentials;
+use crate::config::{DatabaseConfig, HttpConfig, Secret, StorageConfig, UploadConfig};
+use crate::db;
+
+/// Access key of the embedded S3 server (it listens on loopback only).
+pub const DEV_ACCESS_KEY: &str = "vidq-dev";
+/// Secret key of the embedded S3 server.
+pub const DEV_SECRET_KEY: &str = "vidq-dev-secret";
+/// Bucket `vidq dev` creates and uses.
+pub const DEV_BUCKET: &str = "vidq";
+
+/// Settings of `vidq dev`.
+#[derive(Debug, Clone, Args)]
+// Flattened groups are documented on their own types.
+#[allow(missing_docs)]
+pub struct DevConfig {
+    /// PostgreSQL URL; the database is created if it does not exist.
+    #[arg(
+        long = "database-url",
+        env = "DATABASE_URL",
+        value_name = "URL",
+        default_value = "postgres://localhost/vidq",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+
+    #[command(flatten)]
+    pub http: HttpConfig,
+
+    /// Address of the embedded S3 server (presigned upload URLs point here).
+    #[arg(long = "s3-addr", env = "VIDQ_DEV_S3_ADDR", value_name = "ADDR", default_value = "127.0.0.1:9000")]
+    pub s3_addr: SocketAddr,
+
+    /// Directory for local state; objects live in `<dir>/s3/<bucket>/`.
+    #[arg(long = "data-dir", env = "VIDQ_DEV_DATA_DIR", value_name = "DIR", default_value = "./.vidq-data")]
+    pub data_dir: PathBuf,
+
+    #[command(flatten)]
+    pub upload: UploadConfig,
+}
+
+/// Runs every part of vidq in this process until `shutdown` is cancelled.
+pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    if db::provision::create_database_if_missing(&config.database_url)
+        .await
+        .context("creating the database (DATABASE_URL); is PostgreSQL running?")?
+    {
+        tracing::info!("created the database");
+    }
+    let database = DatabaseConfig {
+        url: Secret::new(config.database_url.clone()),
+        pool_size: 10,
+    };
+    super::api::migrate(&database).await?;
+
+    let s3_root = config.data_dir.join("s3");
+    let listener = tokio::net::TcpListener::bind(config.s3_addr)
+        .await
+        .with_context(|| format!("cannot listen on {} for the embedded S3 (VIDQ_DEV_S3_ADDR)", config.s3_addr))?;
+    let s3 = EmbeddedS3::start(&s3_root, listener, DEV_ACCESS_KEY, DEV_SECRET_KEY)?;
+    let storage_config = StorageConfig {
+        endpoint: Some(Url::parse(&s3.endpoint())?),
+        public_endpoint: None,
+        bucket: DEV_BUCKET.to_owned(),
+        region: "us-east-1".to_owned(),
+        force_path_style: true,
+    };
+    let ctx = super::api::context(&database, &storage_config, &config.upload, Some(dev_credentials())).await?;
+    ctx.storage.ensure_bucket().await.context("creating the bucket in the embedded S3")?;
+
+    let listener = std::net::TcpListener::bind(config.http.addr)
+        .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
+    let server = crate::http::serve(listener, ctx, shutdown)?;
+    eprintln!(
+        "\nvidq dev is running\n  API         http://{api}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
+         Get an API key (in another terminal):\n  DATABASE_URL={db} cargo run -- user create --name me\n\
+         Then follow the curl walk-through in README.md. Ctrl-C stops everything.\n",
+        api = config.http.addr,
+        s3 = s3.endpoint(),
+        root = s3_root.display(),
+        db = config.database_url,
+    );
+    server.await?;
+    s3.stop().await;
+    tracing::info!("vidq dev stopped");
+    Ok(())
+}
+
+/// The embedded S3 server's credentials.
+pub fn dev_credentials() -> StaticCredentials {
+    StaticCredentials {
+        access_key_id: DEV_ACCESS_KEY.to_owned(),
+        secret_access_key: Secret::new(DEV_SECRET_KEY),
+    }
+}

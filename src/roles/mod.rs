@@ -1,0 +1,4 @@
+//! The long-running processes: loops and wiring, little logic.
+
+pub mod api;
+pub mod dev;

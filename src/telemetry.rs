@@ -1,0 +1,33 @@
+//! Logging set-up: human-readable lines on stderr, filtered by `RUST_LOG` (default `info`).
+//!
+//! Logs go to stderr so that commands whose stdout is an answer (`vidq user create` prints
+//! only the new key) stay scriptable.
+
+use tracing_subscriber::EnvFilter;
+
+/// Installs the global subscriber once; later calls (tests start many apps) are no-ops.
+pub fn init() {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,aws_config=warn,aws_smithy_runtime=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(true)
+        .try_init();
+}
+
+/// An error and all its causes on one line (`outer: inner: root`), for log fields.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        // Some errors repeat their source's message; print each message once.
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
