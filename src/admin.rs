@@ -13,7 +13,7 @@ pub enum UserCommand {
     /// shown once; only its hash is stored.
     Create(UserCreate),
     /// Delete an uploader with all their uploads, videos, jobs, events and S3 objects.
-    Delete(UserDelete),
+    Delete(Box<UserDelete>),
 }
 
 /// `vidq user create`.
@@ -49,7 +49,9 @@ pub async fn user(command: UserCommand) -> anyhow::Result<()> {
             let pool = crate::db::connect(args.database.url.expose(), 1)
                 .await
                 .context("connecting to the database (DATABASE_URL)")?;
-            let (id, key) = app::users::create_user(&pool, &args.name).await.map_err(explain)?;
+            let (id, key) = app::users::create_user(&pool, &args.name)
+                .await
+                .map_err(explain)?;
             tracing::info!(user_id = %id, name = args.name.trim(), "user created");
             println!("{}", key.reveal());
             Ok(())
@@ -60,8 +62,11 @@ pub async fn user(command: UserCommand) -> anyhow::Result<()> {
                 upload_url_ttl_secs: 60,
                 playback_url_ttl_secs: 60,
             };
-            let ctx = crate::roles::api::context(&args.database, &args.storage, &upload, None).await?;
-            let deleted = app::users::delete_user(&ctx, &args.name).await.map_err(explain)?;
+            let ctx =
+                crate::roles::api::context(&args.database, &args.storage, &upload, None).await?;
+            let deleted = app::users::delete_user(&ctx, &args.name)
+                .await
+                .map_err(explain)?;
             eprintln!(
                 "deleted user {:?}: {} videos, {} objects",
                 args.name, deleted.videos, deleted.objects

@@ -46,7 +46,12 @@ impl fmt::Debug for Secret {
 pub struct DatabaseConfig {
     /// PostgreSQL URL, e.g. `postgres://vidq:secret@db.internal/vidq`. A URL without a user
     /// connects as the current OS user, as psql does.
-    #[arg(long = "database-url", env = "DATABASE_URL", value_name = "URL", hide_env_values = true)]
+    #[arg(
+        long = "database-url",
+        env = "DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     pub url: Secret,
 
     /// Maximum connections in this process's pool.
@@ -72,7 +77,11 @@ pub struct StorageConfig {
     /// Endpoint written into presigned URLs handed to clients, when clients reach S3 at
     /// another address than vidq does (e.g. `http://localhost:9000` outside Docker while
     /// vidq uses `http://minio:9000`). Defaults to the S3 endpoint.
-    #[arg(long = "s3-public-endpoint", env = "VIDQ_S3_PUBLIC_ENDPOINT", value_name = "URL")]
+    #[arg(
+        long = "s3-public-endpoint",
+        env = "VIDQ_S3_PUBLIC_ENDPOINT",
+        value_name = "URL"
+    )]
     pub public_endpoint: Option<Url>,
 
     /// Bucket name (3-63 characters: lowercase letters, digits, dots and hyphens).
@@ -80,7 +89,12 @@ pub struct StorageConfig {
     pub bucket: String,
 
     /// S3 region.
-    #[arg(long = "s3-region", env = "VIDQ_S3_REGION", value_name = "REGION", default_value = "us-east-1")]
+    #[arg(
+        long = "s3-region",
+        env = "VIDQ_S3_REGION",
+        value_name = "REGION",
+        default_value = "us-east-1"
+    )]
     pub region: String,
 
     /// Address buckets as `endpoint/bucket/key` instead of `bucket.endpoint/key`
@@ -100,7 +114,12 @@ pub struct StorageConfig {
 #[derive(Debug, Clone, Args)]
 pub struct HttpConfig {
     /// Address and port the HTTP API binds to.
-    #[arg(long = "http-addr", env = "VIDQ_HTTP_ADDR", value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    #[arg(
+        long = "http-addr",
+        env = "VIDQ_HTTP_ADDR",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8080"
+    )]
     pub addr: SocketAddr,
 }
 
@@ -168,9 +187,11 @@ fn parse_bucket(name: &str) -> Result<String, String> {
     if (3..=63).contains(&name.len()) && valid_chars && valid_ends {
         Ok(name.to_owned())
     } else {
-        Err("a bucket name has 3-63 characters: lowercase letters, digits, dots and hyphens, \
+        Err(
+            "a bucket name has 3-63 characters: lowercase letters, digits, dots and hyphens, \
              starting and ending with a letter or digit"
-            .to_owned())
+                .to_owned(),
+        )
     }
 }
 
@@ -209,10 +230,14 @@ fn env_hints(command: &clap::Command, message: &str) -> Vec<String> {
         for arg in cmd.get_arguments() {
             if let (Some(long), Some(env)) = (arg.get_long(), arg.get_env()) {
                 let flag = format!("--{long}");
-                let mentioned = message
-                    .match_indices(&flag)
-                    .any(|(i, _)| !message[i + flag.len()..].starts_with(|c: char| c == '-' || c.is_alphanumeric()));
-                let hint = format!("{flag} is also set by the environment variable {}", env.to_string_lossy());
+                let mentioned = message.match_indices(&flag).any(|(i, _)| {
+                    !message[i + flag.len()..]
+                        .starts_with(|c: char| c == '-' || c.is_alphanumeric())
+                });
+                let hint = format!(
+                    "{flag} is also set by the environment variable {}",
+                    env.to_string_lossy()
+                );
                 if mentioned && !hints.contains(&hint) {
                     hints.push(hint);
                 }

@@ -3,6 +3,8 @@
 //! Logs go to stderr so that commands whose stdout is an answer (`vidq user create` prints
 //! only the new key) stay scriptable.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber once; later calls (tests start many apps) are no-ops.
@@ -12,6 +14,7 @@ pub fn init() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(true)
         .try_init();
 }

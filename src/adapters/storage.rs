@@ -125,7 +125,8 @@ impl Storage {
         content_type: &str,
         ttl: Duration,
     ) -> Result<PresignedPut, StorageError> {
-        let presigning = PresigningConfig::expires_in(ttl).map_err(|e| StorageError::new("PresignPut", key, e))?;
+        let presigning = PresigningConfig::expires_in(ttl)
+            .map_err(|e| StorageError::new("PresignPut", key, e))?;
         let request = self
             .presigner
             .put_object()
@@ -146,7 +147,8 @@ impl Storage {
 
     /// A URL anyone holding it may GET the object from, valid for `ttl`.
     pub async fn presign_get(&self, key: &str, ttl: Duration) -> Result<String, StorageError> {
-        let presigning = PresigningConfig::expires_in(ttl).map_err(|e| StorageError::new("PresignGet", key, e))?;
+        let presigning = PresigningConfig::expires_in(ttl)
+            .map_err(|e| StorageError::new("PresignGet", key, e))?;
         let request = self
             .presigner
             .get_object()
@@ -160,7 +162,14 @@ impl Storage {
 
     /// The object's size, or `None` if there is no such object.
     pub async fn head(&self, key: &str) -> Result<Option<ObjectHead>, StorageError> {
-        match self.client.head_object().bucket(&self.bucket).key(key).send().await {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(out) => Ok(Some(ObjectHead {
                 size: out.content_length().unwrap_or_default(),
             })),
@@ -170,7 +179,12 @@ impl Storage {
     }
 
     /// Stores a small object from memory.
-    pub async fn put_bytes(&self, key: &str, body: Vec<u8>, content_type: &str) -> Result<(), StorageError> {
+    pub async fn put_bytes(
+        &self,
+        key: &str,
+        body: Vec<u8>,
+        content_type: &str,
+    ) -> Result<(), StorageError> {
         self.client
             .put_object()
             .bucket(&self.bucket)
@@ -185,7 +199,14 @@ impl Storage {
 
     /// Reads a small object into memory (`None` if absent).
     pub async fn get_bytes(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
-        match self.client.get_object().bucket(&self.bucket).key(key).send().await {
+        match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(out) => {
                 let bytes = out
                     .body
@@ -223,7 +244,11 @@ impl Storage {
             .send();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| StorageError::new("ListObjectsV2", prefix, e))?;
-            keys.extend(page.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
+            keys.extend(
+                page.contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(str::to_owned)),
+            );
         }
         Ok(keys)
     }
@@ -269,7 +294,13 @@ impl Storage {
         if self.check_bucket().await.is_ok() {
             return Ok(());
         }
-        match self.client.create_bucket().bucket(&self.bucket).send().await {
+        match self
+            .client
+            .create_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+        {
             Ok(_) => Ok(()),
             Err(err)
                 if err.as_service_error().is_some_and(|e| {

@@ -33,12 +33,20 @@ pub async fn create_upload(
     content_type: &str,
     size_bytes: i64,
 ) -> Result<CreatedUpload, AppError> {
-    let request = NewUpload::parse(filename, content_type, size_bytes, ctx.upload.max_upload_bytes)?;
+    let request = NewUpload::parse(
+        filename,
+        content_type,
+        size_bytes,
+        ctx.upload.max_upload_bytes,
+    )?;
     let id = UploadId::new();
     let key = keys::original(id);
     let ttl = Duration::from_secs(ctx.upload.upload_url_ttl_secs);
     // Signing is local computation; no S3 round trip happens here.
-    let presigned = ctx.storage.presign_put(&key, &request.content_type, ttl).await?;
+    let presigned = ctx
+        .storage
+        .presign_put(&key, &request.content_type, ttl)
+        .await?;
     let expires_at = Utc::now() + ttl;
     let size = i64::try_from(request.size_bytes).expect("size was checked against the limit");
     let mut conn = ctx.db.get().await?;
@@ -86,7 +94,9 @@ pub async fn confirm_upload(
     };
     let state: UploadState = upload.state.parse().map_err(db::DbError::from)?;
     if state == UploadState::Confirmed {
-        return existing_video(ctx, upload_id).await.map(Confirmed::AlreadyConfirmed);
+        return existing_video(ctx, upload_id)
+            .await
+            .map(Confirmed::AlreadyConfirmed);
     }
     if !state.confirmable() {
         return Err(AppError::UploadClosed {
@@ -101,7 +111,11 @@ pub async fn confirm_upload(
         .await?
         .ok_or(AppError::UploadIncomplete)?;
     if head.size != upload.declared_size {
-        tracing::info!(declared = upload.declared_size, actual = head.size, "confirm refused: size mismatch");
+        tracing::info!(
+            declared = upload.declared_size,
+            actual = head.size,
+            "confirm refused: size mismatch"
+        );
         return Err(AppError::SizeMismatch {
             declared: upload.declared_size,
             actual: head.size,
@@ -112,7 +126,10 @@ pub async fn confirm_upload(
     let created: Option<VideoWithAttempts> = conn
         .transaction::<_, AppError, _>(async |conn| {
             // Lock order: users first, so a concurrent user deletion waits or wins cleanly.
-            if db::users::lock_for_key_share(conn, owner.0).await?.is_none() {
+            if db::users::lock_for_key_share(conn, owner.0)
+                .await?
+                .is_none()
+            {
                 return Err(AppError::NotFound);
             }
             if db::uploads::mark_confirmed(conn, upload.id).await? == 0 {
@@ -135,7 +152,9 @@ pub async fn confirm_upload(
             tracing::info!(video_id = %video.0.id, "upload confirmed; encoding job queued");
             Ok(Confirmed::Created(view(ctx, video).await?))
         }
-        None => existing_video(ctx, upload_id).await.map(Confirmed::AlreadyConfirmed),
+        None => existing_video(ctx, upload_id)
+            .await
+            .map(Confirmed::AlreadyConfirmed),
     }
 }
 

@@ -5,7 +5,10 @@ use std::time::Duration;
 use diesel_async::AsyncConnection;
 
 use super::{AppContext, AppError};
-use crate::db::{self, videos::{VideoRow, VideoWithAttempts}};
+use crate::db::{
+    self,
+    videos::{VideoRow, VideoWithAttempts},
+};
 use crate::domain::ids::{UploadId, UserId, VideoId};
 use crate::domain::keys;
 use crate::domain::video::VideoStatus;
@@ -38,7 +41,10 @@ pub struct VideoView {
 }
 
 /// Builds the owner's view of a video, presigning playback URLs once it is ready.
-pub async fn view(ctx: &AppContext, (video, attempts): VideoWithAttempts) -> Result<VideoView, AppError> {
+pub async fn view(
+    ctx: &AppContext,
+    (video, attempts): VideoWithAttempts,
+) -> Result<VideoView, AppError> {
     let status: VideoStatus = video.status.parse().map_err(db::DbError::from)?;
     let playback = if status == VideoStatus::Ready {
         let ttl = Duration::from_secs(ctx.upload.playback_url_ttl_secs);
@@ -63,7 +69,11 @@ pub async fn view(ctx: &AppContext, (video, attempts): VideoWithAttempts) -> Res
 }
 
 /// One of the caller's videos.
-pub async fn get_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Result<VideoView, AppError> {
+pub async fn get_video(
+    ctx: &AppContext,
+    owner: UserId,
+    id: VideoId,
+) -> Result<VideoView, AppError> {
     let found = {
         let mut conn = ctx.db.get().await?;
         db::videos::find_owned(&mut conn, owner.0, id.0).await?
@@ -80,7 +90,9 @@ pub async fn list_videos(
     after: Option<VideoId>,
 ) -> Result<(Vec<VideoView>, Option<VideoId>), AppError> {
     if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(AppError::BadRequest(format!("limit must be between 1 and {MAX_PAGE}")));
+        return Err(AppError::BadRequest(format!(
+            "limit must be between 1 and {MAX_PAGE}"
+        )));
     }
     let mut rows = {
         let mut conn = ctx.db.get().await?;
@@ -96,7 +108,9 @@ pub async fn list_videos(
     };
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
-    let next = more.then(|| rows.last().map(|(v, _)| VideoId(v.id))).flatten();
+    let next = more
+        .then(|| rows.last().map(|(v, _)| VideoId(v.id)))
+        .flatten();
     let mut views = Vec::with_capacity(rows.len());
     for row in rows {
         views.push(view(ctx, row).await?);
@@ -112,7 +126,10 @@ pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Resul
     let mut conn = ctx.db.get().await?;
     let upload: UploadId = conn
         .transaction::<_, AppError, _>(async |conn| {
-            if db::users::lock_for_key_share(conn, owner.0).await?.is_none() {
+            if db::users::lock_for_key_share(conn, owner.0)
+                .await?
+                .is_none()
+            {
                 return Err(AppError::NotFound);
             }
             let video = db::videos::lock_owned_for_update(conn, owner.0, id.0)
@@ -138,13 +155,17 @@ pub async fn delete_objects(ctx: &AppContext, originals: &[String], videos: &[Vi
     for key in originals {
         match ctx.storage.delete(key).await {
             Ok(()) => deleted += 1,
-            Err(error) => tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete an original; left for the sweeper"),
+            Err(error) => {
+                tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete an original; left for the sweeper")
+            }
         }
     }
     for video in videos {
         match ctx.storage.delete_prefix(&keys::video_prefix(*video)).await {
             Ok(n) => deleted += n,
-            Err(error) => tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete a video's outputs; left for the sweeper"),
+            Err(error) => {
+                tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete a video's outputs; left for the sweeper")
+            }
         }
     }
     deleted

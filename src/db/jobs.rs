@@ -10,7 +10,11 @@ use super::schema::video_encoding_jobs;
 pub const JOBS_CHANNEL: &str = "vidq_jobs";
 
 /// Enqueues a PENDING job for a video; joins the caller's transaction.
-pub async fn insert(conn: &mut AsyncPgConnection, video: Uuid, original_key: &str) -> QueryResult<i64> {
+pub async fn insert(
+    conn: &mut AsyncPgConnection,
+    video: Uuid,
+    original_key: &str,
+) -> QueryResult<i64> {
     diesel::insert_into(video_encoding_jobs::table)
         .values((
             video_encoding_jobs::video_id.eq(video),
@@ -31,7 +35,10 @@ pub async fn notify_claimable(conn: &mut AsyncPgConnection) -> QueryResult<()> {
 }
 
 /// Locks the jobs of these videos `FOR UPDATE`, in id order, after their videos (lock order).
-pub async fn lock_for_videos(conn: &mut AsyncPgConnection, videos: &[Uuid]) -> QueryResult<Vec<i64>> {
+pub async fn lock_for_videos(
+    conn: &mut AsyncPgConnection,
+    videos: &[Uuid],
+) -> QueryResult<Vec<i64>> {
     video_encoding_jobs::table
         .filter(video_encoding_jobs::video_id.eq_any(videos))
         .select(video_encoding_jobs::id)

@@ -22,7 +22,11 @@ pub async fn connect(url: &str, max_size: u32) -> Result<DbPool, DbError> {
         .max_size(max_size)
         .connection_timeout(Duration::from_secs(10))
         .build_unchecked(manager);
-    drop(pool.get().await.map_err(|err| DbError::Connect(err.to_string()))?);
+    drop(
+        pool.get()
+            .await
+            .map_err(|err| DbError::Connect(err.to_string()))?,
+    );
     Ok(pool)
 }
 

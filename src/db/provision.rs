@@ -33,10 +33,11 @@ fn name_of(url: &str) -> Result<String, DbError> {
 pub async fn create_database_if_missing(url: &str) -> Result<bool, DbError> {
     let name = name_of(url)?;
     let mut conn = maintenance_connection(url).await?;
-    let found: Exists = diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS exists")
-        .bind::<diesel::sql_types::Text, _>(&name)
-        .get_result(&mut conn)
-        .await?;
+    let found: Exists =
+        diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS exists")
+            .bind::<diesel::sql_types::Text, _>(&name)
+            .get_result(&mut conn)
+            .await?;
     if found.exists {
         return Ok(false);
     }
@@ -64,8 +65,11 @@ pub async fn create_database_from_template(url: &str, template: &str) -> Result<
 pub async fn drop_database(url: &str) -> Result<(), DbError> {
     let name = name_of(url)?;
     let mut conn = maintenance_connection(url).await?;
-    diesel::sql_query(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", quote_ident(&name)))
-        .execute(&mut conn)
-        .await?;
+    diesel::sql_query(format!(
+        "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+        quote_ident(&name)
+    ))
+    .execute(&mut conn)
+    .await?;
     Ok(())
 }

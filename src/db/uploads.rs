@@ -57,7 +57,10 @@ pub struct NewUploadRow<'a> {
 }
 
 /// Records a new pending contract.
-pub async fn insert(conn: &mut AsyncPgConnection, new: &NewUploadRow<'_>) -> QueryResult<UploadRow> {
+pub async fn insert(
+    conn: &mut AsyncPgConnection,
+    new: &NewUploadRow<'_>,
+) -> QueryResult<UploadRow> {
     diesel::insert_into(uploads::table)
         .values(new)
         .returning(UploadRow::as_returning())
@@ -83,9 +86,10 @@ pub async fn find_owned(
 /// row lock makes a concurrent confirm wait, then re-check the state and match nothing).
 pub async fn mark_confirmed(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
     diesel::update(
-        uploads::table.filter(uploads::id.eq(id).and(
-            uploads::state.eq_any([UploadState::Pending.as_str(), UploadState::Uploaded.as_str()]),
-        )),
+        uploads::table.filter(uploads::id.eq(id).and(uploads::state.eq_any([
+            UploadState::Pending.as_str(),
+            UploadState::Uploaded.as_str(),
+        ]))),
     )
     .set((
         uploads::state.eq(UploadState::Confirmed.as_str()),
@@ -105,7 +109,10 @@ pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize
 }
 
 /// Every original's key an owner has, for deleting their objects.
-pub async fn object_keys_of_owner(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<Vec<String>> {
+pub async fn object_keys_of_owner(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+) -> QueryResult<Vec<String>> {
     uploads::table
         .filter(uploads::owner_id.eq(owner))
         .select(uploads::object_key)

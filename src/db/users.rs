@@ -40,7 +40,10 @@ pub async fn insert(
 }
 
 /// The user holding the key with this hash.
-pub async fn find_by_key_hash(conn: &mut AsyncPgConnection, hash: &[u8]) -> QueryResult<Option<Uuid>> {
+pub async fn find_by_key_hash(
+    conn: &mut AsyncPgConnection,
+    hash: &[u8],
+) -> QueryResult<Option<Uuid>> {
     users::table
         .filter(users::api_key_hash.eq(hash))
         .select(users::id)
@@ -51,7 +54,10 @@ pub async fn find_by_key_hash(conn: &mut AsyncPgConnection, hash: &[u8]) -> Quer
 
 /// Locks the user row against deletion (`FOR KEY SHARE`) without blocking the user's other
 /// transactions; the first lock every write path takes. `None` if the user is gone.
-pub async fn lock_for_key_share(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<Uuid>> {
+pub async fn lock_for_key_share(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+) -> QueryResult<Option<Uuid>> {
     users::table
         .filter(users::id.eq(id))
         .select(users::id)

@@ -78,7 +78,10 @@ pub async fn find_by_upload(
     videos::table
         .left_join(video_encoding_jobs::table)
         .filter(videos::upload_id.eq(upload))
-        .select((VideoRow::as_select(), video_encoding_jobs::attempt_count.nullable()))
+        .select((
+            VideoRow::as_select(),
+            video_encoding_jobs::attempt_count.nullable(),
+        ))
         .first(conn)
         .await
         .optional()
@@ -93,7 +96,10 @@ pub async fn find_owned(
     videos::table
         .left_join(video_encoding_jobs::table)
         .filter(videos::id.eq(id).and(videos::owner_id.eq(owner)))
-        .select((VideoRow::as_select(), video_encoding_jobs::attempt_count.nullable()))
+        .select((
+            VideoRow::as_select(),
+            video_encoding_jobs::attempt_count.nullable(),
+        ))
         .first(conn)
         .await
         .optional()
@@ -111,7 +117,10 @@ pub async fn list_owned(
     let mut query = videos::table
         .left_join(video_encoding_jobs::table)
         .filter(videos::owner_id.eq(owner))
-        .select((VideoRow::as_select(), video_encoding_jobs::attempt_count.nullable()))
+        .select((
+            VideoRow::as_select(),
+            video_encoding_jobs::attempt_count.nullable(),
+        ))
         .order(videos::id.desc())
         .limit(limit)
         .into_boxed();
@@ -141,7 +150,10 @@ pub async fn lock_owned_for_update(
 
 /// Locks every video of an owner `FOR UPDATE`, in id order (the fixed lock order within a
 /// table); returns their ids.
-pub async fn lock_all_of_owner(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<Vec<Uuid>> {
+pub async fn lock_all_of_owner(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+) -> QueryResult<Vec<Uuid>> {
     videos::table
         .filter(videos::owner_id.eq(owner))
         .select(videos::id)

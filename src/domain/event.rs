@@ -52,7 +52,11 @@ pub struct Event {
 
 impl Event {
     /// `video.accepted`: the upload is confirmed and the video is queued for encoding.
-    pub fn video_accepted(video_id: VideoId, upload_id: UploadId, occurred_at: DateTime<Utc>) -> Self {
+    pub fn video_accepted(
+        video_id: VideoId,
+        upload_id: UploadId,
+        occurred_at: DateTime<Utc>,
+    ) -> Self {
         Self {
             id: EventId::new(),
             event_type: EventType::VideoAccepted,

@@ -55,7 +55,12 @@ mod tests {
 
     #[test]
     fn statuses_round_trip() {
-        for s in [JobStatus::Pending, JobStatus::Processing, JobStatus::Completed, JobStatus::Dead] {
+        for s in [
+            JobStatus::Pending,
+            JobStatus::Processing,
+            JobStatus::Completed,
+            JobStatus::Dead,
+        ] {
             assert_eq!(s.as_str().parse::<JobStatus>().unwrap(), s);
         }
     }

@@ -51,7 +51,12 @@ mod tests {
 
     #[test]
     fn statuses_round_trip() {
-        for s in [VideoStatus::Queued, VideoStatus::Processing, VideoStatus::Ready, VideoStatus::Failed] {
+        for s in [
+            VideoStatus::Queued,
+            VideoStatus::Processing,
+            VideoStatus::Ready,
+            VideoStatus::Failed,
+        ] {
             assert_eq!(s.as_str().parse::<VideoStatus>().unwrap(), s);
         }
         assert!("READY".parse::<VideoStatus>().is_err());

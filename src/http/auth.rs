@@ -25,7 +25,9 @@ impl FromRequest for Caller {
             .and_then(|value| value.to_str().ok())
             .and_then(|value| {
                 let (scheme, key) = value.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| key.trim().to_owned())
+                scheme
+                    .eq_ignore_ascii_case("bearer")
+                    .then(|| key.trim().to_owned())
             });
         Box::pin(async move {
             let (Some(ctx), Some(key)) = (ctx, key) else {

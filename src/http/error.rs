@@ -66,7 +66,13 @@ impl ApiError {
 
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}: {}", self.status.as_u16(), self.code, self.message)
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.code,
+            self.message
+        )
     }
 }
 
@@ -96,20 +102,34 @@ impl From<AppError> for ApiError {
                 UploadRequestError::UnsupportedMediaType(_) => {
                     Self::new(S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", message)
                 }
-                UploadRequestError::TooLarge { .. } => Self::new(S::PAYLOAD_TOO_LARGE, "too_large", message),
-                UploadRequestError::BadFilename | UploadRequestError::BadSize => Self::bad_request(message),
+                UploadRequestError::TooLarge { .. } => {
+                    Self::new(S::PAYLOAD_TOO_LARGE, "too_large", message)
+                }
+                UploadRequestError::BadFilename | UploadRequestError::BadSize => {
+                    Self::bad_request(message)
+                }
             },
             AppError::UploadIncomplete => Self::new(S::CONFLICT, "upload_incomplete", message),
-            AppError::SizeMismatch { .. } => Self::new(S::UNPROCESSABLE_ENTITY, "size_mismatch", message),
+            AppError::SizeMismatch { .. } => {
+                Self::new(S::UNPROCESSABLE_ENTITY, "size_mismatch", message)
+            }
             AppError::UploadClosed { .. } => Self::new(S::CONFLICT, "upload_closed", message),
             AppError::NameTaken(_) => Self::new(S::CONFLICT, "conflict", message),
             AppError::Database(DbError::Pool(_)) => {
                 log_internal(&err);
-                Self::new(S::SERVICE_UNAVAILABLE, "unavailable", "the service is temporarily unavailable; retry")
+                Self::new(
+                    S::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "the service is temporarily unavailable; retry",
+                )
             }
             AppError::Storage(_) => {
                 log_internal(&err);
-                Self::new(S::SERVICE_UNAVAILABLE, "storage_unavailable", "object storage is temporarily unavailable; retry")
+                Self::new(
+                    S::SERVICE_UNAVAILABLE,
+                    "storage_unavailable",
+                    "object storage is temporarily unavailable; retry",
+                )
             }
             AppError::Database(_) => {
                 log_internal(&err);

@@ -32,15 +32,18 @@ pub fn serve(
             .app_data(
                 web::JsonConfig::default()
                     .limit(JSON_LIMIT)
-                    .error_handler(|err, _| ApiError::bad_request(format!("invalid JSON body: {err}")).into()),
+                    .error_handler(|err, _| {
+                        ApiError::bad_request(format!("invalid JSON body: {err}")).into()
+                    }),
             )
-            .app_data(
-                web::QueryConfig::default()
-                    .error_handler(|err, _| ApiError::bad_request(format!("invalid query: {err}")).into()),
-            )
+            .app_data(web::QueryConfig::default().error_handler(|err, _| {
+                ApiError::bad_request(format!("invalid query: {err}")).into()
+            }))
             .wrap(middleware::Logger::new("%r -> %s in %Dms").log_target("vidq::http"))
             .configure(routes::configure)
-            .default_service(web::to(|| async { Err::<actix_web::HttpResponse, _>(ApiError::not_found()) }))
+            .default_service(web::to(|| async {
+                Err::<actix_web::HttpResponse, _>(ApiError::not_found())
+            }))
     })
     .listen(listener)?
     .disable_signals()

@@ -42,11 +42,21 @@ pub struct DevConfig {
     pub http: HttpConfig,
 
     /// Address of the embedded S3 server (presigned upload URLs point here).
-    #[arg(long = "s3-addr", env = "VIDQ_DEV_S3_ADDR", value_name = "ADDR", default_value = "127.0.0.1:9000")]
+    #[arg(
+        long = "s3-addr",
+        env = "VIDQ_DEV_S3_ADDR",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:9000"
+    )]
     pub s3_addr: SocketAddr,
 
     /// Directory for local state; objects live in `<dir>/s3/<bucket>/`.
-    #[arg(long = "data-dir", env = "VIDQ_DEV_DATA_DIR", value_name = "DIR", default_value = "./.vidq-data")]
+    #[arg(
+        long = "data-dir",
+        env = "VIDQ_DEV_DATA_DIR",
+        value_name = "DIR",
+        default_value = "./.vidq-data"
+    )]
     pub data_dir: PathBuf,
 
     #[command(flatten)]
@@ -70,7 +80,12 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
     let s3_root = config.data_dir.join("s3");
     let listener = tokio::net::TcpListener::bind(config.s3_addr)
         .await
-        .with_context(|| format!("cannot listen on {} for the embedded S3 (VIDQ_DEV_S3_ADDR)", config.s3_addr))?;
+        .with_context(|| {
+            format!(
+                "cannot listen on {} for the embedded S3 (VIDQ_DEV_S3_ADDR)",
+                config.s3_addr
+            )
+        })?;
     let s3 = EmbeddedS3::start(&s3_root, listener, DEV_ACCESS_KEY, DEV_SECRET_KEY)?;
     let storage_config = StorageConfig {
         endpoint: Some(Url::parse(&s3.endpoint())?),
@@ -79,8 +94,17 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         region: "us-east-1".to_owned(),
         force_path_style: true,
     };
-    let ctx = super::api::context(&database, &storage_config, &config.upload, Some(dev_credentials())).await?;
-    ctx.storage.ensure_bucket().await.context("creating the bucket in the embedded S3")?;
+    let ctx = super::api::context(
+        &database,
+        &storage_config,
+        &config.upload,
+        Some(dev_credentials()),
+    )
+    .await?;
+    ctx.storage
+        .ensure_bucket()
+        .await
+        .context("creating the bucket in the embedded S3")?;
 
     let listener = std::net::TcpListener::bind(config.http.addr)
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;

@@ -22,7 +22,12 @@ pub async fn readyz(ctx: web::Data<AppContext>) -> HttpResponse {
             .map(drop)
             .map_err(|e| e.to_string())
     };
-    let storage = async { ctx.storage.check_bucket().await.map_err(|e| crate::telemetry::error_chain(&e)) };
+    let storage = async {
+        ctx.storage
+            .check_bucket()
+            .await
+            .map_err(|e| crate::telemetry::error_chain(&e))
+    };
     let (database, storage) = tokio::join!(database, storage);
     let verdict = |r: &Result<(), String>| match r {
         Ok(()) => "ok".to_owned(),

@@ -13,7 +13,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(
             web::scope("/v1")
                 .route("/uploads", web::post().to(uploads::create))
-                .route("/uploads/{upload_id}/confirm", web::post().to(uploads::confirm))
+                .route(
+                    "/uploads/{upload_id}/confirm",
+                    web::post().to(uploads::confirm),
+                )
                 .route("/videos", web::get().to(videos::list))
                 .route("/videos/{video_id}", web::get().to(videos::get))
                 .route("/videos/{video_id}", web::delete().to(videos::delete)),

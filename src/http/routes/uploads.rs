@@ -14,8 +14,14 @@ pub async fn create(
     caller: Caller,
     body: web::Json<CreateUploadRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let created =
-        app::uploads::create_upload(&ctx, caller.0, &body.filename, &body.content_type, body.size_bytes).await?;
+    let created = app::uploads::create_upload(
+        &ctx,
+        caller.0,
+        &body.filename,
+        &body.content_type,
+        body.size_bytes,
+    )
+    .await?;
     Ok(HttpResponse::Created().json(CreateUploadResponse::from(created)))
 }
 
@@ -27,8 +33,10 @@ pub async fn confirm(
     upload_id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let upload_id = path_id(&upload_id)?;
-    Ok(match app::uploads::confirm_upload(&ctx, caller.0, upload_id).await? {
-        Confirmed::Created(video) => HttpResponse::Accepted().json(VideoDto::from(video)),
-        Confirmed::AlreadyConfirmed(video) => HttpResponse::Ok().json(VideoDto::from(video)),
-    })
+    Ok(
+        match app::uploads::confirm_upload(&ctx, caller.0, upload_id).await? {
+            Confirmed::Created(video) => HttpResponse::Accepted().json(VideoDto::from(video)),
+            Confirmed::AlreadyConfirmed(video) => HttpResponse::Ok().json(VideoDto::from(video)),
+        },
+    )
 }

@@ -33,14 +33,18 @@ pub async fn list(
         .status
         .as_deref()
         .map(|s| {
-            s.parse::<VideoStatus>()
-                .map_err(|_| ApiError::bad_request("status must be one of queued, processing, ready, failed"))
+            s.parse::<VideoStatus>().map_err(|_| {
+                ApiError::bad_request("status must be one of queued, processing, ready, failed")
+            })
         })
         .transpose()?;
     let cursor = query
         .cursor
         .as_deref()
-        .map(|c| c.parse::<VideoId>().map_err(|_| ApiError::bad_request("cursor is not a cursor this API issued")))
+        .map(|c| {
+            c.parse::<VideoId>()
+                .map_err(|_| ApiError::bad_request("cursor is not a cursor this API issued"))
+        })
         .transpose()?;
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     let (videos, next) = app::videos::list_videos(&ctx, caller.0, status, limit, cursor).await?;

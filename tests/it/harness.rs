@@ -1,0 +1,376 @@
+//! `TestApp`: a fresh database cloned from a migrated template, an embedded S3 server on
+//! `127.0.0.1:0` and the real API server on `127.0.0.1:0`, torn down when dropped.
+//!
+//! `VIDQ_TEST_DATABASE_URL` points at the server to use (default
+//! `postgres://postgres@127.0.0.1:5432/postgres`).
+
+use std::time::Duration;
+
+use diesel::QueryableByName;
+use diesel_async::RunQueryDsl;
+use reqwest::{Response, StatusCode};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
+
+use vidq::adapters::s3_server::EmbeddedS3;
+use vidq::adapters::storage::{StaticCredentials, Storage};
+use vidq::app::AppContext;
+use vidq::config::{DatabaseConfig, Secret, StorageConfig, UploadConfig};
+use vidq::db::{self, DbPool};
+
+pub const TEST_BUCKET: &str = "vidq-test";
+const S3_ACCESS_KEY: &str = "test-access";
+const S3_SECRET_KEY: &str = "test-secret";
+
+/// The server every test database lives on.
+pub fn server_url() -> String {
+    std::env::var("VIDQ_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+static TEMPLATE: OnceCell<String> = OnceCell::const_new();
+
+/// A database with the current migrations applied, created once per migration set (its name
+/// carries a hash of `migrations/`) and cloned for every test.
+async fn template() -> &'static str {
+    TEMPLATE
+        .get_or_init(|| async {
+            let name = format!("vidq_tpl_{}", migrations_hash());
+            let url = db::pool::with_database(&server_url(), &name).unwrap();
+            // Several test processes may start at once; creating under an advisory lock means
+            // one creates and migrates while the others wait, then find it.
+            let mut lock = maintenance().await;
+            diesel::sql_query("SELECT pg_advisory_lock(7271014)")
+                .execute(&mut lock)
+                .await
+                .unwrap();
+            let created = db::provision::create_database_if_missing(&url)
+                .await
+                .unwrap();
+            if created && let Err(err) = db::migrations::run_pending(&url).await {
+                db::provision::drop_database(&url).await.unwrap();
+                panic!("migrating the template failed: {err:?}");
+            }
+            drop_databases_of_dead_runs(&mut lock).await;
+            diesel::sql_query("SELECT pg_advisory_unlock(7271014)")
+                .execute(&mut lock)
+                .await
+                .unwrap();
+            name
+        })
+        .await
+}
+
+/// Test databases are named `vidq_test_{pid}_{n}`. A run that was killed (Ctrl-C, a timeout)
+/// never dropped its own; the next run drops those whose process is gone.
+async fn drop_databases_of_dead_runs(conn: &mut diesel_async::AsyncPgConnection) {
+    #[derive(QueryableByName)]
+    struct Name {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        datname: String,
+    }
+    let names: Vec<Name> =
+        diesel::sql_query("SELECT datname FROM pg_database WHERE datname LIKE 'vidq\\_test\\_%'")
+            .load(conn)
+            .await
+            .unwrap();
+    for Name { datname } in names {
+        let pid = datname
+            .split('_')
+            .nth(2)
+            .and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        if !alive {
+            let _ = diesel::sql_query(format!(
+                "DROP DATABASE IF EXISTS \"{datname}\" WITH (FORCE)"
+            ))
+            .execute(conn)
+            .await;
+        }
+    }
+}
+
+async fn maintenance() -> diesel_async::AsyncPgConnection {
+    use diesel_async::AsyncConnection;
+    let url = db::pool::with_database(&server_url(), "postgres").unwrap();
+    diesel_async::AsyncPgConnection::establish(&url)
+        .await
+        .unwrap()
+}
+
+fn migrations_hash() -> String {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let mut files: Vec<_> = walk(&dir);
+    files.sort();
+    let mut hasher = Sha256::new();
+    for file in files {
+        hasher.update(file.to_string_lossy().as_bytes());
+        hasher.update(std::fs::read(&file).unwrap());
+    }
+    hex::encode(&hasher.finalize()[..6])
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// `vidq_test_{pid}_{n}`: the pid lets a later run find databases a killed run left behind.
+pub fn test_database_name() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("vidq_test_{}_{n}", std::process::id())
+}
+
+/// Logs go through libtest's capture, so only a failing test's logs are shown.
+fn init_test_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "info,aws_config=warn,aws_smithy_runtime=warn,actix_server=warn",
+        )
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
+/// A fresh database cloned from the template; dropped (WITH FORCE) when this is dropped.
+pub struct TestDb {
+    pub url: String,
+}
+
+impl TestDb {
+    pub async fn new() -> Self {
+        let template = template().await;
+        let name = test_database_name();
+        let url = db::pool::with_database(&server_url(), &name).unwrap();
+        db::provision::create_database_from_template(&url, template)
+            .await
+            .unwrap();
+        Self { url }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let url = self.url.clone();
+        // Drop runs outside async; a short-lived runtime on its own thread does the DROP.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async { db::provision::drop_database(&url).await })
+        })
+        .join();
+    }
+}
+
+/// Knobs a test may turn before the app starts.
+pub struct TestAppOptions {
+    pub max_upload_bytes: u64,
+}
+
+impl Default for TestAppOptions {
+    fn default() -> Self {
+        Self {
+            max_upload_bytes: 100 * 1024 * 1024,
+        }
+    }
+}
+
+/// The running API with its own database and S3.
+pub struct TestApp {
+    pub base: String,
+    pub http: reqwest::Client,
+    pub pool: DbPool,
+    pub storage: Storage,
+    pub s3: Option<EmbeddedS3>,
+    pub ctx: AppContext,
+    shutdown: CancellationToken,
+    _s3_dir: tempfile::TempDir,
+    // Last: the database is dropped after everything that uses it.
+    pub db: TestDb,
+}
+
+impl TestApp {
+    pub async fn spawn() -> Self {
+        Self::spawn_with(TestAppOptions::default()).await
+    }
+
+    pub async fn spawn_with(options: TestAppOptions) -> Self {
+        init_test_logging();
+        let db = TestDb::new().await;
+        let s3_dir = tempfile::tempdir().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let s3 = EmbeddedS3::start(s3_dir.path(), listener, S3_ACCESS_KEY, S3_SECRET_KEY).unwrap();
+        let storage_config = StorageConfig {
+            endpoint: Some(s3.endpoint().parse().unwrap()),
+            public_endpoint: None,
+            bucket: TEST_BUCKET.to_owned(),
+            region: "us-east-1".to_owned(),
+            force_path_style: true,
+        };
+        let database = DatabaseConfig {
+            url: Secret::new(db.url.clone()),
+            pool_size: 10,
+        };
+        let upload = UploadConfig {
+            max_upload_bytes: options.max_upload_bytes,
+            upload_url_ttl_secs: 600,
+            playback_url_ttl_secs: 600,
+        };
+        let credentials = StaticCredentials {
+            access_key_id: S3_ACCESS_KEY.to_owned(),
+            secret_access_key: Secret::new(S3_SECRET_KEY),
+        };
+        let ctx = vidq::roles::api::context(&database, &storage_config, &upload, Some(credentials))
+            .await
+            .unwrap();
+        ctx.storage.ensure_bucket().await.unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let shutdown = CancellationToken::new();
+        let server = vidq::http::serve(listener, ctx.clone(), shutdown.clone()).unwrap();
+        tokio::spawn(server);
+        Self {
+            base,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            pool: ctx.db.clone(),
+            storage: ctx.storage.clone(),
+            s3: Some(s3),
+            ctx,
+            shutdown,
+            _s3_dir: s3_dir,
+            db,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Creates a user through the use-case `vidq user create` runs; returns the API key.
+    pub async fn create_user(&self, name: &str) -> String {
+        let (_, key) = vidq::app::users::create_user(&self.pool, name)
+            .await
+            .unwrap();
+        key.reveal().to_owned()
+    }
+
+    pub async fn get(&self, key: &str, path: &str) -> Response {
+        self.http
+            .get(self.url(path))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn delete(&self, key: &str, path: &str) -> Response {
+        self.http
+            .delete(self.url(path))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn post(&self, key: &str, path: &str, body: &Value) -> Response {
+        self.http
+            .post(self.url(path))
+            .bearer_auth(key)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `POST /v1/uploads` for a video of `size` bytes; asserts 201 and returns the body.
+    pub async fn create_upload(&self, key: &str, size: usize) -> Value {
+        let response = self
+            .post(
+                key,
+                "/v1/uploads",
+                &json!({ "filename": "clip.mp4", "content_type": "video/mp4", "size_bytes": size }),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+        response.json().await.unwrap()
+    }
+
+    /// PUTs `bytes` to a presigned upload URL with the headers it demands, as a client would.
+    pub async fn put_to(&self, upload: &Value, bytes: Vec<u8>) -> Response {
+        let mut request = self
+            .http
+            .put(upload["upload_url"].as_str().unwrap())
+            .body(bytes);
+        for (name, value) in upload["headers"].as_object().unwrap() {
+            request = request.header(name, value.as_str().unwrap());
+        }
+        request.send().await.unwrap()
+    }
+
+    pub async fn confirm(&self, key: &str, upload_id: &str) -> Response {
+        self.post(key, &format!("/v1/uploads/{upload_id}/confirm"), &json!({}))
+            .await
+    }
+
+    /// Create, PUT and confirm a fake video; returns the confirmed video's JSON.
+    pub async fn uploaded_video(&self, key: &str) -> Value {
+        let bytes = b"not really a video, but the API only checks size".to_vec();
+        let upload = self.create_upload(key, bytes.len()).await;
+        assert!(self.put_to(&upload, bytes).await.status().is_success());
+        let response = self
+            .confirm(key, upload["upload_id"].as_str().unwrap())
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        response.json().await.unwrap()
+    }
+
+    /// A single number from SQL (`SELECT count(*)::bigint AS n ...`).
+    pub async fn count(&self, sql: &str) -> i64 {
+        #[derive(QueryableByName)]
+        struct N {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        let mut conn = self.pool.get().await.unwrap();
+        let row: N = diesel::sql_query(sql).get_result(&mut conn).await.unwrap();
+        row.n
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Asserts the response has this status and the error body's `code`.
+pub async fn assert_error(response: Response, status: StatusCode, code: &str) -> Value {
+    assert_eq!(response.status(), status);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    body
+}

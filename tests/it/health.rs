@@ -1,0 +1,41 @@
+//! `/healthz` and `/readyz`.
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::harness::TestApp;
+
+#[tokio::test]
+async fn healthz_answers_without_credentials() {
+    let app = TestApp::spawn().await;
+    let response = app.http.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn readyz_is_ready_when_database_and_bucket_answer() {
+    let app = TestApp::spawn().await;
+    let response = app.http.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["database"], "ok");
+    assert_eq!(body["storage"], "ok");
+}
+
+#[tokio::test]
+async fn readyz_is_unavailable_when_the_bucket_is_unreachable() {
+    let mut app = TestApp::spawn().await;
+    app.s3.take().unwrap().stop().await;
+    let response = app.http.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["database"], "ok");
+    assert_ne!(body["storage"], "ok");
+}
+
+#[tokio::test]
+async fn unknown_routes_are_json_404s() {
+    let app = TestApp::spawn().await;
+    let response = app.http.get(app.url("/nope")).send().await.unwrap();
+    crate::harness::assert_error(response, StatusCode::NOT_FOUND, "not_found").await;
+}
