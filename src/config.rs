@@ -157,6 +157,67 @@ pub struct UploadConfig {
     pub playback_url_ttl_secs: u64,
 }
 
+/// How the media pipeline runs FFmpeg and what it accepts.
+#[derive(Debug, Clone, Args)]
+pub struct MediaArgs {
+    /// The ffmpeg binary.
+    #[arg(long = "ffmpeg", env = "VIDQ_FFMPEG", value_name = "PATH", default_value = "ffmpeg")]
+    pub ffmpeg: std::path::PathBuf,
+    /// The ffprobe binary.
+    #[arg(long = "ffprobe", env = "VIDQ_FFPROBE", value_name = "PATH", default_value = "ffprobe")]
+    pub ffprobe: std::path::PathBuf,
+    /// Wall-clock limit of each FFmpeg call (probe, encode, thumbnail), in seconds.
+    #[arg(long = "ffmpeg-timeout-secs", env = "VIDQ_FFMPEG_TIMEOUT_SECS", value_name = "SECS", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub ffmpeg_timeout_secs: u64,
+    /// Longest accepted video, in seconds.
+    #[arg(long = "max-duration-secs", env = "VIDQ_MAX_DURATION_SECS", value_name = "SECS", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub max_duration_secs: u64,
+    /// Widest accepted frame (the long side, for portrait videos too).
+    #[arg(long = "max-width", env = "VIDQ_MAX_WIDTH", value_name = "PX", default_value_t = 3840,
+          value_parser = clap::value_parser!(i32).range(16..=16_384))]
+    pub max_width: i32,
+    /// Tallest accepted frame (the short side, for portrait videos too).
+    #[arg(long = "max-height", env = "VIDQ_MAX_HEIGHT", value_name = "PX", default_value_t = 2160,
+          value_parser = clap::value_parser!(i32).range(16..=16_384))]
+    pub max_height: i32,
+    /// Highest accepted frame rate.
+    #[arg(long = "max-fps", env = "VIDQ_MAX_FPS", value_name = "FPS", default_value_t = 120.0)]
+    pub max_fps: f64,
+    /// Largest short side of the encoded output (720 = 720p; smaller inputs are not upscaled).
+    #[arg(long = "output-height", env = "VIDQ_OUTPUT_HEIGHT", value_name = "PX", default_value_t = 720,
+          value_parser = clap::value_parser!(i32).range(16..=4320))]
+    pub output_height: i32,
+    /// HLS segment length, in seconds.
+    #[arg(long = "segment-secs", env = "VIDQ_SEGMENT_SECS", value_name = "SECS", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=60))]
+    pub segment_secs: u32,
+    /// Encoder threads per FFmpeg call (0 lets FFmpeg choose; 1 per core pinned).
+    #[arg(long = "ffmpeg-threads", env = "VIDQ_FFMPEG_THREADS", value_name = "N", default_value_t = 0)]
+    pub ffmpeg_threads: u32,
+}
+
+impl MediaArgs {
+    /// The pipeline's configuration.
+    pub fn to_media_config(&self) -> crate::adapters::ffmpeg::MediaConfig {
+        crate::adapters::ffmpeg::MediaConfig {
+            ffmpeg: self.ffmpeg.clone(),
+            ffprobe: self.ffprobe.clone(),
+            call_timeout: std::time::Duration::from_secs(self.ffmpeg_timeout_secs),
+            limits: crate::domain::media::MediaLimits {
+                max_duration_ms: i64::try_from(self.max_duration_secs * 1000).unwrap_or(i64::MAX),
+                max_width: self.max_width,
+                max_height: self.max_height,
+                max_fps: self.max_fps,
+            },
+            max_output_height: self.output_height,
+            segment_seconds: self.segment_secs,
+            threads: self.ffmpeg_threads,
+        }
+    }
+}
+
 /// Settings of the `api` role.
 #[derive(Debug, Clone, Args)]
 // Flattened groups are documented on their own types.

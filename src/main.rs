@@ -28,6 +28,12 @@ enum Command {
     /// Manage uploaders and their API keys.
     #[command(subcommand)]
     User(UserCommand),
+    /// Print what the worker's hardened probe makes of a local file, as JSON (or the typed
+    /// refusal, with exit status 1).
+    Probe(vidq::admin::media::ProbeArgs),
+    /// Probe and encode a local file exactly as a worker would (HLS, MP4, thumbnail), into
+    /// a local directory.
+    Encode(vidq::admin::media::EncodeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -61,5 +67,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Dev(config) => vidq::roles::dev::run(config, vidq::shutdown::on_signals()).await,
         Command::Migrate(args) => vidq::roles::api::migrate(&args.database).await,
         Command::User(command) => vidq::admin::user(command).await,
+        Command::Probe(args) => vidq::admin::media::probe(args).await,
+        Command::Encode(args) => vidq::admin::media::encode(args).await,
     }
 }

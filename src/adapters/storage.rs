@@ -7,7 +7,8 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{Credentials, Region, timeout::TimeoutConfig};
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use url::Url;
 
 use crate::config::StorageConfig;
@@ -38,6 +39,11 @@ impl StorageError {
         }
     }
 }
+
+/// Files above this size go up as multipart uploads.
+pub const MULTIPART_THRESHOLD: u64 = 16 * 1024 * 1024;
+/// Part size of multipart uploads: the most memory one upload holds at a time.
+pub const PART_SIZE: usize = 8 * 1024 * 1024;
 
 /// Static credentials for servers vidq starts itself (the embedded S3 in `vidq dev`).
 #[derive(Clone, Debug)]
@@ -195,6 +201,123 @@ impl Storage {
             .await
             .map(drop)
             .map_err(|e| StorageError::new("PutObject", key, e))
+    }
+
+    /// Stores a file from disk, streaming it: a small file in one PUT, a large one as a
+    /// multipart upload of [`PART_SIZE`] parts (aborted on failure, so no parts linger).
+    /// Returns the byte count sent.
+    pub async fn put_file(&self, key: &str, path: &std::path::Path, content_type: &str) -> Result<u64, StorageError> {
+        let size = tokio::fs::metadata(path)
+            .await
+            .map_err(|e| StorageError::new("PutObject", key, e))?
+            .len();
+        if size > MULTIPART_THRESHOLD {
+            return self.put_multipart(key, path, content_type).await.map(|()| size);
+        }
+        let body = ByteStream::from_path(path)
+            .await
+            .map_err(|e| StorageError::new("PutObject", key, e))?;
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .content_length(i64::try_from(size).unwrap_or(i64::MAX))
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| StorageError::new("PutObject", key, e))?;
+        Ok(size)
+    }
+
+    async fn put_multipart(&self, key: &str, path: &std::path::Path, content_type: &str) -> Result<(), StorageError> {
+        let created = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .send()
+            .await
+            .map_err(|e| StorageError::new("CreateMultipartUpload", key, e))?;
+        let upload_id = created.upload_id().unwrap_or_default().to_owned();
+        let result = self.upload_parts(key, &upload_id, path).await;
+        if result.is_err() {
+            let _ = self
+                .client
+                .abort_multipart_upload()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(&upload_id)
+                .send()
+                .await;
+        }
+        result
+    }
+
+    async fn upload_parts(&self, key: &str, upload_id: &str, path: &std::path::Path) -> Result<(), StorageError> {
+        let err = |op, e| StorageError::new(op, key, e);
+        let mut file = tokio::fs::File::open(path).await.map_err(|e| err("UploadPart", e))?;
+        let mut parts = Vec::new();
+        for number in 1.. {
+            let mut chunk = Vec::with_capacity(PART_SIZE);
+            (&mut file)
+                .take(PART_SIZE as u64)
+                .read_to_end(&mut chunk)
+                .await
+                .map_err(|e| err("UploadPart", e))?;
+            if chunk.is_empty() {
+                break;
+            }
+            let uploaded = self
+                .client
+                .upload_part()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(upload_id)
+                .part_number(number)
+                .body(ByteStream::from(chunk))
+                .send()
+                .await
+                .map_err(|e| StorageError::new("UploadPart", key, e))?;
+            parts.push(
+                CompletedPart::builder()
+                    .part_number(number)
+                    .set_e_tag(uploaded.e_tag().map(str::to_owned))
+                    .build(),
+            );
+        }
+        self.client
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+            .send()
+            .await
+            .map_err(|e| StorageError::new("CompleteMultipartUpload", key, e))?;
+        Ok(())
+    }
+
+    /// Streams an object to a file, never holding more than a network buffer in memory.
+    /// Returns the byte count; `None` if there is no such object.
+    pub async fn download_to_file(&self, key: &str, path: &std::path::Path) -> Result<Option<u64>, StorageError> {
+        let out = match self.client.get_object().bucket(&self.bucket).key(key).send().await {
+            Ok(out) => out,
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_no_such_key()) => return Ok(None),
+            Err(err) => return Err(StorageError::new("GetObject", key, err)),
+        };
+        let mut file = tokio::fs::File::create(path)
+            .await
+            .map_err(|e| StorageError::new("GetObject", key, e))?;
+        let mut body = out.body;
+        let mut written = 0u64;
+        while let Some(chunk) = body.try_next().await.map_err(|e| StorageError::new("GetObject", key, e))? {
+            file.write_all(&chunk).await.map_err(|e| StorageError::new("GetObject", key, e))?;
+            written += chunk.len() as u64;
+        }
+        file.flush().await.map_err(|e| StorageError::new("GetObject", key, e))?;
+        Ok(Some(written))
     }
 
     /// Reads a small object into memory (`None` if absent).

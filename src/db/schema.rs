@@ -63,6 +63,21 @@ diesel::table! {
 }
 
 diesel::table! {
+    video_artifacts (id) {
+        id -> Int8,
+        video_id -> Uuid,
+        attempt -> Int4,
+        axis -> Text,
+        sequence -> Int4,
+        object_key -> Text,
+        size_bytes -> Int8,
+        state -> Text,
+        created_at -> Timestamptz,
+        uploaded_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
     video_encoding_jobs (id) {
         id -> Int8,
         video_id -> Uuid,
@@ -105,6 +120,7 @@ diesel::table! {
 diesel::joinable!(job_attempts -> video_encoding_jobs (job_id));
 diesel::joinable!(notification_outbox -> users (owner_id));
 diesel::joinable!(uploads -> users (owner_id));
+diesel::joinable!(video_artifacts -> videos (video_id));
 diesel::joinable!(video_encoding_jobs -> videos (video_id));
 diesel::joinable!(videos -> uploads (upload_id));
 diesel::joinable!(videos -> users (owner_id));
@@ -114,6 +130,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     notification_outbox,
     uploads,
     users,
+    video_artifacts,
     video_encoding_jobs,
     videos,
 );

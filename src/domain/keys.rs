@@ -19,6 +19,28 @@ pub fn attempt_prefix(video: VideoId, attempt: i32) -> String {
     format!("videos/{video}/a{attempt}/")
 }
 
+/// One output object of an attempt, named by its place under the attempt prefix.
+pub fn attempt_object(video: VideoId, attempt: i32, name: &str) -> String {
+    format!("{}{name}", attempt_prefix(video, attempt))
+}
+
+/// Names of the outputs under an attempt prefix.
+pub mod outputs {
+    /// HLS playlist (uploaded last: it is what makes the others reachable).
+    pub const PLAYLIST: &str = "hls/index.m3u8";
+    /// fMP4 initialization segment.
+    pub const INIT: &str = "hls/init.mp4";
+    /// Progressive MP4 with `moov` first.
+    pub const MP4: &str = "video.mp4";
+    /// Poster frame.
+    pub const THUMBNAIL: &str = "thumb.jpg";
+
+    /// The n-th media segment.
+    pub fn segment(n: u32) -> String {
+        format!("hls/seg_{n:05}.m4s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

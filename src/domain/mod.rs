@@ -6,5 +6,6 @@ pub mod event;
 pub mod ids;
 pub mod job;
 pub mod keys;
+pub mod media;
 pub mod upload;
 pub mod video;

@@ -1,4 +1,4 @@
-//! One-shot operator commands: `vidq migrate`, `vidq user create`, `vidq user delete`.
+//! `vidq user create` and `vidq user delete`.
 
 use anyhow::Context;
 use clap::{Args, Subcommand};

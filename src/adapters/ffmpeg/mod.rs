@@ -1,0 +1,53 @@
+//! FFmpeg and ffprobe as child processes: a hardened probe, the HLS + MP4 encode and the
+//! thumbnail. Every call is bounded in time, killed on timeout or cancellation, and reports
+//! a typed [`MediaError`](crate::domain::media::MediaError).
+
+pub mod encode;
+pub mod probe;
+pub mod process;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::domain::media::MediaLimits;
+
+/// Demuxers the probe and the encoder may use. Anything else (HLS playlists, concat
+/// scripts, image sequences, raw streams) is refused before it is parsed, so a file cannot
+/// make FFmpeg open other files or URLs.
+pub const DEMUXER_ALLOW_LIST: &str = "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm";
+
+/// Protocols the probe and the encoder may use: local files only.
+pub const PROTOCOL_ALLOW_LIST: &str = "file";
+
+/// How to run the tools and what to make.
+#[derive(Clone, Debug)]
+pub struct MediaConfig {
+    /// `ffmpeg` binary.
+    pub ffmpeg: PathBuf,
+    /// `ffprobe` binary.
+    pub ffprobe: PathBuf,
+    /// Wall-clock limit of each child process.
+    pub call_timeout: Duration,
+    /// Limits the original must meet.
+    pub limits: MediaLimits,
+    /// Largest short side of the output (720 = "720p").
+    pub max_output_height: i32,
+    /// HLS segment length in seconds.
+    pub segment_seconds: u32,
+    /// Encoder threads (0 = FFmpeg's choice).
+    pub threads: u32,
+}
+
+impl Default for MediaConfig {
+    fn default() -> Self {
+        Self {
+            ffmpeg: "ffmpeg".into(),
+            ffprobe: "ffprobe".into(),
+            call_timeout: Duration::from_secs(600),
+            limits: MediaLimits::default(),
+            max_output_height: 720,
+            segment_seconds: 4,
+            threads: 0,
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! `vidq probe FILE` and `vidq encode FILE --out DIR`: the worker's own probe and encode,
+//! run on a local file, for operators checking what vidq will make of an input.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::adapters::ffmpeg::{encode, probe};
+use crate::config::MediaArgs;
+use crate::domain::media::MediaError;
+
+/// `vidq probe`.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// The file to inspect.
+    pub file: PathBuf,
+    #[allow(missing_docs)]
+    #[command(flatten)]
+    pub media: MediaArgs,
+}
+
+/// `vidq encode`.
+#[derive(Debug, Args)]
+pub struct EncodeArgs {
+    /// The original to encode.
+    pub file: PathBuf,
+    /// Directory for the outputs (`hls/`, `video.mp4`, `thumb.jpg`); created if missing.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[allow(missing_docs)]
+    #[command(flatten)]
+    pub media: MediaArgs,
+}
+
+/// Prints the probe's `MediaInfo` as JSON, or the typed refusal (exit status 1).
+pub async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
+    let config = args.media.to_media_config();
+    match probe::probe(&config, &args.file, &CancellationToken::new()).await {
+        Ok(info) => {
+            println!("{}", serde_json::to_string_pretty(&info)?);
+            Ok(())
+        }
+        Err(err) => refuse(&err),
+    }
+}
+
+/// Probes and encodes like a worker does, into a local directory; prints a JSON summary.
+pub async fn encode(args: EncodeArgs) -> anyhow::Result<()> {
+    let config = args.media.to_media_config();
+    let cancel = crate::shutdown::on_signals();
+    let started = Instant::now();
+    let info = match probe::probe(&config, &args.file, &cancel).await {
+        Ok(info) => info,
+        Err(err) => return refuse(&err),
+    };
+    let probed = started.elapsed();
+    let files = match encode::encode(&config, &info, &args.file, &args.out, &cancel).await {
+        Ok(files) => files,
+        Err(err) => return refuse(&err),
+    };
+    let summary = json!({
+        "media": info,
+        "outputs": {
+            "playlist": files.playlist,
+            "init": files.init,
+            "segments": files.segments.len(),
+            "mp4": files.mp4,
+            "thumbnail": files.thumbnail,
+        },
+        "probe_seconds": probed.as_secs_f64(),
+        "total_seconds": started.elapsed().as_secs_f64(),
+        "vidq_peak_rss_kib": peak_rss_kib(),
+    });
+    println!("{}", serde_json::to_string_pretty(&summary)?);
+    Ok(())
+}
+
+fn refuse(err: &MediaError) -> anyhow::Result<()> {
+    println!("{}", json!({ "error": err }));
+    Err(anyhow::anyhow!("{err}"))
+}
+
+/// This process's own peak resident memory (FFmpeg's is its own process's).
+pub fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
