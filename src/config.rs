@@ -161,10 +161,20 @@ pub struct UploadConfig {
 #[derive(Debug, Clone, Args)]
 pub struct MediaArgs {
     /// The ffmpeg binary.
-    #[arg(long = "ffmpeg", env = "VIDQ_FFMPEG", value_name = "PATH", default_value = "ffmpeg")]
+    #[arg(
+        long = "ffmpeg",
+        env = "VIDQ_FFMPEG",
+        value_name = "PATH",
+        default_value = "ffmpeg"
+    )]
     pub ffmpeg: std::path::PathBuf,
     /// The ffprobe binary.
-    #[arg(long = "ffprobe", env = "VIDQ_FFPROBE", value_name = "PATH", default_value = "ffprobe")]
+    #[arg(
+        long = "ffprobe",
+        env = "VIDQ_FFPROBE",
+        value_name = "PATH",
+        default_value = "ffprobe"
+    )]
     pub ffprobe: std::path::PathBuf,
     /// Wall-clock limit of each FFmpeg call (probe, encode, thumbnail), in seconds.
     #[arg(long = "ffmpeg-timeout-secs", env = "VIDQ_FFMPEG_TIMEOUT_SECS", value_name = "SECS", default_value_t = 600,
@@ -183,7 +193,12 @@ pub struct MediaArgs {
           value_parser = clap::value_parser!(i32).range(16..=16_384))]
     pub max_height: i32,
     /// Highest accepted frame rate.
-    #[arg(long = "max-fps", env = "VIDQ_MAX_FPS", value_name = "FPS", default_value_t = 120.0)]
+    #[arg(
+        long = "max-fps",
+        env = "VIDQ_MAX_FPS",
+        value_name = "FPS",
+        default_value_t = 120.0
+    )]
     pub max_fps: f64,
     /// Largest short side of the encoded output (720 = 720p; smaller inputs are not upscaled).
     #[arg(long = "output-height", env = "VIDQ_OUTPUT_HEIGHT", value_name = "PX", default_value_t = 720,
@@ -194,7 +209,12 @@ pub struct MediaArgs {
           value_parser = clap::value_parser!(u32).range(1..=60))]
     pub segment_secs: u32,
     /// Encoder threads per FFmpeg call (0 lets FFmpeg choose; 1 per core pinned).
-    #[arg(long = "ffmpeg-threads", env = "VIDQ_FFMPEG_THREADS", value_name = "N", default_value_t = 0)]
+    #[arg(
+        long = "ffmpeg-threads",
+        env = "VIDQ_FFMPEG_THREADS",
+        value_name = "N",
+        default_value_t = 0
+    )]
     pub ffmpeg_threads: u32,
 }
 

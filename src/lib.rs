@@ -8,7 +8,8 @@
 //! - [`db`]: the only code that knows SQL; query functions take the caller's connection.
 //! - [`app`]: use-cases, one function per transaction (create upload, confirm, delete...).
 //! - [`http`]: the actix-web API: routes, request/response types, the error-code table.
-//! - [`adapters`]: the outside world (S3 storage, the embedded S3 server).
+//! - [`adapters`]: the outside world (S3 storage, FFmpeg, the embedded S3 server).
+//! - [`pipeline`]: one encoding attempt: download, probe, encode, outputs to S3.
 //! - [`roles`]: the long-running processes (`api`, `dev`) and their wiring.
 //! - [`admin`]: one-shot operator commands (`user create`, `user delete`).
 //! - [`telemetry`]: logging set-up.
@@ -20,6 +21,7 @@ pub mod config;
 pub mod db;
 pub mod domain;
 pub mod http;
+pub mod pipeline;
 pub mod roles;
 pub mod shutdown;
 pub mod telemetry;

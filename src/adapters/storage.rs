@@ -206,13 +206,21 @@ impl Storage {
     /// Stores a file from disk, streaming it: a small file in one PUT, a large one as a
     /// multipart upload of [`PART_SIZE`] parts (aborted on failure, so no parts linger).
     /// Returns the byte count sent.
-    pub async fn put_file(&self, key: &str, path: &std::path::Path, content_type: &str) -> Result<u64, StorageError> {
+    pub async fn put_file(
+        &self,
+        key: &str,
+        path: &std::path::Path,
+        content_type: &str,
+    ) -> Result<u64, StorageError> {
         let size = tokio::fs::metadata(path)
             .await
             .map_err(|e| StorageError::new("PutObject", key, e))?
             .len();
         if size > MULTIPART_THRESHOLD {
-            return self.put_multipart(key, path, content_type).await.map(|()| size);
+            return self
+                .put_multipart(key, path, content_type)
+                .await
+                .map(|()| size);
         }
         let body = ByteStream::from_path(path)
             .await
@@ -230,7 +238,12 @@ impl Storage {
         Ok(size)
     }
 
-    async fn put_multipart(&self, key: &str, path: &std::path::Path, content_type: &str) -> Result<(), StorageError> {
+    async fn put_multipart(
+        &self,
+        key: &str,
+        path: &std::path::Path,
+        content_type: &str,
+    ) -> Result<(), StorageError> {
         let created = self
             .client
             .create_multipart_upload()
@@ -255,9 +268,16 @@ impl Storage {
         result
     }
 
-    async fn upload_parts(&self, key: &str, upload_id: &str, path: &std::path::Path) -> Result<(), StorageError> {
+    async fn upload_parts(
+        &self,
+        key: &str,
+        upload_id: &str,
+        path: &std::path::Path,
+    ) -> Result<(), StorageError> {
         let err = |op, e| StorageError::new(op, key, e);
-        let mut file = tokio::fs::File::open(path).await.map_err(|e| err("UploadPart", e))?;
+        let mut file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| err("UploadPart", e))?;
         let mut parts = Vec::new();
         for number in 1.. {
             let mut chunk = Vec::with_capacity(PART_SIZE);
@@ -292,7 +312,11 @@ impl Storage {
             .bucket(&self.bucket)
             .key(key)
             .upload_id(upload_id)
-            .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            )
             .send()
             .await
             .map_err(|e| StorageError::new("CompleteMultipartUpload", key, e))?;
@@ -301,10 +325,23 @@ impl Storage {
 
     /// Streams an object to a file, never holding more than a network buffer in memory.
     /// Returns the byte count; `None` if there is no such object.
-    pub async fn download_to_file(&self, key: &str, path: &std::path::Path) -> Result<Option<u64>, StorageError> {
-        let out = match self.client.get_object().bucket(&self.bucket).key(key).send().await {
+    pub async fn download_to_file(
+        &self,
+        key: &str,
+        path: &std::path::Path,
+    ) -> Result<Option<u64>, StorageError> {
+        let out = match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(out) => out,
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_no_such_key()) => return Ok(None),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_no_such_key()) => {
+                return Ok(None);
+            }
             Err(err) => return Err(StorageError::new("GetObject", key, err)),
         };
         let mut file = tokio::fs::File::create(path)
@@ -312,11 +349,19 @@ impl Storage {
             .map_err(|e| StorageError::new("GetObject", key, e))?;
         let mut body = out.body;
         let mut written = 0u64;
-        while let Some(chunk) = body.try_next().await.map_err(|e| StorageError::new("GetObject", key, e))? {
-            file.write_all(&chunk).await.map_err(|e| StorageError::new("GetObject", key, e))?;
+        while let Some(chunk) = body
+            .try_next()
+            .await
+            .map_err(|e| StorageError::new("GetObject", key, e))?
+        {
+            file.write_all(&chunk)
+                .await
+                .map_err(|e| StorageError::new("GetObject", key, e))?;
             written += chunk.len() as u64;
         }
-        file.flush().await.map_err(|e| StorageError::new("GetObject", key, e))?;
+        file.flush()
+            .await
+            .map_err(|e| StorageError::new("GetObject", key, e))?;
         Ok(Some(written))
     }
 

@@ -5,6 +5,7 @@
 //! notification_outbox`. User deletion takes the same order, so no two paths wait on each
 //! other.
 
+pub mod artifacts;
 pub mod jobs;
 pub mod migrations;
 pub mod outbox;

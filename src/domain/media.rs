@@ -56,7 +56,16 @@ impl Default for MediaLimits {
 
 /// Video codecs the pipeline decodes; anything else fails as `unsupported_codec`.
 pub const ACCEPTED_VIDEO_CODECS: &[&str] = &[
-    "h264", "hevc", "vp8", "vp9", "av1", "mpeg4", "mpeg2video", "prores", "h263", "mjpeg",
+    "h264",
+    "hevc",
+    "vp8",
+    "vp9",
+    "av1",
+    "mpeg4",
+    "mpeg2video",
+    "prores",
+    "h263",
+    "mjpeg",
 ];
 
 impl MediaLimits {
@@ -80,7 +89,10 @@ impl MediaLimits {
             ));
         }
         let (long, short) = (info.width.max(info.height), info.width.min(info.height));
-        let (max_long, max_short) = (self.max_width.max(self.max_height), self.max_width.min(self.max_height));
+        let (max_long, max_short) = (
+            self.max_width.max(self.max_height),
+            self.max_width.min(self.max_height),
+        );
         if long > max_long || short > max_short {
             return Err(MediaError::permanent(
                 "too_large_dimensions",
@@ -93,7 +105,10 @@ impl MediaLimits {
         if info.fps > self.max_fps {
             return Err(MediaError::permanent(
                 "too_high_frame_rate",
-                format!("the video runs at {:.1} fps; the limit is {:.1}", info.fps, self.max_fps),
+                format!(
+                    "the video runs at {:.1} fps; the limit is {:.1}",
+                    info.fps, self.max_fps
+                ),
             ));
         }
         Ok(())
@@ -171,12 +186,27 @@ mod tests {
     #[test]
     fn limits_refuse_with_stable_permanent_codes() {
         let limits = MediaLimits::default();
-        assert!(limits.check(&info(1920, 1080, 60_000, 30.0, "h264")).is_ok());
-        assert!(limits.check(&info(2160, 3840, 60_000, 30.0, "h264")).is_ok(), "portrait 4K fits");
+        assert!(
+            limits
+                .check(&info(1920, 1080, 60_000, 30.0, "h264"))
+                .is_ok()
+        );
+        assert!(
+            limits
+                .check(&info(2160, 3840, 60_000, 30.0, "h264"))
+                .is_ok(),
+            "portrait 4K fits"
+        );
         let code = |i: MediaInfo| limits.check(&i).unwrap_err();
-        assert_eq!(code(info(7680, 4320, 1000, 30.0, "h264")).code, "too_large_dimensions");
+        assert_eq!(
+            code(info(7680, 4320, 1000, 30.0, "h264")).code,
+            "too_large_dimensions"
+        );
         assert_eq!(code(info(640, 480, 600_001, 30.0, "h264")).code, "too_long");
-        assert_eq!(code(info(640, 480, 1000, 240.0, "h264")).code, "too_high_frame_rate");
+        assert_eq!(
+            code(info(640, 480, 1000, 240.0, "h264")).code,
+            "too_high_frame_rate"
+        );
         let odd = code(info(640, 480, 1000, 30.0, "cinepak"));
         assert_eq!(odd.code, "unsupported_codec");
         assert!(odd.is_permanent());

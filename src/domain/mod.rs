@@ -2,6 +2,7 @@
 //! payloads. Nothing here does I/O or knows about diesel or actix.
 
 pub mod api_key;
+pub mod artifact;
 pub mod event;
 pub mod ids;
 pub mod job;

@@ -2,9 +2,13 @@
 //! process, the real HTTP server on a loopback port.
 
 mod cli;
+mod clips;
 mod confirm;
 mod harness;
 mod health;
+mod media;
+mod mp4;
+mod pipeline;
 mod schema;
 mod uploads;
 mod users;

@@ -60,7 +60,12 @@ fn hardened_input(config: &MediaConfig, input: &Path, seek_seconds: Option<f64>)
 
 /// The encode's command line: H.264 high/yuv420p CRF 23 veryfast, keyframes on segment
 /// boundaries, AAC stereo, metadata stripped, at most `max_output_height` on the short side.
-pub fn encode_args(config: &MediaConfig, info: &MediaInfo, input: &Path, out: &Path) -> Vec<OsString> {
+pub fn encode_args(
+    config: &MediaConfig,
+    info: &MediaInfo,
+    input: &Path,
+    out: &Path,
+) -> Vec<OsString> {
     let mut args = hardened_input(config, input, None);
     let segment = config.segment_seconds.max(1);
     let gop = if info.fps > 0.0 {
@@ -84,13 +89,44 @@ pub fn encode_args(config: &MediaConfig, info: &MediaInfo, input: &Path, out: &P
         mp4 = tee_escape(&out.join(outputs::MP4)),
     );
     let mut push = |s: &str| args.push(s.into());
-    for s in ["-map", "0:v:0", "-map", "0:a:0?", "-map_metadata", "-1", "-map_chapters", "-1", "-sn", "-dn"] {
+    for s in [
+        "-map",
+        "0:v:0",
+        "-map",
+        "0:a:0?",
+        "-map_metadata",
+        "-1",
+        "-map_chapters",
+        "-1",
+        "-sn",
+        "-dn",
+    ] {
         push(s);
     }
-    for s in ["-vf", &scale, "-c:v", "libx264", "-preset", "veryfast", "-crf", "23", "-profile:v", "high"] {
+    for s in [
+        "-vf",
+        &scale,
+        "-c:v",
+        "libx264",
+        "-preset",
+        "veryfast",
+        "-crf",
+        "23",
+        "-profile:v",
+        "high",
+    ] {
         push(s);
     }
-    for s in ["-pix_fmt", "yuv420p", "-g", &gop.to_string(), "-keyint_min", &gop.to_string(), "-sc_threshold", "0"] {
+    for s in [
+        "-pix_fmt",
+        "yuv420p",
+        "-g",
+        &gop.to_string(),
+        "-keyint_min",
+        &gop.to_string(),
+        "-sc_threshold",
+        "0",
+    ] {
         push(s);
     }
     push("-force_key_frames");
@@ -99,7 +135,15 @@ pub fn encode_args(config: &MediaConfig, info: &MediaInfo, input: &Path, out: &P
         push(s);
     }
     // Both outputs of the tee share the encoders, so the codec headers must be global.
-    for s in ["-flags", "+global_header", "-threads", &config.threads.to_string(), "-f", "tee", &tee] {
+    for s in [
+        "-flags",
+        "+global_header",
+        "-threads",
+        &config.threads.to_string(),
+        "-f",
+        "tee",
+        &tee,
+    ] {
         push(s);
     }
     args
@@ -118,11 +162,27 @@ fn tee_escape(path: &Path) -> String {
 }
 
 /// The thumbnail's command line: one frame from the middle, at most 640 wide.
-pub fn thumbnail_args(config: &MediaConfig, info: &MediaInfo, input: &Path, out: &Path) -> Vec<OsString> {
+pub fn thumbnail_args(
+    config: &MediaConfig,
+    info: &MediaInfo,
+    input: &Path,
+    out: &Path,
+) -> Vec<OsString> {
     let middle = info.duration_ms as f64 / 2000.0;
     let mut args = hardened_input(config, input, Some(middle));
     let scale = format!("scale='min({THUMBNAIL_MAX_WIDTH},iw)':-2");
-    for s in ["-map", "0:v:0", "-frames:v", "1", "-vf", &scale, "-q:v", "3", "-map_metadata", "-1"] {
+    for s in [
+        "-map",
+        "0:v:0",
+        "-frames:v",
+        "1",
+        "-vf",
+        &scale,
+        "-q:v",
+        "3",
+        "-map_metadata",
+        "-1",
+    ] {
         args.push(s.into());
     }
     args.push(out.join(outputs::THUMBNAIL).into());
@@ -138,13 +198,25 @@ pub async fn encode(
     cancel: &CancellationToken,
 ) -> Result<EncodedFiles, MediaError> {
     let io = |e: std::io::Error| MediaError::retryable("io_error", format!("local disk: {e}"));
-    tokio::fs::create_dir_all(out.join("hls")).await.map_err(io)?;
-    process::run(&config.ffmpeg, &encode_args(config, info, input, out), config.call_timeout, cancel)
+    tokio::fs::create_dir_all(out.join("hls"))
         .await
-        .map_err(|err| classify_encode(err, input))?;
-    process::run(&config.ffmpeg, &thumbnail_args(config, info, input, out), config.call_timeout, cancel)
-        .await
-        .map_err(|err| classify_encode(err, input))?;
+        .map_err(io)?;
+    process::run(
+        &config.ffmpeg,
+        &encode_args(config, info, input, out),
+        config.call_timeout,
+        cancel,
+    )
+    .await
+    .map_err(|err| classify_encode(err, input))?;
+    process::run(
+        &config.ffmpeg,
+        &thumbnail_args(config, info, input, out),
+        config.call_timeout,
+        cancel,
+    )
+    .await
+    .map_err(|err| classify_encode(err, input))?;
     collect(out).await
 }
 
@@ -153,16 +225,23 @@ pub async fn encode(
 /// past its headers.
 fn classify_encode(err: process::ProcessError, input: &Path) -> MediaError {
     match classify(err, input, "encode_timeout") {
-        MediaError { code: "invalid_media", message, .. } => MediaError::retryable("encode_failed", message),
+        MediaError {
+            code: "invalid_media",
+            message,
+            ..
+        } => MediaError::retryable("encode_failed", message),
         other => other,
     }
 }
 
 /// Reads the playlist FFmpeg wrote and checks that everything it references exists.
 async fn collect(out: &Path) -> Result<EncodedFiles, MediaError> {
-    let missing = |what: &str| MediaError::retryable("encode_failed", format!("the encoder wrote no {what}"));
+    let missing =
+        |what: &str| MediaError::retryable("encode_failed", format!("the encoder wrote no {what}"));
     let playlist = out.join(outputs::PLAYLIST);
-    let text = tokio::fs::read_to_string(&playlist).await.map_err(|_| missing("playlist"))?;
+    let text = tokio::fs::read_to_string(&playlist)
+        .await
+        .map_err(|_| missing("playlist"))?;
     let hls = out.join("hls");
     let segments: Vec<PathBuf> = text
         .lines()
@@ -181,9 +260,14 @@ async fn collect(out: &Path) -> Result<EncodedFiles, MediaError> {
         mp4: out.join(outputs::MP4),
         thumbnail: out.join(outputs::THUMBNAIL),
     };
-    for path in [&files.init, &files.mp4, &files.thumbnail].into_iter().chain(&files.segments) {
+    for path in [&files.init, &files.mp4, &files.thumbnail]
+        .into_iter()
+        .chain(&files.segments)
+    {
         if !tokio::fs::try_exists(path).await.unwrap_or(false) {
-            return Err(missing(&path.file_name().unwrap_or_default().to_string_lossy()));
+            return Err(missing(
+                &path.file_name().unwrap_or_default().to_string_lossy(),
+            ));
         }
     }
     Ok(files)

@@ -13,7 +13,11 @@ use crate::domain::media::{MediaError, MediaInfo};
 
 /// Probes `input` and checks it against the limits. Refusals are permanent; a missing tool,
 /// a timeout or a cancellation is retryable.
-pub async fn probe(config: &MediaConfig, input: &Path, cancel: &CancellationToken) -> Result<MediaInfo, MediaError> {
+pub async fn probe(
+    config: &MediaConfig,
+    input: &Path,
+    cancel: &CancellationToken,
+) -> Result<MediaInfo, MediaError> {
     let json = process::run(&config.ffprobe, &args(input), config.call_timeout, cancel)
         .await
         .map_err(|err| classify(err, input, "probe_timeout"))?;
@@ -54,9 +58,16 @@ pub fn classify(err: ProcessError, input: &Path, timeout_code: &'static str) -> 
         ProcessError::Cancelled { .. } => MediaError::retryable("cancelled", err.to_string()),
         ProcessError::Failed { stderr, .. } => {
             // Paths in FFmpeg's messages are the job's own; show only the file name.
-            let shown = input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let shown = input
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             let stderr = stderr.replace(&*input.to_string_lossy(), &shown);
-            let reason = stderr.lines().last().unwrap_or("unreadable input").to_owned();
+            let reason = stderr
+                .lines()
+                .last()
+                .unwrap_or("unreadable input")
+                .to_owned();
             MediaError::permanent("invalid_media", format!("not a readable video: {reason}"))
         }
     }
@@ -97,8 +108,9 @@ struct Format {
 /// Parses ffprobe's JSON. A file with no real video stream (audio only, or only cover art)
 /// is `no_video_stream`; one without a duration or frame size is `invalid_media`.
 pub fn parse(json: &[u8]) -> Result<MediaInfo, MediaError> {
-    let probe: Probe = serde_json::from_slice(json)
-        .map_err(|e| MediaError::permanent("invalid_media", format!("unreadable probe output: {e}")))?;
+    let probe: Probe = serde_json::from_slice(json).map_err(|e| {
+        MediaError::permanent("invalid_media", format!("unreadable probe output: {e}"))
+    })?;
     let format = probe
         .format
         .ok_or_else(|| MediaError::permanent("invalid_media", "no container format found"))?;
@@ -115,10 +127,18 @@ pub fn parse(json: &[u8]) -> Result<MediaInfo, MediaError> {
         .iter()
         .find(|s| s.codec_type.as_deref() == Some("video") && s.disposition.attached_pic == 0)
         .ok_or_else(|| MediaError::permanent("no_video_stream", "the file has no video stream"))?;
-    let audio = probe.streams.iter().find(|s| s.codec_type.as_deref() == Some("audio"));
+    let audio = probe
+        .streams
+        .iter()
+        .find(|s| s.codec_type.as_deref() == Some("audio"));
     let (width, height) = match (video.width, video.height) {
         (Some(w), Some(h)) if w > 0 && h > 0 => (w, h),
-        _ => return Err(MediaError::permanent("invalid_media", "the video stream has no frame size")),
+        _ => {
+            return Err(MediaError::permanent(
+                "invalid_media",
+                "the video stream has no frame size",
+            ));
+        }
     };
     let seconds = format
         .duration
@@ -161,7 +181,10 @@ mod tests {
             {"codec_type":"audio","codec_name":"aac"}],
           "format":{"format_name":"mov,mp4,m4a,3gp,3g2,mj2","duration":"10.080000"}}"#;
         let info = parse(json).unwrap();
-        assert_eq!((info.width, info.height, info.duration_ms), (1280, 720, 10_080));
+        assert_eq!(
+            (info.width, info.height, info.duration_ms),
+            (1280, 720, 10_080)
+        );
         assert!((info.fps - 29.97).abs() < 0.01);
         assert_eq!(info.audio_codec.as_deref(), Some("aac"));
     }

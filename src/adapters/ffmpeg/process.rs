@@ -75,7 +75,9 @@ pub async fn run(
         .kill_on_drop(true)
         .spawn()
         .map_err(|source| match source.kind() {
-            std::io::ErrorKind::NotFound => ProcessError::NotFound { program: name.clone() },
+            std::io::ErrorKind::NotFound => ProcessError::NotFound {
+                program: name.clone(),
+            },
             _ => ProcessError::Spawn {
                 program: name.clone(),
                 source,
@@ -132,7 +134,10 @@ pub async fn run(
         }
         Outcome::TimedOut => {
             kill(&mut child).await;
-            Err(ProcessError::TimedOut { program: name, limit })
+            Err(ProcessError::TimedOut {
+                program: name,
+                limit,
+            })
         }
         Outcome::Cancelled => {
             kill(&mut child).await;

@@ -1,0 +1,114 @@
+//! One encoding attempt, between its claim and its finalize: download the original, probe
+//! it, encode it, and put the outputs under the attempt's own S3 prefix with every object in
+//! the artifact ledger. No transaction is open while any of this runs (invariant I7); each
+//! ledger write is its own short statement.
+
+pub mod outputs;
+
+use std::path::PathBuf;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::adapters::ffmpeg::{MediaConfig, encode, probe};
+use crate::adapters::storage::Storage;
+use crate::db::DbPool;
+use crate::domain::ids::VideoId;
+use crate::domain::media::{MediaError, MediaInfo};
+
+/// What an attempt works on.
+#[derive(Clone, Debug)]
+pub struct AttemptPlan {
+    /// The video.
+    pub video: VideoId,
+    /// The attempt number (1-3): it names the output prefix.
+    pub attempt: i32,
+    /// Where the original is.
+    pub original_key: String,
+}
+
+/// Keys of the playable outputs, for the finalize to record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlaybackKeys {
+    /// HLS playlist.
+    pub hls: String,
+    /// Progressive MP4.
+    pub mp4: String,
+    /// Thumbnail.
+    pub thumbnail: String,
+}
+
+/// A successful attempt.
+#[derive(Clone, Debug)]
+pub struct AttemptOutput {
+    /// What the probe found.
+    pub media: MediaInfo,
+    /// Where the outputs are.
+    pub keys: PlaybackKeys,
+}
+
+/// What an attempt needs.
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    /// The bucket.
+    pub storage: Storage,
+    /// For the artifact ledger.
+    pub db: DbPool,
+    /// Tools and limits.
+    pub media: MediaConfig,
+    /// Parent of each attempt's scratch directory.
+    pub work_root: PathBuf,
+}
+
+impl Pipeline {
+    /// Runs one attempt. Its scratch directory is removed when it returns, whatever happened;
+    /// `cancel` kills a running FFmpeg (lost claim, shutdown).
+    #[tracing::instrument(skip_all, fields(video_id = %plan.video, attempt = plan.attempt))]
+    pub async fn run(
+        &self,
+        plan: &AttemptPlan,
+        cancel: &CancellationToken,
+    ) -> Result<AttemptOutput, MediaError> {
+        let scratch = tempfile::Builder::new()
+            .prefix("vidq-job-")
+            .tempdir_in(&self.work_root)
+            .map_err(|e| {
+                MediaError::retryable(
+                    "io_error",
+                    format!("cannot create a scratch directory: {e}"),
+                )
+            })?;
+        let original = scratch.path().join("original");
+        let downloaded = self
+            .storage
+            .download_to_file(&plan.original_key, &original)
+            .await
+            .map_err(|e| {
+                MediaError::retryable("storage_error", crate::telemetry::error_chain(&e))
+            })?;
+        if downloaded.is_none() {
+            return Err(MediaError::permanent(
+                "original_missing",
+                "the uploaded original is no longer in storage",
+            ));
+        }
+        let media = probe::probe(&self.media, &original, cancel).await?;
+        tracing::info!(
+            duration_ms = media.duration_ms,
+            width = media.width,
+            height = media.height,
+            "probed"
+        );
+        let files = encode::encode(
+            &self.media,
+            &media,
+            &original,
+            &scratch.path().join("out"),
+            cancel,
+        )
+        .await?;
+        tracing::info!(segments = files.segments.len(), "encoded");
+        let keys =
+            outputs::upload(&self.storage, &self.db, plan.video, plan.attempt, &files).await?;
+        Ok(AttemptOutput { media, keys })
+    }
+}

@@ -1,0 +1,152 @@
+//! Putting an attempt's outputs in S3 in playback-safe order (init and segments, then the MP4
+//! and thumbnail, the playlist last) with each object registered `pending` first and
+//! confirmed by a CAS on state and the size S3 reports.
+
+use std::path::PathBuf;
+
+use futures_util::{StreamExt, TryStreamExt};
+
+use super::PlaybackKeys;
+use crate::adapters::ffmpeg::encode::EncodedFiles;
+use crate::adapters::storage::Storage;
+use crate::db::{self, DbPool, artifacts::NewArtifact};
+use crate::domain::artifact::Axis;
+use crate::domain::ids::VideoId;
+use crate::domain::keys::{self, outputs};
+use crate::domain::media::MediaError;
+
+/// Segments uploaded at once; bounds memory and S3 pressure per attempt.
+const UPLOAD_CONCURRENCY: usize = 4;
+
+struct Output {
+    axis: Axis,
+    sequence: i32,
+    key: String,
+    path: PathBuf,
+    size: i64,
+}
+
+fn storage_error(err: impl std::error::Error + 'static) -> MediaError {
+    MediaError::retryable("storage_error", crate::telemetry::error_chain(&err))
+}
+
+/// Uploads every output of one attempt; returns the playback keys once all are confirmed.
+pub async fn upload(
+    storage: &Storage,
+    pool: &DbPool,
+    video: VideoId,
+    attempt: i32,
+    files: &EncodedFiles,
+) -> Result<PlaybackKeys, MediaError> {
+    let key = |name: &str| keys::attempt_object(video, attempt, name);
+    let mut planned: Vec<(Axis, i32, String, PathBuf)> =
+        vec![(Axis::Init, 0, key(outputs::INIT), files.init.clone())];
+    for (n, path) in files.segments.iter().enumerate() {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        planned.push((
+            Axis::Segment,
+            n as i32,
+            key(&format!("hls/{name}")),
+            path.clone(),
+        ));
+    }
+    planned.push((Axis::Mp4, 0, key(outputs::MP4), files.mp4.clone()));
+    planned.push((
+        Axis::Thumbnail,
+        0,
+        key(outputs::THUMBNAIL),
+        files.thumbnail.clone(),
+    ));
+    planned.push((
+        Axis::Playlist,
+        0,
+        key(outputs::PLAYLIST),
+        files.playlist.clone(),
+    ));
+
+    let mut all = Vec::with_capacity(planned.len());
+    for (axis, sequence, key, path) in planned {
+        let size = tokio::fs::metadata(&path)
+            .await
+            .map_err(|e| MediaError::retryable("io_error", format!("output vanished: {e}")))?
+            .len();
+        all.push(Output {
+            axis,
+            sequence,
+            key,
+            path,
+            size: i64::try_from(size).unwrap_or(i64::MAX),
+        });
+    }
+
+    // The ledger first: a crash from here on leaves `pending` rows that say what to re-drive.
+    {
+        let rows: Vec<NewArtifact<'_>> = all
+            .iter()
+            .map(|o| NewArtifact {
+                video_id: video.0,
+                attempt,
+                axis: o.axis.as_str(),
+                sequence: o.sequence,
+                object_key: &o.key,
+                size_bytes: o.size,
+            })
+            .collect();
+        let mut conn = pool.get().await.map_err(storage_error)?;
+        db::artifacts::register_pending(&mut conn, &rows)
+            .await
+            .map_err(storage_error)?;
+    }
+
+    let (playlist, rest) = all.split_last().expect("the playlist is always planned");
+    futures_util::stream::iter(rest.iter().map(|o| put_and_confirm(storage, pool, o)))
+        .buffer_unordered(UPLOAD_CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await?;
+    // Only now can a player follow the playlist to objects that all exist.
+    put_and_confirm(storage, pool, playlist).await?;
+
+    Ok(PlaybackKeys {
+        hls: key(outputs::PLAYLIST),
+        mp4: key(outputs::MP4),
+        thumbnail: key(outputs::THUMBNAIL),
+    })
+}
+
+/// PUT, then ask S3 what it holds, then CAS the row with that size: the ledger records what
+/// is in the bucket, not what a PUT response claimed.
+async fn put_and_confirm(
+    storage: &Storage,
+    pool: &DbPool,
+    output: &Output,
+) -> Result<(), MediaError> {
+    storage
+        .put_file(&output.key, &output.path, output.axis.content_type())
+        .await
+        .map_err(storage_error)?;
+    let stored = storage
+        .head(&output.key)
+        .await
+        .map_err(storage_error)?
+        .ok_or_else(|| {
+            MediaError::retryable(
+                "storage_error",
+                format!("{} is missing right after its PUT", output.key),
+            )
+        })?;
+    let mut conn = pool.get().await.map_err(storage_error)?;
+    if db::artifacts::mark_uploaded(&mut conn, &output.key, stored.size)
+        .await
+        .map_err(storage_error)?
+        == 0
+    {
+        return Err(MediaError::retryable(
+            "storage_error",
+            format!(
+                "{} holds {} bytes, the ledger expected {} (or the row is gone)",
+                output.key, stored.size, output.size
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,112 @@
+//! Small clips the tests make with FFmpeg's own test sources, cached under the target
+//! directory so each is generated once per machine. No binary test data lives in the repo.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where generated clips are kept.
+fn dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("clips");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs ffmpeg with `args` to make `name` unless it exists. Writes to a temporary name first
+/// so a test running in parallel never sees a half-written clip.
+fn make(name: &str, args: &[&str]) -> PathBuf {
+    let path = dir().join(name);
+    if path.exists() {
+        return path;
+    }
+    let partial = dir().join(format!(
+        "{}.{}.partial.{}",
+        name,
+        std::process::id(),
+        rand_suffix()
+    ));
+    let status = Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error", "-y"])
+        .args(args)
+        .arg(&partial)
+        .status()
+        .expect("ffmpeg is installed (apt-get install ffmpeg)");
+    assert!(status.success(), "ffmpeg could not make {name}");
+    std::fs::rename(&partial, &path).unwrap();
+    path
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A video with audio: `seconds` long, `w`x`h`, 25 fps, H.264 + AAC in MP4 (moov at the end,
+/// as a camera writes it).
+pub fn video(seconds: u32, w: u32, h: u32) -> PathBuf {
+    let name = format!("testsrc_{seconds}s_{w}x{h}.mp4");
+    let src = format!("testsrc2=size={w}x{h}:rate=25:duration={seconds}");
+    let sine = format!("sine=frequency=440:duration={seconds}");
+    make(
+        &name,
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            &src,
+            "-f",
+            "lavfi",
+            "-i",
+            &sine,
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-pix_fmt",
+            "yuv420p",
+            "-c:a",
+            "aac",
+            "-shortest",
+            "-f",
+            "mp4",
+        ],
+    )
+}
+
+/// The default small clip: 6 s of 320x240.
+pub fn small() -> PathBuf {
+    video(6, 320, 240)
+}
+
+/// Audio only, in an MP4 container.
+pub fn audio_only() -> PathBuf {
+    make(
+        "sine_2s.mp4",
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=440:duration=2",
+            "-c:a",
+            "aac",
+            "-f",
+            "mp4",
+        ],
+    )
+}
+
+/// The small clip cut in half: its `moov` (at the end) is gone.
+pub fn truncated() -> PathBuf {
+    let path = dir().join("truncated.mp4");
+    if !path.exists() {
+        let bytes = std::fs::read(small()).unwrap();
+        let partial = dir().join(format!(
+            "truncated.{}.{}",
+            std::process::id(),
+            rand_suffix()
+        ));
+        std::fs::write(&partial, &bytes[..bytes.len() / 2]).unwrap();
+        std::fs::rename(partial, &path).unwrap();
+    }
+    path
+}

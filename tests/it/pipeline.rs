@@ -1,0 +1,216 @@
+//! One encoding attempt end to end against the real S3 protocol and the artifact ledger.
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use vidq::adapters::ffmpeg::MediaConfig;
+use vidq::domain::ids::VideoId;
+use vidq::pipeline::{AttemptPlan, Pipeline};
+
+use crate::clips;
+use crate::harness::TestApp;
+
+/// Uploads and confirms a real clip; returns the video JSON.
+pub async fn upload_clip(app: &TestApp, key: &str, clip: &std::path::Path) -> Value {
+    let bytes = std::fs::read(clip).unwrap();
+    let upload = app.create_upload(key, bytes.len()).await;
+    assert!(app.put_to(&upload, bytes).await.status().is_success());
+    let response = app
+        .confirm(key, upload["upload_id"].as_str().unwrap())
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    response.json().await.unwrap()
+}
+
+pub fn pipeline(app: &TestApp, work_root: &std::path::Path) -> Pipeline {
+    Pipeline {
+        storage: app.storage.clone(),
+        db: app.pool.clone(),
+        media: MediaConfig::default(),
+        work_root: work_root.to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let video = upload_clip(&app, &key, &clips::small()).await;
+    let video_id: VideoId = video["id"].as_str().unwrap().parse().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let plan = AttemptPlan {
+        video: video_id,
+        attempt: 2,
+        original_key: format!("originals/{}", video["upload_id"].as_str().unwrap()),
+    };
+    let output = pipeline(&app, work.path())
+        .run(&plan, &CancellationToken::new())
+        .await
+        .unwrap();
+    let prefix = format!("videos/{video_id}/a2/");
+    assert_eq!(output.keys.hls, format!("{prefix}hls/index.m3u8"));
+    assert_eq!(output.media.width, 320);
+
+    // Every object the playlist references, and its init segment, is in S3.
+    let playlist = String::from_utf8(
+        app.storage
+            .get_bytes(&output.keys.hls)
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    let mut total = 0.0;
+    for line in playlist.lines() {
+        if let Some(d) = line.strip_prefix("#EXTINF:") {
+            total += d.trim_end_matches(',').parse::<f64>().unwrap();
+        } else if let Some(uri) = line.strip_prefix("#EXT-X-MAP:URI=") {
+            let object = format!("{prefix}hls/{}", uri.trim_matches('"'));
+            assert!(
+                app.storage.head(&object).await.unwrap().is_some(),
+                "{object}"
+            );
+        } else if !line.starts_with('#') && !line.is_empty() {
+            let object = format!("{prefix}hls/{line}");
+            assert!(
+                app.storage.head(&object).await.unwrap().is_some(),
+                "{object}"
+            );
+        }
+    }
+    let source = output.media.duration_ms as f64 / 1000.0;
+    assert!(
+        (total - source).abs() <= 4.0,
+        "playlist {total} s vs source {source} s"
+    );
+
+    let mp4 = app
+        .storage
+        .get_bytes(&output.keys.mp4)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(crate::mp4::moov_before_mdat(&mp4));
+    let thumb = work.path().join("thumb-check.jpg");
+    std::fs::write(
+        &thumb,
+        app.storage
+            .get_bytes(&output.keys.thumbnail)
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    let (w, _) = crate::media::probe_image(&thumb).await;
+    assert!(w <= 640);
+
+    // The ledger: every object uploaded with the size S3 holds, the playlist confirmed last.
+    let mut conn = app.pool.get().await.unwrap();
+    let rows = vidq::db::artifacts::of_attempt(&mut conn, video_id.0, 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.len(),
+        1 + 2 + 1 + 1 + 1,
+        "init, 2 segments, mp4, thumbnail, playlist"
+    );
+    for row in &rows {
+        assert_eq!(row.state, "uploaded", "{}", row.object_key);
+        let head = app.storage.head(&row.object_key).await.unwrap().unwrap();
+        assert_eq!(head.size, row.size_bytes, "{}", row.object_key);
+    }
+    let playlist_row = rows.iter().find(|r| r.axis == "playlist").unwrap();
+    let last_other = rows
+        .iter()
+        .filter(|r| r.axis != "playlist")
+        .filter_map(|r| r.uploaded_at)
+        .max()
+        .unwrap();
+    assert!(
+        playlist_row.uploaded_at.unwrap() >= last_other,
+        "the playlist goes up last"
+    );
+
+    assert_eq!(
+        std::fs::read_dir(work.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name() != "thumb-check.jpg")
+            .count(),
+        0,
+        "scratch removed"
+    );
+}
+
+#[tokio::test]
+async fn a_hostile_original_fails_permanently_and_writes_nothing() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let dir = tempfile::tempdir().unwrap();
+    let hostile = dir.path().join("x.mp4");
+    std::fs::write(
+        &hostile,
+        "#EXTM3U\n#EXTINF:1,\n/etc/hostname\n#EXT-X-ENDLIST\n",
+    )
+    .unwrap();
+    let video = upload_clip(&app, &key, &hostile).await;
+    let video_id: VideoId = video["id"].as_str().unwrap().parse().unwrap();
+    let plan = AttemptPlan {
+        video: video_id,
+        attempt: 1,
+        original_key: format!("originals/{}", video["upload_id"].as_str().unwrap()),
+    };
+    let err = pipeline(&app, dir.path())
+        .run(&plan, &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, "invalid_media");
+    assert!(err.is_permanent());
+    assert!(
+        app.storage
+            .list_prefix(&format!("videos/{video_id}/"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM video_artifacts").await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn large_files_go_up_as_multipart_and_come_back_whole() {
+    let app = TestApp::spawn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.bin");
+    let size = vidq::adapters::storage::MULTIPART_THRESHOLD as usize + 3 * 1024 * 1024 + 17;
+    let bytes: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
+    std::fs::write(&path, &bytes).unwrap();
+    let sent = app
+        .storage
+        .put_file("tests/big.bin", &path, "application/octet-stream")
+        .await
+        .unwrap();
+    assert_eq!(sent, size as u64);
+    assert_eq!(
+        app.storage
+            .head("tests/big.bin")
+            .await
+            .unwrap()
+            .unwrap()
+            .size,
+        size as i64
+    );
+    let back = dir.path().join("back.bin");
+    assert_eq!(
+        app.storage
+            .download_to_file("tests/big.bin", &back)
+            .await
+            .unwrap(),
+        Some(size as u64)
+    );
+    assert!(
+        std::fs::read(&back).unwrap() == bytes,
+        "the bytes round-trip"
+    );
+}
