@@ -84,7 +84,20 @@ async fn migrate_applies_the_schema_to_an_empty_database() {
     let empty = TestDbEmpty::new().await;
     let out = vidq(&["migrate"], &[("DATABASE_URL", &empty.url)]).await;
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("applied=1"), "{}", stderr(&out));
+    let migrations = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+        .unwrap()
+        .count();
+    assert!(
+        stderr(&out).contains(&format!("applied={migrations}")),
+        "{}",
+        stderr(&out)
+    );
+    let again = vidq(&["migrate"], &[("DATABASE_URL", &empty.url)]).await;
+    assert!(
+        stderr(&again).contains("applied=0"),
+        "a second run changes nothing: {}",
+        stderr(&again)
+    );
 }
 
 /// A database with no schema at all.
