@@ -10,6 +10,7 @@
 //! - [`http`]: the actix-web API: routes, request/response types, the error-code table.
 //! - [`adapters`]: the outside world (S3 storage, FFmpeg, the embedded S3 server).
 //! - [`pipeline`]: one encoding attempt: download, probe, encode, outputs to S3.
+//! - [`queue`]: the worker engine: claim loop, heartbeat lease, fenced outcomes.
 //! - [`roles`]: the long-running processes (`api`, `dev`) and their wiring.
 //! - [`admin`]: one-shot operator commands (`user create`, `user delete`).
 //! - [`telemetry`]: logging set-up.
@@ -22,6 +23,7 @@ pub mod db;
 pub mod domain;
 pub mod http;
 pub mod pipeline;
+pub mod queue;
 pub mod roles;
 pub mod shutdown;
 pub mod telemetry;

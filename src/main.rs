@@ -20,8 +20,11 @@ enum Command {
     /// Run the HTTP API (uploads, confirm, status). Applies migrations at start unless
     /// --no-migrate.
     Api(ApiConfig),
-    /// Run everything on this machine: the API and an embedded S3 server over a local
-    /// directory, against a local PostgreSQL (database created if missing). For laptops.
+    /// Claim encoding jobs and run them (ffprobe, ffmpeg, outputs to S3). Run one per node;
+    /// any number of nodes share the database.
+    Worker(vidq::roles::worker::WorkerConfig),
+    /// Run everything on this machine: the API, a worker and an embedded S3 server over a
+    /// local directory, against a local PostgreSQL (database created if missing). For laptops.
     Dev(DevConfig),
     /// Apply pending database migrations and exit.
     Migrate(MigrateArgs),
@@ -64,6 +67,9 @@ fn main() -> std::process::ExitCode {
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Api(config) => vidq::roles::api::run(config, vidq::shutdown::on_signals()).await,
+        Command::Worker(config) => {
+            vidq::roles::worker::run(config, vidq::shutdown::on_signals()).await
+        }
         Command::Dev(config) => vidq::roles::dev::run(config, vidq::shutdown::on_signals()).await,
         Command::Migrate(args) => vidq::roles::api::migrate(&args.database).await,
         Command::User(command) => vidq::admin::user(command).await,

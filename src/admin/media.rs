@@ -30,6 +30,10 @@ pub struct EncodeArgs {
     /// Directory for the outputs (`hls/`, `video.mp4`, `thumb.jpg`); created if missing.
     #[arg(long)]
     pub out: PathBuf,
+    /// Probe, then print the exact ffprobe/ffmpeg command lines the encode would run (as JSON
+    /// arrays) instead of running them: for comparing with plain FFmpeg.
+    #[arg(long)]
+    pub print_commands: bool,
     #[allow(missing_docs)]
     #[command(flatten)]
     pub media: MediaArgs,
@@ -57,6 +61,15 @@ pub async fn encode(args: EncodeArgs) -> anyhow::Result<()> {
         Err(err) => return refuse(&err),
     };
     let probed = started.elapsed();
+    if args.print_commands {
+        let commands = json!({
+            "probe": command(&config.ffprobe, &probe::args(&args.file)),
+            "encode": command(&config.ffmpeg, &encode::encode_args(&config, &info, &args.file, &args.out)),
+            "thumbnail": command(&config.ffmpeg, &encode::thumbnail_args(&config, &info, &args.file, &args.out)),
+        });
+        println!("{}", serde_json::to_string_pretty(&commands)?);
+        return Ok(());
+    }
     let files = match encode::encode(&config, &info, &args.file, &args.out, &cancel).await {
         Ok(files) => files,
         Err(err) => return refuse(&err),
@@ -76,6 +89,13 @@ pub async fn encode(args: EncodeArgs) -> anyhow::Result<()> {
     });
     println!("{}", serde_json::to_string_pretty(&summary)?);
     Ok(())
+}
+
+fn command(program: &std::path::Path, args: &[std::ffi::OsString]) -> Vec<String> {
+    std::iter::once(program.as_os_str())
+        .chain(args.iter().map(|a| a.as_os_str()))
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
 }
 
 fn refuse(err: &MediaError) -> anyhow::Result<()> {

@@ -3,6 +3,7 @@
 //! outside it (invariant I7).
 
 pub mod auth;
+pub mod jobs;
 pub mod uploads;
 pub mod users;
 pub mod videos;

@@ -47,3 +47,206 @@ pub async fn lock_for_videos(
         .load(conn)
         .await
 }
+
+/// A claim: the job, the token that fences every later write, and the attempt number.
+#[derive(Debug, Clone, diesel::QueryableByName)]
+pub struct ClaimedJob {
+    /// Job id.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub id: i64,
+    /// Its video.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub video_id: Uuid,
+    /// Where the original is.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub original_s3_key: String,
+    /// The fencing token of this claim.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub claim_token: Uuid,
+    /// This attempt's number (1-3).
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub attempt_count: i32,
+    /// When the job was enqueued.
+    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+    pub enqueued_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// The claim: the seed's single statement (one row, fixed order, `FOR UPDATE OF j SKIP
+/// LOCKED LIMIT 1`, PENDING-and-available OR PROCESSING-with-an-expired-lease, attempts left),
+/// plus the attempt's ledger row and the closing of the attempt it supersedes, all in the one
+/// autocommitted statement. With `video_encoding_jobs_claimable_idx` the candidate scan is an
+/// Index Scan that stops at the first claimable row.
+pub const CLAIM_SQL: &str = "
+WITH clock AS (
+    SELECT statement_timestamp() AS now
+), candidate AS (
+    SELECT j.id
+    FROM video_encoding_jobs j
+    CROSS JOIN clock c
+    WHERE (j.status = 'PENDING'    AND j.available_at <= c.now AND j.attempt_count < 3)
+       OR (j.status = 'PROCESSING' AND j.lease_until  <= c.now AND j.attempt_count < 3)
+    ORDER BY j.available_at, j.id
+    FOR UPDATE OF j SKIP LOCKED
+    LIMIT 1
+), claimed AS (
+    UPDATE video_encoding_jobs j
+    SET status = 'PROCESSING',
+        attempt_count = j.attempt_count + 1,
+        claim_token = $1,
+        claimed_by = $2,
+        lease_until = c.now + make_interval(secs => $3)
+    FROM candidate, clock c
+    WHERE j.id = candidate.id
+    RETURNING j.id, j.video_id, j.original_s3_key, j.claim_token, j.attempt_count, j.enqueued_at
+), superseded AS (
+    UPDATE job_attempts a
+    SET ended_at = statement_timestamp(), outcome = 'lost', error_code = 'lease_expired'
+    FROM claimed
+    WHERE a.job_id = claimed.id AND a.ended_at IS NULL
+), attempt AS (
+    INSERT INTO job_attempts (job_id, attempt, claim_token, node_id)
+    SELECT id, attempt_count, claim_token, $2 FROM claimed
+)
+SELECT id, video_id, original_s3_key, claim_token, attempt_count, enqueued_at FROM claimed";
+
+/// Claims the next job for `node` with a lease of `lease_secs`; commits at once.
+pub async fn claim(
+    conn: &mut AsyncPgConnection,
+    node: &str,
+    lease_secs: f64,
+) -> QueryResult<Option<ClaimedJob>> {
+    use diesel::sql_types::{Double, Text, Uuid as SqlUuid};
+    diesel::sql_query(CLAIM_SQL)
+        .bind::<SqlUuid, _>(Uuid::now_v7())
+        .bind::<Text, _>(node)
+        .bind::<Double, _>(lease_secs)
+        .get_result(conn)
+        .await
+        .optional()
+}
+
+/// Extends a live claim's lease. 0 rows: the claim is gone (reclaimed, cancelled, deleted).
+pub async fn heartbeat(
+    conn: &mut AsyncPgConnection,
+    id: i64,
+    token: Uuid,
+    lease_secs: f64,
+) -> QueryResult<usize> {
+    use diesel::sql_types::{BigInt, Double, Uuid as SqlUuid};
+    diesel::sql_query(
+        "UPDATE video_encoding_jobs SET lease_until = statement_timestamp() + make_interval(secs => $3)
+          WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2",
+    )
+    .bind::<BigInt, _>(id)
+    .bind::<SqlUuid, _>(token)
+    .bind::<Double, _>(lease_secs)
+    .execute(conn)
+    .await
+}
+
+/// The fenced completion, the LAST statement of a finalize: 0 rows means the claim was lost
+/// and the caller must roll the whole transaction back.
+pub async fn complete(conn: &mut AsyncPgConnection, id: i64, token: Uuid) -> QueryResult<usize> {
+    use diesel::sql_types::{BigInt, Uuid as SqlUuid};
+    diesel::sql_query(
+        "UPDATE video_encoding_jobs SET status = 'COMPLETED', completed_at = statement_timestamp()
+          WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
+            AND lease_until > statement_timestamp()",
+    )
+    .bind::<BigInt, _>(id)
+    .bind::<SqlUuid, _>(token)
+    .execute(conn)
+    .await
+}
+
+/// Fenced `PROCESSING -> PENDING` after a retryable error, available again after `delay_secs`.
+pub async fn retry_later(
+    conn: &mut AsyncPgConnection,
+    id: i64,
+    token: Uuid,
+    delay_secs: f64,
+    error: &str,
+) -> QueryResult<usize> {
+    use diesel::sql_types::{BigInt, Double, Text, Uuid as SqlUuid};
+    diesel::sql_query(
+        "UPDATE video_encoding_jobs
+            SET status = 'PENDING', available_at = statement_timestamp() + make_interval(secs => $3),
+                last_error = $4, claim_token = NULL, claimed_by = NULL, lease_until = NULL
+          WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
+            AND lease_until > statement_timestamp() AND attempt_count < 3",
+    )
+    .bind::<BigInt, _>(id)
+    .bind::<SqlUuid, _>(token)
+    .bind::<Double, _>(delay_secs)
+    .bind::<Text, _>(error)
+    .execute(conn)
+    .await
+}
+
+/// Graceful release (the seed's statement): back to PENDING with the attempt given back, so
+/// the next node starts with the same attempt number. Fenced on the token and a live lease.
+pub async fn release(conn: &mut AsyncPgConnection, id: i64, token: Uuid) -> QueryResult<usize> {
+    use diesel::sql_types::{BigInt, Uuid as SqlUuid};
+    diesel::sql_query(
+        "UPDATE video_encoding_jobs
+            SET status = 'PENDING', attempt_count = attempt_count - 1,
+                claim_token = NULL, claimed_by = NULL, lease_until = NULL,
+                available_at = statement_timestamp()
+          WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
+            AND attempt_count > 0 AND lease_until > statement_timestamp()",
+    )
+    .bind::<BigInt, _>(id)
+    .bind::<SqlUuid, _>(token)
+    .execute(conn)
+    .await
+}
+
+/// A job whose last attempt's lease ran out.
+#[derive(Debug, Clone, diesel::QueryableByName)]
+pub struct DeadCandidate {
+    /// Job id.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub id: i64,
+    /// Its video.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub video_id: Uuid,
+    /// The owner of the video.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub owner_id: Uuid,
+    /// The expired claim's token.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub claim_token: Uuid,
+}
+
+/// Up to `limit` jobs that died in their last attempt (served by the last-attempt index).
+pub async fn dead_candidates(
+    conn: &mut AsyncPgConnection,
+    limit: i64,
+) -> QueryResult<Vec<DeadCandidate>> {
+    diesel::sql_query(
+        "SELECT j.id, j.video_id, v.owner_id, j.claim_token
+           FROM video_encoding_jobs j JOIN videos v ON v.id = j.video_id
+          WHERE j.status = 'PROCESSING' AND j.attempt_count >= 3 AND j.lease_until <= statement_timestamp()
+          ORDER BY j.lease_until
+          LIMIT $1",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(limit)
+    .load(conn)
+    .await
+}
+
+/// Fenced `PROCESSING -> DEAD`, closed (`completed_at`) at once; the LAST statement of the
+/// reaper's transaction. 0 rows: someone else reaped it.
+pub async fn mark_dead(conn: &mut AsyncPgConnection, id: i64, token: Uuid) -> QueryResult<usize> {
+    use diesel::sql_types::{BigInt, Uuid as SqlUuid};
+    diesel::sql_query(
+        "UPDATE video_encoding_jobs
+            SET status = 'DEAD', completed_at = statement_timestamp(), last_error = 'lease_expired'
+          WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
+            AND attempt_count >= 3 AND lease_until <= statement_timestamp()",
+    )
+    .bind::<BigInt, _>(id)
+    .bind::<SqlUuid, _>(token)
+    .execute(conn)
+    .await
+}

@@ -6,6 +6,7 @@
 //! other.
 
 pub mod artifacts;
+pub mod attempts;
 pub mod jobs;
 pub mod migrations;
 pub mod outbox;

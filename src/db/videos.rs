@@ -169,3 +169,124 @@ pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize
         .execute(conn)
         .await
 }
+
+/// The owner of a video (no lock), to take the uploader's lock first.
+pub async fn owner_of(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<Uuid>> {
+    videos::table
+        .filter(videos::id.eq(id))
+        .select(videos::owner_id)
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Locks a video `FOR UPDATE`; `None` if it is gone.
+pub async fn lock_for_update(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+) -> QueryResult<Option<VideoRow>> {
+    videos::table
+        .filter(videos::id.eq(id))
+        .select(VideoRow::as_select())
+        .for_update()
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// `queued -> processing` once a worker holds its job (shown by the status API).
+pub async fn mark_processing(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+    diesel::update(videos::table.filter(videos::id.eq(id).and(videos::status.eq("queued"))))
+        .set((
+            videos::status.eq("processing"),
+            videos::updated_at.eq(now_sql()),
+        ))
+        .execute(conn)
+        .await
+}
+
+/// `processing -> queued` when its job goes back to the queue.
+pub async fn mark_queued(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+    diesel::update(videos::table.filter(videos::id.eq(id).and(videos::status.eq("processing"))))
+        .set((
+            videos::status.eq("queued"),
+            videos::updated_at.eq(now_sql()),
+        ))
+        .execute(conn)
+        .await
+}
+
+/// What a READY finalize records.
+#[derive(Debug)]
+pub struct ReadyFacts<'a> {
+    /// Probed duration.
+    pub duration_ms: i64,
+    /// Probed width.
+    pub width: i32,
+    /// Probed height.
+    pub height: i32,
+    /// Probed video codec.
+    pub video_codec: &'a str,
+    /// Probed audio codec.
+    pub audio_codec: Option<&'a str>,
+    /// The attempt whose outputs are live.
+    pub live_attempt: i32,
+    /// Playlist key.
+    pub hls_key: &'a str,
+    /// MP4 key.
+    pub mp4_key: &'a str,
+    /// Thumbnail key.
+    pub thumbnail_key: &'a str,
+}
+
+/// Marks a (locked) video ready; returns the transaction's timestamp.
+pub async fn set_ready(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    facts: &ReadyFacts<'_>,
+) -> QueryResult<DateTime<Utc>> {
+    diesel::update(videos::table.filter(videos::id.eq(id)))
+        .set((
+            videos::status.eq("ready"),
+            videos::duration_ms.eq(facts.duration_ms),
+            videos::width.eq(facts.width),
+            videos::height.eq(facts.height),
+            videos::video_codec.eq(facts.video_codec),
+            videos::audio_codec.eq(facts.audio_codec),
+            videos::live_attempt.eq(facts.live_attempt),
+            videos::hls_key.eq(facts.hls_key),
+            videos::mp4_key.eq(facts.mp4_key),
+            videos::thumbnail_key.eq(facts.thumbnail_key),
+            videos::error_code.eq(None::<String>),
+            videos::error_message.eq(None::<String>),
+            videos::ready_at.eq(now_sql().nullable()),
+            videos::updated_at.eq(now_sql()),
+        ))
+        .returning(videos::updated_at)
+        .get_result(conn)
+        .await
+}
+
+/// Marks a (locked) video failed with a stable code; returns the transaction's timestamp.
+pub async fn set_failed(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    code: &str,
+    message: &str,
+) -> QueryResult<DateTime<Utc>> {
+    diesel::update(videos::table.filter(videos::id.eq(id)))
+        .set((
+            videos::status.eq("failed"),
+            videos::error_code.eq(code),
+            videos::error_message.eq(message),
+            videos::ready_at.eq(None::<DateTime<Utc>>),
+            videos::updated_at.eq(now_sql()),
+        ))
+        .returning(videos::updated_at)
+        .get_result(conn)
+        .await
+}
+
+fn now_sql() -> diesel::expression::SqlLiteral<diesel::sql_types::Timestamptz> {
+    diesel::dsl::sql::<diesel::sql_types::Timestamptz>("statement_timestamp()")
+}

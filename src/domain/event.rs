@@ -66,6 +66,33 @@ impl Event {
         }
     }
 
+    /// `video.ready`: outputs are in S3; `data` carries the probe facts and the object keys.
+    pub fn video_ready(video_id: VideoId, occurred_at: DateTime<Utc>, data: Value) -> Self {
+        Self {
+            id: EventId::new(),
+            event_type: EventType::VideoReady,
+            occurred_at,
+            video_id,
+            data,
+        }
+    }
+
+    /// `video.failed`: the video will not become playable; `data` says why.
+    pub fn video_failed(
+        video_id: VideoId,
+        occurred_at: DateTime<Utc>,
+        code: &str,
+        message: &str,
+    ) -> Self {
+        Self {
+            id: EventId::new(),
+            event_type: EventType::VideoFailed,
+            occurred_at,
+            video_id,
+            data: serde_json::json!({ "status": "failed", "error": { "code": code, "message": message } }),
+        }
+    }
+
     /// The envelope as JSON, as stored in the outbox's `payload`.
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).expect("an event always serializes")

@@ -99,7 +99,12 @@ pub async fn upload(
     }
 
     let (playlist, rest) = all.split_last().expect("the playlist is always planned");
-    futures_util::stream::iter(rest.iter().map(|o| put_and_confirm(storage, pool, o)))
+    // Boxed so the stream's item type names no closure lifetime (keeps the future Send).
+    let uploads: Vec<futures_util::future::BoxFuture<'_, Result<(), MediaError>>> = rest
+        .iter()
+        .map(|o| Box::pin(put_and_confirm(storage, pool, o)) as _)
+        .collect();
+    futures_util::stream::iter(uploads)
         .buffer_unordered(UPLOAD_CONCURRENCY)
         .try_collect::<Vec<()>>()
         .await?;

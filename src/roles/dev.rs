@@ -1,6 +1,6 @@
 //! The `dev` role: everything on one machine for a laptop. Creates the database if needed,
 //! migrates, starts an embedded S3-compatible server over a local directory, creates the
-//! bucket and runs the API. Not the production shape: there, each role is its own process
+//! bucket and runs the API and a worker. Not the production shape: there, each role is its own process
 //! and S3 is S3.
 
 use std::net::SocketAddr;
@@ -61,6 +61,12 @@ pub struct DevConfig {
 
     #[command(flatten)]
     pub upload: UploadConfig,
+
+    #[command(flatten)]
+    pub queue: super::worker::QueueArgs,
+
+    #[command(flatten)]
+    pub media: crate::config::MediaArgs,
 }
 
 /// Runs every part of vidq in this process until `shutdown` is cancelled.
@@ -108,9 +114,17 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
 
     let listener = std::net::TcpListener::bind(config.http.addr)
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
-    let server = crate::http::serve(listener, ctx, shutdown)?;
+    let storage = ctx.storage.clone();
+    let server = crate::http::serve(listener, ctx, shutdown.clone())?;
+    let worker = super::worker::run_with(
+        &config.database_url,
+        &config.queue,
+        &config.media,
+        storage,
+        shutdown,
+    );
     eprintln!(
-        "\nvidq dev is running\n  API         http://{api}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
+        "\nvidq dev is running\n  API         http://{api}\n  worker      1 slot, FFmpeg from PATH\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
          Get an API key (in another terminal):\n  DATABASE_URL={db} cargo run -- user create --name me\n\
          Then follow the curl walk-through in README.md. Ctrl-C stops everything.\n",
         api = config.http.addr,
@@ -118,7 +132,9 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         root = s3_root.display(),
         db = config.database_url,
     );
-    server.await?;
+    let (served, worked) = tokio::join!(server, worker);
+    served?;
+    worked?;
     s3.stop().await;
     tracing::info!("vidq dev stopped");
     Ok(())

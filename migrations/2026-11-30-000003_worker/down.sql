@@ -1,0 +1,1 @@
+DROP INDEX video_encoding_jobs_last_attempt_lease_idx;

@@ -1,0 +1,288 @@
+//! The transactions of an encoding job's life after its claim: finalize READY or FAILED,
+//! retry later, release on shutdown, reap a job that died in its last attempt, and the
+//! operators' retry and cancel. Every write that depends on a claim is fenced on its token;
+//! a fence that matches nothing rolls the whole transaction back.
+
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::db::{self, DbError, DbPool, attempts::Outcome};
+use crate::domain::event::Event;
+use crate::domain::ids::VideoId;
+use crate::domain::job::MAX_ATTEMPTS;
+use crate::domain::media::MediaError;
+use crate::pipeline::AttemptOutput;
+
+/// Seconds a retried job waits before it can be claimed again.
+pub const RETRY_DELAY_SECS: f64 = 5.0;
+
+/// A worker's hold on a job.
+#[derive(Clone, Debug)]
+pub struct Claim {
+    /// Job id.
+    pub job_id: i64,
+    /// Its video.
+    pub video: VideoId,
+    /// The fencing token.
+    pub token: Uuid,
+    /// This attempt's number.
+    pub attempt: i32,
+    /// Where the original is.
+    pub original_key: String,
+}
+
+impl From<db::jobs::ClaimedJob> for Claim {
+    fn from(job: db::jobs::ClaimedJob) -> Self {
+        Self {
+            job_id: job.id,
+            video: VideoId(job.video_id),
+            token: job.claim_token,
+            attempt: job.attempt_count,
+            original_key: job.original_s3_key,
+        }
+    }
+}
+
+/// Why a claim-dependent transaction changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// The claim is no longer ours (lease expired and reclaimed, cancelled, video deleted):
+    /// the transaction was rolled back whole.
+    #[error("the claim was lost; nothing was written")]
+    ClaimLost,
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] DbError),
+}
+
+impl From<diesel::result::Error> for JobError {
+    fn from(err: diesel::result::Error) -> Self {
+        Self::Database(DbError::Query(err))
+    }
+}
+
+impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for JobError {
+    fn from(err: bb8::RunError<diesel_async::pooled_connection::PoolError>) -> Self {
+        Self::Database(DbError::Pool(err))
+    }
+}
+
+/// Takes the uploader's and the video's locks, in that order. `None` if the video is gone.
+async fn lock_owner_and_video(
+    conn: &mut AsyncPgConnection,
+    video: VideoId,
+) -> Result<Option<Uuid>, JobError> {
+    let Some(owner) = db::videos::owner_of(conn, video.0).await? else {
+        return Ok(None);
+    };
+    // FOR KEY SHARE blocks the user's deletion but not the user's other finalizations.
+    if db::users::lock_for_key_share(conn, owner).await?.is_none() {
+        return Ok(None);
+    }
+    Ok(db::videos::lock_for_update(conn, video.0)
+        .await?
+        .map(|_| owner))
+}
+
+/// Fails with [`JobError::ClaimLost`] (rolling back) when the fence matched nothing.
+fn fenced(rows: usize) -> Result<(), JobError> {
+    if rows == 0 {
+        Err(JobError::ClaimLost)
+    } else {
+        Ok(())
+    }
+}
+
+/// READY: the video's facts and live keys, `video.ready`, the attempt closed, and as the LAST
+/// statement the fenced COMPLETED update. Returns the attempt numbers whose prefixes are now
+/// garbage.
+#[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, attempt = claim.attempt))]
+pub async fn finalize_ready(
+    pool: &DbPool,
+    claim: &Claim,
+    output: &AttemptOutput,
+) -> Result<(), JobError> {
+    let mut conn = pool.get().await?;
+    conn.transaction::<_, JobError, _>(async |conn| {
+        let owner = lock_owner_and_video(conn, claim.video)
+            .await?
+            .ok_or(JobError::ClaimLost)?;
+        let media = &output.media;
+        let at = db::videos::set_ready(
+            conn,
+            claim.video.0,
+            &db::videos::ReadyFacts {
+                duration_ms: media.duration_ms,
+                width: media.width,
+                height: media.height,
+                video_codec: &media.video_codec,
+                audio_codec: media.audio_codec.as_deref(),
+                live_attempt: claim.attempt,
+                hls_key: &output.keys.hls,
+                mp4_key: &output.keys.mp4,
+                thumbnail_key: &output.keys.thumbnail,
+            },
+        )
+        .await?;
+        let data = json!({
+            "status": "ready",
+            "duration_ms": media.duration_ms,
+            "width": media.width,
+            "height": media.height,
+            "playback": {
+                "hls_key": output.keys.hls,
+                "mp4_key": output.keys.mp4,
+                "thumbnail_key": output.keys.thumbnail,
+            },
+        });
+        db::outbox::insert(conn, owner, &Event::video_ready(claim.video, at, data)).await?;
+        db::attempts::finish(conn, claim.token, Outcome::Completed, None).await?;
+        fenced(db::jobs::complete(conn, claim.job_id, claim.token).await?)
+    })
+    .await
+}
+
+/// FAILED: the error on the video, `video.failed`, the attempt closed, the fenced COMPLETED
+/// update last.
+#[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, attempt = claim.attempt))]
+pub async fn finalize_failed(
+    pool: &DbPool,
+    claim: &Claim,
+    error: &MediaError,
+) -> Result<(), JobError> {
+    let mut conn = pool.get().await?;
+    conn.transaction::<_, JobError, _>(async |conn| {
+        let owner = lock_owner_and_video(conn, claim.video)
+            .await?
+            .ok_or(JobError::ClaimLost)?;
+        let at = db::videos::set_failed(conn, claim.video.0, error.code, &error.message).await?;
+        let event = Event::video_failed(claim.video, at, error.code, &error.message);
+        db::outbox::insert(conn, owner, &event).await?;
+        db::attempts::finish(
+            conn,
+            claim.token,
+            Outcome::Failed,
+            Some((error.code, &error.message)),
+        )
+        .await?;
+        fenced(db::jobs::complete(conn, claim.job_id, claim.token).await?)
+    })
+    .await
+}
+
+/// A retryable error: with attempts left, back to PENDING in 5 s (fenced); on the last
+/// attempt, FAILED with that error.
+pub async fn fail_or_retry(
+    pool: &DbPool,
+    claim: &Claim,
+    error: &MediaError,
+) -> Result<bool, JobError> {
+    if error.is_permanent() || claim.attempt >= MAX_ATTEMPTS {
+        return finalize_failed(pool, claim, error).await.map(|()| false);
+    }
+    let mut conn = pool.get().await?;
+    conn.transaction::<_, JobError, _>(async |conn| {
+        lock_owner_and_video(conn, claim.video)
+            .await?
+            .ok_or(JobError::ClaimLost)?;
+        db::videos::mark_queued(conn, claim.video.0).await?;
+        db::attempts::finish(
+            conn,
+            claim.token,
+            Outcome::Retry,
+            Some((error.code, &error.message)),
+        )
+        .await?;
+        let last_error = format!("{}: {}", error.code, error.message);
+        fenced(
+            db::jobs::retry_later(
+                conn,
+                claim.job_id,
+                claim.token,
+                RETRY_DELAY_SECS,
+                &last_error,
+            )
+            .await?,
+        )?;
+        db::jobs::notify_claimable(conn).await?;
+        Ok(true)
+    })
+    .await
+}
+
+/// Graceful release on shutdown: back to PENDING with the attempt given back (fenced).
+pub async fn release(pool: &DbPool, claim: &Claim) -> Result<(), JobError> {
+    let mut conn = pool.get().await?;
+    conn.transaction::<_, JobError, _>(async |conn| {
+        lock_owner_and_video(conn, claim.video)
+            .await?
+            .ok_or(JobError::ClaimLost)?;
+        db::videos::mark_queued(conn, claim.video.0).await?;
+        db::attempts::finish(conn, claim.token, Outcome::Released, None).await?;
+        fenced(db::jobs::release(conn, claim.job_id, claim.token).await?)?;
+        db::jobs::notify_claimable(conn).await?;
+        Ok(())
+    })
+    .await
+}
+
+/// Records that this node lost its claim (best effort; the next claim also closes it).
+pub async fn record_lost(pool: &DbPool, claim: &Claim, reason: &str) -> Result<(), JobError> {
+    let mut conn = pool.get().await?;
+    db::attempts::finish(
+        &mut conn,
+        claim.token,
+        Outcome::Lost,
+        Some(("claim_lost", reason)),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Closes jobs that died in their last attempt: DEAD (closed), the video FAILED and one
+/// `video.failed`, in one transaction each. Any worker runs this on its tick; the fence
+/// makes two reapers harmless. Returns how many it closed.
+pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
+    let mut conn = pool.get().await?;
+    let candidates = db::jobs::dead_candidates(&mut conn, 16).await?;
+    let mut reaped = 0;
+    for job in candidates {
+        let closed = conn
+            .transaction::<_, JobError, _>(async |conn| {
+                let video = VideoId(job.video_id);
+                lock_owner_and_video(conn, video)
+                    .await?
+                    .ok_or(JobError::ClaimLost)?;
+                let (code, message) = (
+                    "attempts_exhausted",
+                    "every encoding attempt stopped without finishing",
+                );
+                let at = db::videos::set_failed(conn, video.0, code, message).await?;
+                db::outbox::insert(
+                    conn,
+                    job.owner_id,
+                    &Event::video_failed(video, at, code, message),
+                )
+                .await?;
+                db::attempts::finish(
+                    conn,
+                    job.claim_token,
+                    Outcome::Dead,
+                    Some(("lease_expired", message)),
+                )
+                .await?;
+                fenced(db::jobs::mark_dead(conn, job.id, job.claim_token).await?)
+            })
+            .await;
+        match closed {
+            Ok(()) => {
+                reaped += 1;
+                tracing::warn!(job_id = job.id, video_id = %job.video_id, "job died in its last attempt; video failed");
+            }
+            Err(JobError::ClaimLost) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(reaped)
+}

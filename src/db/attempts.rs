@@ -1,0 +1,57 @@
+//! The attempt ledger: a row per claim (opened by the claim statement itself), closed with
+//! its outcome by whoever ends the attempt.
+
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+/// How an attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Finalized READY.
+    Completed,
+    /// Finalized FAILED (permanent error, or the last retryable one).
+    Failed,
+    /// Went back to PENDING to be tried again.
+    Retry,
+    /// Its claim was lost (lease expired, cancelled, video deleted).
+    Lost,
+    /// Handed back on shutdown.
+    Released,
+    /// Died in the last attempt; the reaper closed it.
+    Dead,
+}
+
+impl Outcome {
+    /// The database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Retry => "retry",
+            Self::Lost => "lost",
+            Self::Released => "released",
+            Self::Dead => "dead",
+        }
+    }
+}
+
+/// Closes the attempt opened by the claim with this token (once: an attempt already closed
+/// keeps its first outcome).
+pub async fn finish(
+    conn: &mut AsyncPgConnection,
+    token: Uuid,
+    outcome: Outcome,
+    error: Option<(&str, &str)>,
+) -> diesel::QueryResult<usize> {
+    use diesel::sql_types::{Nullable, Text, Uuid as SqlUuid};
+    diesel::sql_query(
+        "UPDATE job_attempts SET ended_at = statement_timestamp(), outcome = $2, error_code = $3, error_message = $4
+          WHERE claim_token = $1 AND ended_at IS NULL",
+    )
+    .bind::<SqlUuid, _>(token)
+    .bind::<Text, _>(outcome.as_str())
+    .bind::<Nullable<Text>, _>(error.map(|e| e.0))
+    .bind::<Nullable<Text>, _>(error.map(|e| e.1))
+    .execute(conn)
+    .await
+}

@@ -1,0 +1,71 @@
+//! A dedicated connection that LISTENs for "a job became claimable" and wakes the claim
+//! loop. NOTIFY is only a wake-up: the poll tick stays as the safety net, and the connection
+//! is re-established if it drops.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use futures_util::StreamExt;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Starts listening on `channel`; resolves once the first LISTEN is in place, so a NOTIFY
+/// sent after this returns is never missed. Each notification calls `wake.notify_one()`.
+pub async fn spawn(url: String, channel: &'static str, wake: Arc<Notify>, stop: CancellationToken) {
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let mut ready = Some(ready_tx);
+        let mut backoff = Duration::from_millis(100);
+        while !stop.is_cancelled() {
+            match listen(&url, channel).await {
+                Ok(mut conn) => {
+                    backoff = Duration::from_millis(100);
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(());
+                    }
+                    // A connection lost while we were away may have dropped notifications.
+                    wake.notify_one();
+                    let mut stream = Box::pin(conn.notifications_stream());
+                    loop {
+                        tokio::select! {
+                            () = stop.cancelled() => return,
+                            note = stream.next() => match note {
+                                Some(Ok(_)) => wake.notify_one(),
+                                Some(Err(error)) => {
+                                    tracing::warn!(%error, channel, "LISTEN connection failed; reconnecting");
+                                    break;
+                                }
+                                None => break,
+                            },
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, channel, "cannot LISTEN; relying on polling until it can");
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(());
+                    }
+                }
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    });
+    let _ = ready_rx.await;
+}
+
+async fn listen(
+    url: &str,
+    channel: &str,
+) -> Result<AsyncPgConnection, Box<dyn std::error::Error + Send + Sync>> {
+    let url = crate::db::pool::with_default_user(url)?;
+    let mut conn = AsyncPgConnection::establish(&url).await?;
+    diesel::sql_query(format!("LISTEN {channel}"))
+        .execute(&mut conn)
+        .await?;
+    Ok(conn)
+}

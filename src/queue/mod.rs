@@ -1,0 +1,59 @@
+//! The worker engine: claim jobs from PostgreSQL, run each under a heartbeat lease, and end
+//! every attempt through the fenced transactions in [`crate::app::jobs`]. The distribution
+//! across nodes is the race itself: an idle node claims the next row first.
+
+pub mod heartbeat;
+pub mod listener;
+pub mod runner;
+
+use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::ids::VideoId;
+use crate::domain::media::MediaError;
+use crate::pipeline::{AttemptOutput, AttemptPlan, Pipeline};
+
+/// The work one attempt does between its claim and its finalize. The real body is the media
+/// [`Pipeline`]; queue tests and the queue benchmark plug in bodies that block, fail or
+/// succeed on command.
+pub trait JobBody: Send + Sync + 'static {
+    /// Runs one attempt; must stop promptly once `cancel` fires.
+    fn run<'a>(
+        &'a self,
+        plan: &'a AttemptPlan,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>>;
+
+    /// After a READY commit: remove what the video's other attempts left behind.
+    fn after_ready(&self, _video: VideoId, _live_attempt: i32) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+impl JobBody for Pipeline {
+    fn run<'a>(
+        &'a self,
+        plan: &'a AttemptPlan,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>> {
+        Box::pin(Pipeline::run(self, plan, cancel))
+    }
+
+    fn after_ready(&self, video: VideoId, live_attempt: i32) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            for attempt in (1..=crate::domain::job::MAX_ATTEMPTS).filter(|a| *a != live_attempt) {
+                let prefix = crate::domain::keys::attempt_prefix(video, attempt);
+                match self.storage.delete_prefix(&prefix).await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(%prefix, objects = n, "removed a superseded attempt's outputs")
+                    }
+                    Err(error) => {
+                        tracing::warn!(error = %crate::telemetry::error_chain(&error), %prefix,
+                        "could not remove a superseded attempt's outputs; the sweeper will")
+                    }
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,233 @@
+//! The claim loop of one worker process: keep up to `slots` attempts running, claim again as
+//! soon as one ends or a NOTIFY arrives, poll as the safety net, reap jobs that died in their
+//! last attempt, and on shutdown hand every claim back.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::JobBody;
+use super::heartbeat::{StopReason, keep_alive};
+use crate::app::jobs::{self, Claim, JobError};
+use crate::db::{self, DbPool};
+use crate::domain::media::MediaError;
+use crate::pipeline::AttemptPlan;
+
+/// How a worker paces itself.
+#[derive(Clone, Debug)]
+pub struct WorkerSettings {
+    /// Written to `claimed_by`.
+    pub node_id: String,
+    /// Attempts this process runs at once.
+    pub slots: u32,
+    /// Safety-net poll interval.
+    pub poll: Duration,
+    /// Lease taken at claim and renewed by the heartbeat.
+    pub lease: Duration,
+    /// Renewal interval; `None` keeps the claim's lease as it is (the seed's behaviour).
+    pub heartbeat: Option<Duration>,
+    /// Hard limit of one attempt.
+    pub deadline: Duration,
+}
+
+/// Called with the job id right after each successful claim (benchmarks time pickups).
+pub type ClaimObserver = Arc<dyn Fn(i64) + Send + Sync>;
+
+/// One worker process's engine.
+pub struct Runner<B: JobBody> {
+    /// Pool (a worker holds at most 2 connections).
+    pub pool: DbPool,
+    /// For the dedicated LISTEN connection.
+    pub database_url: String,
+    /// What an attempt does.
+    pub body: Arc<B>,
+    /// Pacing.
+    pub settings: WorkerSettings,
+    /// Optional claim hook.
+    pub on_claim: Option<ClaimObserver>,
+}
+
+/// How long shutdown waits for running attempts to hand their claims back.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl<B: JobBody> Runner<B> {
+    /// Runs until `shutdown`; then stops claiming, stops running attempts (each releases its
+    /// claim) and returns.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let wake = Arc::new(Notify::new());
+        // LISTEN first, then claim: a NOTIFY sent in between cannot be missed.
+        super::listener::spawn(
+            self.database_url.clone(),
+            db::jobs::JOBS_CHANNEL,
+            wake.clone(),
+            shutdown.child_token(),
+        )
+        .await;
+        let slots = Arc::new(Semaphore::new(self.settings.slots as usize));
+        let mut running = JoinSet::new();
+        let mut last_reap: Option<Instant> = None;
+        tracing::info!(node = %self.settings.node_id, slots = self.settings.slots, "worker started");
+        while !shutdown.is_cancelled() {
+            if last_reap.is_none_or(|at| at.elapsed() >= self.settings.poll) {
+                if let Err(error) = jobs::reap_dead(&self.pool).await {
+                    tracing::warn!(error = %crate::telemetry::error_chain(&error), "reaping dead jobs failed");
+                }
+                last_reap = Some(Instant::now());
+            }
+            while let Ok(permit) = slots.clone().try_acquire_owned() {
+                match self.claim_one().await {
+                    Ok(Some(claim)) => {
+                        running.spawn(self.clone().attempt(claim, permit, shutdown.clone()));
+                    }
+                    Ok(None) => break,
+                    Err(error) => {
+                        tracing::warn!(error = %crate::telemetry::error_chain(&error), "claim failed");
+                        break;
+                    }
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = wake.notified() => {}
+                () = tokio::time::sleep(self.settings.poll) => {}
+                Some(_) = running.join_next(), if !running.is_empty() => {}
+            }
+        }
+        tracing::info!(
+            running = running.len(),
+            "worker stopping; handing claims back"
+        );
+        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            while running.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::error!("attempts did not stop in time; their leases will expire");
+        }
+        tracing::info!("worker stopped");
+    }
+
+    async fn claim_one(&self) -> Result<Option<Claim>, JobError> {
+        let mut conn = self.pool.get().await?;
+        let claimed = db::jobs::claim(
+            &mut conn,
+            &self.settings.node_id,
+            self.settings.lease.as_secs_f64(),
+        )
+        .await?;
+        if let (Some(job), Some(observe)) = (&claimed, &self.on_claim) {
+            observe(job.id);
+        }
+        Ok(claimed.map(Claim::from))
+    }
+
+    #[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, attempt = claim.attempt))]
+    async fn attempt(
+        self: Arc<Self>,
+        claim: Claim,
+        _slot: OwnedSemaphorePermit,
+        shutdown: CancellationToken,
+    ) {
+        tracing::info!("claimed");
+        if let Ok(mut conn) = self.pool.get().await
+            && let Err(error) = db::videos::mark_processing(&mut conn, claim.video.0).await
+        {
+            tracing::warn!(%error, "could not mark the video processing");
+        }
+        let stop = CancellationToken::new();
+        let reason = Arc::new(OnceLock::new());
+        if let Some(every) = self.settings.heartbeat {
+            tokio::spawn(keep_alive(
+                self.pool.clone(),
+                claim.clone(),
+                self.settings.lease,
+                every,
+                stop.clone(),
+                reason.clone(),
+            ));
+        }
+        tokio::spawn({
+            let (stop, reason, deadline) = (stop.clone(), reason.clone(), self.settings.deadline);
+            async move {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = shutdown.cancelled() => { let _ = reason.set(StopReason::Shutdown); }
+                    () = tokio::time::sleep(deadline) => { let _ = reason.set(StopReason::Deadline); }
+                }
+                stop.cancel();
+            }
+        });
+        let plan = AttemptPlan {
+            video: claim.video,
+            attempt: claim.attempt,
+            original_key: claim.original_key.clone(),
+        };
+        let result = self.body.run(&plan, &stop).await;
+        let why = reason.get().copied();
+        // Ends the heartbeat and the deadline watch (neither sets a reason on this path).
+        stop.cancel();
+        self.conclude(&claim, result, why).await;
+    }
+
+    async fn conclude(
+        &self,
+        claim: &Claim,
+        result: Result<crate::pipeline::AttemptOutput, MediaError>,
+        why: Option<StopReason>,
+    ) {
+        let outcome = match (result, why) {
+            (_, Some(StopReason::Lost)) => {
+                tracing::warn!("claim lost during the attempt; its result is dropped");
+                jobs::record_lost(&self.pool, claim, "lease lost during the attempt").await
+            }
+            (Ok(output), _) => match jobs::finalize_ready(&self.pool, claim, &output).await {
+                Ok(()) => {
+                    tracing::info!("video ready");
+                    self.body.after_ready(claim.video, claim.attempt).await;
+                    Ok(())
+                }
+                Err(err) => Err(err),
+            },
+            (Err(_), Some(StopReason::Shutdown)) => {
+                jobs::release(&self.pool, claim).await.map(|()| {
+                    tracing::info!("claim handed back for another node");
+                })
+            }
+            (Err(_), Some(StopReason::Deadline)) => {
+                let error = MediaError::retryable(
+                    "deadline_exceeded",
+                    format!("the attempt ran past {:?}", self.settings.deadline),
+                );
+                jobs::fail_or_retry(&self.pool, claim, &error)
+                    .await
+                    .map(drop)
+            }
+            (Err(error), None) => match jobs::fail_or_retry(&self.pool, claim, &error).await {
+                Ok(true) => {
+                    tracing::warn!(code = error.code, message = %error.message, "attempt failed; retrying later");
+                    Ok(())
+                }
+                Ok(false) => {
+                    tracing::warn!(code = error.code, message = %error.message, "video failed");
+                    Ok(())
+                }
+                Err(err) => Err(err),
+            },
+        };
+        match outcome {
+            Ok(()) => {}
+            Err(JobError::ClaimLost) => {
+                tracing::warn!("claim lost before the result was recorded; nothing was written");
+                let _ =
+                    jobs::record_lost(&self.pool, claim, "fence matched nothing at finalize").await;
+            }
+            Err(error) => tracing::error!(
+                error = %crate::telemetry::error_chain(&error),
+                "could not record the attempt's end; its lease will expire and another node will retry"
+            ),
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! The `worker` role: claims encoding jobs and runs the media pipeline on them. No public
+//! port, no migrations, no uploads or relay; a pool of at most 2 connections plus the LISTEN
+//! connection. Any number of workers on any number of hosts share one database.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+use crate::adapters::storage::Storage;
+use crate::config::{MediaArgs, Secret, StorageConfig};
+use crate::db;
+use crate::pipeline::Pipeline;
+use crate::queue::runner::{Runner, WorkerSettings};
+
+/// Most connections a worker's pool holds (claims, heartbeats, finalizes share them).
+pub const WORKER_POOL_SIZE: u32 = 2;
+
+/// How a worker claims and paces jobs.
+#[derive(Debug, Clone, Args)]
+pub struct QueueArgs {
+    /// Name written to each claim (`claimed_by`). Default: the host name.
+    #[arg(long = "node-id", env = "VIDQ_NODE_ID", value_name = "NAME")]
+    pub node_id: Option<String>,
+    /// Jobs this process encodes at once (one FFmpeg per small node is the usual shape).
+    #[arg(long, env = "VIDQ_SLOTS", value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub slots: u32,
+    /// Safety-net poll interval in milliseconds (NOTIFY wakes the worker sooner).
+    #[arg(long = "poll-ms", env = "VIDQ_POLL_MS", value_name = "MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub poll_ms: u64,
+    /// Lease of a claim in seconds: a node that dies loses its job after this long.
+    #[arg(long = "lease-secs", env = "VIDQ_LEASE_SECS", value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub lease_secs: u64,
+    /// Lease renewal interval in seconds; 0 turns the heartbeat off (then set the lease to
+    /// cover a whole attempt, e.g. 2100, as the seed did).
+    #[arg(
+        long = "heartbeat-secs",
+        env = "VIDQ_HEARTBEAT_SECS",
+        value_name = "SECS",
+        default_value_t = 15
+    )]
+    pub heartbeat_secs: u64,
+    /// Hard limit of one attempt in seconds (default 35 min = 3 FFmpeg calls x 10 min + 5 min S3).
+    #[arg(long = "deadline-secs", env = "VIDQ_DEADLINE_SECS", value_name = "SECS", default_value_t = 2100,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub deadline_secs: u64,
+    /// Scratch space for originals and outputs (one directory per attempt, removed after).
+    #[arg(long = "work-dir", env = "VIDQ_WORK_DIR", value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+}
+
+impl QueueArgs {
+    /// Checks the combination and builds the settings.
+    pub fn settings(&self) -> anyhow::Result<WorkerSettings> {
+        if self.heartbeat_secs > 0 && self.heartbeat_secs * 2 > self.lease_secs {
+            bail!(
+                "VIDQ_HEARTBEAT_SECS ({}) must be at most half of VIDQ_LEASE_SECS ({}), so one missed renewal does not lose the claim",
+                self.heartbeat_secs,
+                self.lease_secs
+            );
+        }
+        Ok(WorkerSettings {
+            node_id: self.node_id.clone().unwrap_or_else(host_name),
+            slots: self.slots,
+            poll: Duration::from_millis(self.poll_ms),
+            lease: Duration::from_secs(self.lease_secs),
+            heartbeat: (self.heartbeat_secs > 0).then(|| Duration::from_secs(self.heartbeat_secs)),
+            deadline: Duration::from_secs(self.deadline_secs),
+        })
+    }
+}
+
+/// Settings of the `worker` role.
+#[derive(Debug, Clone, Args)]
+#[allow(missing_docs)] // flattened groups are documented on their own types
+pub struct WorkerConfig {
+    /// PostgreSQL URL.
+    #[arg(
+        long = "database-url",
+        env = "DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub database_url: Secret,
+    #[command(flatten)]
+    pub queue: QueueArgs,
+    #[command(flatten)]
+    pub storage: StorageConfig,
+    #[command(flatten)]
+    pub media: MediaArgs,
+}
+
+/// Runs a worker until `shutdown`.
+pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let storage = Storage::connect(&config.storage, None).await;
+    run_with(
+        config.database_url.expose(),
+        &config.queue,
+        &config.media,
+        storage,
+        shutdown,
+    )
+    .await
+}
+
+/// Runs a worker with a storage client already built (`vidq dev` passes the embedded S3's).
+pub async fn run_with(
+    database_url: &str,
+    queue: &QueueArgs,
+    media: &MediaArgs,
+    storage: Storage,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let settings = queue.settings()?;
+    let pool = db::connect(database_url, WORKER_POOL_SIZE)
+        .await
+        .context("connecting to the database (DATABASE_URL)")?;
+    let work_root = match &queue.work_dir {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir(),
+    };
+    std::fs::create_dir_all(&work_root)
+        .with_context(|| format!("creating {} (VIDQ_WORK_DIR)", work_root.display()))?;
+    let body = Pipeline {
+        storage,
+        db: pool.clone(),
+        media: media.to_media_config(),
+        work_root,
+    };
+    let runner = Arc::new(Runner {
+        pool,
+        database_url: database_url.to_owned(),
+        body: Arc::new(body),
+        settings,
+        on_claim: None,
+    });
+    runner.run(shutdown).await;
+    Ok(())
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| format!("worker-{}", std::process::id()))
+}
