@@ -14,8 +14,8 @@ use crate::domain::job::MAX_ATTEMPTS;
 use crate::domain::media::MediaError;
 use crate::pipeline::AttemptOutput;
 
-/// Seconds a retried job waits before it can be claimed again.
-pub const RETRY_DELAY_SECS: f64 = 5.0;
+/// How long a retried job waits before it can be claimed again (the seed's 5 s).
+pub const RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A worker's hold on a job.
 #[derive(Clone, Debug)]
@@ -171,12 +171,14 @@ pub async fn finalize_failed(
     .await
 }
 
-/// A retryable error: with attempts left, back to PENDING in 5 s (fenced); on the last
-/// attempt, FAILED with that error.
+/// A retryable error: with attempts left, back to PENDING after `delay` (fenced); on the
+/// last attempt, or for a permanent error, FAILED with that error. Returns whether it will
+/// be retried.
 pub async fn fail_or_retry(
     pool: &DbPool,
     claim: &Claim,
     error: &MediaError,
+    delay: std::time::Duration,
 ) -> Result<bool, JobError> {
     if error.is_permanent() || claim.attempt >= MAX_ATTEMPTS {
         return finalize_failed(pool, claim, error).await.map(|()| false);
@@ -200,7 +202,7 @@ pub async fn fail_or_retry(
                 conn,
                 claim.job_id,
                 claim.token,
-                RETRY_DELAY_SECS,
+                delay.as_secs_f64(),
                 &last_error,
             )
             .await?,

@@ -15,6 +15,7 @@ pub mod provision;
 /// The tables as `diesel print-schema` generates them from `migrations/`.
 #[allow(missing_docs)]
 pub mod schema;
+pub mod synthetic;
 pub mod uploads;
 pub mod users;
 pub mod videos;

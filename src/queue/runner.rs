@@ -31,6 +31,8 @@ pub struct WorkerSettings {
     pub heartbeat: Option<Duration>,
     /// Hard limit of one attempt.
     pub deadline: Duration,
+    /// Wait before a retryable failure is claimed again.
+    pub retry_delay: Duration,
 }
 
 /// Called with the job id right after each successful claim (benchmarks time pickups).
@@ -201,21 +203,25 @@ impl<B: JobBody> Runner<B> {
                     "deadline_exceeded",
                     format!("the attempt ran past {:?}", self.settings.deadline),
                 );
-                jobs::fail_or_retry(&self.pool, claim, &error)
+                jobs::fail_or_retry(&self.pool, claim, &error, self.settings.retry_delay)
                     .await
                     .map(drop)
             }
-            (Err(error), None) => match jobs::fail_or_retry(&self.pool, claim, &error).await {
-                Ok(true) => {
-                    tracing::warn!(code = error.code, message = %error.message, "attempt failed; retrying later");
-                    Ok(())
+            (Err(error), None) => {
+                match jobs::fail_or_retry(&self.pool, claim, &error, self.settings.retry_delay)
+                    .await
+                {
+                    Ok(true) => {
+                        tracing::warn!(code = error.code, message = %error.message, "attempt failed; retrying later");
+                        Ok(())
+                    }
+                    Ok(false) => {
+                        tracing::warn!(code = error.code, message = %error.message, "video failed");
+                        Ok(())
+                    }
+                    Err(err) => Err(err),
                 }
-                Ok(false) => {
-                    tracing::warn!(code = error.code, message = %error.message, "video failed");
-                    Ok(())
-                }
-                Err(err) => Err(err),
-            },
+            }
         };
         match outcome {
             Ok(()) => {}

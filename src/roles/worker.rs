@@ -72,6 +72,7 @@ impl QueueArgs {
             lease: Duration::from_secs(self.lease_secs),
             heartbeat: (self.heartbeat_secs > 0).then(|| Duration::from_secs(self.heartbeat_secs)),
             deadline: Duration::from_secs(self.deadline_secs),
+            retry_delay: crate::app::jobs::RETRY_DELAY,
         })
     }
 }

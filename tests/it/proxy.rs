@@ -1,0 +1,68 @@
+//! A TCP proxy in front of PostgreSQL whose connections a test can cut, to take a worker's
+//! database away the way a network partition would.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+pub struct Proxy {
+    pub port: u16,
+    cut: Arc<AtomicBool>,
+    generation: Arc<std::sync::Mutex<CancellationToken>>,
+}
+
+impl Proxy {
+    pub async fn start(upstream: String) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let generation = Arc::new(std::sync::Mutex::new(CancellationToken::new()));
+        let (cut2, generation2) = (cut.clone(), generation.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if cut2.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is refused as soon as it opens
+                }
+                let token = generation2.lock().unwrap().clone();
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        () = token.cancelled() => {}
+                    }
+                });
+            }
+        });
+        Self {
+            port,
+            cut,
+            generation,
+        }
+    }
+
+    /// Drops every open connection and refuses new ones.
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        let mut generation = self.generation.lock().unwrap();
+        generation.cancel();
+        *generation = CancellationToken::new();
+    }
+
+    /// Lets connections through again.
+    pub fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+
+    /// `url` with its host and port replaced by the proxy's.
+    pub fn url_for(&self, url: &str) -> String {
+        let mut parsed = url::Url::parse(url).unwrap();
+        parsed.set_host(Some("127.0.0.1")).unwrap();
+        parsed.set_port(Some(self.port)).unwrap();
+        parsed.into()
+    }
+}

@@ -1,0 +1,124 @@
+//! A job body for queue tests: each attempt does what the test scripted for it (succeed,
+//! fail, or block until stopped) and the body records how many attempts of a video overlap.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+use vidq::domain::ids::VideoId;
+use vidq::domain::media::{MediaError, MediaInfo};
+use vidq::pipeline::{AttemptOutput, AttemptPlan, PlaybackKeys};
+use vidq::queue::JobBody;
+
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// Succeed after this long.
+    Succeed(Duration),
+    /// Fail with this error after a moment.
+    Fail(MediaError),
+    /// Run until stopped, then report the stop.
+    Block,
+}
+
+#[derive(Default)]
+pub struct Scripted {
+    /// Steps per video; when empty, `default` applies.
+    steps: Mutex<HashMap<VideoId, VecDeque<Step>>>,
+    default: Mutex<Option<Step>>,
+    active: Mutex<HashMap<VideoId, u32>>,
+    /// Most attempts of one video seen running at once.
+    pub max_overlap: Mutex<u32>,
+    /// Every (video, attempt) started.
+    pub started: Mutex<Vec<(VideoId, i32)>>,
+}
+
+impl Scripted {
+    pub fn new(default: Step) -> Arc<Self> {
+        let body = Self::default();
+        *body.default.lock().unwrap() = Some(default);
+        Arc::new(body)
+    }
+
+    pub fn script(&self, video: VideoId, steps: impl IntoIterator<Item = Step>) {
+        self.steps
+            .lock()
+            .unwrap()
+            .insert(video, steps.into_iter().collect());
+    }
+
+    fn next(&self, video: VideoId) -> Step {
+        let scripted = self
+            .steps
+            .lock()
+            .unwrap()
+            .get_mut(&video)
+            .and_then(VecDeque::pop_front);
+        scripted.unwrap_or_else(|| {
+            self.default
+                .lock()
+                .unwrap()
+                .clone()
+                .expect("a default step")
+        })
+    }
+}
+
+pub fn output(plan: &AttemptPlan) -> AttemptOutput {
+    let key = |name: &str| vidq::domain::keys::attempt_object(plan.video, plan.attempt, name);
+    AttemptOutput {
+        media: MediaInfo {
+            container: "mov,mp4,m4a,3gp,3g2,mj2".into(),
+            duration_ms: 1000,
+            video_codec: "h264".into(),
+            width: 320,
+            height: 240,
+            fps: 25.0,
+            audio_codec: None,
+        },
+        keys: PlaybackKeys {
+            hls: key("hls/index.m3u8"),
+            mp4: key("video.mp4"),
+            thumbnail: key("thumb.jpg"),
+        },
+    }
+}
+
+impl JobBody for Scripted {
+    fn run<'a>(
+        &'a self,
+        plan: &'a AttemptPlan,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>> {
+        Box::pin(async move {
+            {
+                let mut active = self.active.lock().unwrap();
+                let n = active.entry(plan.video).or_default();
+                *n += 1;
+                let mut max = self.max_overlap.lock().unwrap();
+                *max = (*max).max(*n);
+                self.started
+                    .lock()
+                    .unwrap()
+                    .push((plan.video, plan.attempt));
+            }
+            let result = match self.next(plan.video) {
+                Step::Succeed(after) => tokio::select! {
+                    () = tokio::time::sleep(after) => Ok(output(plan)),
+                    () = cancel.cancelled() => Err(MediaError::retryable("cancelled", "stopped")),
+                },
+                Step::Fail(error) => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    Err(error)
+                }
+                Step::Block => {
+                    cancel.cancelled().await;
+                    Err(MediaError::retryable("cancelled", "stopped"))
+                }
+            };
+            *self.active.lock().unwrap().get_mut(&plan.video).unwrap() -= 1;
+            result
+        })
+    }
+}
