@@ -16,3 +16,4 @@ mod scripted;
 mod uploads;
 mod users;
 mod videos;
+mod worker_process;

@@ -53,11 +53,6 @@ impl Proxy {
         *generation = CancellationToken::new();
     }
 
-    /// Lets connections through again.
-    pub fn restore(&self) {
-        self.cut.store(false, Ordering::SeqCst);
-    }
-
     /// `url` with its host and port replaced by the proxy's.
     pub fn url_for(&self, url: &str) -> String {
         let mut parsed = url::Url::parse(url).unwrap();

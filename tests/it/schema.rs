@@ -62,13 +62,15 @@ async fn unknown_states_are_refused_by_the_schema() {
 #[tokio::test]
 async fn the_claim_has_one_partial_index_over_both_claimable_states() {
     let app = TestApp::spawn().await;
-    let partial = app
+    // Exactly one index can serve the claim (a partial index over PENDING rows); the other
+    // partial index (the reaper's) excludes every claimable row by its predicate.
+    let claim_capable = app
         .count(
             "SELECT count(*) AS n FROM pg_indexes WHERE tablename = 'video_encoding_jobs'
-                AND indexdef LIKE '%WHERE%'",
+                AND indexdef LIKE '%WHERE%' AND indexdef LIKE '%PENDING%'",
         )
         .await;
-    assert_eq!(partial, 1);
+    assert_eq!(claim_capable, 1);
     let claimable = app
         .count(
             "SELECT count(*) AS n FROM pg_indexes WHERE indexname = 'video_encoding_jobs_claimable_idx'

@@ -1,7 +1,7 @@
-//! A job body for queue tests: each attempt does what the test scripted for it (succeed,
-//! fail, or block until stopped) and the body records how many attempts of a video overlap.
+//! A job body for queue tests: every attempt does what the test chose (succeed, fail, or
+//! block until stopped) and the body records how many attempts of a video overlap.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,8 +24,6 @@ pub enum Step {
 
 #[derive(Default)]
 pub struct Scripted {
-    /// Steps per video; when empty, `default` applies.
-    steps: Mutex<HashMap<VideoId, VecDeque<Step>>>,
     default: Mutex<Option<Step>>,
     active: Mutex<HashMap<VideoId, u32>>,
     /// Most attempts of one video seen running at once.
@@ -41,27 +39,8 @@ impl Scripted {
         Arc::new(body)
     }
 
-    pub fn script(&self, video: VideoId, steps: impl IntoIterator<Item = Step>) {
-        self.steps
-            .lock()
-            .unwrap()
-            .insert(video, steps.into_iter().collect());
-    }
-
-    fn next(&self, video: VideoId) -> Step {
-        let scripted = self
-            .steps
-            .lock()
-            .unwrap()
-            .get_mut(&video)
-            .and_then(VecDeque::pop_front);
-        scripted.unwrap_or_else(|| {
-            self.default
-                .lock()
-                .unwrap()
-                .clone()
-                .expect("a default step")
-        })
+    fn next(&self) -> Step {
+        self.default.lock().unwrap().clone().expect("a step")
     }
 }
 
@@ -103,7 +82,7 @@ impl JobBody for Scripted {
                     .unwrap()
                     .push((plan.video, plan.attempt));
             }
-            let result = match self.next(plan.video) {
+            let result = match self.next() {
                 Step::Succeed(after) => tokio::select! {
                     () = tokio::time::sleep(after) => Ok(output(plan)),
                     () = cancel.cancelled() => Err(MediaError::retryable("cancelled", "stopped")),

@@ -1,0 +1,316 @@
+//! Real `vidq worker` processes and the real pipeline under the faults the design is built
+//! for: SIGKILL mid-encode, SIGTERM mid-encode, and a worker cut off from its database.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::process::{Child, Command};
+use vidq::adapters::ffmpeg::MediaConfig;
+use vidq::pipeline::Pipeline;
+use vidq::queue::runner::WorkerSettings;
+
+use crate::clips;
+use crate::harness::{TEST_BUCKET, TestApp};
+use crate::media::processes_mentioning;
+use crate::pipeline::upload_clip;
+use crate::queue::{Worker, video_id, wait_for_count};
+
+/// A clip whose single-threaded encode takes several seconds, so a test can act mid-encode.
+fn long_clip() -> std::path::PathBuf {
+    clips::video(20, 1280, 720)
+}
+
+fn spawn_worker(app: &TestApp, node: &str, work_dir: &Path, threads: &str) -> Child {
+    let log = std::fs::File::create(work_dir.with_extension("log")).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_vidq"))
+        .arg("worker")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", &app.db.url)
+        .env("VIDQ_S3_ENDPOINT", app.s3.as_ref().unwrap().endpoint())
+        .env("VIDQ_S3_BUCKET", TEST_BUCKET)
+        .env("VIDQ_S3_FORCE_PATH_STYLE", "true")
+        .env("AWS_ACCESS_KEY_ID", "test-access")
+        .env("AWS_SECRET_ACCESS_KEY", "test-secret")
+        .env("VIDQ_NODE_ID", node)
+        .env("VIDQ_LEASE_SECS", "2")
+        .env("VIDQ_HEARTBEAT_SECS", "1")
+        .env("VIDQ_POLL_MS", "100")
+        .env("VIDQ_FFMPEG_THREADS", threads)
+        .env("VIDQ_WORK_DIR", work_dir)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until an FFmpeg encode (the tee output) runs with a command line under `dir`.
+async fn wait_for_encode(dir: &Path) -> Vec<u32> {
+    let marker = dir.to_string_lossy().into_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let pids: Vec<u32> = processes_mentioning(&marker)
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .map(|c| String::from_utf8_lossy(&c).contains("tee"))
+                    .unwrap_or(false)
+            })
+            .collect();
+        if !pids.is_empty() {
+            return pids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no encode started under {marker}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn signal(pid: u32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn a_sigkilled_worker_loses_its_job_to_another_after_the_lease_and_the_video_ends_ready() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let video = upload_clip(&app, &key, &long_clip()).await;
+    let id = video_id(&video);
+    let dirs = tempfile::tempdir().unwrap();
+    let (dir_a, dir_b) = (dirs.path().join("a"), dirs.path().join("b"));
+    std::fs::create_dir_all(&dir_a).unwrap();
+    std::fs::create_dir_all(&dir_b).unwrap();
+
+    let mut a = spawn_worker(&app, "node-a", &dir_a, "1");
+    let encoders = wait_for_encode(&dir_a).await;
+    a.start_kill().unwrap(); // SIGKILL: no shutdown hook runs
+    a.wait().await.unwrap();
+    // Its orphaned FFmpeg has no parent left to upload anything; stop it to free the CPU.
+    for pid in encoders {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'PROCESSING' AND claimed_by = 'node-a'").await,
+        1,
+        "the dead node's claim stays until its lease runs out"
+    );
+
+    let mut b = spawn_worker(&app, "node-b", &dir_b, "0");
+    wait_for_count(
+        &app,
+        &format!("SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready'"),
+        1,
+        Duration::from_secs(90),
+    )
+    .await;
+    signal(b.id().unwrap(), "TERM");
+    assert!(
+        tokio::time::timeout(Duration::from_secs(10), b.wait())
+            .await
+            .unwrap()
+            .unwrap()
+            .success()
+    );
+
+    let api: serde_json::Value = app
+        .get(&key, &format!("/v1/videos/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (api["status"].as_str(), api["attempts"].as_i64()),
+        (Some("ready"), Some(2))
+    );
+    assert!(
+        api["playback"]["hls_url"]
+            .as_str()
+            .unwrap()
+            .contains("/a2/hls/index.m3u8")
+    );
+    assert_eq!(app.count("SELECT count(*) AS n FROM job_attempts WHERE attempt = 1 AND node_id = 'node-a' AND outcome = 'lost'").await, 1);
+    assert_eq!(app.count("SELECT count(*) AS n FROM job_attempts WHERE attempt = 2 AND node_id = 'node-b' AND outcome = 'completed'").await, 1);
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM notification_outbox WHERE event_type = 'video.ready'")
+            .await,
+        1
+    );
+    assert!(
+        app.storage
+            .list_prefix(&format!("videos/{id}/a1/"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        !app.storage
+            .list_prefix(&format!("videos/{id}/a2/hls/"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn sigterm_hands_the_job_back_at_once_with_its_attempt_restored() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let video = upload_clip(&app, &key, &long_clip()).await;
+    let id = video_id(&video);
+    let dirs = tempfile::tempdir().unwrap();
+    let (dir_a, dir_b) = (dirs.path().join("a"), dirs.path().join("b"));
+    std::fs::create_dir_all(&dir_a).unwrap();
+    std::fs::create_dir_all(&dir_b).unwrap();
+
+    let mut a = spawn_worker(&app, "node-a", &dir_a, "1");
+    wait_for_encode(&dir_a).await;
+    let running: serde_json::Value = app
+        .get(&key, &format!("/v1/videos/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (running["status"].as_str(), running["attempts"].as_i64()),
+        (Some("processing"), Some(1))
+    );
+
+    let sent = Instant::now();
+    signal(a.id().unwrap(), "TERM");
+    let status = tokio::time::timeout(Duration::from_secs(10), a.wait())
+        .await
+        .expect("exits promptly")
+        .unwrap();
+    assert!(status.success(), "a controlled stop exits 0");
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert_eq!(app.count("SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'PENDING' AND attempt_count = 0").await, 1);
+    assert!(
+        processes_mentioning(&dir_a.to_string_lossy()).is_empty(),
+        "its FFmpeg was killed"
+    );
+    assert_eq!(
+        std::fs::read_dir(&dir_a).unwrap().count(),
+        0,
+        "its scratch directory is gone"
+    );
+
+    let mut b = spawn_worker(&app, "node-b", &dir_b, "0");
+    wait_for_count(
+        &app,
+        &format!("SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready'"),
+        1,
+        Duration::from_secs(90),
+    )
+    .await;
+    signal(b.id().unwrap(), "TERM");
+    b.wait().await.unwrap();
+    let api: serde_json::Value = app
+        .get(&key, &format!("/v1/videos/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        api["attempts"], 1,
+        "a controlled stop is not a failed attempt"
+    );
+    assert_eq!(app.count("SELECT count(*) AS n FROM job_attempts WHERE outcome = 'released' AND node_id = 'node-a'").await, 1);
+}
+
+#[tokio::test]
+async fn a_worker_cut_off_from_its_database_kills_ffmpeg_and_drops_the_result() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let video = upload_clip(&app, &key, &long_clip()).await;
+    let id = video_id(&video);
+    let work = tempfile::tempdir().unwrap();
+    let upstream = {
+        let url = url::Url::parse(&app.db.url).unwrap();
+        format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432))
+    };
+    let proxy = crate::proxy::Proxy::start(upstream).await;
+    let media = MediaConfig {
+        threads: 1,
+        ..MediaConfig::default()
+    };
+    let pool_via_proxy = vidq::db::connect(&proxy.url_for(&app.db.url), 2)
+        .await
+        .unwrap();
+    let body = Arc::new(Pipeline {
+        storage: app.storage.clone(),
+        db: pool_via_proxy,
+        media,
+        work_root: work.path().to_owned(),
+    });
+    let settings = WorkerSettings {
+        node_id: "partitioned".into(),
+        slots: 1,
+        poll: Duration::from_millis(100),
+        lease: Duration::from_secs(2),
+        heartbeat: Some(Duration::from_millis(500)),
+        deadline: Duration::from_secs(120),
+        retry_delay: Duration::from_secs(5),
+    };
+    let worker = Worker::start(&proxy.url_for(&app.db.url), body, settings).await;
+    wait_for_encode(work.path()).await;
+
+    proxy.cut();
+    let cut_at = Instant::now();
+    let marker = work.path().to_string_lossy().into_owned();
+    while !processes_mentioning(&marker).is_empty() {
+        assert!(
+            cut_at.elapsed() < Duration::from_secs(10),
+            "FFmpeg still running {:?} after the cut",
+            cut_at.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let killed_after = cut_at.elapsed();
+    assert!(
+        killed_after >= Duration::from_millis(1500),
+        "not before the lease could run out: {killed_after:?}"
+    );
+
+    // Nothing of the lost attempt reached S3 or the ledger; the job waits to be reclaimed.
+    assert!(
+        app.storage
+            .list_prefix(&format!("videos/{id}/"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM video_artifacts").await,
+        0
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) AS n FROM notification_outbox WHERE event_type <> 'video.accepted'"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'PROCESSING' AND lease_until < statement_timestamp()").await,
+        1,
+        "its lease ran out and nobody extended it"
+    );
+    worker.stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(40), worker.handle).await;
+}
