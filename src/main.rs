@@ -31,6 +31,9 @@ enum Command {
     /// Manage uploaders and their API keys.
     #[command(subcommand)]
     User(UserCommand),
+    /// Inspect the encoding queue, retry or cancel a job.
+    #[command(subcommand)]
+    Jobs(vidq::admin::jobs::JobsCommand),
     /// Print what the worker's hardened probe makes of a local file, as JSON (or the typed
     /// refusal, with exit status 1).
     Probe(vidq::admin::media::ProbeArgs),
@@ -73,6 +76,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Dev(config) => vidq::roles::dev::run(config, vidq::shutdown::on_signals()).await,
         Command::Migrate(args) => vidq::roles::api::migrate(&args.database).await,
         Command::User(command) => vidq::admin::user(command).await,
+        Command::Jobs(command) => vidq::admin::jobs::run(command).await,
         Command::Probe(args) => vidq::admin::media::probe(args).await,
         Command::Encode(args) => vidq::admin::media::encode(args).await,
     }

@@ -1,5 +1,6 @@
-//! One-shot operator commands: `vidq user ...`, `vidq probe`, `vidq encode`.
+//! One-shot operator commands: `vidq user ...`, `vidq jobs ...`, `vidq probe`, `vidq encode`.
 
+pub mod jobs;
 pub mod media;
 pub mod users;
 

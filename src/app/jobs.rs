@@ -288,3 +288,96 @@ pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
     }
     Ok(reaped)
 }
+
+/// Why an operator's retry or cancel was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    /// No such job.
+    #[error("no job {0}")]
+    NotFound(i64),
+    /// The job is in a state the command does not apply to.
+    #[error("job {id} is {status} (video {video_status}); {hint}")]
+    WrongState {
+        /// Job id.
+        id: i64,
+        /// Its status.
+        status: String,
+        /// Its video's status.
+        video_status: String,
+        /// What the command needs.
+        hint: &'static str,
+    },
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] JobError),
+}
+
+impl From<diesel::result::Error> for OperatorError {
+    fn from(err: diesel::result::Error) -> Self {
+        Self::Database(err.into())
+    }
+}
+
+/// What an operator asks of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperatorAction {
+    /// `vidq jobs retry`: a DEAD job, or the job of a FAILED video, back to PENDING with a
+    /// fresh attempt budget; its video goes back to `queued`.
+    Retry,
+    /// `vidq jobs cancel`: a PENDING or PROCESSING job is closed and its video FAILED
+    /// (`cancelled`) with one `video.failed`. A worker running it loses its claim at its next
+    /// heartbeat and kills its FFmpeg.
+    Cancel,
+}
+
+/// Applies an operator's retry or cancel in one transaction, locks in the usual order, the
+/// job's change a compare-and-set on the status it was seen in.
+pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<(), OperatorError> {
+    let mut conn = pool.get().await.map_err(JobError::from)?;
+    conn.transaction::<_, OperatorError, _>(async |conn| {
+        let job = db::jobs::find(conn, id)
+            .await?
+            .ok_or(OperatorError::NotFound(id))?;
+        let video = VideoId(job.video_id);
+        let owner = lock_owner_and_video(conn, video)
+            .await?
+            .ok_or(OperatorError::NotFound(id))?;
+        let status = db::jobs::lock_status(conn, id)
+            .await?
+            .ok_or(OperatorError::NotFound(id))?;
+        let wrong = |hint| OperatorError::WrongState {
+            id,
+            status: status.clone(),
+            video_status: job.video_status.clone(),
+            hint,
+        };
+        let changed = match action {
+            OperatorAction::Retry => {
+                if !(status == "DEAD" || (status == "COMPLETED" && job.video_status == "failed")) {
+                    return Err(wrong(
+                        "only a DEAD job or the job of a failed video can be retried",
+                    ));
+                }
+                db::videos::requeue(conn, video.0).await?;
+                let changed = db::jobs::requeue(conn, id, &status).await?;
+                db::jobs::notify_claimable(conn).await?;
+                changed
+            }
+            OperatorAction::Cancel => {
+                if status != "PENDING" && status != "PROCESSING" {
+                    return Err(wrong("only a PENDING or PROCESSING job can be cancelled"));
+                }
+                let (code, message) = ("cancelled", "an operator cancelled the encoding");
+                let at = db::videos::set_failed(conn, video.0, code, message).await?;
+                db::outbox::insert(conn, owner, &Event::video_failed(video, at, code, message))
+                    .await?;
+                db::jobs::cancel(conn, id, &status).await?
+            }
+        };
+        if changed == 0 {
+            return Err(JobError::ClaimLost.into());
+        }
+        Ok(())
+    })
+    .await
+}

@@ -250,3 +250,154 @@ pub async fn mark_dead(conn: &mut AsyncPgConnection, id: i64, token: Uuid) -> Qu
     .execute(conn)
     .await
 }
+
+/// A job as operators see it.
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct JobSummary {
+    /// Job id.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub id: i64,
+    /// Its video.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub video_id: Uuid,
+    /// The video's owner.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub owner_id: Uuid,
+    /// Queue state.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub status: String,
+    /// The video's status.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub video_status: String,
+    /// Attempts so far.
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub attempt_count: i32,
+    /// Holder of the current claim.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub claimed_by: Option<String>,
+    /// Lease end of the current claim.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+    pub lease_until: Option<chrono::DateTime<chrono::Utc>>,
+    /// When it may be claimed.
+    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+    pub available_at: chrono::DateTime<chrono::Utc>,
+    /// Enqueued.
+    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+    pub enqueued_at: chrono::DateTime<chrono::Utc>,
+    /// Finished.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+    pub completed_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The last retryable error.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub last_error: Option<String>,
+}
+
+const SUMMARY_SELECT: &str =
+    "SELECT j.id, j.video_id, v.owner_id, j.status, v.status AS video_status, j.attempt_count,
+        j.claimed_by, j.lease_until, j.available_at, j.enqueued_at, j.completed_at, j.last_error
+   FROM video_encoding_jobs j JOIN videos v ON v.id = j.video_id";
+
+/// Newest jobs first, optionally in one status.
+pub async fn list(
+    conn: &mut AsyncPgConnection,
+    status: Option<&str>,
+    limit: i64,
+) -> QueryResult<Vec<JobSummary>> {
+    use diesel::sql_types::{BigInt, Nullable, Text};
+    diesel::sql_query(format!(
+        "{SUMMARY_SELECT} WHERE ($1::text IS NULL OR j.status = $1) ORDER BY j.id DESC LIMIT $2"
+    ))
+    .bind::<Nullable<Text>, _>(status)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await
+}
+
+/// One job.
+pub async fn find(conn: &mut AsyncPgConnection, id: i64) -> QueryResult<Option<JobSummary>> {
+    diesel::sql_query(format!("{SUMMARY_SELECT} WHERE j.id = $1"))
+        .bind::<diesel::sql_types::BigInt, _>(id)
+        .get_result(conn)
+        .await
+        .optional()
+}
+
+/// An attempt of a job.
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct AttemptSummary {
+    /// Attempt number.
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub attempt: i32,
+    /// Node that ran it.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub node_id: String,
+    /// Claimed at.
+    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    /// Ended at.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+    pub ended_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// How it ended.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub outcome: Option<String>,
+    /// Error code, if any.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub error_code: Option<String>,
+    /// Error detail, if any.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub error_message: Option<String>,
+}
+
+/// Every attempt of a job, in order.
+pub async fn attempts_of(
+    conn: &mut AsyncPgConnection,
+    id: i64,
+) -> QueryResult<Vec<AttemptSummary>> {
+    diesel::sql_query(
+        "SELECT attempt, node_id, started_at, ended_at, outcome, error_code, error_message
+           FROM job_attempts WHERE job_id = $1 ORDER BY id",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(id)
+    .load(conn)
+    .await
+}
+
+/// Locks one job `FOR UPDATE` (after its video, by lock order); returns its status.
+pub async fn lock_status(conn: &mut AsyncPgConnection, id: i64) -> QueryResult<Option<String>> {
+    video_encoding_jobs::table
+        .filter(video_encoding_jobs::id.eq(id))
+        .select(video_encoding_jobs::status)
+        .for_update()
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Operator retry: CAS from `expected` back to PENDING with a fresh attempt budget.
+pub async fn requeue(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> QueryResult<usize> {
+    diesel::sql_query(
+        "UPDATE video_encoding_jobs
+            SET status = 'PENDING', attempt_count = 0, available_at = statement_timestamp(),
+                completed_at = NULL, claim_token = NULL, claimed_by = NULL, lease_until = NULL, last_error = NULL
+          WHERE id = $1 AND status = $2",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(id)
+    .bind::<diesel::sql_types::Text, _>(expected)
+    .execute(conn)
+    .await
+}
+
+/// Operator cancel: CAS from `expected` (PENDING or PROCESSING) to a closed COMPLETED with no
+/// claim, so a worker still running it finds its fence gone.
+pub async fn cancel(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> QueryResult<usize> {
+    diesel::sql_query(
+        "UPDATE video_encoding_jobs
+            SET status = 'COMPLETED', completed_at = statement_timestamp(), claim_token = NULL,
+                claimed_by = NULL, lease_until = NULL, last_error = 'cancelled by an operator'
+          WHERE id = $1 AND status = $2",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(id)
+    .bind::<diesel::sql_types::Text, _>(expected)
+    .execute(conn)
+    .await
+}

@@ -290,3 +290,17 @@ pub async fn set_failed(
 fn now_sql() -> diesel::expression::SqlLiteral<diesel::sql_types::Timestamptz> {
     diesel::dsl::sql::<diesel::sql_types::Timestamptz>("statement_timestamp()")
 }
+
+/// Back to `queued` for an operator retry: error and outputs cleared.
+pub async fn requeue(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+    diesel::update(videos::table.filter(videos::id.eq(id)))
+        .set((
+            videos::status.eq("queued"),
+            videos::error_code.eq(None::<String>),
+            videos::error_message.eq(None::<String>),
+            videos::ready_at.eq(None::<DateTime<Utc>>),
+            videos::updated_at.eq(now_sql()),
+        ))
+        .execute(conn)
+        .await
+}

@@ -7,7 +7,7 @@ use tokio::process::Command;
 use crate::harness::{TestApp, TestDb};
 
 /// Runs the binary without blocking the runtime (the test's S3 server lives on it).
-async fn vidq(args: &[&str], env: &[(&str, &str)]) -> Output {
+pub async fn vidq(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_vidq"));
     command
         .args(args)
@@ -19,7 +19,7 @@ async fn vidq(args: &[&str], env: &[(&str, &str)]) -> Output {
     command.output().await.unwrap()
 }
 
-fn stderr(output: &Output) -> String {
+pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 

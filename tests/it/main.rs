@@ -6,6 +6,7 @@ mod clips;
 mod confirm;
 mod harness;
 mod health;
+mod jobs_cli;
 mod media;
 mod mp4;
 mod pipeline;
