@@ -13,11 +13,13 @@
 //! - [`queue`]: the worker engine: claim loop, heartbeat lease, fenced outcomes.
 //! - [`roles`]: the long-running processes (`api`, `dev`) and their wiring.
 //! - [`admin`]: one-shot operator commands (`user create`, `user delete`).
+//! - [`bench`]: `vidq bench queue` and `vidq bench e2e`.
 //! - [`telemetry`]: logging set-up.
 
 pub mod adapters;
 pub mod admin;
 pub mod app;
+pub mod bench;
 pub mod config;
 pub mod db;
 pub mod domain;

@@ -34,6 +34,9 @@ enum Command {
     /// Inspect the encoding queue, retry or cancel a job.
     #[command(subcommand)]
     Jobs(vidq::admin::jobs::JobsCommand),
+    /// Benchmarks to run on your own machine and database.
+    #[command(subcommand)]
+    Bench(vidq::bench::BenchCommand),
     /// Print what the worker's hardened probe makes of a local file, as JSON (or the typed
     /// refusal, with exit status 1).
     Probe(vidq::admin::media::ProbeArgs),
@@ -50,7 +53,10 @@ struct MigrateArgs {
 
 fn main() -> std::process::ExitCode {
     let cli: Cli = vidq::config::parse_cli();
-    vidq::telemetry::init();
+    match cli.command {
+        Command::Bench(_) => vidq::telemetry::init_with_default("warn"),
+        _ => vidq::telemetry::init(),
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -77,6 +83,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Migrate(args) => vidq::roles::api::migrate(&args.database).await,
         Command::User(command) => vidq::admin::user(command).await,
         Command::Jobs(command) => vidq::admin::jobs::run(command).await,
+        Command::Bench(command) => vidq::bench::run(command).await,
         Command::Probe(args) => vidq::admin::media::probe(args).await,
         Command::Encode(args) => vidq::admin::media::encode(args).await,
     }

@@ -7,10 +7,17 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-/// Installs the global subscriber once; later calls (tests start many apps) are no-ops.
+/// Installs the global subscriber once with `info` unless `RUST_LOG` says otherwise.
 pub fn init() {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,aws_config=warn,aws_smithy_runtime=warn"));
+    init_with_default("info");
+}
+
+/// Installs the global subscriber once; `default` applies when `RUST_LOG` is unset
+/// (benchmarks default to `warn`, so a log line per job does not become what they measure).
+pub fn init_with_default(default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new(format!("{default},aws_config=warn,aws_smithy_runtime=warn"))
+    });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -7,7 +7,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::db::{self, DbError, DbPool, attempts::Outcome};
+use crate::db::{self, DbError, DbPool, attempts::Outcome, jobs::AttemptEnd};
 use crate::domain::event::Event;
 use crate::domain::ids::VideoId;
 use crate::domain::job::MAX_ATTEMPTS;
@@ -68,21 +68,13 @@ impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for JobErro
     }
 }
 
-/// Takes the uploader's and the video's locks, in that order. `None` if the video is gone.
-async fn lock_owner_and_video(
-    conn: &mut AsyncPgConnection,
-    video: VideoId,
-) -> Result<Option<Uuid>, JobError> {
-    let Some(owner) = db::videos::owner_of(conn, video.0).await? else {
-        return Ok(None);
-    };
-    // FOR KEY SHARE blocks the user's deletion but not the user's other finalizations.
-    if db::users::lock_for_key_share(conn, owner).await?.is_none() {
-        return Ok(None);
-    }
-    Ok(db::videos::lock_for_update(conn, video.0)
+/// Takes the uploader's lock (`FOR KEY SHARE`: it blocks the user's deletion but not the
+/// user's other finalizations), the first lock of every path. `ClaimLost` if the video or its
+/// owner is gone.
+async fn lock_owner(conn: &mut AsyncPgConnection, video: VideoId) -> Result<Uuid, JobError> {
+    db::users::lock_owner_of_video(conn, video.0)
         .await?
-        .map(|_| owner))
+        .ok_or(JobError::ClaimLost)
 }
 
 /// Fails with [`JobError::ClaimLost`] (rolling back) when the fence matched nothing.
@@ -94,9 +86,24 @@ fn fenced(rows: usize) -> Result<(), JobError> {
     }
 }
 
-/// READY: the video's facts and live keys, `video.ready`, the attempt closed, and as the LAST
-/// statement the fenced COMPLETED update. Returns the attempt numbers whose prefixes are now
-/// garbage.
+/// A video row that vanished under a finalize (deleted with its video) is a lost claim.
+fn video_gone(err: diesel::result::Error) -> JobError {
+    match err {
+        diesel::result::Error::NotFound => JobError::ClaimLost,
+        other => other.into(),
+    }
+}
+
+fn end(outcome: Outcome, error: Option<&MediaError>) -> AttemptEnd<'_> {
+    AttemptEnd {
+        outcome,
+        error: error.map(|e| (e.code, e.message.as_str())),
+    }
+}
+
+/// READY, in one transaction: lock the uploader, update (and so lock) the video with its
+/// facts and live keys, insert `video.ready`, and as the LAST statement the fenced COMPLETED
+/// update (which also closes the attempt). A fence that matches nothing rolls it all back.
 #[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, attempt = claim.attempt))]
 pub async fn finalize_ready(
     pool: &DbPool,
@@ -105,26 +112,22 @@ pub async fn finalize_ready(
 ) -> Result<(), JobError> {
     let mut conn = pool.get().await?;
     conn.transaction::<_, JobError, _>(async |conn| {
-        let owner = lock_owner_and_video(conn, claim.video)
-            .await?
-            .ok_or(JobError::ClaimLost)?;
+        let owner = lock_owner(conn, claim.video).await?;
         let media = &output.media;
-        let at = db::videos::set_ready(
-            conn,
-            claim.video.0,
-            &db::videos::ReadyFacts {
-                duration_ms: media.duration_ms,
-                width: media.width,
-                height: media.height,
-                video_codec: &media.video_codec,
-                audio_codec: media.audio_codec.as_deref(),
-                live_attempt: claim.attempt,
-                hls_key: &output.keys.hls,
-                mp4_key: &output.keys.mp4,
-                thumbnail_key: &output.keys.thumbnail,
-            },
-        )
-        .await?;
+        let facts = db::videos::ReadyFacts {
+            duration_ms: media.duration_ms,
+            width: media.width,
+            height: media.height,
+            video_codec: &media.video_codec,
+            audio_codec: media.audio_codec.as_deref(),
+            live_attempt: claim.attempt,
+            hls_key: &output.keys.hls,
+            mp4_key: &output.keys.mp4,
+            thumbnail_key: &output.keys.thumbnail,
+        };
+        let at = db::videos::set_ready(conn, claim.video.0, &facts)
+            .await
+            .map_err(video_gone)?;
         let data = json!({
             "status": "ready",
             "duration_ms": media.duration_ms,
@@ -137,14 +140,21 @@ pub async fn finalize_ready(
             },
         });
         db::outbox::insert(conn, owner, &Event::video_ready(claim.video, at, data)).await?;
-        db::attempts::finish(conn, claim.token, Outcome::Completed, None).await?;
-        fenced(db::jobs::complete(conn, claim.job_id, claim.token).await?)
+        fenced(
+            db::jobs::complete(
+                conn,
+                claim.job_id,
+                claim.token,
+                end(Outcome::Completed, None),
+            )
+            .await?,
+        )
     })
     .await
 }
 
-/// FAILED: the error on the video, `video.failed`, the attempt closed, the fenced COMPLETED
-/// update last.
+/// FAILED, in one transaction shaped like [`finalize_ready`]: the error on the video,
+/// `video.failed`, the fenced COMPLETED update last.
 #[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, attempt = claim.attempt))]
 pub async fn finalize_failed(
     pool: &DbPool,
@@ -153,27 +163,27 @@ pub async fn finalize_failed(
 ) -> Result<(), JobError> {
     let mut conn = pool.get().await?;
     conn.transaction::<_, JobError, _>(async |conn| {
-        let owner = lock_owner_and_video(conn, claim.video)
-            .await?
-            .ok_or(JobError::ClaimLost)?;
-        let at = db::videos::set_failed(conn, claim.video.0, error.code, &error.message).await?;
+        let owner = lock_owner(conn, claim.video).await?;
+        let at = db::videos::set_failed(conn, claim.video.0, error.code, &error.message)
+            .await
+            .map_err(video_gone)?;
         let event = Event::video_failed(claim.video, at, error.code, &error.message);
         db::outbox::insert(conn, owner, &event).await?;
-        db::attempts::finish(
-            conn,
-            claim.token,
-            Outcome::Failed,
-            Some((error.code, &error.message)),
+        fenced(
+            db::jobs::complete(
+                conn,
+                claim.job_id,
+                claim.token,
+                end(Outcome::Failed, Some(error)),
+            )
+            .await?,
         )
-        .await?;
-        fenced(db::jobs::complete(conn, claim.job_id, claim.token).await?)
     })
     .await
 }
 
-/// A retryable error: with attempts left, back to PENDING after `delay` (fenced); on the
-/// last attempt, or for a permanent error, FAILED with that error. Returns whether it will
-/// be retried.
+/// A failed attempt: permanent errors and the last attempt's error fail the video; otherwise
+/// the job goes back to PENDING after `delay` (fenced). Returns whether it will be retried.
 pub async fn fail_or_retry(
     pool: &DbPool,
     claim: &Claim,
@@ -185,27 +195,10 @@ pub async fn fail_or_retry(
     }
     let mut conn = pool.get().await?;
     conn.transaction::<_, JobError, _>(async |conn| {
-        lock_owner_and_video(conn, claim.video)
-            .await?
-            .ok_or(JobError::ClaimLost)?;
-        db::videos::mark_queued(conn, claim.video.0).await?;
-        db::attempts::finish(
-            conn,
-            claim.token,
-            Outcome::Retry,
-            Some((error.code, &error.message)),
-        )
-        .await?;
-        let last_error = format!("{}: {}", error.code, error.message);
+        let ended = end(Outcome::Retry, Some(error));
         fenced(
-            db::jobs::retry_later(
-                conn,
-                claim.job_id,
-                claim.token,
-                delay.as_secs_f64(),
-                &last_error,
-            )
-            .await?,
+            db::jobs::retry_later(conn, claim.job_id, claim.token, ended, delay.as_secs_f64())
+                .await?,
         )?;
         db::jobs::notify_claimable(conn).await?;
         Ok(true)
@@ -217,12 +210,15 @@ pub async fn fail_or_retry(
 pub async fn release(pool: &DbPool, claim: &Claim) -> Result<(), JobError> {
     let mut conn = pool.get().await?;
     conn.transaction::<_, JobError, _>(async |conn| {
-        lock_owner_and_video(conn, claim.video)
-            .await?
-            .ok_or(JobError::ClaimLost)?;
-        db::videos::mark_queued(conn, claim.video.0).await?;
-        db::attempts::finish(conn, claim.token, Outcome::Released, None).await?;
-        fenced(db::jobs::release(conn, claim.job_id, claim.token).await?)?;
+        fenced(
+            db::jobs::release(
+                conn,
+                claim.job_id,
+                claim.token,
+                end(Outcome::Released, None),
+            )
+            .await?,
+        )?;
         db::jobs::notify_claimable(conn).await?;
         Ok(())
     })
@@ -253,28 +249,21 @@ pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
         let closed = conn
             .transaction::<_, JobError, _>(async |conn| {
                 let video = VideoId(job.video_id);
-                lock_owner_and_video(conn, video)
-                    .await?
-                    .ok_or(JobError::ClaimLost)?;
+                let owner = lock_owner(conn, video).await?;
                 let (code, message) = (
                     "attempts_exhausted",
                     "every encoding attempt stopped without finishing",
                 );
-                let at = db::videos::set_failed(conn, video.0, code, message).await?;
-                db::outbox::insert(
-                    conn,
-                    job.owner_id,
-                    &Event::video_failed(video, at, code, message),
-                )
-                .await?;
-                db::attempts::finish(
-                    conn,
-                    job.claim_token,
-                    Outcome::Dead,
-                    Some(("lease_expired", message)),
-                )
-                .await?;
-                fenced(db::jobs::mark_dead(conn, job.id, job.claim_token).await?)
+                let at = db::videos::set_failed(conn, video.0, code, message)
+                    .await
+                    .map_err(video_gone)?;
+                db::outbox::insert(conn, owner, &Event::video_failed(video, at, code, message))
+                    .await?;
+                let ended = AttemptEnd {
+                    outcome: Outcome::Dead,
+                    error: Some(("lease_expired", message)),
+                };
+                fenced(db::jobs::mark_dead(conn, job.id, job.claim_token, ended).await?)
             })
             .await;
         match closed {
@@ -339,9 +328,12 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
             .await?
             .ok_or(OperatorError::NotFound(id))?;
         let video = VideoId(job.video_id);
-        let owner = lock_owner_and_video(conn, video)
-            .await?
-            .ok_or(OperatorError::NotFound(id))?;
+        let owner = match lock_owner(conn, video).await {
+            Ok(owner) => owner,
+            Err(JobError::ClaimLost) => return Err(OperatorError::NotFound(id)),
+            Err(err) => return Err(err.into()),
+        };
+        db::videos::lock_for_update(conn, video.0).await?;
         let status = db::jobs::lock_status(conn, id)
             .await?
             .ok_or(OperatorError::NotFound(id))?;

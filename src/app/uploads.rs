@@ -142,7 +142,7 @@ pub async fn confirm_upload(
             db::jobs::notify_claimable(conn).await?;
             let event = Event::video_accepted(video_id, upload_id, video.created_at);
             db::outbox::insert(conn, owner.0, &event).await?;
-            Ok(Some((video, Some(0))))
+            Ok(Some((video, Some(0), Some("PENDING".to_owned()))))
         })
         .await?;
     drop(conn);

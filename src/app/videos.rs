@@ -43,9 +43,13 @@ pub struct VideoView {
 /// Builds the owner's view of a video, presigning playback URLs once it is ready.
 pub async fn view(
     ctx: &AppContext,
-    (video, attempts): VideoWithAttempts,
+    (video, attempts, job): VideoWithAttempts,
 ) -> Result<VideoView, AppError> {
-    let status: VideoStatus = video.status.parse().map_err(db::DbError::from)?;
+    let mut status: VideoStatus = video.status.parse().map_err(db::DbError::from)?;
+    // Derived: a claimed job makes a queued video `processing` (the claim writes no video row).
+    if status == VideoStatus::Queued && job.as_deref() == Some("PROCESSING") {
+        status = VideoStatus::Processing;
+    }
     let playback = if status == VideoStatus::Ready {
         let ttl = Duration::from_secs(ctx.upload.playback_url_ttl_secs);
         let sign = async |key: &Option<String>| match key {
@@ -109,7 +113,7 @@ pub async fn list_videos(
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
     let next = more
-        .then(|| rows.last().map(|(v, _)| VideoId(v.id)))
+        .then(|| rows.last().map(|(v, _, _)| VideoId(v.id)))
         .flatten();
     let mut views = Vec::with_capacity(rows.len());
     for row in rows {

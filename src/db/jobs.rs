@@ -4,6 +4,7 @@ use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
+use super::attempts::Outcome;
 use super::schema::video_encoding_jobs;
 
 /// The channel workers LISTEN on; a transaction that makes a job claimable NOTIFYs it.
@@ -144,61 +145,122 @@ pub async fn heartbeat(
     .await
 }
 
-/// The fenced completion, the LAST statement of a finalize: 0 rows means the claim was lost
-/// and the caller must roll the whole transaction back.
-pub async fn complete(conn: &mut AsyncPgConnection, id: i64, token: Uuid) -> QueryResult<usize> {
-    use diesel::sql_types::{BigInt, Uuid as SqlUuid};
-    diesel::sql_query(
-        "UPDATE video_encoding_jobs SET status = 'COMPLETED', completed_at = statement_timestamp()
-          WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
-            AND lease_until > statement_timestamp()",
-    )
-    .bind::<BigInt, _>(id)
-    .bind::<SqlUuid, _>(token)
-    .execute(conn)
-    .await
+/// How a fenced transition closes the attempt it ends.
+#[derive(Clone, Copy, Debug)]
+pub struct AttemptEnd<'a> {
+    /// The outcome recorded on the attempt.
+    pub outcome: Outcome,
+    /// Error code and message, if it ended with one.
+    pub error: Option<(&'a str, &'a str)>,
 }
 
-/// Fenced `PROCESSING -> PENDING` after a retryable error, available again after `delay_secs`.
+#[derive(diesel::QueryableByName)]
+struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
+/// One statement that applies `job_update` (fenced on `$1` id and `$2` claim token) and, only
+/// if it matched, closes the claim's attempt with `$3` outcome, `$4` code, `$5` message.
+/// Returns how many jobs it changed: 0 means the claim is no longer ours.
+fn fenced(job_update: &str) -> String {
+    format!(
+        "WITH done AS ({job_update} RETURNING id),
+         closed AS (
+             UPDATE job_attempts
+                SET ended_at = statement_timestamp(), outcome = $3, error_code = $4, error_message = $5
+              WHERE claim_token = $2 AND ended_at IS NULL AND EXISTS (SELECT 1 FROM done))
+         SELECT count(*) AS n FROM done"
+    )
+}
+
+macro_rules! fenced_query {
+    ($sql:expr, $id:expr, $token:expr, $end:expr) => {{
+        use diesel::sql_types::{BigInt, Nullable, Text, Uuid as SqlUuid};
+        diesel::sql_query(fenced($sql))
+            .bind::<BigInt, _>($id)
+            .bind::<SqlUuid, _>($token)
+            .bind::<Text, _>($end.outcome.as_str())
+            .bind::<Nullable<Text>, _>($end.error.map(|e| e.0))
+            .bind::<Nullable<Text>, _>($end.error.map(|e| e.1))
+    }};
+}
+
+fn rows(count: Count) -> usize {
+    usize::try_from(count.n).unwrap_or_default()
+}
+
+/// The fenced completion, the LAST statement of a finalize: 0 means the claim was lost and
+/// the caller must roll the whole transaction back.
+pub async fn complete(
+    conn: &mut AsyncPgConnection,
+    id: i64,
+    token: Uuid,
+    end: AttemptEnd<'_>,
+) -> QueryResult<usize> {
+    let sql =
+        "UPDATE video_encoding_jobs SET status = 'COMPLETED', completed_at = statement_timestamp()
+                WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
+                  AND lease_until > statement_timestamp()";
+    fenced_query!(sql, id, token, end)
+        .get_result(conn)
+        .await
+        .map(rows)
+}
+
+/// Fenced `PROCESSING -> PENDING` after a retryable error, claimable again after `delay_secs`.
 pub async fn retry_later(
     conn: &mut AsyncPgConnection,
     id: i64,
     token: Uuid,
+    end: AttemptEnd<'_>,
     delay_secs: f64,
-    error: &str,
 ) -> QueryResult<usize> {
-    use diesel::sql_types::{BigInt, Double, Text, Uuid as SqlUuid};
-    diesel::sql_query(
-        "UPDATE video_encoding_jobs
-            SET status = 'PENDING', available_at = statement_timestamp() + make_interval(secs => $3),
-                last_error = $4, claim_token = NULL, claimed_by = NULL, lease_until = NULL
-          WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
-            AND lease_until > statement_timestamp() AND attempt_count < 3",
-    )
-    .bind::<BigInt, _>(id)
-    .bind::<SqlUuid, _>(token)
-    .bind::<Double, _>(delay_secs)
-    .bind::<Text, _>(error)
-    .execute(conn)
-    .await
+    let sql = "UPDATE video_encoding_jobs
+                  SET status = 'PENDING', available_at = statement_timestamp() + make_interval(secs => $6),
+                      last_error = $4 || ': ' || $5, claim_token = NULL, claimed_by = NULL, lease_until = NULL
+                WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
+                  AND lease_until > statement_timestamp() AND attempt_count < 3";
+    let query = fenced_query!(sql, id, token, end).bind::<diesel::sql_types::Double, _>(delay_secs);
+    query.get_result(conn).await.map(rows)
 }
 
 /// Graceful release (the seed's statement): back to PENDING with the attempt given back, so
 /// the next node starts with the same attempt number. Fenced on the token and a live lease.
-pub async fn release(conn: &mut AsyncPgConnection, id: i64, token: Uuid) -> QueryResult<usize> {
-    use diesel::sql_types::{BigInt, Uuid as SqlUuid};
-    diesel::sql_query(
-        "UPDATE video_encoding_jobs
-            SET status = 'PENDING', attempt_count = attempt_count - 1,
-                claim_token = NULL, claimed_by = NULL, lease_until = NULL,
-                available_at = statement_timestamp()
-          WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
-            AND attempt_count > 0 AND lease_until > statement_timestamp()",
-    )
-    .bind::<BigInt, _>(id)
-    .bind::<SqlUuid, _>(token)
-    .execute(conn)
-    .await
+pub async fn release(
+    conn: &mut AsyncPgConnection,
+    id: i64,
+    token: Uuid,
+    end: AttemptEnd<'_>,
+) -> QueryResult<usize> {
+    let sql = "UPDATE video_encoding_jobs
+                  SET status = 'PENDING', attempt_count = attempt_count - 1,
+                      claim_token = NULL, claimed_by = NULL, lease_until = NULL,
+                      available_at = statement_timestamp()
+                WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
+                  AND attempt_count > 0 AND lease_until > statement_timestamp()";
+    fenced_query!(sql, id, token, end)
+        .get_result(conn)
+        .await
+        .map(rows)
+}
+
+/// Fenced `PROCESSING -> DEAD`, closed (`completed_at`) at once; the LAST statement of the
+/// reaper's transaction. 0: someone else reaped it.
+pub async fn mark_dead(
+    conn: &mut AsyncPgConnection,
+    id: i64,
+    token: Uuid,
+    end: AttemptEnd<'_>,
+) -> QueryResult<usize> {
+    let sql = "UPDATE video_encoding_jobs
+                  SET status = 'DEAD', completed_at = statement_timestamp(), last_error = 'lease_expired'
+                WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
+                  AND attempt_count >= 3 AND lease_until <= statement_timestamp()";
+    fenced_query!(sql, id, token, end)
+        .get_result(conn)
+        .await
+        .map(rows)
 }
 
 /// A job whose last attempt's lease ran out.
@@ -232,22 +294,6 @@ pub async fn dead_candidates(
     )
     .bind::<diesel::sql_types::BigInt, _>(limit)
     .load(conn)
-    .await
-}
-
-/// Fenced `PROCESSING -> DEAD`, closed (`completed_at`) at once; the LAST statement of the
-/// reaper's transaction. 0 rows: someone else reaped it.
-pub async fn mark_dead(conn: &mut AsyncPgConnection, id: i64, token: Uuid) -> QueryResult<usize> {
-    use diesel::sql_types::{BigInt, Uuid as SqlUuid};
-    diesel::sql_query(
-        "UPDATE video_encoding_jobs
-            SET status = 'DEAD', completed_at = statement_timestamp(), last_error = 'lease_expired'
-          WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
-            AND attempt_count >= 3 AND lease_until <= statement_timestamp()",
-    )
-    .bind::<BigInt, _>(id)
-    .bind::<SqlUuid, _>(token)
-    .execute(conn)
     .await
 }
 

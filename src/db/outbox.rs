@@ -1,30 +1,31 @@
 //! The notification outbox: events written in the same transaction as the change they
 //! announce, so an event exists if and only if its change committed.
 
-use diesel::prelude::*;
+use diesel::QueryResult;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
-use super::schema::notification_outbox;
 use crate::domain::event::Event;
 
 /// The channel relays LISTEN on.
 pub const EVENTS_CHANNEL: &str = "vidq_events";
 
-/// Inserts an event into the caller's transaction and wakes relays when it commits.
+/// Inserts an event into the caller's transaction and, in the same statement, wakes relays
+/// when it commits.
 pub async fn insert(conn: &mut AsyncPgConnection, owner: Uuid, event: &Event) -> QueryResult<()> {
-    diesel::insert_into(notification_outbox::table)
-        .values((
-            notification_outbox::event_id.eq(event.id.0),
-            notification_outbox::event_type.eq(event.event_type.as_str()),
-            notification_outbox::owner_id.eq(owner),
-            notification_outbox::video_id.eq(event.video_id.0),
-            notification_outbox::payload.eq(event.to_json()),
-        ))
-        .execute(conn)
-        .await?;
-    diesel::sql_query(format!("NOTIFY {EVENTS_CHANNEL}"))
-        .execute(conn)
-        .await
-        .map(drop)
+    use diesel::sql_types::{Jsonb, Text, Uuid as SqlUuid};
+    diesel::sql_query(format!(
+        "WITH ins AS (
+             INSERT INTO notification_outbox (event_id, event_type, owner_id, video_id, payload)
+             VALUES ($1, $2, $3, $4, $5) RETURNING 1)
+         SELECT pg_notify('{EVENTS_CHANNEL}', '') FROM ins"
+    ))
+    .bind::<SqlUuid, _>(event.id.0)
+    .bind::<Text, _>(event.event_type.as_str())
+    .bind::<SqlUuid, _>(owner)
+    .bind::<SqlUuid, _>(event.video_id.0)
+    .bind::<Jsonb, _>(event.to_json())
+    .execute(conn)
+    .await
+    .map(drop)
 }

@@ -67,6 +67,27 @@ pub async fn lock_for_key_share(
         .optional()
 }
 
+/// Locks the owner of a video `FOR KEY SHARE` (found through the video in the same
+/// statement); `None` if the video or its owner is gone.
+pub async fn lock_owner_of_video(
+    conn: &mut AsyncPgConnection,
+    video: Uuid,
+) -> QueryResult<Option<Uuid>> {
+    #[derive(diesel::QueryableByName)]
+    struct Owner {
+        #[diesel(sql_type = diesel::sql_types::Uuid)]
+        id: Uuid,
+    }
+    let owner: Option<Owner> = diesel::sql_query(
+        "SELECT u.id FROM users u JOIN videos v ON v.owner_id = u.id WHERE v.id = $1 FOR KEY SHARE OF u",
+    )
+    .bind::<diesel::sql_types::Uuid, _>(video)
+    .get_result(conn)
+    .await
+    .optional()?;
+    Ok(owner.map(|o| o.id))
+}
+
 /// Locks the user row for deletion (`FOR UPDATE`), found by name.
 pub async fn lock_by_name_for_update(
     conn: &mut AsyncPgConnection,

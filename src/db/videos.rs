@@ -49,8 +49,8 @@ pub struct VideoRow {
     pub ready_at: Option<DateTime<Utc>>,
 }
 
-/// A video with its job's attempt count, as the status API shows it.
-pub type VideoWithAttempts = (VideoRow, Option<i32>);
+/// A video with its job's attempt count and queue status, as the status API shows it.
+pub type VideoWithAttempts = (VideoRow, Option<i32>, Option<String>);
 
 /// Inserts a queued video.
 pub async fn insert(
@@ -81,6 +81,7 @@ pub async fn find_by_upload(
         .select((
             VideoRow::as_select(),
             video_encoding_jobs::attempt_count.nullable(),
+            video_encoding_jobs::status.nullable(),
         ))
         .first(conn)
         .await
@@ -99,6 +100,7 @@ pub async fn find_owned(
         .select((
             VideoRow::as_select(),
             video_encoding_jobs::attempt_count.nullable(),
+            video_encoding_jobs::status.nullable(),
         ))
         .first(conn)
         .await
@@ -120,12 +122,25 @@ pub async fn list_owned(
         .select((
             VideoRow::as_select(),
             video_encoding_jobs::attempt_count.nullable(),
+            video_encoding_jobs::status.nullable(),
         ))
         .order(videos::id.desc())
         .limit(limit)
         .into_boxed();
-    if let Some(status) = status {
-        query = query.filter(videos::status.eq(status.to_owned()));
+    // A video is `processing` while its job is claimed; the row itself says `queued` until
+    // the finalize, so that a claim never has to write (and lock) the video row.
+    let claimed = video_encoding_jobs::status.nullable().eq("PROCESSING");
+    match status {
+        Some("processing") => query = query.filter(videos::status.eq("queued").and(claimed)),
+        Some("queued") => {
+            query = query.filter(
+                videos::status
+                    .eq("queued")
+                    .and(claimed.is_distinct_from(true)),
+            )
+        }
+        Some(status) => query = query.filter(videos::status.eq(status.to_owned())),
+        None => {}
     }
     if let Some(before) = before {
         query = query.filter(videos::id.lt(before));
@@ -192,28 +207,6 @@ pub async fn lock_for_update(
         .first(conn)
         .await
         .optional()
-}
-
-/// `queued -> processing` once a worker holds its job (shown by the status API).
-pub async fn mark_processing(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
-    diesel::update(videos::table.filter(videos::id.eq(id).and(videos::status.eq("queued"))))
-        .set((
-            videos::status.eq("processing"),
-            videos::updated_at.eq(now_sql()),
-        ))
-        .execute(conn)
-        .await
-}
-
-/// `processing -> queued` when its job goes back to the queue.
-pub async fn mark_queued(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
-    diesel::update(videos::table.filter(videos::id.eq(id).and(videos::status.eq("processing"))))
-        .set((
-            videos::status.eq("queued"),
-            videos::updated_at.eq(now_sql()),
-        ))
-        .execute(conn)
-        .await
 }
 
 /// What a READY finalize records.

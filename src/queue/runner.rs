@@ -134,11 +134,6 @@ impl<B: JobBody> Runner<B> {
         shutdown: CancellationToken,
     ) {
         tracing::info!("claimed");
-        if let Ok(mut conn) = self.pool.get().await
-            && let Err(error) = db::videos::mark_processing(&mut conn, claim.video.0).await
-        {
-            tracing::warn!(%error, "could not mark the video processing");
-        }
         let stop = CancellationToken::new();
         let reason = Arc::new(OnceLock::new());
         if let Some(every) = self.settings.heartbeat {

@@ -1,0 +1,374 @@
+//! `vidq bench e2e`: the seed's protocol. Three 720p clips (10.08 s, 15.08 s, 19.10 s)
+//! confirmed in parallel, their status polled every 500 ms from the confirm to READY, three
+//! rounds, with 1 and then 2 `vidq worker` processes, each pinned to its own core with
+//! `taskset` and FFmpeg limited to one thread, standing in for separate small machines.
+//! Printed next to each: the same clip's plain FFmpeg encode on one core, and the checks the
+//! seed made (all READY and COMPLETED, no lost job, no duplicate notification, nothing left
+//! unfinished after the workers stop).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use clap::Args;
+use diesel::QueryableByName;
+use diesel_async::RunQueryDsl;
+use tokio_util::sync::CancellationToken;
+
+use super::Scratch;
+use crate::adapters::ffmpeg::{MediaConfig, encode, probe};
+use crate::adapters::s3_server::EmbeddedS3;
+use crate::adapters::storage::{StaticCredentials, Storage};
+use crate::app::{self, AppContext, uploads::Confirmed};
+use crate::config::{Secret, StorageConfig, UploadConfig};
+use crate::domain::video::VideoStatus;
+
+/// The seed's inputs, in seconds.
+const CLIPS: [f64; 3] = [10.08, 15.08, 19.10];
+
+/// `vidq bench e2e`.
+#[derive(Debug, Args)]
+pub struct E2eBenchArgs {
+    /// Worker-process counts to measure (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub nodes: Vec<u32>,
+    /// Rounds per node count (each round confirms the three clips together).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// Status poll interval, as the seed's client (ms).
+    #[arg(long = "poll-ms", default_value_t = 500)]
+    pub poll_ms: u64,
+    /// Where the generated clips are kept.
+    #[arg(long, default_value = "target/bench-clips")]
+    pub clips: PathBuf,
+    /// Server to create the scratch database on.
+    #[arg(
+        long = "database-url",
+        env = "DATABASE_URL",
+        default_value = "postgres://localhost/postgres",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+}
+
+fn clip(dir: &Path, seconds: f64) -> anyhow::Result<PathBuf> {
+    let path = dir.join(format!("seed_{seconds:.2}s_720p.mp4"));
+    if !path.exists() {
+        std::fs::create_dir_all(dir)?;
+        let status = std::process::Command::new("ffmpeg")
+            .args(["-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i"])
+            .arg(format!("testsrc2=size=1280x720:rate=30:duration={seconds}"))
+            .args(["-f", "lavfi", "-i"])
+            .arg(format!("sine=frequency=440:duration={seconds}"))
+            .args([
+                "-c:v",
+                "libx264",
+                "-preset",
+                "medium",
+                "-pix_fmt",
+                "yuv420p",
+                "-c:a",
+                "aac",
+                "-shortest",
+            ])
+            .arg(&path)
+            .status()
+            .context("running ffmpeg to make the clips")?;
+        ensure!(status.success(), "ffmpeg could not make {}", path.display());
+    }
+    Ok(path)
+}
+
+/// The worker's own encode of `clip`, run as plain FFmpeg on core 0 with one thread.
+async fn plain_encode_seconds(clip: &Path) -> anyhow::Result<f64> {
+    let config = MediaConfig {
+        threads: 1,
+        ..MediaConfig::default()
+    };
+    let info = probe::probe(&config, clip, &CancellationToken::new()).await?;
+    let out = tempfile::tempdir()?;
+    std::fs::create_dir_all(out.path().join("hls"))?;
+    let args = encode::encode_args(&config, &info, clip, out.path());
+    let started = Instant::now();
+    let status = tokio::process::Command::new("taskset")
+        .arg("-c")
+        .arg("0")
+        .arg(&config.ffmpeg)
+        .args(&args)
+        .status()
+        .await?;
+    ensure!(status.success(), "plain ffmpeg failed");
+    Ok(started.elapsed().as_secs_f64())
+}
+
+#[derive(QueryableByName)]
+struct Timing {
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    wait: f64,
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    processing: f64,
+}
+
+/// One video of one round.
+struct Sample {
+    clip: usize,
+    polled: f64,
+    wait: f64,
+    processing: f64,
+}
+
+/// Runs the benchmark and prints its tables.
+pub async fn run(args: E2eBenchArgs) -> anyhow::Result<()> {
+    let clips: Vec<PathBuf> = CLIPS
+        .iter()
+        .map(|s| clip(&args.clips, *s))
+        .collect::<anyhow::Result<_>>()?;
+    let mut plain = vec![Vec::new(); clips.len()];
+    for _ in 0..args.rounds {
+        for (i, clip) in clips.iter().enumerate() {
+            plain[i].push(plain_encode_seconds(clip).await?);
+        }
+    }
+    let plain: Vec<f64> = plain.into_iter().map(median).collect();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    println!(
+        "vidq bench e2e: {} rounds, status polled every {} ms, workers pinned one per core ({cores} cores), 1 FFmpeg thread",
+        args.rounds, args.poll_ms
+    );
+    for &nodes in &args.nodes {
+        let samples = run_nodes(&args, &clips, nodes, cores).await?;
+        println!();
+        println!("nodes={nodes}");
+        println!(
+            "{:>7} | {:>5} | {:>14} | {:>10} | {:>14} | {:>12} | {:>9}",
+            "clip",
+            "round",
+            "confirm->READY",
+            "queue wait",
+            "claim->READY",
+            "plain ffmpeg",
+            "overhead"
+        );
+        for (n, s) in samples.iter().enumerate() {
+            println!(
+                "{:>6.2}s | {:>5} | {:>13.2}s | {:>9.2}s | {:>13.2}s | {:>11.2}s | {:>8.2}s",
+                CLIPS[s.clip],
+                n / clips.len() + 1,
+                s.polled,
+                s.wait,
+                s.processing,
+                plain[s.clip],
+                s.processing - plain[s.clip]
+            );
+        }
+        for (i, seconds) in CLIPS.iter().enumerate() {
+            let of = |f: fn(&Sample) -> f64| {
+                median(samples.iter().filter(|s| s.clip == i).map(f).collect())
+            };
+            println!(
+                "median {seconds:>5.2}s clip: confirm->READY {:.2}s, claim->READY {:.2}s, plain ffmpeg {:.2}s, overhead {:+.2}s",
+                of(|s| s.polled),
+                of(|s| s.processing),
+                plain[i],
+                of(|s| s.processing) - plain[i]
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn run_nodes(
+    args: &E2eBenchArgs,
+    clips: &[PathBuf],
+    nodes: u32,
+    cores: usize,
+) -> anyhow::Result<Vec<Sample>> {
+    let scratch = Scratch::create(&args.database_url, &format!("e2e{nodes}")).await?;
+    let s3_dir = tempfile::tempdir()?;
+    let s3 = EmbeddedS3::start(
+        s3_dir.path(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+        "bench",
+        "bench-secret",
+    )?;
+    let storage_config = StorageConfig {
+        endpoint: Some(s3.endpoint().parse()?),
+        public_endpoint: None,
+        bucket: "vidq-bench".into(),
+        region: "us-east-1".into(),
+        force_path_style: true,
+    };
+    let credentials = StaticCredentials {
+        access_key_id: "bench".into(),
+        secret_access_key: Secret::new("bench-secret"),
+    };
+    let ctx = AppContext {
+        db: crate::db::connect(&scratch.url, 4).await?,
+        storage: Storage::connect(&storage_config, Some(credentials)).await,
+        upload: UploadConfig {
+            max_upload_bytes: 1 << 30,
+            upload_url_ttl_secs: 600,
+            playback_url_ttl_secs: 600,
+        },
+    };
+    ctx.storage.ensure_bucket().await?;
+    let (owner, _) = app::users::create_user(&ctx.db, "bench").await?;
+    let work = tempfile::tempdir()?;
+    let mut workers = Vec::new();
+    for n in 0..nodes {
+        let core = n as usize % cores;
+        let child = tokio::process::Command::new("taskset")
+            .arg("-c")
+            .arg(core.to_string())
+            .arg(std::env::current_exe()?)
+            .arg("worker")
+            .env("DATABASE_URL", &scratch.url)
+            .env("VIDQ_S3_ENDPOINT", s3.endpoint())
+            .env("VIDQ_S3_BUCKET", "vidq-bench")
+            .env("VIDQ_S3_FORCE_PATH_STYLE", "true")
+            .env("AWS_ACCESS_KEY_ID", "bench")
+            .env("AWS_SECRET_ACCESS_KEY", "bench-secret")
+            .env("VIDQ_NODE_ID", format!("node-{n}"))
+            .env("VIDQ_FFMPEG_THREADS", "1")
+            .env("VIDQ_WORK_DIR", work.path())
+            .env("RUST_LOG", "warn")
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting a worker (is taskset installed?)")?;
+        workers.push(child);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await; // workers connected and listening
+
+    let mut samples = Vec::new();
+    for _ in 0..args.rounds {
+        // Uploads first (the client's PUT), then the three confirms together.
+        let mut uploads = Vec::new();
+        for path in clips {
+            let size = i64::try_from(std::fs::metadata(path)?.len())?;
+            let created =
+                app::uploads::create_upload(&ctx, owner, "clip.mp4", "video/mp4", size).await?;
+            ctx.storage
+                .put_file(&created.upload.object_key, path, "video/mp4")
+                .await?;
+            uploads.push(crate::domain::ids::UploadId(created.upload.id));
+        }
+        let confirms =
+            futures_util::future::join_all(uploads.iter().enumerate().map(|(i, upload)| {
+                let ctx = &ctx;
+                async move {
+                    let video = match app::uploads::confirm_upload(ctx, owner, *upload).await? {
+                        Confirmed::Created(v) | Confirmed::AlreadyConfirmed(v) => v.video.id,
+                    };
+                    let confirmed = Instant::now();
+                    loop {
+                        tokio::time::sleep(Duration::from_millis(args.poll_ms)).await;
+                        let view =
+                            app::videos::get_video(ctx, owner, crate::domain::ids::VideoId(video))
+                                .await?;
+                        match view.status {
+                            VideoStatus::Ready => {
+                                return anyhow::Ok((i, video, confirmed.elapsed().as_secs_f64()));
+                            }
+                            VideoStatus::Failed => {
+                                anyhow::bail!("video failed: {:?}", view.video.error_code)
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }))
+            .await;
+        for result in confirms {
+            let (clip, video, polled) = result?;
+            let mut conn = ctx.db.get().await?;
+            let timing: Timing = diesel::sql_query(
+                "SELECT extract(epoch FROM a.started_at - v.created_at)::float8 AS wait,
+                        extract(epoch FROM v.ready_at - a.started_at)::float8 AS processing
+                   FROM videos v JOIN video_encoding_jobs j ON j.video_id = v.id
+                   JOIN job_attempts a ON a.job_id = j.id AND a.outcome = 'completed'
+                  WHERE v.id = $1",
+            )
+            .bind::<diesel::sql_types::Uuid, _>(video)
+            .get_result(&mut conn)
+            .await?;
+            samples.push(Sample {
+                clip,
+                polled,
+                wait: timing.wait,
+                processing: timing.processing,
+            });
+        }
+    }
+    for worker in &workers {
+        if let Some(pid) = worker.id() {
+            let _ = tokio::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await;
+        }
+    }
+    for mut worker in workers {
+        let _ = tokio::time::timeout(Duration::from_secs(30), worker.wait()).await;
+    }
+    let checks = check(&ctx).await?;
+    println!();
+    println!("nodes={nodes} checks: {checks}");
+    drop(ctx);
+    s3.stop().await;
+    scratch.drop_now().await;
+    Ok(samples)
+}
+
+#[derive(QueryableByName)]
+struct Checks {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    videos: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    ready_and_completed: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    unfinished: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    duplicate_notifications: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    missing_notifications: i64,
+}
+
+async fn check(ctx: &AppContext) -> anyhow::Result<String> {
+    let mut conn = ctx.db.get().await?;
+    let c: Checks = diesel::sql_query(
+        "SELECT (SELECT count(*) FROM videos) AS videos,
+                (SELECT count(*) FROM videos v JOIN video_encoding_jobs j ON j.video_id = v.id
+                  WHERE v.status = 'ready' AND j.status = 'COMPLETED') AS ready_and_completed,
+                (SELECT count(*) FROM video_encoding_jobs WHERE status <> 'COMPLETED') AS unfinished,
+                (SELECT count(*) FROM (SELECT video_id FROM notification_outbox WHERE event_type = 'video.ready'
+                  GROUP BY video_id HAVING count(*) > 1) d) AS duplicate_notifications,
+                (SELECT count(*) FROM videos v WHERE NOT EXISTS (SELECT 1 FROM notification_outbox o
+                  WHERE o.video_id = v.id AND o.event_type = 'video.ready')) AS missing_notifications",
+    )
+    .get_result(&mut conn)
+    .await?;
+    let lost = c.videos - c.ready_and_completed;
+    Ok(format!(
+        "{}/{} READY and COMPLETED, {lost} lost jobs, {} duplicate notifications, {} missing notifications, {} unfinished jobs after the workers stopped",
+        c.ready_and_completed,
+        c.videos,
+        c.duplicate_notifications,
+        c.missing_notifications,
+        c.unfinished
+    ))
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 0 {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    }
+}

@@ -1,0 +1,53 @@
+//! `vidq bench ...`: benchmarks users run on their own machines and databases. Each creates
+//! a scratch database on the server it is pointed at and drops it afterwards, and reports
+//! medians and percentiles measured side by side in one run.
+
+pub mod e2e;
+pub mod queue;
+pub mod stats;
+
+use clap::Subcommand;
+
+/// `vidq bench ...`.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Queue throughput and pickup latency with a no-op job body, through the real claim and
+    /// the real fenced finalize (outbox included).
+    Queue(queue::QueueBenchArgs),
+    /// The seed's end-to-end protocol: three 720p clips confirmed in parallel, polled until
+    /// READY, with 1 and 2 worker processes.
+    E2e(e2e::E2eBenchArgs),
+}
+
+/// Runs a benchmark.
+pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Queue(args) => queue::run(args).await,
+        BenchCommand::E2e(args) => e2e::run(args).await,
+    }
+}
+
+/// A scratch database on the server `url` points at, migrated, dropped by [`Scratch::drop_now`].
+pub struct Scratch {
+    /// Its URL.
+    pub url: String,
+}
+
+impl Scratch {
+    /// Creates and migrates `vidq_bench_<pid>_<tag>`.
+    pub async fn create(url: &str, tag: &str) -> anyhow::Result<Self> {
+        let name = format!("vidq_bench_{}_{tag}", std::process::id());
+        let url = crate::db::pool::with_database(url, &name)?;
+        crate::db::provision::drop_database(&url).await?;
+        crate::db::provision::create_database_if_missing(&url).await?;
+        crate::db::migrations::run_pending(&url).await?;
+        Ok(Self { url })
+    }
+
+    /// Drops it.
+    pub async fn drop_now(self) {
+        if let Err(error) = crate::db::provision::drop_database(&self.url).await {
+            tracing::warn!(%error, "could not drop the scratch database");
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! `vidq bench queue`: how fast the queue moves jobs with no encoding in the way.
+//!
+//! Throughput: W in-process workers (each with its own pool of 2 connections and 1 slot,
+//! like a worker process) drain N jobs through the real claim statement and the real fenced
+//! READY finalize (video update, outbox row, attempt ledger), while a backlog of B jobs stays
+//! queued behind them. Pickup: W idle workers, one enqueue every 50 ms through the confirm's
+//! own transaction, timed from the enqueue's commit to the claim. The SQL-only ceiling
+//! (pgbench running the same statements) is measured in the same run when its script is found.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use diesel_async::AsyncConnection;
+use futures_util::future::BoxFuture;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::Scratch;
+use super::stats::{ms, percentile};
+use crate::db;
+use crate::domain::event::Event;
+use crate::domain::ids::{UploadId, VideoId};
+use crate::domain::media::{MediaError, MediaInfo};
+use crate::pipeline::{AttemptOutput, AttemptPlan, PlaybackKeys};
+use crate::queue::JobBody;
+use crate::queue::runner::{ClaimObserver, Runner, WorkerSettings};
+
+/// `vidq bench queue`.
+#[derive(Debug, Args)]
+pub struct QueueBenchArgs {
+    /// Jobs each throughput measurement drains.
+    #[arg(long, default_value_t = 20_000)]
+    pub jobs: i64,
+    /// Worker counts to measure (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "2,8")]
+    pub workers: Vec<u32>,
+    /// Jobs left queued behind the drained ones (comma-separated; each is measured).
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    pub backlog: Vec<i64>,
+    /// Pickup samples per worker count (one enqueue every 50 ms); 0 skips the pickup test.
+    #[arg(long, default_value_t = 200)]
+    pub pickups: usize,
+    /// The pgbench ceiling script to compare with (`run.sh` of the physical-limit bench);
+    /// measured with INDEX=claimable and the heavy finalize at the same concurrency.
+    #[arg(long, default_value = "../shared/bench/physical-limit/run.sh")]
+    pub ceiling: PathBuf,
+    /// Server to create the scratch databases on.
+    #[arg(
+        long = "database-url",
+        env = "DATABASE_URL",
+        default_value = "postgres://localhost/postgres",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+}
+
+/// A job body that succeeds at once and counts READY commits.
+struct Noop {
+    ready: AtomicUsize,
+    target: usize,
+    reached: Notify,
+}
+
+fn noop_output(plan: &AttemptPlan) -> AttemptOutput {
+    let key = |name: &str| crate::domain::keys::attempt_object(plan.video, plan.attempt, name);
+    AttemptOutput {
+        media: MediaInfo {
+            container: "mov,mp4,m4a,3gp,3g2,mj2".into(),
+            duration_ms: 1000,
+            video_codec: "h264".into(),
+            width: 16,
+            height: 16,
+            fps: 25.0,
+            audio_codec: None,
+        },
+        keys: PlaybackKeys {
+            hls: key("hls/index.m3u8"),
+            mp4: key("video.mp4"),
+            thumbnail: key("thumb.jpg"),
+        },
+    }
+}
+
+impl JobBody for Noop {
+    fn run<'a>(
+        &'a self,
+        plan: &'a AttemptPlan,
+        _: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>> {
+        Box::pin(async move { Ok(noop_output(plan)) })
+    }
+
+    fn after_ready(&self, _: VideoId, _: i32) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if self.ready.fetch_add(1, Ordering::SeqCst) + 1 == self.target {
+                self.reached.notify_one();
+            }
+        })
+    }
+}
+
+fn settings(n: u32) -> WorkerSettings {
+    WorkerSettings {
+        node_id: format!("bench-{n}"),
+        slots: 1,
+        poll: Duration::from_secs(1),
+        lease: Duration::from_secs(60),
+        heartbeat: None,
+        deadline: Duration::from_secs(60),
+        retry_delay: Duration::from_secs(5),
+    }
+}
+
+async fn start_workers(
+    url: &str,
+    count: u32,
+    body: Arc<Noop>,
+    on_claim: Option<ClaimObserver>,
+    stop: &CancellationToken,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    let mut handles = Vec::new();
+    for n in 0..count {
+        let runner = Arc::new(Runner {
+            pool: db::connect(url, crate::roles::worker::WORKER_POOL_SIZE).await?,
+            database_url: url.to_owned(),
+            body: body.clone(),
+            settings: settings(n),
+            on_claim: on_claim.clone(),
+        });
+        handles.push(tokio::spawn(runner.run(stop.clone())));
+    }
+    Ok(handles)
+}
+
+/// Drains `jobs` with `workers` while `backlog` more stay queued; returns jobs/s.
+async fn throughput(server: &str, jobs: i64, workers: u32, backlog: i64) -> anyhow::Result<f64> {
+    let scratch = Scratch::create(server, "queue").await?;
+    let pool = db::connect(&scratch.url, 1).await?;
+    let (owner, _) = crate::app::users::create_user(&pool, "bench").await?;
+    {
+        let mut conn = pool.get().await?;
+        db::synthetic::backlog(&mut conn, owner.0, jobs + backlog).await?;
+        diesel_async::RunQueryDsl::execute(diesel::sql_query("CHECKPOINT"), &mut conn).await?;
+    }
+    let body = Arc::new(Noop {
+        ready: AtomicUsize::new(0),
+        target: usize::try_from(jobs)?,
+        reached: Notify::new(),
+    });
+    let stop = CancellationToken::new();
+    let started = Instant::now();
+    let handles = start_workers(&scratch.url, workers, body.clone(), None, &stop).await?;
+    body.reached.notified().await;
+    let elapsed = started.elapsed();
+    stop.cancel();
+    for handle in handles {
+        let _ = handle.await;
+    }
+    drop(pool);
+    scratch.drop_now().await;
+    Ok(jobs as f64 / elapsed.as_secs_f64())
+}
+
+/// Commit-to-claim latency with idle workers, one enqueue every 50 ms.
+async fn pickups(server: &str, workers: u32, samples: usize) -> anyhow::Result<Vec<Duration>> {
+    let scratch = Scratch::create(server, "pickup").await?;
+    let pool = db::connect(&scratch.url, 1).await?;
+    let (owner, _) = crate::app::users::create_user(&pool, "bench").await?;
+    let claimed: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
+    let observer: ClaimObserver = {
+        let claimed = claimed.clone();
+        Arc::new(move |job| {
+            claimed
+                .lock()
+                .expect("not poisoned")
+                .insert(job, Instant::now());
+        })
+    };
+    let body = Arc::new(Noop {
+        ready: AtomicUsize::new(0),
+        target: usize::MAX,
+        reached: Notify::new(),
+    });
+    let stop = CancellationToken::new();
+    let handles = start_workers(&scratch.url, workers, body, Some(observer), &stop).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await; // all idle and listening
+    let mut committed = HashMap::new();
+    let mut conn = pool.get().await?;
+    for _ in 0..samples {
+        let job = enqueue(&mut conn, owner.0).await?;
+        committed.insert(job, Instant::now());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(conn);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.cancel();
+    for handle in handles {
+        let _ = handle.await;
+    }
+    let claimed = claimed.lock().expect("not poisoned").clone();
+    let latencies = committed
+        .iter()
+        .filter_map(|(job, at)| claimed.get(job).map(|c| c.saturating_duration_since(*at)))
+        .collect::<Vec<_>>();
+    anyhow::ensure!(
+        latencies.len() == samples,
+        "only {} of {samples} jobs were claimed",
+        latencies.len()
+    );
+    drop(pool);
+    scratch.drop_now().await;
+    Ok(latencies)
+}
+
+/// The confirm's transaction (minus the S3 HEAD): upload CAS, video, job, NOTIFY, outbox.
+async fn enqueue(
+    conn: &mut diesel_async::AsyncPgConnection,
+    owner: uuid::Uuid,
+) -> anyhow::Result<i64> {
+    let upload = UploadId::new();
+    let key = crate::domain::keys::original(upload);
+    let job = conn
+        .transaction::<_, anyhow::Error, _>(async |conn| {
+            db::uploads::insert(
+                conn,
+                &db::uploads::NewUploadRow {
+                    id: upload.0,
+                    owner_id: owner,
+                    object_key: &key,
+                    filename: "bench.mp4",
+                    content_type: "video/mp4",
+                    declared_size: 1,
+                    expires_at: chrono::Utc::now(),
+                },
+            )
+            .await?;
+            db::users::lock_for_key_share(conn, owner).await?;
+            db::uploads::mark_confirmed(conn, upload.0).await?;
+            let video = VideoId::new();
+            let row = db::videos::insert(conn, video.0, owner, upload.0).await?;
+            let job = db::jobs::insert(conn, video.0, &key).await?;
+            db::jobs::notify_claimable(conn).await?;
+            db::outbox::insert(
+                conn,
+                owner,
+                &Event::video_accepted(video, upload, row.created_at),
+            )
+            .await?;
+            Ok(job)
+        })
+        .await?;
+    Ok(job)
+}
+
+/// jobs/s of the pgbench ceiling at `clients`, or why it could not be measured.
+async fn ceiling(script: &std::path::Path, jobs: i64, clients: u32) -> Result<f64, String> {
+    if !script.exists() {
+        return Err(format!("{} not found", script.display()));
+    }
+    let jobs = jobs - jobs % i64::from(clients);
+    let out = tokio::process::Command::new("bash")
+        .arg(script)
+        .arg(jobs.to_string())
+        .arg(clients.to_string())
+        .arg("heavy")
+        .env("INDEX", "claimable")
+        .env(
+            "BENCH_DB",
+            format!("vidq_bench_{}_ceiling", std::process::id()),
+        )
+        .output()
+        .await
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("jobs_per_s=").and_then(|v| v.parse().ok()))
+        .ok_or_else(|| format!("no result: {}", String::from_utf8_lossy(&out.stderr).trim()))
+}
+
+/// Runs the benchmark and prints its table.
+pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
+    println!(
+        "vidq bench queue: {} jobs per measurement, no-op job body, real claim + fenced finalize",
+        args.jobs
+    );
+    println!();
+    println!(
+        "{:>7} | {:>8} | {:>10} | {:>16} | {:>8}",
+        "workers", "backlog", "jobs/s", "pgbench ceiling", "ratio"
+    );
+    for &workers in &args.workers {
+        let ceiling = ceiling(&args.ceiling, args.jobs, workers).await;
+        for &backlog in &args.backlog {
+            let rate = throughput(&args.database_url, args.jobs, workers, backlog)
+                .await
+                .context("throughput run")?;
+            match &ceiling {
+                Ok(c) => println!(
+                    "{workers:>7} | {backlog:>8} | {rate:>10.0} | {c:>16.0} | {:>7.0}%",
+                    100.0 * rate / c
+                ),
+                Err(why) => println!(
+                    "{workers:>7} | {backlog:>8} | {rate:>10.0} | {:>16} | ({why})",
+                    "-"
+                ),
+            }
+        }
+    }
+    if args.pickups > 0 {
+        println!();
+        println!(
+            "pickup: commit of the enqueue -> claim, idle workers, one enqueue every 50 ms, {} samples",
+            args.pickups
+        );
+        println!(
+            "{:>7} | {:>8} | {:>8} | {:>8} | {:>8}",
+            "workers", "p50 ms", "p95 ms", "p99 ms", "max ms"
+        );
+        for &workers in &args.workers {
+            let samples = pickups(&args.database_url, workers, args.pickups)
+                .await
+                .context("pickup run")?;
+            println!(
+                "{workers:>7} | {:>8} | {:>8} | {:>8} | {:>8}",
+                ms(percentile(&samples, 50.0)),
+                ms(percentile(&samples, 95.0)),
+                ms(percentile(&samples, 99.0)),
+                ms(percentile(&samples, 100.0)),
+            );
+        }
+    }
+    Ok(())
+}
