@@ -44,7 +44,7 @@ pub async fn finish(
     error: Option<(&str, &str)>,
 ) -> diesel::QueryResult<usize> {
     use diesel::sql_types::{Nullable, Text, Uuid as SqlUuid};
-    diesel::sql_query(
+    super::prepared::prepared(
         "UPDATE job_attempts SET ended_at = statement_timestamp(), outcome = $2, error_code = $3, error_message = $4
           WHERE claim_token = $1 AND ended_at IS NULL",
     )

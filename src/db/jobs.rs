@@ -29,7 +29,7 @@ pub async fn insert(
 /// Wakes listening workers when the caller's transaction commits (NOTIFY is delivered at
 /// commit and dropped on rollback, so a worker is never woken for a job that does not exist).
 pub async fn notify_claimable(conn: &mut AsyncPgConnection) -> QueryResult<()> {
-    diesel::sql_query(format!("NOTIFY {JOBS_CHANNEL}"))
+    super::prepared::prepared(format!("NOTIFY {JOBS_CHANNEL}"))
         .execute(conn)
         .await
         .map(drop)
@@ -117,7 +117,7 @@ pub async fn claim(
     lease_secs: f64,
 ) -> QueryResult<Option<ClaimedJob>> {
     use diesel::sql_types::{Double, Text, Uuid as SqlUuid};
-    diesel::sql_query(CLAIM_SQL)
+    super::prepared::prepared(CLAIM_SQL)
         .bind::<SqlUuid, _>(Uuid::now_v7())
         .bind::<Text, _>(node)
         .bind::<Double, _>(lease_secs)
@@ -134,7 +134,7 @@ pub async fn heartbeat(
     lease_secs: f64,
 ) -> QueryResult<usize> {
     use diesel::sql_types::{BigInt, Double, Uuid as SqlUuid};
-    diesel::sql_query(
+    super::prepared::prepared(
         "UPDATE video_encoding_jobs SET lease_until = statement_timestamp() + make_interval(secs => $3)
           WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2",
     )
@@ -177,7 +177,7 @@ fn fenced(job_update: &str) -> String {
 macro_rules! fenced_query {
     ($sql:expr, $id:expr, $token:expr, $end:expr) => {{
         use diesel::sql_types::{BigInt, Nullable, Text, Uuid as SqlUuid};
-        diesel::sql_query(fenced($sql))
+        super::prepared::prepared(fenced($sql))
             .bind::<BigInt, _>($id)
             .bind::<SqlUuid, _>($token)
             .bind::<Text, _>($end.outcome.as_str())
@@ -285,7 +285,7 @@ pub async fn dead_candidates(
     conn: &mut AsyncPgConnection,
     limit: i64,
 ) -> QueryResult<Vec<DeadCandidate>> {
-    diesel::sql_query(
+    super::prepared::prepared(
         "SELECT j.id, j.video_id, v.owner_id, j.claim_token
            FROM video_encoding_jobs j JOIN videos v ON v.id = j.video_id
           WHERE j.status = 'PROCESSING' AND j.attempt_count >= 3 AND j.lease_until <= statement_timestamp()
@@ -350,7 +350,7 @@ pub async fn list(
     limit: i64,
 ) -> QueryResult<Vec<JobSummary>> {
     use diesel::sql_types::{BigInt, Nullable, Text};
-    diesel::sql_query(format!(
+    super::prepared::prepared(format!(
         "{SUMMARY_SELECT} WHERE ($1::text IS NULL OR j.status = $1) ORDER BY j.id DESC LIMIT $2"
     ))
     .bind::<Nullable<Text>, _>(status)
@@ -361,7 +361,7 @@ pub async fn list(
 
 /// One job.
 pub async fn find(conn: &mut AsyncPgConnection, id: i64) -> QueryResult<Option<JobSummary>> {
-    diesel::sql_query(format!("{SUMMARY_SELECT} WHERE j.id = $1"))
+    super::prepared::prepared(format!("{SUMMARY_SELECT} WHERE j.id = $1"))
         .bind::<diesel::sql_types::BigInt, _>(id)
         .get_result(conn)
         .await
@@ -399,7 +399,7 @@ pub async fn attempts_of(
     conn: &mut AsyncPgConnection,
     id: i64,
 ) -> QueryResult<Vec<AttemptSummary>> {
-    diesel::sql_query(
+    super::prepared::prepared(
         "SELECT attempt, node_id, started_at, ended_at, outcome, error_code, error_message
            FROM job_attempts WHERE job_id = $1 ORDER BY id",
     )
@@ -421,7 +421,7 @@ pub async fn lock_status(conn: &mut AsyncPgConnection, id: i64) -> QueryResult<O
 
 /// Operator retry: CAS from `expected` back to PENDING with a fresh attempt budget.
 pub async fn requeue(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> QueryResult<usize> {
-    diesel::sql_query(
+    super::prepared::prepared(
         "UPDATE video_encoding_jobs
             SET status = 'PENDING', attempt_count = 0, available_at = statement_timestamp(),
                 completed_at = NULL, claim_token = NULL, claimed_by = NULL, lease_until = NULL, last_error = NULL
@@ -436,7 +436,7 @@ pub async fn requeue(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> Q
 /// Operator cancel: CAS from `expected` (PENDING or PROCESSING) to a closed COMPLETED with no
 /// claim, so a worker still running it finds its fence gone.
 pub async fn cancel(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> QueryResult<usize> {
-    diesel::sql_query(
+    super::prepared::prepared(
         "UPDATE video_encoding_jobs
             SET status = 'COMPLETED', completed_at = statement_timestamp(), claim_token = NULL,
                 claimed_by = NULL, lease_until = NULL, last_error = 'cancelled by an operator'

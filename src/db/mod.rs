@@ -11,6 +11,7 @@ pub mod jobs;
 pub mod migrations;
 pub mod outbox;
 pub mod pool;
+pub mod prepared;
 pub mod provision;
 /// The tables as `diesel print-schema` generates them from `migrations/`.
 #[allow(missing_docs)]

@@ -14,7 +14,7 @@ pub const EVENTS_CHANNEL: &str = "vidq_events";
 /// when it commits.
 pub async fn insert(conn: &mut AsyncPgConnection, owner: Uuid, event: &Event) -> QueryResult<()> {
     use diesel::sql_types::{Jsonb, Text, Uuid as SqlUuid};
-    diesel::sql_query(format!(
+    super::prepared::prepared(format!(
         "WITH ins AS (
              INSERT INTO notification_outbox (event_id, event_type, owner_id, video_id, payload)
              VALUES ($1, $2, $3, $4, $5) RETURNING 1)

@@ -78,7 +78,7 @@ pub async fn lock_owner_of_video(
         #[diesel(sql_type = diesel::sql_types::Uuid)]
         id: Uuid,
     }
-    let owner: Option<Owner> = diesel::sql_query(
+    let owner: Option<Owner> = super::prepared::prepared(
         "SELECT u.id FROM users u JOIN videos v ON v.owner_id = u.id WHERE v.id = $1 FOR KEY SHARE OF u",
     )
     .bind::<diesel::sql_types::Uuid, _>(video)
