@@ -330,19 +330,8 @@ impl Storage {
         key: &str,
         path: &std::path::Path,
     ) -> Result<Option<u64>, StorageError> {
-        let out = match self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-        {
-            Ok(out) => out,
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_no_such_key()) => {
-                return Ok(None);
-            }
-            Err(err) => return Err(StorageError::new("GetObject", key, err)),
+        let Some(out) = self.get_object(key).await? else {
+            return Ok(None);
         };
         let mut file = tokio::fs::File::create(path)
             .await
@@ -367,6 +356,22 @@ impl Storage {
 
     /// Reads a small object into memory (`None` if absent).
     pub async fn get_bytes(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        let Some(out) = self.get_object(key).await? else {
+            return Ok(None);
+        };
+        let bytes = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| StorageError::new("GetObject", key, e))?;
+        Ok(Some(bytes.to_vec()))
+    }
+
+    /// Starts a GET; `None` if there is no such object.
+    async fn get_object(
+        &self,
+        key: &str,
+    ) -> Result<Option<aws_sdk_s3::operation::get_object::GetObjectOutput>, StorageError> {
         match self
             .client
             .get_object()
@@ -375,14 +380,7 @@ impl Storage {
             .send()
             .await
         {
-            Ok(out) => {
-                let bytes = out
-                    .body
-                    .collect()
-                    .await
-                    .map_err(|e| StorageError::new("GetObject", key, e))?;
-                Ok(Some(bytes.to_vec()))
-            }
+            Ok(out) => Ok(Some(out)),
             Err(err) if err.as_service_error().is_some_and(|e| e.is_no_such_key()) => Ok(None),
             Err(err) => Err(StorageError::new("GetObject", key, err)),
         }

@@ -2,7 +2,8 @@
 //! confirmed in parallel, their status polled every 500 ms from the confirm to READY, three
 //! rounds, with 1 and then 2 `vidq worker` processes, each pinned to its own core with
 //! `taskset` and FFmpeg limited to one thread, standing in for separate small machines.
-//! Printed next to each: the same clip's plain FFmpeg encode on one core, and the checks the
+//! Printed next to each: the same FFmpeg work (probe, encode, thumbnail) run as plain command
+//! lines on one core, and the checks the
 //! seed made (all READY and COMPLETED, no lost job, no duplicate notification, nothing left
 //! unfinished after the workers stop).
 
@@ -79,8 +80,9 @@ fn clip(dir: &Path, seconds: f64) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// The worker's own encode of `clip`, run as plain FFmpeg on core 0 with one thread.
-async fn plain_encode_seconds(clip: &Path) -> anyhow::Result<f64> {
+/// The worker's own FFmpeg work on `clip` (probe, encode, thumbnail: the seed's three calls),
+/// run as plain command lines on core 0 with one thread.
+async fn plain_ffmpeg_seconds(clip: &Path) -> anyhow::Result<f64> {
     let config = MediaConfig {
         threads: 1,
         ..MediaConfig::default()
@@ -88,16 +90,29 @@ async fn plain_encode_seconds(clip: &Path) -> anyhow::Result<f64> {
     let info = probe::probe(&config, clip, &CancellationToken::new()).await?;
     let out = tempfile::tempdir()?;
     std::fs::create_dir_all(out.path().join("hls"))?;
-    let args = encode::encode_args(&config, &info, clip, out.path());
+    let steps = [
+        (&config.ffprobe, probe::args(clip)),
+        (
+            &config.ffmpeg,
+            encode::encode_args(&config, &info, clip, out.path()),
+        ),
+        (
+            &config.ffmpeg,
+            encode::thumbnail_args(&config, &info, clip, out.path()),
+        ),
+    ];
     let started = Instant::now();
-    let status = tokio::process::Command::new("taskset")
-        .arg("-c")
-        .arg("0")
-        .arg(&config.ffmpeg)
-        .args(&args)
-        .status()
-        .await?;
-    ensure!(status.success(), "plain ffmpeg failed");
+    for (program, args) in steps {
+        let status = tokio::process::Command::new("taskset")
+            .arg("-c")
+            .arg("0")
+            .arg(program)
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .await?;
+        ensure!(status.success(), "plain {} failed", program.display());
+    }
     Ok(started.elapsed().as_secs_f64())
 }
 
@@ -126,7 +141,7 @@ pub async fn run(args: E2eBenchArgs) -> anyhow::Result<()> {
     let mut plain = vec![Vec::new(); clips.len()];
     for _ in 0..args.rounds {
         for (i, clip) in clips.iter().enumerate() {
-            plain[i].push(plain_encode_seconds(clip).await?);
+            plain[i].push(plain_ffmpeg_seconds(clip).await?);
         }
     }
     let plain: Vec<f64> = plain.into_iter().map(median).collect();

@@ -25,8 +25,8 @@ use super::stats::{ms, percentile};
 use crate::db;
 use crate::domain::event::Event;
 use crate::domain::ids::{UploadId, VideoId};
-use crate::domain::media::{MediaError, MediaInfo};
-use crate::pipeline::{AttemptOutput, AttemptPlan, PlaybackKeys};
+use crate::domain::media::MediaError;
+use crate::pipeline::{AttemptOutput, AttemptPlan};
 use crate::queue::JobBody;
 use crate::queue::runner::{ClaimObserver, Runner, WorkerSettings};
 
@@ -66,33 +66,13 @@ struct Noop {
     reached: Notify,
 }
 
-fn noop_output(plan: &AttemptPlan) -> AttemptOutput {
-    let key = |name: &str| crate::domain::keys::attempt_object(plan.video, plan.attempt, name);
-    AttemptOutput {
-        media: MediaInfo {
-            container: "mov,mp4,m4a,3gp,3g2,mj2".into(),
-            duration_ms: 1000,
-            video_codec: "h264".into(),
-            width: 16,
-            height: 16,
-            fps: 25.0,
-            audio_codec: None,
-        },
-        keys: PlaybackKeys {
-            hls: key("hls/index.m3u8"),
-            mp4: key("video.mp4"),
-            thumbnail: key("thumb.jpg"),
-        },
-    }
-}
-
 impl JobBody for Noop {
     fn run<'a>(
         &'a self,
         plan: &'a AttemptPlan,
         _: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>> {
-        Box::pin(async move { Ok(noop_output(plan)) })
+        Box::pin(async move { Ok(AttemptOutput::placeholder(plan)) })
     }
 
     fn after_ready(&self, _: VideoId, _: i32) -> BoxFuture<'_, ()> {

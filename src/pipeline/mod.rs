@@ -46,6 +46,31 @@ pub struct AttemptOutput {
     pub keys: PlaybackKeys,
 }
 
+impl AttemptOutput {
+    /// The output an attempt would report for `plan` without encoding anything: keys under
+    /// its attempt prefix and made-up media facts. For queue benchmarks and tests, whose job
+    /// bodies skip the media work.
+    pub fn placeholder(plan: &AttemptPlan) -> Self {
+        let key = |name: &str| crate::domain::keys::attempt_object(plan.video, plan.attempt, name);
+        Self {
+            media: MediaInfo {
+                container: "mov,mp4,m4a,3gp,3g2,mj2".into(),
+                duration_ms: 1000,
+                video_codec: "h264".into(),
+                width: 320,
+                height: 240,
+                fps: 25.0,
+                audio_codec: None,
+            },
+            keys: PlaybackKeys {
+                hls: key(crate::domain::keys::outputs::PLAYLIST),
+                mp4: key(crate::domain::keys::outputs::MP4),
+                thumbnail: key(crate::domain::keys::outputs::THUMBNAIL),
+            },
+        }
+    }
+}
+
 /// What an attempt needs.
 #[derive(Clone, Debug)]
 pub struct Pipeline {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use vidq::domain::ids::VideoId;
-use vidq::domain::media::{MediaError, MediaInfo};
-use vidq::pipeline::{AttemptOutput, AttemptPlan, PlaybackKeys};
+use vidq::domain::media::MediaError;
+use vidq::pipeline::{AttemptOutput, AttemptPlan};
 use vidq::queue::JobBody;
 
 #[derive(Clone, Debug)]
@@ -45,23 +45,7 @@ impl Scripted {
 }
 
 pub fn output(plan: &AttemptPlan) -> AttemptOutput {
-    let key = |name: &str| vidq::domain::keys::attempt_object(plan.video, plan.attempt, name);
-    AttemptOutput {
-        media: MediaInfo {
-            container: "mov,mp4,m4a,3gp,3g2,mj2".into(),
-            duration_ms: 1000,
-            video_codec: "h264".into(),
-            width: 320,
-            height: 240,
-            fps: 25.0,
-            audio_codec: None,
-        },
-        keys: PlaybackKeys {
-            hls: key("hls/index.m3u8"),
-            mp4: key("video.mp4"),
-            thumbnail: key("thumb.jpg"),
-        },
-    }
+    AttemptOutput::placeholder(plan)
 }
 
 impl JobBody for Scripted {
