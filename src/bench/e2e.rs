@@ -319,7 +319,11 @@ async fn run_nodes(
     }
     let busy: Vec<String> = workers.iter().map(|w| rss(w.id(), "VmHWM")).collect();
     println!();
-    println!("nodes={nodes} worker RSS: idle {} / peak over the rounds {} (the worker process itself; FFmpeg is its child)", idle.join(", "), busy.join(", "));
+    println!(
+        "nodes={nodes} worker RSS: idle {} / peak over the rounds {} (the worker process itself; FFmpeg is its child)",
+        idle.join(", "),
+        busy.join(", ")
+    );
     for worker in &workers {
         if let Some(pid) = worker.id() {
             let _ = tokio::process::Command::new("kill")
@@ -383,7 +387,10 @@ async fn check(ctx: &AppContext) -> anyhow::Result<String> {
 fn rss(pid: Option<u32>, field: &str) -> String {
     pid.and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
         .and_then(|status| {
-            status.lines().find_map(|l| l.strip_prefix(field).map(|v| v.trim_start_matches(':').trim().to_owned()))
+            status.lines().find_map(|l| {
+                l.strip_prefix(field)
+                    .map(|v| v.trim_start_matches(':').trim().to_owned())
+            })
         })
         .and_then(|v| v.trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or_else(|| "?".to_owned(), |kib| format!("{:.1} MiB", kib / 1024.0))

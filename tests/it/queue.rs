@@ -453,6 +453,23 @@ async fn on_shutdown_a_worker_hands_its_claim_back_with_the_attempt_restored() {
         (running["status"].as_str(), running["attempts"].as_i64()),
         (Some("processing"), Some(1))
     );
+    let listed = |status: &'static str| {
+        let (app, key) = (&app, &key);
+        async move {
+            let page: serde_json::Value = app
+                .get(key, &format!("/v1/videos?status={status}"))
+                .await
+                .json()
+                .await
+                .unwrap();
+            page["videos"].as_array().unwrap().len()
+        }
+    };
+    assert_eq!(
+        (listed("processing").await, listed("queued").await),
+        (1, 0),
+        "the filter follows the derived status"
+    );
 
     first.stop().await;
     assert_eq!(app.count("SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'PENDING' AND attempt_count = 0").await, 1);
