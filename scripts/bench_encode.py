@@ -3,7 +3,7 @@
 
 For the seed's three inputs (720p clips of 10.08 s, 15.08 s and 19.10 s, generated here),
 each round runs, in alternating order, `vidq encode CLIP --out DIR` and the very same
-ffprobe + ffmpeg (encode) + ffmpeg (thumbnail) command lines that `vidq encode
+ffprobe, ffmpeg (one encode per rung) and ffmpeg (thumbnail) command lines that `vidq encode
 --print-commands` reports, each under /usr/bin/time. It prints the median wall time, the
 ratio, and peak resident memory (vidq's own and FFmpeg's).
 
@@ -54,12 +54,19 @@ def run_vidq(vidq, clip, out):
     return wall, rss, own
 
 
-def run_plain(commands, out):
+def print_commands(vidq, clip, out):
+    """The command lines `vidq encode` runs; also creates the directories they write into."""
     shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(os.path.join(out, "hls"))
+    return json.loads(subprocess.run(
+        [vidq, "encode", clip, "--out", out, "--print-commands"],
+        check=True, capture_output=True, text=True).stdout)
+
+
+def run_plain(vidq, clip, out):
+    commands = print_commands(vidq, clip, out)
     total, peak = 0.0, 0
-    for step in ("probe", "encode", "thumbnail"):
-        wall, rss = timed(commands[step])
+    for argv in [commands["probe"], *commands["encode"], commands["thumbnail"]]:
+        wall, rss = timed(argv)
         total += wall
         peak = max(peak, rss)
     shutil.rmtree(out, ignore_errors=True)
@@ -79,17 +86,14 @@ def main():
           f"{'peak RSS MiB':>12} | {'vidq own RSS MiB':>16} | {'plain peak MiB':>14}")
     for seconds in CLIPS:
         clip = clip_path(args.clips, seconds)
-        commands = json.loads(subprocess.run(
-            [args.vidq, "encode", clip, "--out", out, "--print-commands"],
-            check=True, capture_output=True, text=True).stdout)
         vidq_runs, plain_runs = [], []
         for round_no in range(args.rounds):
             # Alternate the order so neither side always runs on a warmer cache.
             if round_no % 2 == 0:
                 vidq_runs.append(run_vidq(args.vidq, clip, out))
-                plain_runs.append(run_plain(commands, out))
+                plain_runs.append(run_plain(args.vidq, clip, out))
             else:
-                plain_runs.append(run_plain(commands, out))
+                plain_runs.append(run_plain(args.vidq, clip, out))
                 vidq_runs.append(run_vidq(args.vidq, clip, out))
         v_wall = statistics.median(r[0] for r in vidq_runs)
         p_wall = statistics.median(r[0] for r in plain_runs)

@@ -200,10 +200,11 @@ pub struct MediaArgs {
         default_value_t = 120.0
     )]
     pub max_fps: f64,
-    /// Largest short side of the encoded output (720 = 720p; smaller inputs are not upscaled).
-    #[arg(long = "output-height", env = "VIDQ_OUTPUT_HEIGHT", value_name = "PX", default_value_t = 720,
+    /// Short sides of the HLS renditions, comma-separated (e.g. `1080,720,480`; default one
+    /// rendition at 720p). The MP4 is made at the largest; rungs above the source are skipped.
+    #[arg(long = "ladder", env = "VIDQ_LADDER", value_name = "HEIGHTS", value_delimiter = ',', default_value = "720",
           value_parser = clap::value_parser!(i32).range(16..=4320))]
-    pub output_height: i32,
+    pub ladder: Vec<i32>,
     /// HLS segment length, in seconds.
     #[arg(long = "segment-secs", env = "VIDQ_SEGMENT_SECS", value_name = "SECS", default_value_t = 4,
           value_parser = clap::value_parser!(u32).range(1..=60))]
@@ -231,7 +232,7 @@ impl MediaArgs {
                 max_height: self.max_height,
                 max_fps: self.max_fps,
             },
-            max_output_height: self.output_height,
+            ladder: self.ladder.clone(),
             segment_seconds: self.segment_secs,
             threads: self.ffmpeg_threads,
         }

@@ -31,7 +31,8 @@ pub struct EncodeArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Probe, then print the exact ffprobe/ffmpeg command lines the encode would run (as JSON
-    /// arrays) instead of running them: for comparing with plain FFmpeg.
+    /// arrays) instead of running them, creating the directories they write into: for
+    /// comparing with plain FFmpeg.
     #[arg(long)]
     pub print_commands: bool,
     #[allow(missing_docs)]
@@ -62,9 +63,16 @@ pub async fn encode(args: EncodeArgs) -> anyhow::Result<()> {
     };
     let probed = started.elapsed();
     if args.print_commands {
+        // The commands write into these directories, as the encode would create them.
+        for rung in encode::rungs(&config, &info) {
+            std::fs::create_dir_all(args.out.join("hls").join(&rung.prefix))?;
+        }
         let commands = json!({
             "probe": command(&config.ffprobe, &probe::args(&args.file)),
-            "encode": command(&config.ffmpeg, &encode::encode_args(&config, &info, &args.file, &args.out)),
+            "encode": encode::rungs(&config, &info)
+                .iter()
+                .map(|rung| command(&config.ffmpeg, &encode::encode_args(&config, &info, &args.file, &args.out, rung)))
+                .collect::<Vec<_>>(),
             "thumbnail": command(&config.ffmpeg, &encode::thumbnail_args(&config, &info, &args.file, &args.out)),
         });
         println!("{}", serde_json::to_string_pretty(&commands)?);
@@ -78,8 +86,12 @@ pub async fn encode(args: EncodeArgs) -> anyhow::Result<()> {
         "media": info,
         "outputs": {
             "playlist": files.playlist,
-            "init": files.init,
-            "segments": files.segments.len(),
+            "renditions": files.renditions.iter().map(|r| json!({
+                "playlist": r.playlist,
+                "width": r.width,
+                "height": r.height,
+                "segments": r.segments.len(),
+            })).collect::<Vec<_>>(),
             "mp4": files.mp4,
             "thumbnail": files.thumbnail,
         },

@@ -90,17 +90,18 @@ async fn plain_ffmpeg_seconds(clip: &Path) -> anyhow::Result<f64> {
     let info = probe::probe(&config, clip, &CancellationToken::new()).await?;
     let out = tempfile::tempdir()?;
     std::fs::create_dir_all(out.path().join("hls"))?;
-    let steps = [
-        (&config.ffprobe, probe::args(clip)),
-        (
+    let mut steps = vec![(&config.ffprobe, probe::args(clip))];
+    for rung in encode::rungs(&config, &info) {
+        std::fs::create_dir_all(out.path().join("hls").join(&rung.prefix))?;
+        steps.push((
             &config.ffmpeg,
-            encode::encode_args(&config, &info, clip, out.path()),
-        ),
-        (
-            &config.ffmpeg,
-            encode::thumbnail_args(&config, &info, clip, out.path()),
-        ),
-    ];
+            encode::encode_args(&config, &info, clip, out.path(), &rung),
+        ));
+    }
+    steps.push((
+        &config.ffmpeg,
+        encode::thumbnail_args(&config, &info, clip, out.path()),
+    ));
     let started = Instant::now();
     for (program, args) in steps {
         let status = tokio::process::Command::new("taskset")

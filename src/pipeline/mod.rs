@@ -131,7 +131,7 @@ impl Pipeline {
             cancel,
         )
         .await?;
-        tracing::info!(segments = files.segments.len(), "encoded");
+        tracing::info!(renditions = files.renditions.len(), "encoded");
         let keys =
             outputs::upload(&self.storage, &self.db, plan.video, plan.attempt, &files).await?;
         Ok(AttemptOutput { media, keys })

@@ -1,5 +1,5 @@
-//! Putting an attempt's outputs in S3 in playback-safe order (init and segments, then the MP4
-//! and thumbnail, the playlist last) with each object registered `pending` first and
+//! Putting an attempt's outputs in S3 in playback-safe order (inits and segments, the MP4 and
+//! thumbnail, then the renditions' playlists, the top playlist last) with each object registered `pending` first and
 //! confirmed by a CAS on state and the size S3 reports.
 
 use std::path::PathBuf;
@@ -39,16 +39,32 @@ pub async fn upload(
     files: &EncodedFiles,
 ) -> Result<PlaybackKeys, MediaError> {
     let key = |name: &str| keys::attempt_object(video, attempt, name);
-    let mut planned: Vec<(Axis, i32, String, PathBuf)> =
-        vec![(Axis::Init, 0, key(outputs::INIT), files.init.clone())];
-    for (n, path) in files.segments.iter().enumerate() {
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        planned.push((
-            Axis::Segment,
-            n as i32,
-            key(&format!("hls/{name}")),
-            path.clone(),
-        ));
+    // Sequence numbers keep every object of an axis distinct across the ladder's renditions.
+    const PER_RENDITION: i32 = 100_000;
+    let mut planned: Vec<(Axis, i32, String, PathBuf)> = Vec::new();
+    let mut playlists: Vec<(Axis, i32, String, PathBuf)> = Vec::new();
+    let ladder = files.renditions.len() > 1;
+    for (r, rendition) in files.renditions.iter().enumerate() {
+        let r = r as i32;
+        let hls = |name: &str| key(&format!("hls/{}{name}", rendition.prefix));
+        planned.push((Axis::Init, r, hls("init.mp4"), rendition.init.clone()));
+        for (n, path) in rendition.segments.iter().enumerate() {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            planned.push((
+                Axis::Segment,
+                r * PER_RENDITION + n as i32,
+                hls(&name),
+                path.clone(),
+            ));
+        }
+        if ladder {
+            playlists.push((
+                Axis::Playlist,
+                r + 1,
+                hls("index.m3u8"),
+                rendition.playlist.clone(),
+            ));
+        }
     }
     planned.push((Axis::Mp4, 0, key(outputs::MP4), files.mp4.clone()));
     planned.push((
@@ -57,6 +73,9 @@ pub async fn upload(
         key(outputs::THUMBNAIL),
         files.thumbnail.clone(),
     ));
+    // Rendition playlists after every segment, the top playlist (master or single) last.
+    let first_playlist = planned.len();
+    planned.extend(playlists);
     planned.push((
         Axis::Playlist,
         0,
@@ -98,9 +117,9 @@ pub async fn upload(
             .map_err(storage_error)?;
     }
 
-    let (playlist, rest) = all.split_last().expect("the playlist is always planned");
+    let (objects, playlists) = all.split_at(first_playlist);
     // Boxed so the stream's item type names no closure lifetime (keeps the future Send).
-    let uploads: Vec<futures_util::future::BoxFuture<'_, Result<(), MediaError>>> = rest
+    let uploads: Vec<futures_util::future::BoxFuture<'_, Result<(), MediaError>>> = objects
         .iter()
         .map(|o| Box::pin(put_and_confirm(storage, pool, o)) as _)
         .collect();
@@ -108,8 +127,10 @@ pub async fn upload(
         .buffer_unordered(UPLOAD_CONCURRENCY)
         .try_collect::<Vec<()>>()
         .await?;
-    // Only now can a player follow the playlist to objects that all exist.
-    put_and_confirm(storage, pool, playlist).await?;
+    // Only now can a player follow a playlist to objects that all exist; the top one last.
+    for playlist in playlists {
+        put_and_confirm(storage, pool, playlist).await?;
+    }
 
     Ok(PlaybackKeys {
         hls: key(outputs::PLAYLIST),

@@ -219,7 +219,8 @@ async fn encode_writes_hls_fmp4_an_mp4_with_moov_first_and_a_thumbnail() {
     )
     .await
     .unwrap();
-    assert_eq!(files.segments.len(), 2, "6 s in 4 s segments");
+    assert_eq!(files.renditions.len(), 1);
+    assert_eq!(files.renditions[0].segments.len(), 2, "6 s in 4 s segments");
     let playlist = std::fs::read_to_string(&files.playlist).unwrap();
     for line in [
         "#EXT-X-PLAYLIST-TYPE:VOD",
@@ -390,4 +391,91 @@ pub fn processes_mentioning(marker: &str) -> Vec<u32> {
         }
     }
     found
+}
+
+#[tokio::test]
+async fn a_ladder_encodes_one_rendition_per_rung_under_a_master_playlist() {
+    let dir = tempfile::tempdir().unwrap();
+    let ladder = MediaConfig {
+        ladder: vec![120, 240, 480],
+        ..config()
+    };
+    let info = probe::probe(&ladder, &clips::small(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let files = encode::encode(
+        &ladder,
+        &info,
+        &clips::small(),
+        dir.path(),
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let sizes: Vec<(String, i32, i32)> = files
+        .renditions
+        .iter()
+        .map(|r| (r.prefix.clone(), r.width, r.height))
+        .collect();
+    assert_eq!(
+        sizes,
+        vec![("v0/".to_owned(), 320, 240), ("v1/".to_owned(), 160, 120)],
+        "largest first; the 480 rung is above the source and skipped"
+    );
+    let master = std::fs::read_to_string(&files.playlist).unwrap();
+    assert_eq!(master.matches("#EXT-X-STREAM-INF:").count(), 2, "{master}");
+    assert!(
+        master.contains("RESOLUTION=320x240") && master.contains("RESOLUTION=160x120"),
+        "{master}"
+    );
+    assert!(
+        master.contains("\nv0/index.m3u8\n") && master.contains("\nv1/index.m3u8\n"),
+        "{master}"
+    );
+    for rendition in &files.renditions {
+        let media = std::fs::read_to_string(&rendition.playlist).unwrap();
+        assert!(media.contains("#EXT-X-MAP:URI=\"init.mp4\""), "{media}");
+        assert_eq!(rendition.segments.len(), 2);
+    }
+    let out = tokio::process::Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-select_streams",
+            "v:0",
+            "-show_entries",
+            "stream=width,height",
+            "-of",
+            "csv=p=0",
+        ])
+        .arg(&files.mp4)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "320,240",
+        "the MP4 is the top rung"
+    );
+}
+
+#[tokio::test]
+async fn a_source_smaller_than_every_rung_gets_one_rendition_at_its_own_size() {
+    let big_ladder = MediaConfig {
+        ladder: vec![1080, 720],
+        ..config()
+    };
+    let info = probe::probe(&big_ladder, &clips::small(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let rungs = encode::rungs(&big_ladder, &info);
+    assert_eq!(rungs.len(), 1);
+    assert_eq!(
+        (
+            rungs[0].short_side,
+            rungs[0].prefix.as_str(),
+            rungs[0].with_mp4
+        ),
+        (240, "", true)
+    );
 }

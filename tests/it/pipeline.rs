@@ -214,3 +214,85 @@ async fn large_files_go_up_as_multipart_and_come_back_whole() {
         "the bytes round-trip"
     );
 }
+
+#[tokio::test]
+async fn a_ladder_puts_every_rendition_up_and_the_master_playlist_last() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let video = upload_clip(&app, &key, &clips::small()).await;
+    let video_id: VideoId = video["id"].as_str().unwrap().parse().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let mut pipeline = pipeline(&app, work.path());
+    pipeline.media.ladder = vec![240, 120];
+    let plan = AttemptPlan {
+        video: video_id,
+        attempt: 1,
+        original_key: format!("originals/{}", video["upload_id"].as_str().unwrap()),
+    };
+    let output = pipeline
+        .run(&plan, &CancellationToken::new())
+        .await
+        .unwrap();
+    let hls = format!("videos/{video_id}/a1/hls/");
+    let master = String::from_utf8(
+        app.storage
+            .get_bytes(&output.keys.hls)
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    let variants: Vec<&str> = master
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect();
+    assert_eq!(variants, vec!["v0/index.m3u8", "v1/index.m3u8"]);
+    for variant in variants {
+        let prefix = format!("{hls}{}", variant.trim_end_matches("index.m3u8"));
+        let media = String::from_utf8(
+            app.storage
+                .get_bytes(&format!("{hls}{variant}"))
+                .await
+                .unwrap()
+                .unwrap(),
+        )
+        .unwrap();
+        for line in media.lines() {
+            let object = if let Some(uri) = line.strip_prefix("#EXT-X-MAP:URI=") {
+                format!("{prefix}{}", uri.trim_matches('"'))
+            } else if !line.starts_with('#') && !line.is_empty() {
+                format!("{prefix}{line}")
+            } else {
+                continue;
+            };
+            assert!(
+                app.storage.head(&object).await.unwrap().is_some(),
+                "{object}"
+            );
+        }
+    }
+    let mut conn = app.pool.get().await.unwrap();
+    let rows = vidq::db::artifacts::of_attempt(&mut conn, video_id.0, 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.len(),
+        2 * (1 + 2 + 1) + 1 + 1 + 1,
+        "per rendition init, 2 segments, playlist; mp4, thumbnail, master"
+    );
+    assert!(rows.iter().all(|r| r.state == "uploaded"));
+    let master_row = rows
+        .iter()
+        .find(|r| r.object_key == output.keys.hls)
+        .unwrap();
+    let last_other = rows
+        .iter()
+        .filter(|r| r.object_key != output.keys.hls)
+        .filter_map(|r| r.uploaded_at)
+        .max()
+        .unwrap();
+    assert!(
+        master_row.uploaded_at.unwrap() >= last_other,
+        "the master playlist goes up last"
+    );
+}

@@ -1,6 +1,7 @@
-//! The encode: one FFmpeg call that decodes once and writes both the HLS rendition (fMP4
-//! segments, VOD playlist) and a progressive MP4 with `moov` first, through the tee muxer;
-//! and one call for the thumbnail.
+//! The encode: per rung of the ladder one FFmpeg call that writes the rung's HLS rendition
+//! (fMP4 segments, VOD playlist); the top rung's call also writes the progressive MP4 (`moov`
+//! first) from the same encode through the tee muxer. With more than one rung a master
+//! playlist lists them. One more call makes the thumbnail.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -16,21 +17,97 @@ use crate::domain::media::{MediaError, MediaInfo};
 /// Widest thumbnail.
 const THUMBNAIL_MAX_WIDTH: i32 = 640;
 
+/// One HLS rendition on disk.
+#[derive(Clone, Debug)]
+pub struct Rendition {
+    /// Where it sits under `hls/`: `""` for a single rendition, `"v0/"`, `"v1/"`... in a ladder.
+    pub prefix: String,
+    /// Frame size it was scaled to.
+    pub width: i32,
+    /// Frame size it was scaled to.
+    pub height: i32,
+    /// Its `init.mp4`.
+    pub init: PathBuf,
+    /// `seg_00000.m4s`, ... in playback order.
+    pub segments: Vec<PathBuf>,
+    /// Its media playlist.
+    pub playlist: PathBuf,
+}
+
 /// The files one encode produced, named as they will be under the attempt's S3 prefix.
 #[derive(Clone, Debug)]
 pub struct EncodedFiles {
     /// The directory they are in.
     pub dir: PathBuf,
-    /// `hls/init.mp4`.
-    pub init: PathBuf,
-    /// `hls/seg_00000.m4s`, ... in playback order.
-    pub segments: Vec<PathBuf>,
-    /// `hls/index.m3u8`.
+    /// `hls/index.m3u8`: the media playlist of a single rendition, or the master playlist.
     pub playlist: PathBuf,
-    /// `video.mp4`.
+    /// Largest first.
+    pub renditions: Vec<Rendition>,
+    /// `video.mp4` (at the top rung).
     pub mp4: PathBuf,
     /// `thumb.jpg`.
     pub thumbnail: PathBuf,
+}
+
+/// One encode call of the ladder.
+#[derive(Clone, Debug)]
+pub struct Rung {
+    /// Largest short side of this rendition.
+    pub short_side: i32,
+    /// `""` or `"v{n}/"`.
+    pub prefix: String,
+    /// Whether this call also writes the MP4 (the top rung's does).
+    pub with_mp4: bool,
+}
+
+/// The rungs to encode for a source: the configured short sides at or below the source's own
+/// (nothing is upscaled), largest first; a source smaller than every rung gets one rendition
+/// at its own size.
+pub fn rungs(config: &MediaConfig, info: &MediaInfo) -> Vec<Rung> {
+    let source = info.width.min(info.height);
+    let mut sides: Vec<i32> = config
+        .ladder
+        .iter()
+        .copied()
+        .filter(|s| *s <= source)
+        .collect();
+    sides.sort_unstable_by(|a, b| b.cmp(a));
+    sides.dedup();
+    if sides.is_empty() {
+        sides.push(source);
+    }
+    let ladder = sides.len() > 1;
+    sides
+        .into_iter()
+        .enumerate()
+        .map(|(n, short_side)| Rung {
+            short_side,
+            prefix: if ladder {
+                format!("v{n}/")
+            } else {
+                String::new()
+            },
+            with_mp4: n == 0,
+        })
+        .collect()
+}
+
+/// The frame size a rung scales the source to (what the scale filter below computes).
+fn scaled(info: &MediaInfo, short_side: i32) -> (i32, i32) {
+    let even = |x: f64| ((x / 2.0).round() as i32 * 2).max(2);
+    if info.width >= info.height {
+        let h = short_side.min(info.height);
+        (
+            even(f64::from(info.width) * f64::from(h) / f64::from(info.height)),
+            h,
+        )
+    } else {
+        let w = short_side.min(info.width);
+        (
+            w,
+            even(f64::from(info.height) * f64::from(w) / f64::from(info.width)),
+        )
+    }
 }
 
 /// Input options every FFmpeg call on an original takes: local files only, accepted
@@ -58,13 +135,14 @@ fn hardened_input(config: &MediaConfig, input: &Path, seek_seconds: Option<f64>)
     args
 }
 
-/// The encode's command line: H.264 high/yuv420p CRF 23 veryfast, keyframes on segment
-/// boundaries, AAC stereo, metadata stripped, at most `max_output_height` on the short side.
+/// One rung's command line: H.264 high/yuv420p CRF 23 veryfast, keyframes on segment
+/// boundaries, AAC stereo, metadata stripped, at most the rung's short side.
 pub fn encode_args(
     config: &MediaConfig,
     info: &MediaInfo,
     input: &Path,
     out: &Path,
+    rung: &Rung,
 ) -> Vec<OsString> {
     let mut args = hardened_input(config, input, None);
     let segment = config.segment_seconds.max(1);
@@ -73,21 +151,25 @@ pub fn encode_args(
     } else {
         250
     };
-    let short_side = config.max_output_height;
+    let short_side = rung.short_side;
     // Landscape: cap the height; portrait: cap the width. -2 keeps the aspect ratio with an
     // even size, which yuv420p needs.
     let scale = format!(
         "scale=w='if(gte(iw,ih),-2,min({short_side},iw))':h='if(gte(iw,ih),min({short_side},ih),-2)',format=yuv420p"
     );
-    let hls_dir = out.join("hls");
-    let tee = format!(
+    let hls_dir = out.join("hls").join(&rung.prefix);
+    let mut tee = format!(
         "[f=hls:hls_time={segment}:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:\
-         hls_segment_filename={seg}:hls_flags=independent_segments]{playlist}|\
-         [f=mp4:movflags=+faststart]{mp4}",
+         hls_segment_filename={seg}:hls_flags=independent_segments]{playlist}",
         seg = tee_escape(&hls_dir.join("seg_%05d.m4s")),
-        playlist = tee_escape(&out.join(outputs::PLAYLIST)),
-        mp4 = tee_escape(&out.join(outputs::MP4)),
+        playlist = tee_escape(&hls_dir.join("index.m3u8")),
     );
+    if rung.with_mp4 {
+        tee.push_str(&format!(
+            "|[f=mp4:movflags=+faststart]{}",
+            tee_escape(&out.join(outputs::MP4))
+        ));
+    }
     let mut push = |s: &str| args.push(s.into());
     for s in [
         "-map",
@@ -189,7 +271,8 @@ pub fn thumbnail_args(
     args
 }
 
-/// Encodes `input` into `out` (which must be empty) and makes the thumbnail.
+/// Encodes `input` into `out` (which must be empty): every rung, the thumbnail, and the
+/// master playlist when there is more than one rung.
 pub async fn encode(
     config: &MediaConfig,
     info: &MediaInfo,
@@ -198,17 +281,22 @@ pub async fn encode(
     cancel: &CancellationToken,
 ) -> Result<EncodedFiles, MediaError> {
     let io = |e: std::io::Error| MediaError::retryable("io_error", format!("local disk: {e}"));
-    tokio::fs::create_dir_all(out.join("hls"))
+    let rungs = rungs(config, info);
+    let mut renditions = Vec::with_capacity(rungs.len());
+    for rung in &rungs {
+        let dir = out.join("hls").join(&rung.prefix);
+        tokio::fs::create_dir_all(&dir).await.map_err(io)?;
+        process::run(
+            &config.ffmpeg,
+            &encode_args(config, info, input, out, rung),
+            config.call_timeout,
+            cancel,
+        )
         .await
-        .map_err(io)?;
-    process::run(
-        &config.ffmpeg,
-        &encode_args(config, info, input, out),
-        config.call_timeout,
-        cancel,
-    )
-    .await
-    .map_err(|err| classify_encode(err, input))?;
+        .map_err(|err| classify_encode(err, input))?;
+        let (width, height) = scaled(info, rung.short_side);
+        renditions.push(collect(&dir, &rung.prefix, width, height).await?);
+    }
     process::run(
         &config.ffmpeg,
         &thumbnail_args(config, info, input, out),
@@ -217,7 +305,50 @@ pub async fn encode(
     )
     .await
     .map_err(|err| classify_encode(err, input))?;
-    collect(out).await
+    let playlist = out.join(outputs::PLAYLIST);
+    if renditions.len() > 1 {
+        let master = master_playlist(&renditions, info.duration_ms)
+            .await
+            .map_err(io)?;
+        tokio::fs::write(&playlist, master).await.map_err(io)?;
+    }
+    let files = EncodedFiles {
+        dir: out.to_owned(),
+        playlist,
+        renditions,
+        mp4: out.join(outputs::MP4),
+        thumbnail: out.join(outputs::THUMBNAIL),
+    };
+    for path in [&files.mp4, &files.thumbnail, &files.playlist] {
+        if !tokio::fs::try_exists(path).await.unwrap_or(false) {
+            return Err(missing(
+                &path.file_name().unwrap_or_default().to_string_lossy(),
+            ));
+        }
+    }
+    Ok(files)
+}
+
+/// The master playlist of a ladder: each rendition with its average bandwidth and size.
+async fn master_playlist(renditions: &[Rendition], duration_ms: i64) -> std::io::Result<String> {
+    let seconds = (duration_ms as f64 / 1000.0).max(0.001);
+    let mut text = String::from("#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-INDEPENDENT-SEGMENTS\n");
+    for r in renditions {
+        let mut bytes = tokio::fs::metadata(&r.init).await?.len();
+        for segment in &r.segments {
+            bytes += tokio::fs::metadata(segment).await?.len();
+        }
+        let bandwidth = (bytes as f64 * 8.0 / seconds).ceil() as u64;
+        text.push_str(&format!(
+            "#EXT-X-STREAM-INF:BANDWIDTH={bandwidth},AVERAGE-BANDWIDTH={bandwidth},RESOLUTION={}x{}\n{}index.m3u8\n",
+            r.width, r.height, r.prefix
+        ));
+    }
+    Ok(text)
+}
+
+fn missing(what: &str) -> MediaError {
+    MediaError::retryable("encode_failed", format!("the encoder wrote no {what}"))
 }
 
 /// An encode that fails on a file the probe accepted is usually the node (disk, memory, a
@@ -234,41 +365,41 @@ fn classify_encode(err: process::ProcessError, input: &Path) -> MediaError {
     }
 }
 
-/// Reads the playlist FFmpeg wrote and checks that everything it references exists.
-async fn collect(out: &Path) -> Result<EncodedFiles, MediaError> {
-    let missing =
-        |what: &str| MediaError::retryable("encode_failed", format!("the encoder wrote no {what}"));
-    let playlist = out.join(outputs::PLAYLIST);
+/// Reads the media playlist FFmpeg wrote in `dir` and checks that everything it references
+/// exists.
+async fn collect(
+    dir: &Path,
+    prefix: &str,
+    width: i32,
+    height: i32,
+) -> Result<Rendition, MediaError> {
+    let playlist = dir.join("index.m3u8");
     let text = tokio::fs::read_to_string(&playlist)
         .await
         .map_err(|_| missing("playlist"))?;
-    let hls = out.join("hls");
     let segments: Vec<PathBuf> = text
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|name| hls.join(name))
+        .map(|name| dir.join(name))
         .collect();
     if segments.is_empty() {
         return Err(missing("segment"));
     }
-    let files = EncodedFiles {
-        dir: out.to_owned(),
-        init: out.join(outputs::INIT),
+    let rendition = Rendition {
+        prefix: prefix.to_owned(),
+        width,
+        height,
+        init: dir.join("init.mp4"),
         segments,
         playlist,
-        mp4: out.join(outputs::MP4),
-        thumbnail: out.join(outputs::THUMBNAIL),
     };
-    for path in [&files.init, &files.mp4, &files.thumbnail]
-        .into_iter()
-        .chain(&files.segments)
-    {
+    for path in std::iter::once(&rendition.init).chain(&rendition.segments) {
         if !tokio::fs::try_exists(path).await.unwrap_or(false) {
             return Err(missing(
                 &path.file_name().unwrap_or_default().to_string_lossy(),
             ));
         }
     }
-    Ok(files)
+    Ok(rendition)
 }

@@ -30,8 +30,8 @@ pub struct MediaConfig {
     pub call_timeout: Duration,
     /// Limits the original must meet.
     pub limits: MediaLimits,
-    /// Largest short side of the output (720 = "720p").
-    pub max_output_height: i32,
+    /// Short sides of the HLS renditions (720 = "720p"); the MP4 is made at the largest.
+    pub ladder: Vec<i32>,
     /// HLS segment length in seconds.
     pub segment_seconds: u32,
     /// Encoder threads (0 = FFmpeg's choice).
@@ -45,7 +45,7 @@ impl Default for MediaConfig {
             ffprobe: "ffprobe".into(),
             call_timeout: Duration::from_secs(600),
             limits: MediaLimits::default(),
-            max_output_height: 720,
+            ladder: vec![720],
             segment_seconds: 4,
             threads: 0,
         }
