@@ -239,16 +239,15 @@ async fn encode_writes_hls_fmp4_an_mp4_with_moov_first_and_a_thumbnail() {
     assert_eq!(thumb, (320, 240), "small sources are not upscaled");
 }
 
-/// ffprobe's view of an image: (width, height).
-pub async fn probe_image(path: &Path) -> (i64, i64) {
+/// ffprobe's facts about the first video stream of `path`.
+pub async fn video_stream(path: &Path) -> serde_json::Value {
     let out = tokio::process::Command::new("ffprobe")
         .args([
             "-v",
             "error",
             "-select_streams",
             "v:0",
-            "-show_entries",
-            "stream=width,height,codec_name",
+            "-show_streams",
             "-of",
             "json",
         ])
@@ -256,9 +255,14 @@ pub async fn probe_image(path: &Path) -> (i64, i64) {
         .output()
         .await
         .unwrap();
-    assert!(out.status.success(), "the image decodes");
+    assert!(out.status.success(), "{} decodes", path.display());
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let stream = &json["streams"][0];
+    json["streams"][0].clone()
+}
+
+/// ffprobe's view of an image: (width, height); asserts it is a JPEG.
+pub async fn probe_image(path: &Path) -> (i64, i64) {
+    let stream = video_stream(path).await;
     assert_eq!(stream["codec_name"], "mjpeg");
     (
         stream["width"].as_i64().unwrap(),
@@ -282,23 +286,7 @@ async fn large_sources_are_scaled_to_720p_and_thumbnails_to_640_wide() {
     )
     .await
     .unwrap();
-    let out = tokio::process::Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-select_streams",
-            "v:0",
-            "-show_entries",
-            "stream=width,height,profile,pix_fmt",
-            "-of",
-            "json",
-        ])
-        .arg(&files.mp4)
-        .output()
-        .await
-        .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let stream = &json["streams"][0];
+    let stream = video_stream(&files.mp4).await;
     assert_eq!(
         (stream["width"].as_i64(), stream["height"].as_i64()),
         (Some(1280), Some(720))
@@ -437,24 +425,10 @@ async fn a_ladder_encodes_one_rendition_per_rung_under_a_master_playlist() {
         assert!(media.contains("#EXT-X-MAP:URI=\"init.mp4\""), "{media}");
         assert_eq!(rendition.segments.len(), 2);
     }
-    let out = tokio::process::Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-select_streams",
-            "v:0",
-            "-show_entries",
-            "stream=width,height",
-            "-of",
-            "csv=p=0",
-        ])
-        .arg(&files.mp4)
-        .output()
-        .await
-        .unwrap();
+    let mp4 = video_stream(&files.mp4).await;
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "320,240",
+        (mp4["width"].as_i64(), mp4["height"].as_i64()),
+        (Some(320), Some(240)),
         "the MP4 is the top rung"
     );
 }

@@ -80,16 +80,36 @@ fn signal(pid: u32, name: &str) {
     assert!(status.success());
 }
 
+/// A long clip confirmed by alice, and work directories `a` and `b` for two worker nodes.
+struct Scene {
+    app: TestApp,
+    key: String,
+    id: vidq::domain::ids::VideoId,
+    dirs: tempfile::TempDir,
+}
+
+impl Scene {
+    async fn new() -> Self {
+        let app = TestApp::spawn().await;
+        let key = app.create_user("alice").await;
+        let video = upload_clip(&app, &key, &long_clip()).await;
+        let dirs = tempfile::tempdir().unwrap();
+        for node in ["a", "b"] {
+            std::fs::create_dir_all(dirs.path().join(node)).unwrap();
+        }
+        Self {
+            id: video_id(&video),
+            app,
+            key,
+            dirs,
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_sigkilled_worker_loses_its_job_to_another_after_the_lease_and_the_video_ends_ready() {
-    let app = TestApp::spawn().await;
-    let key = app.create_user("alice").await;
-    let video = upload_clip(&app, &key, &long_clip()).await;
-    let id = video_id(&video);
-    let dirs = tempfile::tempdir().unwrap();
+    let Scene { app, key, id, dirs } = Scene::new().await;
     let (dir_a, dir_b) = (dirs.path().join("a"), dirs.path().join("b"));
-    std::fs::create_dir_all(&dir_a).unwrap();
-    std::fs::create_dir_all(&dir_b).unwrap();
 
     let mut a = spawn_worker(&app, "node-a", &dir_a, "1");
     let encoders = wait_for_encode(&dir_a).await;
@@ -165,14 +185,8 @@ async fn a_sigkilled_worker_loses_its_job_to_another_after_the_lease_and_the_vid
 
 #[tokio::test]
 async fn sigterm_hands_the_job_back_at_once_with_its_attempt_restored() {
-    let app = TestApp::spawn().await;
-    let key = app.create_user("alice").await;
-    let video = upload_clip(&app, &key, &long_clip()).await;
-    let id = video_id(&video);
-    let dirs = tempfile::tempdir().unwrap();
+    let Scene { app, key, id, dirs } = Scene::new().await;
     let (dir_a, dir_b) = (dirs.path().join("a"), dirs.path().join("b"));
-    std::fs::create_dir_all(&dir_a).unwrap();
-    std::fs::create_dir_all(&dir_b).unwrap();
 
     let mut a = spawn_worker(&app, "node-a", &dir_a, "1");
     wait_for_encode(&dir_a).await;
