@@ -77,6 +77,13 @@ async fn lock_owner(conn: &mut AsyncPgConnection, video: VideoId) -> Result<Uuid
         .ok_or(JobError::ClaimLost)
 }
 
+/// After a commit that inserted outbox rows: wake the relays (best effort; they also poll).
+async fn wake_relays(conn: &mut AsyncPgConnection) {
+    if let Err(error) = db::outbox::wake_relays(conn).await {
+        tracing::debug!(%error, "could not wake relays; they will poll");
+    }
+}
+
 /// Fails with [`JobError::ClaimLost`] (rolling back) when the fence matched nothing.
 fn fenced(rows: usize) -> Result<(), JobError> {
     if rows == 0 {
@@ -150,7 +157,9 @@ pub async fn finalize_ready(
             .await?,
         )
     })
-    .await
+    .await?;
+    wake_relays(&mut conn).await;
+    Ok(())
 }
 
 /// FAILED, in one transaction shaped like [`finalize_ready`]: the error on the video,
@@ -179,7 +188,9 @@ pub async fn finalize_failed(
             .await?,
         )
     })
-    .await
+    .await?;
+    wake_relays(&mut conn).await;
+    Ok(())
 }
 
 /// A failed attempt: permanent errors and the last attempt's error fail the video; otherwise
@@ -268,6 +279,7 @@ pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
             .await;
         match closed {
             Ok(()) => {
+                wake_relays(&mut conn).await;
                 reaped += 1;
                 tracing::warn!(job_id = job.id, video_id = %job.video_id, "job died in its last attempt; video failed");
             }
@@ -371,5 +383,9 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
         }
         Ok(())
     })
-    .await
+    .await?;
+    if action == OperatorAction::Cancel {
+        wake_relays(&mut conn).await;
+    }
+    Ok(())
 }

@@ -292,3 +292,62 @@ async fn confirm_wakes_listening_workers_on_commit() {
     .unwrap();
     assert_eq!(note.channel, "vidq_jobs");
 }
+
+#[tokio::test]
+async fn relays_are_woken_after_a_confirm_and_after_a_finalize_commit() {
+    use diesel_async::AsyncConnection;
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let mut listener = diesel_async::AsyncPgConnection::establish(&app.db.url)
+        .await
+        .unwrap();
+    diesel::sql_query("LISTEN vidq_events")
+        .execute(&mut listener)
+        .await
+        .unwrap();
+    let mut notifications = Box::pin(listener.notifications_stream());
+    let next = async |stream: &mut std::pin::Pin<Box<_>>| {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            futures_util::StreamExt::next(stream),
+        )
+        .await
+        .expect("a NOTIFY arrives")
+    };
+    let video = app.uploaded_video(&key).await;
+    let note: Option<diesel::QueryResult<diesel::pg::PgNotification>> =
+        next(&mut notifications).await;
+    assert_eq!(note.unwrap().unwrap().channel, "vidq_events");
+
+    let mut conn = app.pool.get().await.unwrap();
+    let claim = vidq::db::jobs::claim(&mut conn, "n", 30.0)
+        .await
+        .unwrap()
+        .unwrap();
+    drop(conn);
+    let claim = vidq::app::jobs::Claim::from(claim);
+    let plan = vidq::pipeline::AttemptPlan {
+        video: claim.video,
+        attempt: 1,
+        original_key: claim.original_key.clone(),
+    };
+    vidq::app::jobs::finalize_ready(
+        &app.pool,
+        &claim,
+        &vidq::pipeline::AttemptOutput::placeholder(&plan),
+    )
+    .await
+    .unwrap();
+    let note: Option<diesel::QueryResult<diesel::pg::PgNotification>> =
+        next(&mut notifications).await;
+    assert_eq!(note.unwrap().unwrap().channel, "vidq_events");
+    // The wake-up follows the commit: the event is already visible to a reader.
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) AS n FROM notification_outbox WHERE event_type = 'video.ready' AND video_id = '{}'",
+            video["id"].as_str().unwrap()
+        ))
+        .await,
+        1
+    );
+}
