@@ -77,13 +77,6 @@ async fn lock_owner(conn: &mut AsyncPgConnection, video: VideoId) -> Result<Uuid
         .ok_or(JobError::ClaimLost)
 }
 
-/// After a commit that inserted outbox rows: wake the relays (best effort; they also poll).
-async fn wake_relays(conn: &mut AsyncPgConnection) {
-    if let Err(error) = db::outbox::wake_relays(conn).await {
-        tracing::debug!(%error, "could not wake relays; they will poll");
-    }
-}
-
 /// Fails with [`JobError::ClaimLost`] (rolling back) when the fence matched nothing.
 fn fenced(rows: usize) -> Result<(), JobError> {
     if rows == 0 {
@@ -157,9 +150,7 @@ pub async fn finalize_ready(
             .await?,
         )
     })
-    .await?;
-    wake_relays(&mut conn).await;
-    Ok(())
+    .await
 }
 
 /// FAILED, in one transaction shaped like [`finalize_ready`]: the error on the video,
@@ -188,9 +179,7 @@ pub async fn finalize_failed(
             .await?,
         )
     })
-    .await?;
-    wake_relays(&mut conn).await;
-    Ok(())
+    .await
 }
 
 /// A failed attempt: permanent errors and the last attempt's error fail the video; otherwise
@@ -279,7 +268,6 @@ pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
             .await;
         match closed {
             Ok(()) => {
-                wake_relays(&mut conn).await;
                 reaped += 1;
                 tracing::warn!(job_id = job.id, video_id = %job.video_id, "job died in its last attempt; video failed");
             }
@@ -383,9 +371,5 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
         }
         Ok(())
     })
-    .await?;
-    if action == OperatorAction::Cancel {
-        wake_relays(&mut conn).await;
-    }
-    Ok(())
+    .await
 }

@@ -145,11 +145,6 @@ pub async fn confirm_upload(
             Ok(Some((video, Some(0), Some("PENDING".to_owned()))))
         })
         .await?;
-    if created.is_some()
-        && let Err(error) = db::outbox::wake_relays(&mut conn).await
-    {
-        tracing::debug!(%error, "could not wake relays; they will poll");
-    }
     drop(conn);
 
     match created {
