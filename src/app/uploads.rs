@@ -105,11 +105,15 @@ pub async fn confirm_upload(
     }
 
     // S3 is asked with no connection held and no transaction open.
-    let head = ctx
-        .storage
-        .head(&upload.object_key)
-        .await?
-        .ok_or(AppError::UploadIncomplete)?;
+    let Some(head) = ctx.storage.head(&upload.object_key).await? else {
+        // No object: either nothing was PUT yet, or the contract was deleted (with its
+        // object) since it was read; the latter is a 404 like any unknown id.
+        let mut conn = ctx.db.get().await?;
+        return match db::uploads::find_owned(&mut conn, owner.0, upload_id.0).await? {
+            Some(_) => Err(AppError::UploadIncomplete),
+            None => Err(AppError::NotFound),
+        };
+    };
     if head.size != upload.declared_size {
         tracing::info!(
             declared = upload.declared_size,
