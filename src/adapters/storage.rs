@@ -433,13 +433,27 @@ impl Storage {
                 .quiet(true)
                 .build()
                 .map_err(|e| StorageError::new("DeleteObjects", prefix, e))?;
-            self.client
+            let out = self
+                .client
                 .delete_objects()
                 .bucket(&self.bucket)
                 .delete(delete)
                 .send()
                 .await
                 .map_err(|e| StorageError::new("DeleteObjects", prefix, e))?;
+            // A 200 can still list keys S3 did not delete.
+            if let Some(failed) = out.errors().first() {
+                let key = failed.key().unwrap_or(prefix).to_owned();
+                let why = failed.message().unwrap_or("no reason given").to_owned();
+                return Err(StorageError::new(
+                    "DeleteObjects",
+                    &key,
+                    std::io::Error::other(format!(
+                        "{} keys not deleted: {why}",
+                        out.errors().len()
+                    )),
+                ));
+            }
         }
         Ok(keys.len())
     }

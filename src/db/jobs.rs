@@ -435,15 +435,26 @@ pub async fn requeue(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> Q
 
 /// Operator cancel: CAS from `expected` (PENDING or PROCESSING) to a closed COMPLETED with no
 /// claim, so a worker still running it finds its fence gone.
+/// The running attempt, if any, is closed in the same statement: a crashed worker would never
+/// close it, and the job is never claimed again.
 pub async fn cancel(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> QueryResult<usize> {
     super::prepared::prepared(
-        "UPDATE video_encoding_jobs
-            SET status = 'COMPLETED', completed_at = statement_timestamp(), claim_token = NULL,
-                claimed_by = NULL, lease_until = NULL, last_error = 'cancelled by an operator'
-          WHERE id = $1 AND status = $2",
+        "WITH done AS (
+             UPDATE video_encoding_jobs
+                SET status = 'COMPLETED', completed_at = statement_timestamp(), claim_token = NULL,
+                    claimed_by = NULL, lease_until = NULL, last_error = 'cancelled by an operator'
+              WHERE id = $1 AND status = $2
+             RETURNING id),
+         closed AS (
+             UPDATE job_attempts
+                SET ended_at = statement_timestamp(), outcome = 'lost', error_code = 'cancelled',
+                    error_message = 'an operator cancelled the encoding'
+              WHERE job_id = $1 AND ended_at IS NULL AND EXISTS (SELECT 1 FROM done))
+         SELECT count(*) AS n FROM done",
     )
     .bind::<diesel::sql_types::BigInt, _>(id)
     .bind::<diesel::sql_types::Text, _>(expected)
-    .execute(conn)
+    .get_result(conn)
     .await
+    .map(rows)
 }

@@ -103,13 +103,10 @@ impl Pipeline {
                 )
             })?;
         let original = scratch.path().join("original");
-        let downloaded = self
-            .storage
-            .download_to_file(&plan.original_key, &original)
-            .await
-            .map_err(|e| {
-                MediaError::retryable("storage_error", crate::telemetry::error_chain(&e))
-            })?;
+        let download = self.storage.download_to_file(&plan.original_key, &original);
+        let downloaded = until_cancelled(cancel, download)
+            .await?
+            .map_err(outputs::storage_error)?;
         if downloaded.is_none() {
             return Err(MediaError::permanent(
                 "original_missing",
@@ -132,8 +129,21 @@ impl Pipeline {
         )
         .await?;
         tracing::info!(renditions = files.renditions.len(), "encoded");
-        let keys =
-            outputs::upload(&self.storage, &self.db, plan.video, plan.attempt, &files).await?;
+        let upload = outputs::upload(&self.storage, &self.db, plan.video, plan.attempt, &files);
+        let keys = until_cancelled(cancel, upload).await??;
         Ok(AttemptOutput { media, keys })
+    }
+}
+
+/// Runs an S3 transfer unless the attempt is stopped first (lost claim, shutdown): a stopped
+/// attempt must neither keep writing objects nor outlive the shutdown's drain. Dropping the
+/// transfer aborts its request.
+async fn until_cancelled<T>(
+    cancel: &CancellationToken,
+    transfer: impl std::future::Future<Output = T>,
+) -> Result<T, MediaError> {
+    tokio::select! {
+        out = transfer => Ok(out),
+        () = cancel.cancelled() => Err(MediaError::retryable("cancelled", "the attempt was stopped during a transfer")),
     }
 }

@@ -26,8 +26,14 @@ struct Output {
     size: i64,
 }
 
-fn storage_error(err: impl std::error::Error + 'static) -> MediaError {
-    MediaError::retryable("storage_error", crate::telemetry::error_chain(&err))
+/// The video's error (and its `video.failed` event) must not carry endpoints, buckets or
+/// database messages: the cause goes to the log, the record gets a fixed sentence.
+pub fn storage_error(err: impl std::error::Error + 'static) -> MediaError {
+    tracing::warn!(error = %crate::telemetry::error_chain(&err), "storage step failed");
+    MediaError::retryable(
+        "storage_error",
+        "object storage or the database failed while storing the outputs",
+    )
 }
 
 /// Uploads every output of one attempt; returns the playback keys once all are confirmed.
@@ -155,9 +161,10 @@ async fn put_and_confirm(
         .await
         .map_err(storage_error)?
         .ok_or_else(|| {
+            tracing::warn!(key = %output.key, "object missing right after its PUT");
             MediaError::retryable(
                 "storage_error",
-                format!("{} is missing right after its PUT", output.key),
+                "an output was missing from storage right after it was stored",
             )
         })?;
     let mut conn = pool.get().await.map_err(storage_error)?;
@@ -166,12 +173,11 @@ async fn put_and_confirm(
         .map_err(storage_error)?
         == 0
     {
+        tracing::warn!(key = %output.key, stored = stored.size, expected = output.size,
+            "the ledger disagrees with storage (other size, or the row is gone)");
         return Err(MediaError::retryable(
             "storage_error",
-            format!(
-                "{} holds {} bytes, the ledger expected {} (or the row is gone)",
-                output.key, stored.size, output.size
-            ),
+            "a stored output did not match what was recorded for it",
         ));
     }
     Ok(())

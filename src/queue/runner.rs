@@ -176,10 +176,9 @@ impl<B: JobBody> Runner<B> {
         why: Option<StopReason>,
     ) {
         let outcome = match (result, why) {
-            (_, Some(StopReason::Lost)) => {
-                tracing::warn!("claim lost during the attempt; its result is dropped");
-                jobs::record_lost(&self.pool, claim, "lease lost during the attempt").await
-            }
+            // A finished result is always offered to the fenced finalize, even when the
+            // heartbeat gave up (a renewal that timed out may still have committed): the
+            // fence, not this node's guess, decides whether the claim is still ours.
             (Ok(output), _) => match jobs::finalize_ready(&self.pool, claim, &output).await {
                 Ok(()) => {
                     tracing::info!("video ready");
@@ -188,6 +187,11 @@ impl<B: JobBody> Runner<B> {
                 }
                 Err(err) => Err(err),
             },
+            (Err(_), Some(StopReason::Lost)) => {
+                tracing::warn!("claim lost during the attempt; its result is dropped");
+                jobs::record_lost(&self.pool, claim, "lease lost during the attempt").await
+            }
+
             (Err(_), Some(StopReason::Shutdown)) => {
                 jobs::release(&self.pool, claim).await.map(|()| {
                     tracing::info!("claim handed back for another node");

@@ -121,7 +121,7 @@ async fn cancelling_a_running_job_fails_its_video_and_stops_the_worker_at_its_ne
     // The blocked attempt notices at its next heartbeat, stops, and writes nothing more.
     wait_for_count(
         &app,
-        "SELECT count(*) AS n FROM job_attempts WHERE outcome = 'lost'",
+        "SELECT count(*) AS n FROM job_attempts WHERE outcome = 'lost' AND error_code = 'cancelled' AND ended_at IS NOT NULL",
         1,
         Duration::from_secs(5),
     )
