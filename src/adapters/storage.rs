@@ -129,6 +129,7 @@ impl Storage {
         &self,
         key: &str,
         content_type: &str,
+        content_length: i64,
         ttl: Duration,
     ) -> Result<PresignedPut, StorageError> {
         let presigning = PresigningConfig::expires_in(ttl)
@@ -139,6 +140,7 @@ impl Storage {
             .bucket(&self.bucket)
             .key(key)
             .content_type(content_type)
+            .content_length(content_length)
             .presigned(presigning)
             .await
             .map_err(|e| StorageError::new("PresignPut", key, e))?;

@@ -42,13 +42,14 @@ pub async fn create_upload(
     let id = UploadId::new();
     let key = keys::original(id);
     let ttl = Duration::from_secs(ctx.upload.upload_url_ttl_secs);
-    // Signing is local computation; no S3 round trip happens here.
+    let size = i64::try_from(request.size_bytes).expect("size was checked against the limit");
+    // Signing is local computation; no S3 round trip happens here. The declared length is
+    // part of the signature, so S3 refuses a PUT of any other size.
     let presigned = ctx
         .storage
-        .presign_put(&key, &request.content_type, ttl)
+        .presign_put(&key, &request.content_type, size, ttl)
         .await?;
     let expires_at = Utc::now() + ttl;
-    let size = i64::try_from(request.size_bytes).expect("size was checked against the limit");
     let mut conn = ctx.db.get().await?;
     let upload = db::uploads::insert(
         &mut conn,

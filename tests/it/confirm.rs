@@ -42,7 +42,22 @@ async fn a_size_mismatch_is_422_and_a_correct_reupload_then_confirms() {
     let key = app.create_user("alice").await;
     let upload = app.create_upload(&key, 100).await;
     let id = upload["upload_id"].as_str().unwrap();
-    assert!(app.put_to(&upload, vec![1; 99]).await.status().is_success());
+    // The presigned URL signs the declared length, so S3 itself refuses another size...
+    let refused = app.put_to_with_length(&upload, vec![1; 99]).await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    assert!(
+        app.storage
+            .head(&format!("originals/{id}"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // ...and should an object of another size arrive anyway (a store that does not check
+    // signed lengths), confirm refuses it.
+    app.storage
+        .put_bytes(&format!("originals/{id}"), vec![1; 99], "video/mp4")
+        .await
+        .unwrap();
     let body = assert_error(
         app.confirm(&key, id).await,
         StatusCode::UNPROCESSABLE_ENTITY,

@@ -325,6 +325,21 @@ impl TestApp {
         request.send().await.unwrap()
     }
 
+    /// PUTs `bytes` with the contract's signed headers except `content-length`, which is
+    /// the body's own: a client sending another size than it declared.
+    pub async fn put_to_with_length(&self, upload: &Value, bytes: Vec<u8>) -> Response {
+        let mut request = self
+            .http
+            .put(upload["upload_url"].as_str().unwrap())
+            .body(bytes);
+        for (name, value) in upload["headers"].as_object().unwrap() {
+            if name != "content-length" {
+                request = request.header(name, value.as_str().unwrap());
+            }
+        }
+        request.send().await.unwrap()
+    }
+
     pub async fn confirm(&self, key: &str, upload_id: &str) -> Response {
         self.post(key, &format!("/v1/uploads/{upload_id}/confirm"), &json!({}))
             .await
