@@ -238,24 +238,40 @@ async fn enqueue(
 }
 
 /// jobs/s of the pgbench ceiling at `clients`, or why it could not be measured.
-async fn ceiling(script: &std::path::Path, jobs: i64, clients: u32) -> Result<f64, String> {
+async fn ceiling(
+    server: &str,
+    script: &std::path::Path,
+    jobs: i64,
+    clients: u32,
+) -> Result<f64, String> {
     if !script.exists() {
         return Err(format!("{} not found", script.display()));
     }
     let jobs = jobs - jobs % i64::from(clients);
-    let out = tokio::process::Command::new("bash")
+    let database = format!("vidq_bench_{}_ceiling", std::process::id());
+    // The script speaks libpq: point it at the same server as the rest of the benchmark.
+    let url = url::Url::parse(&db::pool::with_default_user(server).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let mut command = tokio::process::Command::new("bash");
+    command
         .arg(script)
         .arg(jobs.to_string())
         .arg(clients.to_string())
         .arg("heavy")
         .env("INDEX", "claimable")
-        .env(
-            "BENCH_DB",
-            format!("vidq_bench_{}_ceiling", std::process::id()),
-        )
-        .output()
-        .await
-        .map_err(|e| e.to_string())?;
+        .env("BENCH_DB", &database)
+        .env("PGHOST", url.host_str().unwrap_or("127.0.0.1"))
+        .env("PGPORT", url.port().unwrap_or(5432).to_string())
+        .env("PGUSER", url.username());
+    if let Some(password) = url.password() {
+        command.env("PGPASSWORD", password);
+    }
+    let out = command.output().await.map_err(|e| e.to_string());
+    // The script leaves its database behind; this benchmark cleans up after itself.
+    if let Ok(scratch) = db::pool::with_database(server, &database) {
+        let _ = db::provision::drop_database(&scratch).await;
+    }
+    let out = out?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.split_whitespace()
         .find_map(|w| w.strip_prefix("jobs_per_s=").and_then(|v| v.parse().ok()))
@@ -274,7 +290,7 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
         "workers", "backlog", "jobs/s", "pgbench ceiling", "ratio"
     );
     for &workers in &args.workers {
-        let ceiling = ceiling(&args.ceiling, args.jobs, workers).await;
+        let ceiling = ceiling(&args.database_url, &args.ceiling, args.jobs, workers).await;
         for &backlog in &args.backlog {
             let rate = throughput(&args.database_url, args.jobs, workers, backlog)
                 .await
