@@ -340,6 +340,13 @@ impl TestApp {
         request.send().await.unwrap()
     }
 
+    /// `GET /v1/videos/{id}`: asserts 200 and returns the video.
+    pub async fn video(&self, key: &str, id: &dyn std::fmt::Display) -> Value {
+        let response = self.get(key, &format!("/v1/videos/{id}")).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json().await.unwrap()
+    }
+
     pub async fn confirm(&self, key: &str, upload_id: &str) -> Response {
         self.post(key, &format!("/v1/uploads/{upload_id}/confirm"), &json!({}))
             .await

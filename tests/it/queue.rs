@@ -315,12 +315,7 @@ async fn three_retryable_failures_fail_the_video_with_one_event() {
             .execute(&mut conn)
             .await;
     assert!(fourth.is_err(), "CHECK (attempt_count BETWEEN 0 AND 3)");
-    let api: serde_json::Value = app
-        .get(&key, &format!("/v1/videos/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let api = app.video(&key, &id).await;
     assert_eq!(api["error"]["code"], "storage_error");
     assert_eq!(api["attempts"], 3);
 }
@@ -443,12 +438,7 @@ async fn on_shutdown_a_worker_hands_its_claim_back_with_the_attempt_restored() {
         Duration::from_secs(5),
     )
     .await;
-    let running: serde_json::Value = app
-        .get(&key, &format!("/v1/videos/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let running = app.video(&key, &id).await;
     assert_eq!(
         (running["status"].as_str(), running["attempts"].as_i64()),
         (Some("processing"), Some(1))

@@ -106,6 +106,28 @@ impl Scene {
     }
 }
 
+/// Starts `node-b`, waits until it made the video ready, stops it with SIGTERM; returns how
+/// it exited.
+async fn finish_on_node_b(
+    app: &TestApp,
+    id: vidq::domain::ids::VideoId,
+    dir: &Path,
+) -> std::process::ExitStatus {
+    let mut b = spawn_worker(app, "node-b", dir, "0");
+    wait_for_count(
+        app,
+        &format!("SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready'"),
+        1,
+        Duration::from_secs(90),
+    )
+    .await;
+    signal(b.id().unwrap(), "TERM");
+    tokio::time::timeout(Duration::from_secs(10), b.wait())
+        .await
+        .expect("node-b stops within 10 s")
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_sigkilled_worker_loses_its_job_to_another_after_the_lease_and_the_video_ends_ready() {
     let Scene { app, key, id, dirs } = Scene::new().await;
@@ -127,29 +149,10 @@ async fn a_sigkilled_worker_loses_its_job_to_another_after_the_lease_and_the_vid
         "the dead node's claim stays until its lease runs out"
     );
 
-    let mut b = spawn_worker(&app, "node-b", &dir_b, "0");
-    wait_for_count(
-        &app,
-        &format!("SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready'"),
-        1,
-        Duration::from_secs(90),
-    )
-    .await;
-    signal(b.id().unwrap(), "TERM");
-    assert!(
-        tokio::time::timeout(Duration::from_secs(10), b.wait())
-            .await
-            .unwrap()
-            .unwrap()
-            .success()
-    );
+    let b = finish_on_node_b(&app, id, &dir_b).await;
+    assert!(b.success());
 
-    let api: serde_json::Value = app
-        .get(&key, &format!("/v1/videos/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let api = app.video(&key, &id).await;
     assert_eq!(
         (api["status"].as_str(), api["attempts"].as_i64()),
         (Some("ready"), Some(2))
@@ -190,12 +193,7 @@ async fn sigterm_hands_the_job_back_at_once_with_its_attempt_restored() {
 
     let mut a = spawn_worker(&app, "node-a", &dir_a, "1");
     wait_for_encode(&dir_a).await;
-    let running: serde_json::Value = app
-        .get(&key, &format!("/v1/videos/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let running = app.video(&key, &id).await;
     assert_eq!(
         (running["status"].as_str(), running["attempts"].as_i64()),
         (Some("processing"), Some(1))
@@ -224,22 +222,8 @@ async fn sigterm_hands_the_job_back_at_once_with_its_attempt_restored() {
         "its scratch directory is gone"
     );
 
-    let mut b = spawn_worker(&app, "node-b", &dir_b, "0");
-    wait_for_count(
-        &app,
-        &format!("SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready'"),
-        1,
-        Duration::from_secs(90),
-    )
-    .await;
-    signal(b.id().unwrap(), "TERM");
-    b.wait().await.unwrap();
-    let api: serde_json::Value = app
-        .get(&key, &format!("/v1/videos/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    finish_on_node_b(&app, id, &dir_b).await;
+    let api = app.video(&key, &id).await;
     assert_eq!(
         api["attempts"], 1,
         "a controlled stop is not a failed attempt"
