@@ -207,18 +207,7 @@ async fn the_allow_list_is_what_stops_the_playlist() {
 #[tokio::test]
 async fn encode_writes_hls_fmp4_an_mp4_with_moov_first_and_a_thumbnail() {
     let dir = tempfile::tempdir().unwrap();
-    let info = probe::probe(&config(), &clips::small(), &CancellationToken::new())
-        .await
-        .unwrap();
-    let files = encode::encode(
-        &config(),
-        &info,
-        &clips::small(),
-        dir.path(),
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let files = encode_clip(&config(), &clips::small(), dir.path()).await;
     assert_eq!(files.renditions.len(), 1);
     assert_eq!(files.renditions[0].segments.len(), 2, "6 s in 4 s segments");
     let playlist = std::fs::read_to_string(&files.playlist).unwrap();
@@ -237,6 +226,16 @@ async fn encode_writes_hls_fmp4_an_mp4_with_moov_first_and_a_thumbnail() {
     );
     let thumb = probe_image(&files.thumbnail).await;
     assert_eq!(thumb, (320, 240), "small sources are not upscaled");
+}
+
+/// Probes and encodes `clip` into `out` as a worker would; panics on a refusal.
+async fn encode_clip(config: &MediaConfig, clip: &Path, out: &Path) -> encode::EncodedFiles {
+    let info = probe::probe(config, clip, &CancellationToken::new())
+        .await
+        .unwrap();
+    encode::encode(config, &info, clip, out, &CancellationToken::new())
+        .await
+        .unwrap()
 }
 
 /// ffprobe's facts about the first video stream of `path`.
@@ -274,18 +273,7 @@ pub async fn probe_image(path: &Path) -> (i64, i64) {
 async fn large_sources_are_scaled_to_720p_and_thumbnails_to_640_wide() {
     let dir = tempfile::tempdir().unwrap();
     let clip = clips::video(2, 1920, 1080);
-    let info = probe::probe(&config(), &clip, &CancellationToken::new())
-        .await
-        .unwrap();
-    let files = encode::encode(
-        &config(),
-        &info,
-        &clip,
-        dir.path(),
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let files = encode_clip(&config(), &clip, dir.path()).await;
     let stream = video_stream(&files.mp4).await;
     assert_eq!(
         (stream["width"].as_i64(), stream["height"].as_i64()),
@@ -388,18 +376,7 @@ async fn a_ladder_encodes_one_rendition_per_rung_under_a_master_playlist() {
         ladder: vec![120, 240, 480],
         ..config()
     };
-    let info = probe::probe(&ladder, &clips::small(), &CancellationToken::new())
-        .await
-        .unwrap();
-    let files = encode::encode(
-        &ladder,
-        &info,
-        &clips::small(),
-        dir.path(),
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let files = encode_clip(&ladder, &clips::small(), dir.path()).await;
     let sizes: Vec<(String, i32, i32)> = files
         .renditions
         .iter()
