@@ -239,6 +239,21 @@ impl MediaArgs {
     }
 }
 
+/// Where webhooks may point; the API checks at registration, the relay at every connection.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct WebhookArgs {
+    /// Allow webhook URLs that resolve to loopback, link-local or private addresses. Off by
+    /// default: an uploader must not be able to make vidq POST into your own network. Turn on
+    /// for tests, `vidq dev`, or receivers on a network you trust.
+    #[arg(
+        long = "webhook-allow-private",
+        env = "VIDQ_WEBHOOK_ALLOW_PRIVATE",
+        value_parser = clap::builder::BoolishValueParser::new(),
+        action = clap::ArgAction::SetTrue
+    )]
+    pub allow_private: bool,
+}
+
 /// Settings of the `api` role.
 #[derive(Debug, Clone, Args)]
 // Flattened groups are documented on their own types.
@@ -252,6 +267,8 @@ pub struct ApiConfig {
     pub http: HttpConfig,
     #[command(flatten)]
     pub upload: UploadConfig,
+    #[command(flatten)]
+    pub webhooks: WebhookArgs,
     /// Do not apply pending migrations at start-up (run `vidq migrate` separately).
     #[arg(long = "no-migrate", env = "VIDQ_NO_MIGRATE", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
     pub no_migrate: bool,

@@ -11,6 +11,7 @@
 //! - [`adapters`]: the outside world (S3 storage, FFmpeg, the embedded S3 server).
 //! - [`pipeline`]: one encoding attempt: download, probe, encode, outputs to S3.
 //! - [`queue`]: the worker engine: claim loop, heartbeat lease, fenced outcomes.
+//! - [`relay`]: the outbox relay: routing, webhook and NATS delivery, fenced acks.
 //! - [`roles`]: the long-running processes (`api`, `dev`) and their wiring.
 //! - [`admin`]: one-shot operator commands (`user create`, `user delete`).
 //! - [`bench`]: `vidq bench queue` and `vidq bench e2e`.
@@ -26,6 +27,7 @@ pub mod domain;
 pub mod http;
 pub mod pipeline;
 pub mod queue;
+pub mod relay;
 pub mod roles;
 pub mod shutdown;
 pub mod telemetry;

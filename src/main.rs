@@ -23,7 +23,10 @@ enum Command {
     /// Claim encoding jobs and run them (ffprobe, ffmpeg, outputs to S3). Run one per node;
     /// any number of nodes share the database.
     Worker(vidq::roles::worker::WorkerConfig),
-    /// Run everything on this machine: the API, a worker and an embedded S3 server over a
+    /// Deliver events from the outbox: signed webhooks with retries, and NATS JetStream when
+    /// VIDQ_NATS_URL is set. Run one or more; they share the work.
+    Relay(vidq::roles::relay::RelayConfig),
+    /// Run everything on this machine: the API, a worker, a relay and an embedded S3 server over a
     /// local directory, against a local PostgreSQL (database created if missing). For laptops.
     Dev(DevConfig),
     /// Apply pending database migrations and exit.
@@ -78,6 +81,9 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Api(config) => vidq::roles::api::run(config, vidq::shutdown::on_signals()).await,
         Command::Worker(config) => {
             vidq::roles::worker::run(config, vidq::shutdown::on_signals()).await
+        }
+        Command::Relay(config) => {
+            vidq::roles::relay::run(config, vidq::shutdown::on_signals()).await
         }
         Command::Dev(config) => vidq::roles::dev::run(config, vidq::shutdown::on_signals()).await,
         Command::Migrate(args) => vidq::roles::api::migrate(&args.database).await,

@@ -1,6 +1,8 @@
-//! The outside world: S3 storage through aws-sdk-s3, and an embedded S3-compatible server
-//! for `vidq dev` and the tests.
+//! The outside world: S3 storage through aws-sdk-s3, an embedded S3-compatible server for
+//! `vidq dev` and the tests, FFmpeg, webhook destinations and the NATS JetStream sink.
 
+pub mod destination;
 pub mod ffmpeg;
+pub mod nats;
 pub mod s3_server;
 pub mod storage;

@@ -3,10 +3,12 @@
 //! outside it (invariant I7).
 
 pub mod auth;
+pub mod events;
 pub mod jobs;
 pub mod uploads;
 pub mod users;
 pub mod videos;
+pub mod webhooks;
 
 use crate::adapters::storage::{Storage, StorageError};
 use crate::config::UploadConfig;
@@ -22,6 +24,10 @@ pub struct AppContext {
     pub storage: Storage,
     /// Upload limits and URL lifetimes.
     pub upload: UploadConfig,
+    /// Where webhooks may point.
+    pub webhooks: webhooks::WebhookPolicy,
+    /// Ticks when an outbox row may have committed (long-polling feed readers wait on it).
+    pub events: events::EventSignal,
 }
 
 /// Why a use-case did not do what was asked. `http::error` maps each kind to one status and
@@ -54,6 +60,12 @@ pub enum AppError {
         /// Its state.
         state: String,
     },
+    /// A webhook URL that is malformed or points somewhere vidq does not send to.
+    #[error(transparent)]
+    WebhookUrl(#[from] crate::domain::destination::DestinationError),
+    /// The endpoint was turned off (it answered 410 Gone).
+    #[error("the endpoint is disabled ({0}); register it again to receive events")]
+    EndpointDisabled(String),
     /// `user create` with a name already in use.
     #[error("a user named {0:?} already exists")]
     NameTaken(String),

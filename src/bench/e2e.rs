@@ -228,6 +228,8 @@ async fn run_nodes(
             upload_url_ttl_secs: 600,
             playback_url_ttl_secs: 600,
         },
+        webhooks: app::webhooks::WebhookPolicy::default(),
+        events: app::events::EventSignal::default(),
     };
     ctx.storage.ensure_bucket().await?;
     let (owner, _) = app::users::create_user(&ctx.db, "bench").await?;

@@ -7,6 +7,8 @@
 
 pub mod artifacts;
 pub mod attempts;
+pub mod deliveries;
+pub mod events;
 pub mod jobs;
 pub mod migrations;
 pub mod outbox;
@@ -20,6 +22,7 @@ pub mod synthetic;
 pub mod uploads;
 pub mod users;
 pub mod videos;
+pub mod webhooks;
 
 pub use pool::{DbConn, DbPool, connect};
 

@@ -7,6 +7,35 @@ pub mod sql_types {
 }
 
 diesel::table! {
+    delivery_attempts (delivery_id, attempt) {
+        delivery_id -> Int8,
+        attempt -> Int4,
+        relay_id -> Text,
+        started_at -> Timestamptz,
+        finished_at -> Timestamptz,
+        response_status -> Nullable<Int4>,
+        error -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    event_deliveries (id) {
+        id -> Int8,
+        outbox_id -> Int8,
+        sink -> Text,
+        endpoint_id -> Nullable<Uuid>,
+        status -> Text,
+        attempt_count -> Int4,
+        next_attempt_at -> Timestamptz,
+        claim_token -> Nullable<Uuid>,
+        claimed_by -> Nullable<Text>,
+        last_error -> Nullable<Text>,
+        delivered_at -> Nullable<Timestamptz>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     job_attempts (id) {
         id -> Int8,
         job_id -> Int8,
@@ -34,6 +63,7 @@ diesel::table! {
         payload -> Jsonb,
         xid -> Xid8,
         created_at -> Timestamptz,
+        routed_at -> Nullable<Timestamptz>,
     }
 }
 
@@ -117,6 +147,24 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    webhook_endpoints (id) {
+        id -> Uuid,
+        owner_id -> Uuid,
+        url -> Text,
+        event_types -> Nullable<Array<Nullable<Text>>>,
+        secret -> Text,
+        previous_secret -> Nullable<Text>,
+        previous_secret_expires_at -> Nullable<Timestamptz>,
+        disabled_at -> Nullable<Timestamptz>,
+        disabled_reason -> Nullable<Text>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::joinable!(delivery_attempts -> event_deliveries (delivery_id));
+diesel::joinable!(event_deliveries -> notification_outbox (outbox_id));
+diesel::joinable!(event_deliveries -> webhook_endpoints (endpoint_id));
 diesel::joinable!(job_attempts -> video_encoding_jobs (job_id));
 diesel::joinable!(notification_outbox -> users (owner_id));
 diesel::joinable!(uploads -> users (owner_id));
@@ -124,8 +172,11 @@ diesel::joinable!(video_artifacts -> videos (video_id));
 diesel::joinable!(video_encoding_jobs -> videos (video_id));
 diesel::joinable!(videos -> uploads (upload_id));
 diesel::joinable!(videos -> users (owner_id));
+diesel::joinable!(webhook_endpoints -> users (owner_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
+    delivery_attempts,
+    event_deliveries,
     job_attempts,
     notification_outbox,
     uploads,
@@ -133,4 +184,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     video_artifacts,
     video_encoding_jobs,
     videos,
+    webhook_endpoints,
 );

@@ -34,6 +34,22 @@ impl EventType {
     }
 }
 
+/// Not an event type vidq produces.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown event type")]
+pub struct UnknownEventType;
+
+impl std::str::FromStr for EventType {
+    type Err = UnknownEventType;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        [Self::VideoAccepted, Self::VideoReady, Self::VideoFailed]
+            .into_iter()
+            .find(|t| t.as_str() == text)
+            .ok_or(UnknownEventType)
+    }
+}
+
 /// One event, as stored in the outbox and sent to consumers.
 #[derive(Clone, Debug, Serialize)]
 pub struct Event {

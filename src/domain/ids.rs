@@ -60,6 +60,10 @@ uuid_id!(
     /// An outbox event; the same id goes out on every delivery try.
     EventId
 );
+uuid_id!(
+    /// A webhook endpoint an uploader registered.
+    WebhookId
+);
 
 /// An encoding job (internal; operators see it in `vidq jobs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

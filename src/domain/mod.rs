@@ -3,10 +3,13 @@
 
 pub mod api_key;
 pub mod artifact;
+pub mod destination;
 pub mod event;
 pub mod ids;
 pub mod job;
 pub mod keys;
 pub mod media;
+pub mod retry;
+pub mod signature;
 pub mod upload;
 pub mod video;

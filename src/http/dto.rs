@@ -141,3 +141,184 @@ pub struct VideoListDto {
     /// Pass as `cursor` for the next page; `null` on the last page.
     pub next_cursor: Option<String>,
 }
+
+/// `POST /v1/webhooks`.
+#[derive(Debug, Deserialize)]
+pub struct CreateWebhookRequest {
+    /// Where to POST events (http or https, a public address).
+    pub url: String,
+    /// Only these types; every type when left out.
+    pub event_types: Option<Vec<String>>,
+}
+
+/// A webhook endpoint. `secret` only appears when it is created or rotated.
+#[derive(Debug, Serialize)]
+pub struct WebhookDto {
+    /// Endpoint id.
+    pub id: String,
+    /// Destination.
+    pub url: String,
+    /// Types it receives; `null` is every type.
+    pub event_types: Option<Vec<String>>,
+    /// `active` or `disabled`.
+    pub status: &'static str,
+    /// Why it was disabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disabled_reason: Option<String>,
+    /// When it was registered.
+    pub created_at: DateTime<Utc>,
+    /// The signing secret (`whsec_...`); keep it, it is not shown again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// After a rotation: until when the old secret also signs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_secret_expires_at: Option<DateTime<Utc>>,
+}
+
+impl From<crate::db::webhooks::EndpointRow> for WebhookDto {
+    fn from(row: crate::db::webhooks::EndpointRow) -> Self {
+        Self {
+            id: row.id.to_string(),
+            url: row.url,
+            event_types: row.event_types.map(|t| t.into_iter().flatten().collect()),
+            status: if row.disabled_at.is_some() {
+                "disabled"
+            } else {
+                "active"
+            },
+            disabled_reason: row.disabled_reason,
+            created_at: row.created_at,
+            secret: None,
+            previous_secret_expires_at: None,
+        }
+    }
+}
+
+/// `GET /v1/webhooks`.
+#[derive(Debug, Serialize)]
+pub struct WebhookListDto {
+    /// Oldest first.
+    pub webhooks: Vec<WebhookDto>,
+}
+
+/// `202` answer to a resend.
+#[derive(Debug, Serialize)]
+pub struct ResendDto {
+    /// The new delivery (same event id on the wire).
+    pub delivery_id: i64,
+}
+
+/// `?limit=` of the delivery log.
+#[derive(Debug, Deserialize)]
+pub struct DeliveriesQuery {
+    /// At most this many deliveries (1-100, default 20).
+    pub limit: Option<i64>,
+}
+
+/// One try of a delivery.
+#[derive(Debug, Serialize)]
+pub struct DeliveryTryDto {
+    /// Try number.
+    pub attempt: i32,
+    /// Relay that made it.
+    pub relay_id: String,
+    /// Start.
+    pub started_at: DateTime<Utc>,
+    /// End.
+    pub finished_at: DateTime<Utc>,
+    /// The receiver's status code, if it answered.
+    pub response_status: Option<i32>,
+    /// What went wrong.
+    pub error: Option<String>,
+}
+
+/// One delivery of an event to the endpoint.
+#[derive(Debug, Serialize)]
+pub struct DeliveryDto {
+    /// Delivery id.
+    pub id: i64,
+    /// The event (`webhook-id`).
+    pub event_id: String,
+    /// Its type.
+    pub event_type: String,
+    /// pending, sending, delivered, exhausted or discarded.
+    pub status: String,
+    /// Tries started.
+    pub attempts: i32,
+    /// When the next try is due, while pending.
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// Last failure.
+    pub last_error: Option<String>,
+    /// When it was delivered.
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// Every logged try, oldest first.
+    pub tries: Vec<DeliveryTryDto>,
+}
+
+/// `GET /v1/webhooks/{id}/deliveries`.
+#[derive(Debug, Serialize)]
+pub struct DeliveryListDto {
+    /// Newest first.
+    pub deliveries: Vec<DeliveryDto>,
+}
+
+impl DeliveryListDto {
+    /// Joins deliveries with their tries.
+    pub fn new(
+        rows: Vec<crate::db::deliveries::DeliveryRow>,
+        attempts: Vec<crate::db::deliveries::AttemptRow>,
+    ) -> Self {
+        let mut tries: BTreeMap<i64, Vec<DeliveryTryDto>> = BTreeMap::new();
+        for a in attempts {
+            tries
+                .entry(a.delivery_id)
+                .or_default()
+                .push(DeliveryTryDto {
+                    attempt: a.attempt,
+                    relay_id: a.relay_id,
+                    started_at: a.started_at,
+                    finished_at: a.finished_at,
+                    response_status: a.response_status,
+                    error: a.error,
+                });
+        }
+        let deliveries = rows
+            .into_iter()
+            .map(|r| DeliveryDto {
+                tries: tries.remove(&r.id).unwrap_or_default(),
+                next_attempt_at: (r.status == "pending").then_some(r.next_attempt_at),
+                id: r.id,
+                event_id: r.event_id.to_string(),
+                event_type: r.event_type,
+                status: r.status,
+                attempts: r.attempt_count,
+                last_error: r.last_error,
+                delivered_at: r.delivered_at,
+            })
+            .collect();
+        Self { deliveries }
+    }
+}
+
+/// `GET /v1/events` query.
+#[derive(Debug, Deserialize)]
+pub struct EventsQuery {
+    /// `next_cursor` of the previous page; the beginning of the retained feed when absent.
+    pub after: Option<String>,
+    /// Page size, 1-1000 (default 100).
+    pub limit: Option<i64>,
+    /// Only this type.
+    #[serde(rename = "type")]
+    pub event_type: Option<String>,
+    /// Long-poll: wait up to this many seconds (at most 30) for an event when none is ready.
+    pub wait: Option<u64>,
+}
+
+/// `GET /v1/events` answer.
+#[derive(Debug, Serialize)]
+pub struct EventPageDto {
+    /// Events in feed order, each the versioned envelope.
+    pub events: Vec<serde_json::Value>,
+    /// Pass as `after` to continue; the same cursor when the page is empty.
+    pub next_cursor: String,
+}

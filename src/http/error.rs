@@ -58,6 +58,15 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
     }
 
+    /// 500 `internal`, opaque; the caller logs the cause.
+    pub fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error",
+        )
+    }
+
     /// The stable code.
     pub fn code(&self) -> &'static str {
         self.code
@@ -114,6 +123,10 @@ impl From<AppError> for ApiError {
                 Self::new(S::UNPROCESSABLE_ENTITY, "size_mismatch", message)
             }
             AppError::UploadClosed { .. } => Self::new(S::CONFLICT, "upload_closed", message),
+            AppError::WebhookUrl(_) => {
+                Self::new(S::UNPROCESSABLE_ENTITY, "invalid_webhook_url", message)
+            }
+            AppError::EndpointDisabled(_) => Self::new(S::CONFLICT, "endpoint_disabled", message),
             AppError::NameTaken(_) => Self::new(S::CONFLICT, "conflict", message),
             AppError::Database(DbError::Pool(_)) => {
                 log_internal(&err);
@@ -133,7 +146,7 @@ impl From<AppError> for ApiError {
             }
             AppError::Database(_) => {
                 log_internal(&err);
-                Self::new(S::INTERNAL_SERVER_ERROR, "internal", "internal error")
+                Self::internal()
             }
         }
     }

@@ -2,17 +2,21 @@
 //! loop. NOTIFY is only a wake-up: the poll tick stays as the safety net, and the connection
 //! is re-established if it drops.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use futures_util::StreamExt;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// Starts listening on `channel`; resolves once the first LISTEN is in place, so a NOTIFY
-/// sent after this returns is never missed. Each notification calls `wake.notify_one()`.
-pub async fn spawn(url: String, channel: &'static str, wake: Arc<Notify>, stop: CancellationToken) {
+/// sent after this returns is never missed. Each notification (and each reconnect, which may
+/// have missed some) calls `wake`.
+pub async fn spawn(
+    url: String,
+    channel: &'static str,
+    wake: impl Fn() + Send + 'static,
+    stop: CancellationToken,
+) {
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         let mut ready = Some(ready_tx);
@@ -25,13 +29,13 @@ pub async fn spawn(url: String, channel: &'static str, wake: Arc<Notify>, stop: 
                         let _ = ready.send(());
                     }
                     // A connection lost while we were away may have dropped notifications.
-                    wake.notify_one();
+                    wake();
                     let mut stream = Box::pin(conn.notifications_stream());
                     loop {
                         tokio::select! {
                             () = stop.cancelled() => return,
                             note = stream.next() => match note {
-                                Some(Ok(_)) => wake.notify_one(),
+                                Some(Ok(_)) => wake(),
                                 Some(Err(error)) => {
                                     tracing::warn!(%error, channel, "LISTEN connection failed; reconnecting");
                                     break;

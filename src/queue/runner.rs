@@ -61,10 +61,14 @@ impl<B: JobBody> Runner<B> {
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let wake = Arc::new(Notify::new());
         // LISTEN first, then claim: a NOTIFY sent in between cannot be missed.
+        let on_notify = {
+            let wake = wake.clone();
+            move || wake.notify_one()
+        };
         super::listener::spawn(
             self.database_url.clone(),
             db::jobs::JOBS_CHANNEL,
-            wake.clone(),
+            on_notify,
             shutdown.child_token(),
         )
         .await;

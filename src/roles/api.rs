@@ -15,7 +15,9 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     } else {
         migrate(&config.database).await?;
     }
-    let ctx = context(&config.database, &config.storage, &config.upload, None).await?;
+    let mut ctx = context(&config.database, &config.storage, &config.upload, None).await?;
+    ctx.webhooks.allow_private = config.webhooks.allow_private;
+    listen_for_events(&ctx, config.database.url.expose(), &shutdown).await;
     if let Err(error) = ctx.storage.check_bucket().await {
         tracing::warn!(
             error = %crate::telemetry::error_chain(&error),
@@ -40,6 +42,19 @@ pub async fn migrate(database: &DatabaseConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Ticks `ctx.events` on every NOTIFY from a transaction that wrote an outbox row, so
+/// long-polling feed readers answer as soon as it commits.
+pub async fn listen_for_events(ctx: &AppContext, database_url: &str, shutdown: &CancellationToken) {
+    let signal = ctx.events.clone();
+    crate::queue::listener::spawn(
+        database_url.to_owned(),
+        db::outbox::EVENTS_CHANNEL,
+        move || signal.tick(),
+        shutdown.child_token(),
+    )
+    .await;
+}
+
 /// Connects the pool and the storage clients every use-case shares.
 pub async fn context(
     database: &DatabaseConfig,
@@ -55,5 +70,7 @@ pub async fn context(
         db: pool,
         storage,
         upload: upload.clone(),
+        webhooks: crate::app::webhooks::WebhookPolicy::default(),
+        events: crate::app::events::EventSignal::default(),
     })
 }

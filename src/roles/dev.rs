@@ -1,6 +1,6 @@
 //! The `dev` role: everything on one machine for a laptop. Creates the database if needed,
 //! migrates, starts an embedded S3-compatible server over a local directory, creates the
-//! bucket and runs the API and a worker. Not the production shape: there, each role is its own process
+//! bucket and runs the API, a worker and a relay. Not the production shape: there, each role is its own process
 //! and S3 is S3.
 
 use std::net::SocketAddr;
@@ -67,6 +67,9 @@ pub struct DevConfig {
 
     #[command(flatten)]
     pub media: crate::config::MediaArgs,
+
+    #[command(flatten)]
+    pub relay: super::relay::RelayArgs,
 }
 
 /// Runs every part of vidq in this process until `shutdown` is cancelled.
@@ -100,13 +103,16 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         region: "us-east-1".to_owned(),
         force_path_style: true,
     };
-    let ctx = super::api::context(
+    let mut ctx = super::api::context(
         &database,
         &storage_config,
         &config.upload,
         Some(dev_credentials()),
     )
     .await?;
+    // On a laptop the receiver is on this machine: private destinations are allowed.
+    ctx.webhooks.allow_private = true;
+    super::api::listen_for_events(&ctx, &config.database_url, &shutdown).await;
     ctx.storage
         .ensure_bucket()
         .await
@@ -121,20 +127,28 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         &config.queue,
         &config.media,
         storage,
-        shutdown,
+        shutdown.clone(),
     );
+    let mut relay_args = config.relay.clone();
+    relay_args.webhooks.allow_private = true;
+    let relay = super::relay::run_with(&config.database_url, &relay_args, shutdown);
     eprintln!(
-        "\nvidq dev is running\n  API         http://{api}\n  worker      1 slot, FFmpeg from PATH\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
+        "\nvidq dev is running\n  API         http://{api}\n  worker      1 slot, FFmpeg from PATH\n  relay       webhooks (private addresses allowed){nats}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
          Get an API key (in another terminal):\n  DATABASE_URL={db} cargo run -- user create --name me\n\
          Then follow the curl walk-through in README.md. Ctrl-C stops everything.\n",
         api = config.http.addr,
         s3 = s3.endpoint(),
         root = s3_root.display(),
         db = config.database_url,
+        nats = match &config.relay.nats_url {
+            Some(url) => format!(", NATS {url}"),
+            None => String::new(),
+        },
     );
-    let (served, worked) = tokio::join!(server, worker);
+    let (served, worked, relayed) = tokio::join!(server, worker, relay);
     served?;
     worked?;
+    relayed?;
     s3.stop().await;
     tracing::info!("vidq dev stopped");
     Ok(())

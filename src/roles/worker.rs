@@ -66,7 +66,9 @@ impl QueueArgs {
             );
         }
         Ok(WorkerSettings {
-            node_id: self.node_id.clone().unwrap_or_else(host_name),
+            node_id: self.node_id.clone().unwrap_or_else(|| {
+                super::host_name().unwrap_or_else(|| format!("worker-{}", std::process::id()))
+            }),
             slots: self.slots,
             poll: Duration::from_millis(self.poll_ms),
             lease: Duration::from_secs(self.lease_secs),
@@ -143,12 +145,4 @@ pub async fn run_with(
     });
     runner.run(shutdown).await;
     Ok(())
-}
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| format!("worker-{}", std::process::id()))
 }

@@ -180,12 +180,15 @@ impl Drop for TestDb {
 /// Knobs a test may turn before the app starts.
 pub struct TestAppOptions {
     pub max_upload_bytes: u64,
+    /// `VIDQ_WEBHOOK_ALLOW_PRIVATE`: on, since test receivers listen on loopback.
+    pub allow_private_webhooks: bool,
 }
 
 impl Default for TestAppOptions {
     fn default() -> Self {
         Self {
             max_upload_bytes: 100 * 1024 * 1024,
+            allow_private_webhooks: true,
         }
     }
 }
@@ -235,13 +238,16 @@ impl TestApp {
             access_key_id: S3_ACCESS_KEY.to_owned(),
             secret_access_key: Secret::new(S3_SECRET_KEY),
         };
-        let ctx = vidq::roles::api::context(&database, &storage_config, &upload, Some(credentials))
-            .await
-            .unwrap();
+        let mut ctx =
+            vidq::roles::api::context(&database, &storage_config, &upload, Some(credentials))
+                .await
+                .unwrap();
+        ctx.webhooks.allow_private = options.allow_private_webhooks;
         ctx.storage.ensure_bucket().await.unwrap();
+        let shutdown = CancellationToken::new();
+        vidq::roles::api::listen_for_events(&ctx, &db.url, &shutdown).await;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let shutdown = CancellationToken::new();
         let server = vidq::http::serve(listener, ctx.clone(), shutdown.clone()).unwrap();
         tokio::spawn(server);
         Self {

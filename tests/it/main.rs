@@ -12,6 +12,8 @@ mod mp4;
 mod pipeline;
 mod proxy;
 mod queue;
+mod receiver;
+mod relay;
 mod schema;
 mod scripted;
 mod uploads;

@@ -130,6 +130,7 @@ async fn non_video_content_types_are_415() {
 async fn sizes_over_the_limit_are_413_and_nothing_is_recorded() {
     let app = TestApp::spawn_with(TestAppOptions {
         max_upload_bytes: 1000,
+        ..TestAppOptions::default()
     })
     .await;
     let key = app.create_user("alice").await;

@@ -1,8 +1,10 @@
 //! Route table: `/healthz`, `/readyz`, and the authenticated `/v1` API.
 
+pub mod events;
 pub mod health;
 pub mod uploads;
 pub mod videos;
+pub mod webhooks;
 
 use actix_web::web;
 
@@ -19,7 +21,24 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 )
                 .route("/videos", web::get().to(videos::list))
                 .route("/videos/{video_id}", web::get().to(videos::get))
-                .route("/videos/{video_id}", web::delete().to(videos::delete)),
+                .route("/videos/{video_id}", web::delete().to(videos::delete))
+                .route("/events", web::get().to(events::list))
+                .route("/webhooks", web::post().to(webhooks::create))
+                .route("/webhooks", web::get().to(webhooks::list))
+                .route("/webhooks/{id}", web::get().to(webhooks::get))
+                .route("/webhooks/{id}", web::delete().to(webhooks::delete))
+                .route(
+                    "/webhooks/{id}/rotate-secret",
+                    web::post().to(webhooks::rotate_secret),
+                )
+                .route(
+                    "/webhooks/{id}/resend/{event_id}",
+                    web::post().to(webhooks::resend),
+                )
+                .route(
+                    "/webhooks/{id}/deliveries",
+                    web::get().to(webhooks::deliveries),
+                ),
         );
 }
 

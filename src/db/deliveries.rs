@@ -1,0 +1,372 @@
+//! The relay's queue: one delivery per (event, destination), routed from the outbox exactly
+//! once, claimed with `FOR UPDATE SKIP LOCKED` and a lease, acknowledged with an UPDATE
+//! fenced on the claim token. The same shape as encoding jobs, so several relays can run.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{
+    Array, BigInt, Bool, Double, Integer, Nullable, Text, Timestamptz, Uuid as SqlUuid,
+};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use super::prepared::prepared;
+
+/// What one routing round did.
+#[derive(Debug, Clone, Copy, QueryableByName)]
+pub struct Routed {
+    /// Outbox rows routed.
+    #[diesel(sql_type = BigInt)]
+    pub events: i64,
+    /// Deliveries created for them.
+    #[diesel(sql_type = BigInt)]
+    pub deliveries: i64,
+}
+
+/// Routes up to `limit` unrouted outbox rows, oldest first: one webhook delivery per live
+/// endpoint of the event's owner that wants its type (and existed when it happened), plus one
+/// NATS delivery when `to_nats`. Rows are claimed with SKIP LOCKED and stamped in the same
+/// statement, so concurrent relays never route a row twice.
+pub async fn route(conn: &mut AsyncPgConnection, limit: i64, to_nats: bool) -> QueryResult<Routed> {
+    prepared(
+        "WITH batch AS (
+             SELECT o.id, o.owner_id, o.event_type, o.created_at
+               FROM notification_outbox o
+              WHERE o.routed_at IS NULL
+              ORDER BY o.id
+              FOR UPDATE SKIP LOCKED
+              LIMIT $1
+         ), stamped AS (
+             UPDATE notification_outbox o SET routed_at = statement_timestamp()
+               FROM batch WHERE o.id = batch.id
+         ), created AS (
+             INSERT INTO event_deliveries (outbox_id, sink, endpoint_id)
+             SELECT b.id, 'webhook', w.id
+               FROM batch b
+               JOIN webhook_endpoints w ON w.owner_id = b.owner_id
+              WHERE w.disabled_at IS NULL
+                AND w.created_at <= b.created_at
+                AND (w.event_types IS NULL OR b.event_type = ANY (w.event_types))
+             UNION ALL
+             SELECT b.id, 'nats', NULL FROM batch b WHERE $2
+             RETURNING 1
+         )
+         SELECT (SELECT count(*) FROM batch) AS events, (SELECT count(*) FROM created) AS deliveries",
+    )
+    .bind::<BigInt, _>(limit)
+    .bind::<Bool, _>(to_nats)
+    .get_result(conn)
+    .await
+}
+
+/// A claimed delivery with everything needed to send it.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct ClaimedDelivery {
+    /// Delivery id.
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    /// The fencing token of this claim.
+    #[diesel(sql_type = SqlUuid)]
+    pub claim_token: Uuid,
+    /// `webhook` or `nats`.
+    #[diesel(sql_type = Text)]
+    pub sink: String,
+    /// This try's number (1-based).
+    #[diesel(sql_type = Integer)]
+    pub attempt: i32,
+    /// The event id: `webhook-id`, `Nats-Msg-Id`.
+    #[diesel(sql_type = SqlUuid)]
+    pub event_id: Uuid,
+    /// `video.ready`...
+    #[diesel(sql_type = Text)]
+    pub event_type: String,
+    /// The event envelope, byte for byte what is sent.
+    #[diesel(sql_type = Text)]
+    pub body: String,
+    /// When the producing statement ran (for commit-to-delivery latency).
+    #[diesel(sql_type = Timestamptz)]
+    pub event_created_at: DateTime<Utc>,
+    /// Webhook endpoint id.
+    #[diesel(sql_type = Nullable<SqlUuid>)]
+    pub endpoint_id: Option<Uuid>,
+    /// Webhook URL.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub url: Option<String>,
+    /// The current signing secret.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub secret: Option<String>,
+    /// The previous secret while a rotation is in progress.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub previous_secret: Option<String>,
+}
+
+/// Claims up to `limit` due deliveries (waiting and due, or sending with a lapsed lease), in
+/// due order, for `lease_secs`; commits at once.
+pub async fn claim(
+    conn: &mut AsyncPgConnection,
+    relay: &str,
+    limit: i64,
+    lease_secs: f64,
+) -> QueryResult<Vec<ClaimedDelivery>> {
+    prepared(
+        "WITH due AS (
+             SELECT d.id FROM event_deliveries d
+              WHERE d.status IN ('pending', 'sending') AND d.next_attempt_at <= statement_timestamp()
+              ORDER BY d.next_attempt_at, d.id
+              FOR UPDATE SKIP LOCKED
+              LIMIT $3
+         ), claimed AS (
+             UPDATE event_deliveries d
+                SET status = 'sending', attempt_count = d.attempt_count + 1, claim_token = $1,
+                    claimed_by = $2,
+                    next_attempt_at = statement_timestamp() + make_interval(secs => $4)
+               FROM due WHERE d.id = due.id
+             RETURNING d.id, d.claim_token, d.sink, d.attempt_count, d.outbox_id, d.endpoint_id
+         )
+         SELECT c.id, c.claim_token, c.sink, c.attempt_count AS attempt, o.event_id, o.event_type,
+                o.payload::text AS body, o.created_at AS event_created_at, c.endpoint_id, w.url,
+                w.secret,
+                CASE WHEN w.previous_secret_expires_at > statement_timestamp()
+                     THEN w.previous_secret END AS previous_secret
+           FROM claimed c
+           JOIN notification_outbox o ON o.id = c.outbox_id
+           LEFT JOIN webhook_endpoints w ON w.id = c.endpoint_id
+          ORDER BY c.id",
+    )
+    .bind::<SqlUuid, _>(Uuid::now_v7())
+    .bind::<Text, _>(relay)
+    .bind::<BigInt, _>(limit)
+    .bind::<Double, _>(lease_secs)
+    .load(conn)
+    .await
+}
+
+/// Where a try left a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The destination took it.
+    Delivered,
+    /// Try again after `retry_secs`.
+    Retry,
+    /// No tries left.
+    Exhausted,
+    /// The endpoint is gone (410); nothing more is sent.
+    Discarded,
+}
+
+impl Settled {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Delivered => "delivered",
+            Self::Retry => "pending",
+            Self::Exhausted => "exhausted",
+            Self::Discarded => "discarded",
+        }
+    }
+}
+
+/// The result of one try, to be acknowledged.
+#[derive(Debug, Clone)]
+pub struct Ack {
+    /// Delivery id.
+    pub id: i64,
+    /// The token it was claimed with.
+    pub token: Uuid,
+    /// Where it goes now.
+    pub settled: Settled,
+    /// Seconds until the next try (for `Retry`).
+    pub retry_secs: f64,
+    /// The receiver's status code, if it answered.
+    pub response_status: Option<i32>,
+    /// What went wrong, if anything.
+    pub error: Option<String>,
+    /// When the try started.
+    pub started_at: DateTime<Utc>,
+}
+
+/// Acknowledges a batch of tries in one statement, each fenced on its claim token, and logs
+/// every acknowledged try. Returns the ids that were still ours; a try whose lease lapsed
+/// and was reclaimed changes nothing.
+pub async fn ack(conn: &mut AsyncPgConnection, relay: &str, acks: &[Ack]) -> QueryResult<Vec<i64>> {
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+    let ids: Vec<i64> = acks.iter().map(|a| a.id).collect();
+    let tokens: Vec<Uuid> = acks.iter().map(|a| a.token).collect();
+    let statuses: Vec<&str> = acks.iter().map(|a| a.settled.as_str()).collect();
+    let retry: Vec<f64> = acks.iter().map(|a| a.retry_secs).collect();
+    let codes: Vec<Option<i32>> = acks.iter().map(|a| a.response_status).collect();
+    let errors: Vec<Option<&str>> = acks.iter().map(|a| a.error.as_deref()).collect();
+    let started: Vec<DateTime<Utc>> = acks.iter().map(|a| a.started_at).collect();
+    let rows: Vec<Id> = prepared(
+        "WITH outcome AS (
+             SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::float8[], $5::int4[],
+                                  $6::text[], $7::timestamptz[])
+                 AS u(id, token, status, retry_secs, response_status, error, started_at)
+         ), acked AS (
+             UPDATE event_deliveries d
+                SET status = u.status,
+                    next_attempt_at = CASE WHEN u.status = 'pending'
+                        THEN statement_timestamp() + make_interval(secs => u.retry_secs)
+                        ELSE d.next_attempt_at END,
+                    delivered_at = CASE WHEN u.status = 'delivered' THEN statement_timestamp() END,
+                    last_error = u.error,
+                    claim_token = NULL
+               FROM outcome u
+              WHERE d.id = u.id AND d.claim_token = u.token AND d.status = 'sending'
+             RETURNING d.id, d.attempt_count
+         ), logged AS (
+             INSERT INTO delivery_attempts
+                 (delivery_id, attempt, relay_id, started_at, finished_at, response_status, error)
+             SELECT a.id, a.attempt_count, $8, u.started_at, statement_timestamp(),
+                    u.response_status, u.error
+               FROM acked a JOIN outcome u ON u.id = a.id
+             ON CONFLICT DO NOTHING
+         )
+         SELECT id FROM acked",
+    )
+    .bind::<Array<BigInt>, _>(ids)
+    .bind::<Array<SqlUuid>, _>(tokens)
+    .bind::<Array<Text>, _>(statuses)
+    .bind::<Array<Double>, _>(retry)
+    .bind::<Array<Nullable<Integer>>, _>(codes)
+    .bind::<Array<Nullable<Text>>, _>(errors)
+    .bind::<Array<Timestamptz>, _>(started)
+    .bind::<Text, _>(relay)
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+/// Queues one more delivery of the owner's event to the owner's live endpoint, and wakes the
+/// relays. `None` when the event, the endpoint or the pairing is not the owner's, or the
+/// endpoint is disabled.
+pub async fn resend(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    endpoint: Uuid,
+    event: Uuid,
+) -> QueryResult<Option<i64>> {
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+    prepared(format!(
+        "WITH created AS (
+             INSERT INTO event_deliveries (outbox_id, sink, endpoint_id)
+             SELECT o.id, 'webhook', w.id
+               FROM notification_outbox o, webhook_endpoints w
+              WHERE o.event_id = $3 AND o.owner_id = $1
+                AND w.id = $2 AND w.owner_id = $1 AND w.disabled_at IS NULL
+             RETURNING id)
+         SELECT id FROM created, pg_notify('{}', '')",
+        super::outbox::EVENTS_CHANNEL
+    ))
+    .bind::<SqlUuid, _>(owner)
+    .bind::<SqlUuid, _>(endpoint)
+    .bind::<SqlUuid, _>(event)
+    .get_result::<Id>(conn)
+    .await
+    .optional()
+    .map(|row| row.map(|r| r.id))
+}
+
+/// A delivery as its owner sees it.
+#[derive(Debug, Clone, Queryable)]
+pub struct DeliveryRow {
+    /// Delivery id.
+    pub id: i64,
+    /// The event.
+    pub event_id: Uuid,
+    /// Its type.
+    pub event_type: String,
+    /// pending, sending, delivered, exhausted, discarded.
+    pub status: String,
+    /// Tries started.
+    pub attempt_count: i32,
+    /// When the next try is due (pending).
+    pub next_attempt_at: DateTime<Utc>,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// When it was delivered.
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A logged try.
+#[derive(Debug, Clone, Queryable)]
+pub struct AttemptRow {
+    /// Its delivery.
+    pub delivery_id: i64,
+    /// Try number.
+    pub attempt: i32,
+    /// Which relay made it.
+    pub relay_id: String,
+    /// Start.
+    pub started_at: DateTime<Utc>,
+    /// End.
+    pub finished_at: DateTime<Utc>,
+    /// The receiver's status code.
+    pub response_status: Option<i32>,
+    /// What went wrong.
+    pub error: Option<String>,
+}
+
+/// The endpoint's newest deliveries (at most `limit`) with their tries.
+pub async fn of_endpoint(
+    conn: &mut AsyncPgConnection,
+    endpoint: Uuid,
+    limit: i64,
+) -> QueryResult<(Vec<DeliveryRow>, Vec<AttemptRow>)> {
+    use super::schema::{delivery_attempts as a, event_deliveries as d, notification_outbox as o};
+    let deliveries: Vec<DeliveryRow> = d::table
+        .inner_join(o::table)
+        .filter(d::endpoint_id.eq(endpoint))
+        .order(d::id.desc())
+        .limit(limit)
+        .select((
+            d::id,
+            o::event_id,
+            o::event_type,
+            d::status,
+            d::attempt_count,
+            d::next_attempt_at,
+            d::last_error,
+            d::delivered_at,
+            d::created_at,
+        ))
+        .load(conn)
+        .await?;
+    let ids: Vec<i64> = deliveries.iter().map(|r| r.id).collect();
+    let attempts = a::table
+        .filter(a::delivery_id.eq_any(ids))
+        .order((a::delivery_id, a::attempt))
+        .load(conn)
+        .await?;
+    Ok((deliveries, attempts))
+}
+
+/// Deletes up to `limit` of the oldest outbox rows created before `cutoff` whose deliveries
+/// are all finished; their deliveries and tries go with them. Returns how many.
+pub async fn prune(
+    conn: &mut AsyncPgConnection,
+    cutoff: DateTime<Utc>,
+    limit: i64,
+) -> QueryResult<usize> {
+    prepared(
+        "DELETE FROM notification_outbox o
+          WHERE o.id IN (SELECT id FROM notification_outbox ORDER BY id LIMIT $2)
+            AND o.created_at < $1
+            AND o.routed_at IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM event_deliveries d
+                             WHERE d.outbox_id = o.id AND d.status IN ('pending', 'sending'))",
+    )
+    .bind::<Timestamptz, _>(cutoff)
+    .bind::<BigInt, _>(limit)
+    .execute(conn)
+    .await
+}

@@ -1,0 +1,125 @@
+//! Webhook endpoints: registration, listing, secret rotation, and the disable a `410 Gone`
+//! triggers.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use super::schema::webhook_endpoints as w;
+
+/// An endpoint as its owner sees it (never the secrets).
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = w)]
+pub struct EndpointRow {
+    /// Id.
+    pub id: Uuid,
+    /// Where events are POSTed.
+    pub url: String,
+    /// Types it receives; `None` is every type.
+    pub event_types: Option<Vec<Option<String>>>,
+    /// When a `410 Gone` turned it off.
+    pub disabled_at: Option<DateTime<Utc>>,
+    /// Why it was turned off.
+    pub disabled_reason: Option<String>,
+    /// When it was registered.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Registers an endpoint.
+pub async fn insert(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    owner: Uuid,
+    url: &str,
+    event_types: Option<Vec<String>>,
+    secret: &str,
+) -> QueryResult<EndpointRow> {
+    diesel::insert_into(w::table)
+        .values((
+            w::id.eq(id),
+            w::owner_id.eq(owner),
+            w::url.eq(url),
+            w::event_types.eq(event_types.map(|t| t.into_iter().map(Some).collect::<Vec<_>>())),
+            w::secret.eq(secret),
+        ))
+        .returning(EndpointRow::as_returning())
+        .get_result(conn)
+        .await
+}
+
+/// The owner's endpoints, oldest first.
+pub async fn list(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<Vec<EndpointRow>> {
+    w::table
+        .filter(w::owner_id.eq(owner))
+        .order(w::id)
+        .select(EndpointRow::as_select())
+        .load(conn)
+        .await
+}
+
+/// One of the owner's endpoints.
+pub async fn find(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    id: Uuid,
+) -> QueryResult<Option<EndpointRow>> {
+    w::table
+        .filter(w::owner_id.eq(owner).and(w::id.eq(id)))
+        .select(EndpointRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Deletes one of the owner's endpoints (its deliveries and their log go with it).
+pub async fn delete(conn: &mut AsyncPgConnection, owner: Uuid, id: Uuid) -> QueryResult<usize> {
+    diesel::delete(w::table.filter(w::owner_id.eq(owner).and(w::id.eq(id))))
+        .execute(conn)
+        .await
+}
+
+/// Makes `secret` the signing secret; the old one keeps signing until `old_expires_at`.
+pub async fn rotate(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    id: Uuid,
+    secret: &str,
+    old_expires_at: DateTime<Utc>,
+) -> QueryResult<Option<EndpointRow>> {
+    diesel::update(w::table.filter(w::owner_id.eq(owner).and(w::id.eq(id))))
+        .set((
+            w::previous_secret.eq(w::secret.nullable()),
+            w::previous_secret_expires_at.eq(old_expires_at),
+            w::secret.eq(secret),
+        ))
+        .returning(EndpointRow::as_returning())
+        .get_result(conn)
+        .await
+        .optional()
+}
+
+/// Turns an endpoint off and discards its waiting deliveries, in one statement. Returns
+/// whether this call turned it off (false if it already was, or is gone).
+pub async fn disable(conn: &mut AsyncPgConnection, id: Uuid, reason: &str) -> QueryResult<bool> {
+    use diesel::sql_types::{Text, Uuid as SqlUuid};
+    #[derive(QueryableByName)]
+    struct Off {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let off: Off = super::prepared::prepared(
+        "WITH off AS (
+             UPDATE webhook_endpoints SET disabled_at = statement_timestamp(), disabled_reason = $2
+              WHERE id = $1 AND disabled_at IS NULL RETURNING id),
+         discarded AS (
+             UPDATE event_deliveries SET status = 'discarded', last_error = $2
+              WHERE endpoint_id IN (SELECT id FROM off) AND status = 'pending')
+         SELECT count(*) AS n FROM off",
+    )
+    .bind::<SqlUuid, _>(id)
+    .bind::<Text, _>(reason)
+    .get_result(conn)
+    .await?;
+    Ok(off.n > 0)
+}

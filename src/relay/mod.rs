@@ -1,0 +1,392 @@
+//! The outbox relay: turns committed outbox rows into deliveries and sends them.
+//!
+//! Each round it (1) routes unrouted outbox rows into `event_deliveries`, one per matching
+//! webhook endpoint plus one for NATS when configured, (2) claims due deliveries with
+//! `FOR UPDATE SKIP LOCKED` and a lease, as many as it has free send slots, (3) sends each
+//! outside any transaction, and (4) acknowledges the results in batches, each row fenced on
+//! its claim token. A relay that dies mid-send leaves its rows `sending`; another relay
+//! claims them when the lease runs out and sends them again with the same event id.
+//!
+//! It wakes on LISTEN/NOTIFY from the producing transactions and polls as the safety net.
+
+pub mod webhook;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::sync::{Notify, Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::adapters::nats::NatsSink;
+use crate::db::deliveries::{Ack, ClaimedDelivery, Settled};
+use crate::db::{self, DbPool};
+use crate::domain::retry::{NextTry, RetrySchedule};
+use webhook::{TryOutcome, WebhookSender, WebhookTry};
+
+/// How a relay paces itself.
+#[derive(Clone, Debug)]
+pub struct RelaySettings {
+    /// Written to each claim and each logged try.
+    pub relay_id: String,
+    /// Safety-net poll interval.
+    pub poll: Duration,
+    /// How long a claim is ours; must outlast a try (the webhook timeout).
+    pub lease: Duration,
+    /// Most outbox rows routed and deliveries claimed per statement.
+    pub batch: u32,
+    /// Most tries in flight at once.
+    pub concurrency: u32,
+    /// Delays before each try.
+    pub schedule: RetrySchedule,
+    /// Delivered history older than this is pruned.
+    pub retention: Duration,
+}
+
+/// A relay process's engine.
+pub struct Relay {
+    /// Pool (routing, claims and acks share it).
+    pub pool: DbPool,
+    /// For the LISTEN connection.
+    pub database_url: String,
+    /// Pacing.
+    pub settings: RelaySettings,
+    /// Webhook client.
+    pub webhooks: WebhookSender,
+    /// JetStream sink, when configured.
+    pub nats: Option<NatsSink>,
+}
+
+/// A finished try on its way to the acknowledger.
+struct Settlement {
+    ack: Ack,
+    /// A `410 Gone` endpoint to turn off.
+    disable: Option<Uuid>,
+}
+
+/// How often history is pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(600);
+/// Most tries acknowledged in one statement.
+const ACK_BATCH: usize = 512;
+
+impl Relay {
+    /// Runs until `shutdown`; then stops claiming, lets tries in flight finish (each is bounded
+    /// by the webhook timeout), acknowledges them and returns.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let wake = Arc::new(Notify::new());
+        let on_notify = {
+            let wake = wake.clone();
+            move || wake.notify_one()
+        };
+        // LISTEN first, then route: a NOTIFY sent in between cannot be missed.
+        crate::queue::listener::spawn(
+            self.database_url.clone(),
+            db::outbox::EVENTS_CHANNEL,
+            on_notify,
+            shutdown.child_token(),
+        )
+        .await;
+        let (settled_tx, settled_rx) = mpsc::unbounded_channel();
+        let acker = tokio::spawn(self.clone().acknowledge(settled_rx));
+        let slots = Arc::new(Semaphore::new(self.settings.concurrency as usize));
+        let mut sending = JoinSet::new();
+        let mut last_prune: Option<Instant> = None;
+        tracing::info!(
+            relay = %self.settings.relay_id,
+            nats = self.nats.is_some(),
+            concurrency = self.settings.concurrency,
+            "relay started"
+        );
+        while !shutdown.is_cancelled() {
+            while sending.try_join_next().is_some() {}
+            if last_prune.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
+                self.prune().await;
+                last_prune = Some(Instant::now());
+            }
+            let routed_full = self.route().await;
+            let free = slots.available_permits().min(self.settings.batch as usize);
+            let claimed = if free > 0 {
+                self.claim(free).await
+            } else {
+                Vec::new()
+            };
+            let claimed_full = free > 0 && claimed.len() == free;
+            for delivery in claimed {
+                let permit = slots
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("the semaphore is never closed");
+                let relay = self.clone();
+                let settled = settled_tx.clone();
+                sending.spawn(async move {
+                    let settlement = relay.try_once(delivery).await;
+                    let _ = settled.send(settlement);
+                    drop(permit);
+                });
+            }
+            if routed_full || claimed_full {
+                continue;
+            }
+            let slot_freed = async {
+                if slots.available_permits() == 0 {
+                    drop(slots.acquire().await);
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = wake.notified() => {}
+                () = slot_freed => {}
+                () = tokio::time::sleep(self.settings.poll) => {}
+            }
+        }
+        tracing::info!(
+            in_flight = sending.len(),
+            "relay stopping; finishing tries in flight"
+        );
+        while sending.join_next().await.is_some() {}
+        drop(settled_tx);
+        let _ = acker.await;
+        tracing::info!(relay = %self.settings.relay_id, "relay stopped");
+    }
+
+    /// Routes one batch; true when the batch was full (more may be waiting).
+    async fn route(&self) -> bool {
+        let routed = async {
+            let mut conn = self.pool.get().await?;
+            Ok::<_, db::DbError>(
+                db::deliveries::route(
+                    &mut conn,
+                    i64::from(self.settings.batch),
+                    self.nats.is_some(),
+                )
+                .await?,
+            )
+        }
+        .await;
+        match routed {
+            Ok(routed) => {
+                if routed.events > 0 {
+                    tracing::debug!(
+                        events = routed.events,
+                        deliveries = routed.deliveries,
+                        "routed"
+                    );
+                }
+                routed.events == i64::from(self.settings.batch)
+            }
+            Err(error) => {
+                tracing::warn!(error = %crate::telemetry::error_chain(&error), "routing outbox rows failed; retrying");
+                false
+            }
+        }
+    }
+
+    async fn claim(&self, limit: usize) -> Vec<ClaimedDelivery> {
+        let claimed = async {
+            let mut conn = self.pool.get().await?;
+            Ok::<_, db::DbError>(
+                db::deliveries::claim(
+                    &mut conn,
+                    &self.settings.relay_id,
+                    limit as i64,
+                    self.settings.lease.as_secs_f64(),
+                )
+                .await?,
+            )
+        }
+        .await;
+        claimed.unwrap_or_else(|error| {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), "claiming deliveries failed; retrying");
+            Vec::new()
+        })
+    }
+
+    /// Sends one claimed delivery and decides where it goes next.
+    async fn try_once(&self, delivery: ClaimedDelivery) -> Settlement {
+        let started_at = Utc::now();
+        let event_id = delivery.event_id.to_string();
+        let outcome = match delivery.sink.as_str() {
+            "nats" => match &self.nats {
+                Some(nats) => match nats
+                    .publish(
+                        &event_id,
+                        &delivery.event_type,
+                        delivery.body.clone().into_bytes(),
+                    )
+                    .await
+                {
+                    Ok(published) => {
+                        if published.duplicate {
+                            tracing::debug!(event = %event_id, "JetStream already had this event; the copy was dropped");
+                        }
+                        TryOutcome::Delivered { status: 200 }
+                    }
+                    Err(error) => TryOutcome::Failed {
+                        status: None,
+                        error,
+                        retry_after: None,
+                    },
+                },
+                None => TryOutcome::Failed {
+                    status: None,
+                    error: "this relay has no NATS connection (VIDQ_NATS_URL)".into(),
+                    retry_after: None,
+                },
+            },
+            _ => {
+                let secrets: Vec<&str> = delivery
+                    .secret
+                    .iter()
+                    .chain(delivery.previous_secret.iter())
+                    .map(String::as_str)
+                    .collect();
+                self.webhooks
+                    .send(&WebhookTry {
+                        url: delivery.url.as_deref().unwrap_or_default(),
+                        event_id: &event_id,
+                        body: &delivery.body,
+                        secrets,
+                    })
+                    .await
+            }
+        };
+        self.settle(&delivery, outcome, started_at)
+    }
+
+    fn settle(
+        &self,
+        delivery: &ClaimedDelivery,
+        outcome: TryOutcome,
+        started_at: chrono::DateTime<Utc>,
+    ) -> Settlement {
+        let mut ack = Ack {
+            id: delivery.id,
+            token: delivery.claim_token,
+            settled: Settled::Delivered,
+            retry_secs: 0.0,
+            response_status: None,
+            error: None,
+            started_at,
+        };
+        let mut disable = None;
+        match outcome {
+            TryOutcome::Delivered { status } => {
+                ack.response_status = Some(i32::from(status));
+                tracing::debug!(event = %delivery.event_id, sink = %delivery.sink, attempt = delivery.attempt, "delivered");
+            }
+            TryOutcome::Gone => {
+                ack.settled = Settled::Discarded;
+                ack.response_status = Some(410);
+                ack.error = Some("the receiver answered 410 Gone; endpoint disabled".into());
+                disable = delivery.endpoint_id;
+                tracing::warn!(endpoint = ?delivery.endpoint_id, "receiver answered 410 Gone; disabling the endpoint");
+            }
+            TryOutcome::Failed {
+                status,
+                error,
+                retry_after,
+            } => {
+                let tried = u32::try_from(delivery.attempt).unwrap_or(u32::MAX);
+                match self
+                    .settings
+                    .schedule
+                    .after_failure(tried, retry_after, rand::random())
+                {
+                    NextTry::After(delay) => {
+                        ack.settled = Settled::Retry;
+                        ack.retry_secs = delay.as_secs_f64();
+                        tracing::info!(event = %delivery.event_id, sink = %delivery.sink, attempt = delivery.attempt, %error, retry_in_ms = delay.as_millis() as u64, "delivery failed; will retry");
+                    }
+                    NextTry::Exhausted => {
+                        ack.settled = Settled::Exhausted;
+                        tracing::warn!(event = %delivery.event_id, sink = %delivery.sink, attempt = delivery.attempt, %error, "delivery failed on its last try; exhausted");
+                    }
+                }
+                ack.response_status = status.map(i32::from);
+                ack.error = Some(error);
+            }
+        }
+        Settlement { ack, disable }
+    }
+
+    /// Acknowledges finished tries in batches until every sender is gone.
+    async fn acknowledge(self: Arc<Self>, mut settled: mpsc::UnboundedReceiver<Settlement>) {
+        while let Some(first) = settled.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < ACK_BATCH {
+                match settled.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
+            }
+            self.ack_batch(&batch).await;
+        }
+    }
+
+    async fn ack_batch(&self, batch: &[Settlement]) {
+        let acks: Vec<Ack> = batch.iter().map(|s| s.ack.clone()).collect();
+        let mut delay = Duration::from_millis(100);
+        for tries_left in (0..5).rev() {
+            let acked = async {
+                let mut conn = self.pool.get().await?;
+                let acked = db::deliveries::ack(&mut conn, &self.settings.relay_id, &acks).await?;
+                for endpoint in batch.iter().filter_map(|s| s.disable) {
+                    db::webhooks::disable(&mut conn, endpoint, "the receiver answered 410 Gone")
+                        .await?;
+                }
+                Ok::<_, db::DbError>(acked)
+            }
+            .await;
+            match acked {
+                Ok(acked) => {
+                    if acked.len() < acks.len() {
+                        tracing::warn!(
+                            lost = acks.len() - acked.len(),
+                            "some tries finished after their lease ran out; another relay owns them now"
+                        );
+                    }
+                    return;
+                }
+                Err(error) if tries_left > 0 => {
+                    tracing::warn!(error = %crate::telemetry::error_chain(&error), "acknowledging deliveries failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(error) => {
+                    // The rows stay `sending` and are sent again after the lease, same ids.
+                    tracing::error!(error = %crate::telemetry::error_chain(&error), count = acks.len(), "could not acknowledge deliveries; they will be resent after the lease");
+                }
+            }
+        }
+    }
+
+    async fn prune(&self) {
+        let cutoff = Utc::now()
+            - chrono::Duration::from_std(self.settings.retention).unwrap_or(chrono::Duration::MAX);
+        let pruned = async {
+            let mut conn = self.pool.get().await?;
+            let mut total = 0;
+            loop {
+                let n = db::deliveries::prune(&mut conn, cutoff, 1000).await?;
+                total += n;
+                if n < 1000 {
+                    return Ok::<_, db::DbError>(total);
+                }
+            }
+        }
+        .await;
+        match pruned {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(events = n, "pruned delivered history past the retention"),
+            Err(error) => {
+                tracing::warn!(error = %crate::telemetry::error_chain(&error), "pruning failed")
+            }
+        }
+    }
+}

@@ -1,0 +1,584 @@
+//! The relay against a real receiver: signed deliveries verified by an independent
+//! implementation, the same id on every try, the retry schedule, `Retry-After`, timeouts,
+//! `410 Gone`, exhaustion, secret rotation, resend, competing relays, and no event for a
+//! finalize that rolled back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use diesel::prelude::*;
+use diesel_async::RunQueryDsl;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+use vidq::domain::event::Event;
+use vidq::domain::ids::{UploadId, VideoId};
+use vidq::roles::relay::RelayArgs;
+
+use crate::harness::{TestApp, TestAppOptions};
+use crate::receiver::{Receiver, Reply, delivered};
+
+/// A relay tuned for tests: fast polls, short leases, a quick retry schedule.
+pub fn relay_args(schedule: &str) -> RelayArgs {
+    RelayArgs {
+        relay_id: None,
+        relay_poll_ms: 50,
+        relay_lease_secs: 2,
+        concurrency: 16,
+        batch: 64,
+        webhook_timeout_ms: 1000,
+        schedule: schedule.parse().unwrap(),
+        retention_hours: 168,
+        nats_url: None,
+        nats_subject_prefix: "vidq".into(),
+        nats_stream: "VIDQ".into(),
+        webhooks: vidq::config::WebhookArgs {
+            allow_private: true,
+        },
+    }
+}
+
+/// A relay running in this process.
+pub struct RelayRun {
+    stop: CancellationToken,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl RelayRun {
+    pub async fn start(app: &TestApp, args: &RelayArgs) -> Self {
+        let relay = vidq::roles::relay::build(&app.db.url, args).await.unwrap();
+        let stop = CancellationToken::new();
+        let handle = tokio::spawn(Arc::new(relay).run(stop.clone()));
+        Self { stop, handle }
+    }
+
+    pub async fn stop(self) {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(20), self.handle)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// Registers `url` for the user behind `key`; returns the endpoint JSON (with its secret).
+pub async fn register(app: &TestApp, key: &str, url: &str) -> Value {
+    let response = app.post(key, "/v1/webhooks", &json!({ "url": url })).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    response.json().await.unwrap()
+}
+
+pub async fn user_id(app: &TestApp, name: &str) -> Uuid {
+    use vidq::db::schema::users;
+    let mut conn = app.pool.get().await.unwrap();
+    users::table
+        .filter(users::name.eq(name))
+        .select(users::id)
+        .first(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// Commits `n` events for `owner`, each in its own transaction, as producers do.
+pub async fn produce(app: &TestApp, owner: Uuid, n: usize) -> Vec<String> {
+    let mut conn = app.pool.get().await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let event = Event::video_accepted(VideoId::new(), UploadId::new(), Utc::now());
+        vidq::db::outbox::insert(&mut conn, owner, &event)
+            .await
+            .unwrap();
+        ids.push(event.id.to_string());
+    }
+    ids
+}
+
+/// Per event id, how many times it arrived.
+fn tally(arrivals: &[&crate::receiver::Arrival]) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for a in arrivals {
+        *counts.entry(a.id.clone()).or_default() += 1;
+    }
+    counts
+}
+
+async fn deliveries(app: &TestApp, key: &str, endpoint: &Value) -> Value {
+    let id = endpoint["id"].as_str().unwrap();
+    let response = app
+        .get(key, &format!("/v1/webhooks/{id}/deliveries?limit=100"))
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    response.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn registration_checks_the_url_and_shows_the_secret_only_once() {
+    let strict = TestApp::spawn_with(TestAppOptions {
+        allow_private_webhooks: false,
+        ..TestAppOptions::default()
+    })
+    .await;
+    let key = strict.create_user("alice").await;
+    for url in [
+        "http://127.0.0.1:9/hooks",
+        "http://169.254.169.254/latest/meta-data",
+        "http://10.0.0.7/",
+        "http://[::1]/",
+        "http://localhost:8080/",
+    ] {
+        let response = strict
+            .post(&key, "/v1/webhooks", &json!({ "url": url }))
+            .await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{url}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "invalid_webhook_url", "{url}");
+    }
+    for url in [
+        "ftp://example.com/",
+        "not a url",
+        "https://user:pw@example.com/",
+    ] {
+        let response = strict
+            .post(&key, "/v1/webhooks", &json!({ "url": url }))
+            .await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{url}");
+    }
+    let response = strict
+        .post(
+            &key,
+            "/v1/webhooks",
+            &json!({ "url": "http://127.0.0.1/", "event_types": ["video.exploded"] }),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        strict
+            .count("SELECT count(*) AS n FROM webhook_endpoints")
+            .await,
+        0
+    );
+
+    // With private destinations allowed (the default of these tests).
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let stranger = app.create_user("mallory").await;
+    let created = app
+        .post(
+            &key,
+            "/v1/webhooks",
+            &json!({ "url": "http://127.0.0.1:9/hooks", "event_types": ["video.ready"] }),
+        )
+        .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let created: Value = created.json().await.unwrap();
+    let secret = created["secret"].as_str().unwrap();
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    assert_eq!(created["status"], "active");
+    assert_eq!(created["event_types"], json!(["video.ready"]));
+    let id = created["id"].as_str().unwrap();
+
+    let listed: Value = app.get(&key, "/v1/webhooks").await.json().await.unwrap();
+    assert_eq!(listed["webhooks"].as_array().unwrap().len(), 1);
+    assert!(listed["webhooks"][0].get("secret").is_none());
+    let shown = app.get(&key, &format!("/v1/webhooks/{id}")).await;
+    assert_eq!(shown.status(), StatusCode::OK);
+    assert!(shown.json::<Value>().await.unwrap().get("secret").is_none());
+    for path in [
+        format!("/v1/webhooks/{id}"),
+        format!("/v1/webhooks/{id}/deliveries"),
+    ] {
+        assert_eq!(
+            app.get(&stranger, &path).await.status(),
+            StatusCode::NOT_FOUND
+        );
+    }
+    let stolen = app
+        .post(
+            &stranger,
+            &format!("/v1/webhooks/{id}/rotate-secret"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(stolen.status(), StatusCode::NOT_FOUND);
+
+    let rotated = app
+        .post(
+            &key,
+            &format!("/v1/webhooks/{id}/rotate-secret"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(rotated.status(), StatusCode::OK);
+    let rotated: Value = rotated.json().await.unwrap();
+    assert_ne!(rotated["secret"], created["secret"]);
+    assert!(rotated["previous_secret_expires_at"].is_string());
+
+    assert_eq!(
+        app.delete(&stranger, &format!("/v1/webhooks/{id}"))
+            .await
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        app.delete(&key, &format!("/v1/webhooks/{id}"))
+            .await
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.get(&key, &format!("/v1/webhooks/{id}")).await.status(),
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn every_event_arrives_signed_and_keeps_its_id_across_retries() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let receiver = Receiver::start();
+    let endpoint = register(&app, &key, &receiver.url).await;
+    receiver.trust(endpoint["secret"].as_str().unwrap());
+    // The first try of every event fails; the second succeeds.
+    receiver.script(|_, nth| {
+        if nth == 1 {
+            Reply::Status(500)
+        } else {
+            Reply::Status(200)
+        }
+    });
+    let relay = RelayRun::start(&app, &relay_args("0,100ms,100ms")).await;
+
+    let mut videos = Vec::new();
+    for _ in 0..5 {
+        videos.push(
+            app.uploaded_video(&key).await["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    receiver
+        .wait_for_delivered(5, Duration::from_secs(20))
+        .await;
+    relay.stop().await;
+
+    let arrivals = receiver.arrivals();
+    assert_eq!(arrivals.len(), 10, "one failed and one good try per event");
+    for arrival in &arrivals {
+        assert_eq!(arrival.verified, [true], "signature of {}", arrival.id);
+        assert_eq!(
+            arrival.body["id"],
+            arrival.id.as_str(),
+            "webhook-id is the event id"
+        );
+        assert_eq!(arrival.body["type"], "video.accepted");
+    }
+    let counts = tally(&arrivals.iter().collect::<Vec<_>>());
+    assert_eq!(counts.len(), 5);
+    assert!(counts.values().all(|&n| n == 2), "{counts:?}");
+    let mut announced: Vec<String> = delivered(&arrivals)
+        .iter()
+        .map(|a| a.body["video_id"].as_str().unwrap().to_owned())
+        .collect();
+    announced.sort();
+    videos.sort();
+    assert_eq!(announced, videos);
+
+    // The attempt log tells the story of each delivery.
+    let log = deliveries(&app, &key, &endpoint).await;
+    for delivery in log["deliveries"].as_array().unwrap() {
+        assert_eq!(delivery["status"], "delivered");
+        let codes: Vec<i64> = delivery["tries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["response_status"].as_i64().unwrap())
+            .collect();
+        assert_eq!(codes, [500, 200]);
+    }
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured_and_a_slow_receiver_times_out() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let owner = user_id(&app, "alice").await;
+    let receiver = Receiver::start();
+    let endpoint = register(&app, &key, &receiver.url).await;
+    let ids = produce(&app, owner, 2).await;
+    let (asks_to_wait, too_slow) = (ids[0].clone(), ids[1].clone());
+    receiver.script(move |id, nth| match (id == asks_to_wait, nth) {
+        (true, 1) => Reply::RetryAfter(503, "2"),
+        (false, 1) => Reply::Slow(Duration::from_secs(3)),
+        _ => Reply::Status(204),
+    });
+    let mut args = relay_args("0,50ms,50ms");
+    args.webhook_timeout_ms = 300;
+    let relay = RelayRun::start(&app, &args).await;
+    receiver
+        .wait_for_delivered(2, Duration::from_secs(20))
+        .await;
+    relay.stop().await;
+
+    let arrivals = receiver.arrivals();
+    let tries = |id: &str| -> Vec<_> { arrivals.iter().filter(|a| a.id == id).collect() };
+    let waited = tries(&ids[0]);
+    assert_eq!(waited.len(), 2);
+    let gap = waited[1].at - waited[0].at;
+    assert!(
+        gap >= Duration::from_millis(1900),
+        "the schedule said 50 ms but Retry-After said 2 s; the relay waited {gap:?}"
+    );
+    assert_eq!(tries(&too_slow).len(), 2);
+
+    let log = deliveries(&app, &key, &endpoint).await;
+    let slow = log["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["event_id"] == ids[1].as_str())
+        .unwrap();
+    let first = &slow["tries"][0];
+    assert!(first["response_status"].is_null());
+    assert_eq!(first["error"], "no answer within 300 ms");
+    assert_eq!(slow["tries"][1]["response_status"], 204);
+}
+
+#[tokio::test]
+async fn a_delivery_is_exhausted_after_its_last_try_and_gone_disables_the_endpoint() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let owner = user_id(&app, "alice").await;
+    let failing = Receiver::start();
+    failing.script(|_, _| Reply::Status(500));
+    let gone = Receiver::start();
+    gone.script(|_, _| Reply::Status(410));
+    let failing_endpoint = register(&app, &key, &failing.url).await;
+    let gone_endpoint = register(&app, &key, &gone.url).await;
+    let relay = RelayRun::start(&app, &relay_args("0,50ms,50ms")).await;
+
+    let first = produce(&app, owner, 1).await.remove(0);
+    failing
+        .wait_until(Duration::from_secs(20), |a| a.len() >= 3)
+        .await;
+    gone.wait_until(Duration::from_secs(20), |a| !a.is_empty())
+        .await;
+    // Give the relay time to (wrongly) try a fourth time or resend to the gone endpoint.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(failing.arrivals().len(), 3, "three tries, then exhausted");
+    assert_eq!(
+        gone.arrivals().len(),
+        1,
+        "one try, then the endpoint is off"
+    );
+
+    let log = deliveries(&app, &key, &failing_endpoint).await;
+    assert_eq!(log["deliveries"][0]["status"], "exhausted");
+    assert_eq!(log["deliveries"][0]["attempts"], 3);
+    assert_eq!(log["deliveries"][0]["tries"].as_array().unwrap().len(), 3);
+    let log = deliveries(&app, &key, &gone_endpoint).await;
+    assert_eq!(log["deliveries"][0]["status"], "discarded");
+    let gone_id = gone_endpoint["id"].as_str().unwrap();
+    let shown: Value = app
+        .get(&key, &format!("/v1/webhooks/{gone_id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["status"], "disabled");
+    assert!(shown["disabled_reason"].as_str().unwrap().contains("410"));
+
+    // Later events still go to the live endpoint, never to the disabled one.
+    produce(&app, owner, 1).await;
+    failing
+        .wait_until(Duration::from_secs(20), |a| a.len() >= 6)
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(gone.arrivals().len(), 1);
+    let resend = app
+        .post(
+            &key,
+            &format!("/v1/webhooks/{gone_id}/resend/{first}"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(resend.status(), StatusCode::CONFLICT);
+    let body: Value = resend.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "endpoint_disabled");
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn during_a_rotation_both_secrets_sign_and_a_resend_carries_the_same_id() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let stranger = app.create_user("mallory").await;
+    let owner = user_id(&app, "alice").await;
+    let receiver = Receiver::start();
+    let endpoint = register(&app, &key, &receiver.url).await;
+    let id = endpoint["id"].as_str().unwrap();
+    let old = endpoint["secret"].as_str().unwrap().to_owned();
+    let rotated: Value = app
+        .post(
+            &key,
+            &format!("/v1/webhooks/{id}/rotate-secret"),
+            &json!({}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let new = rotated["secret"].as_str().unwrap().to_owned();
+    receiver.trust(&old);
+    receiver.trust(&new);
+    let relay = RelayRun::start(&app, &relay_args("0,100ms")).await;
+    let event = produce(&app, owner, 1).await.remove(0);
+    receiver
+        .wait_for_delivered(1, Duration::from_secs(20))
+        .await;
+    let first = receiver.arrivals().remove(0);
+    assert_eq!(first.signatures, 2);
+    assert_eq!(
+        first.verified,
+        [true, true],
+        "each secret verifies on its own"
+    );
+
+    // Resend: the same event id again, through the same signing.
+    let resent = app
+        .post(
+            &key,
+            &format!("/v1/webhooks/{id}/resend/{event}"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(resent.status(), StatusCode::ACCEPTED);
+    receiver
+        .wait_for_delivered(2, Duration::from_secs(20))
+        .await;
+    let arrivals = receiver.arrivals();
+    assert_eq!(arrivals[1].id, event);
+    assert_eq!(
+        arrivals[1].body, first.body,
+        "byte-for-byte the same envelope"
+    );
+    let stolen = app
+        .post(
+            &stranger,
+            &format!("/v1/webhooks/{id}/resend/{event}"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(stolen.status(), StatusCode::NOT_FOUND);
+    let unknown = app
+        .post(
+            &key,
+            &format!("/v1/webhooks/{id}/resend/{}", Uuid::now_v7()),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn two_relays_deliver_each_event_exactly_once() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let owner = user_id(&app, "alice").await;
+    let receiver = Receiver::start();
+    register(&app, &key, &receiver.url).await;
+    let mut args = relay_args("0,100ms");
+    args.relay_lease_secs = 30;
+    args.batch = 8;
+    let (a, b) = (
+        RelayRun::start(&app, &args).await,
+        RelayRun::start(&app, &args).await,
+    );
+    let mut ids = Vec::new();
+    let producers: Vec<_> = (0..4).map(|_| produce(&app, owner, 50)).collect();
+    for batch in futures_util::future::join_all(producers).await {
+        ids.extend(batch);
+    }
+    receiver
+        .wait_for_delivered(200, Duration::from_secs(30))
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.stop().await;
+    b.stop().await;
+    let arrivals = receiver.arrivals();
+    let counts = tally(&arrivals.iter().collect::<Vec<_>>());
+    assert_eq!(counts.len(), 200);
+    assert!(
+        ids.iter().all(|id| counts.get(id) == Some(&1)),
+        "every event exactly once"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM event_deliveries WHERE status = 'delivered' AND attempt_count = 1")
+            .await,
+        200
+    );
+}
+
+#[tokio::test]
+async fn a_finalize_that_rolled_back_sends_nothing() {
+    use vidq::app::jobs::{self, Claim, JobError};
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let receiver = Receiver::start();
+    register(&app, &key, &receiver.url).await;
+    let relay = RelayRun::start(&app, &relay_args("0,100ms")).await;
+    app.uploaded_video(&key).await;
+    let claim = |node: &'static str, lease: f64| {
+        let pool = app.pool.clone();
+        async move {
+            let mut conn = pool.get().await.unwrap();
+            Claim::from(
+                vidq::db::jobs::claim(&mut conn, node, lease)
+                    .await
+                    .unwrap()
+                    .unwrap(),
+            )
+        }
+    };
+    let zombie = claim("zombie", 0.3).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let winner = claim("winner", 30.0).await;
+    let plan = |c: &Claim| vidq::pipeline::AttemptPlan {
+        video: c.video,
+        attempt: c.attempt,
+        original_key: c.original_key.clone(),
+    };
+    let late =
+        jobs::finalize_ready(&app.pool, &zombie, &crate::scripted::output(&plan(&zombie))).await;
+    assert!(matches!(late, Err(JobError::ClaimLost)), "{late:?}");
+    jobs::finalize_ready(&app.pool, &winner, &crate::scripted::output(&plan(&winner)))
+        .await
+        .unwrap();
+
+    receiver
+        .wait_for_delivered(2, Duration::from_secs(20))
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    relay.stop().await;
+    let arrivals = receiver.arrivals();
+    let types: Vec<&str> = arrivals
+        .iter()
+        .map(|a| a.body["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        ["video.accepted", "video.ready"],
+        "nothing from the zombie"
+    );
+    let hls = arrivals[1].body["data"]["playback"]["hls_key"]
+        .as_str()
+        .unwrap();
+    assert!(
+        hls.contains("/a2/"),
+        "the winner's outputs are announced: {hls}"
+    );
+}
