@@ -1,0 +1,98 @@
+//! The NATS JetStream sink against the NATS server on 127.0.0.1:4222: a republished event is
+//! dropped by the stream's duplicate window, so a relay retry is invisible to consumers.
+
+use std::time::Duration;
+
+use vidq::adapters::nats::NatsSink;
+
+use crate::harness::TestApp;
+use crate::queue::wait_for_count;
+use crate::relay::{RelayRun, produce, relay_args, user_id};
+
+const NATS_URL: &str = "nats://127.0.0.1:4222";
+
+/// A stream and subject prefix no other test run uses.
+fn names() -> (String, String) {
+    let tag = uuid::Uuid::now_v7().simple().to_string();
+    (format!("VIDQTEST_{tag}"), format!("vidqtest{tag}"))
+}
+
+async fn messages_in(stream: &str) -> u64 {
+    let client = async_nats::connect(NATS_URL).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let mut stream = js.get_stream(stream).await.unwrap();
+    stream.info().await.unwrap().state.messages
+}
+
+async fn delete_stream(stream: &str) {
+    let client = async_nats::connect(NATS_URL).await.unwrap();
+    async_nats::jetstream::new(client)
+        .delete_stream(stream)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn jetstream_drops_a_republished_event_as_a_duplicate() {
+    let (stream, prefix) = names();
+    let sink = NatsSink::connect(NATS_URL, &stream, &prefix).await.unwrap();
+    let id = uuid::Uuid::now_v7().to_string();
+    let first = sink
+        .publish(&id, "video.ready", b"{}".to_vec())
+        .await
+        .unwrap();
+    let again = sink
+        .publish(&id, "video.ready", b"{}".to_vec())
+        .await
+        .unwrap();
+    let other = sink
+        .publish(
+            &uuid::Uuid::now_v7().to_string(),
+            "video.ready",
+            b"{}".to_vec(),
+        )
+        .await
+        .unwrap();
+    assert!(!first.duplicate);
+    assert!(again.duplicate, "the same Nats-Msg-Id is dropped");
+    assert_eq!(again.sequence, first.sequence);
+    assert!(!other.duplicate);
+    assert_eq!(messages_in(&stream).await, 2);
+    delete_stream(&stream).await;
+}
+
+#[tokio::test]
+async fn the_relay_publishes_every_event_and_a_resend_changes_nothing_for_consumers() {
+    let app = TestApp::spawn().await;
+    app.create_user("alice").await;
+    let owner = user_id(&app, "alice").await;
+    let (stream, prefix) = names();
+    let mut args = relay_args("0,100ms");
+    args.nats_url = Some(NATS_URL.into());
+    args.nats_stream = stream.clone();
+    args.nats_subject_prefix = prefix;
+    let relay = RelayRun::start(&app, &args).await;
+    produce(&app, owner, 3).await;
+    let delivered =
+        "SELECT count(*) AS n FROM event_deliveries WHERE sink = 'nats' AND status = 'delivered'";
+    wait_for_count(&app, delivered, 3, Duration::from_secs(20)).await;
+    assert_eq!(messages_in(&stream).await, 3);
+
+    // As if every ack had been lost: the relay sends all three again, with the same ids.
+    app.count("WITH r AS (UPDATE event_deliveries SET status = 'pending', next_attempt_at = now() RETURNING 1) SELECT count(*) AS n FROM r")
+        .await;
+    wait_for_count(
+        &app,
+        "SELECT count(*) AS n FROM event_deliveries WHERE status = 'delivered' AND attempt_count = 2",
+        3,
+        Duration::from_secs(20),
+    )
+    .await;
+    relay.stop().await;
+    assert_eq!(
+        messages_in(&stream).await,
+        3,
+        "the stream dropped the copies"
+    );
+    delete_stream(&stream).await;
+}
