@@ -4,6 +4,7 @@
 
 pub mod e2e;
 pub mod queue;
+pub mod relay;
 pub mod stats;
 
 use clap::Subcommand;
@@ -17,6 +18,9 @@ pub enum BenchCommand {
     /// The seed's end-to-end protocol: three 720p clips confirmed in parallel, polled until
     /// READY, with 1 and 2 worker processes.
     E2e(e2e::E2eBenchArgs),
+    /// Commit-to-delivery latency to a local webhook receiver, and sustained deliveries per
+    /// relay process to webhooks and to NATS JetStream.
+    Relay(relay::RelayBenchArgs),
 }
 
 /// Runs a benchmark.
@@ -24,6 +28,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Queue(args) => queue::run(args).await,
         BenchCommand::E2e(args) => e2e::run(args).await,
+        BenchCommand::Relay(args) => relay::run(args).await,
     }
 }
 

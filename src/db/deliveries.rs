@@ -370,3 +370,19 @@ pub async fn prune(
     .execute(conn)
     .await
 }
+
+/// Outbox rows not yet routed plus deliveries not yet finished (benchmarks wait for 0).
+pub async fn pending_count(conn: &mut AsyncPgConnection) -> QueryResult<i64> {
+    #[derive(QueryableByName)]
+    struct N {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let n: N = prepared(
+        "SELECT (SELECT count(*) FROM notification_outbox WHERE routed_at IS NULL)
+              + (SELECT count(*) FROM event_deliveries WHERE status IN ('pending', 'sending')) AS n",
+    )
+    .get_result(conn)
+    .await?;
+    Ok(n.n)
+}

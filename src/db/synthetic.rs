@@ -37,3 +37,33 @@ pub async fn backlog(
         .await?;
     Ok(usize::try_from(n).unwrap_or_default())
 }
+
+/// Inserts `n` unrouted `video.ready` outbox rows for `owner` in one statement, each with an
+/// envelope the size of a real one. Returns `n`.
+pub async fn events(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    n: i64,
+) -> diesel::QueryResult<usize> {
+    diesel::sql_query(
+        "WITH rows AS (
+             SELECT gen_random_uuid() AS event_id, gen_random_uuid() AS video_id
+               FROM generate_series(1, $2))
+         INSERT INTO notification_outbox (event_id, event_type, owner_id, video_id, payload)
+         SELECT event_id, 'video.ready', $1, video_id,
+                jsonb_build_object(
+                    'id', event_id, 'type', 'video.ready', 'occurred_at', statement_timestamp(),
+                    'video_id', video_id,
+                    'data', jsonb_build_object(
+                        'status', 'ready', 'duration_ms', 10080, 'width', 1280, 'height', 720,
+                        'playback', jsonb_build_object(
+                            'hls_key', 'videos/' || video_id || '/a1/hls/index.m3u8',
+                            'mp4_key', 'videos/' || video_id || '/a1/video.mp4',
+                            'thumbnail_key', 'videos/' || video_id || '/a1/thumbnail.jpg')))
+           FROM rows",
+    )
+    .bind::<diesel::sql_types::Uuid, _>(owner)
+    .bind::<diesel::sql_types::BigInt, _>(n)
+    .execute(conn)
+    .await
+}

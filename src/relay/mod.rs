@@ -50,8 +50,9 @@ pub struct RelaySettings {
 pub struct Relay {
     /// Pool (routing, claims and acks share it).
     pub pool: DbPool,
-    /// For the LISTEN connection.
-    pub database_url: String,
+    /// For the LISTEN connection; `None` relies on the poll alone (how polling relays
+    /// behave; `vidq bench relay` measures it).
+    pub listen_url: Option<String>,
     /// Pacing.
     pub settings: RelaySettings,
     /// Webhook client.
@@ -82,13 +83,15 @@ impl Relay {
             move || wake.notify_one()
         };
         // LISTEN first, then route: a NOTIFY sent in between cannot be missed.
-        crate::queue::listener::spawn(
-            self.database_url.clone(),
-            db::outbox::EVENTS_CHANNEL,
-            on_notify,
-            shutdown.child_token(),
-        )
-        .await;
+        if let Some(url) = &self.listen_url {
+            crate::queue::listener::spawn(
+                url.clone(),
+                db::outbox::EVENTS_CHANNEL,
+                on_notify,
+                shutdown.child_token(),
+            )
+            .await;
+        }
         let (settled_tx, settled_rx) = mpsc::unbounded_channel();
         let acker = tokio::spawn(self.clone().acknowledge(settled_rx));
         let slots = Arc::new(Semaphore::new(self.settings.concurrency as usize));

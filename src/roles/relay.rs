@@ -157,7 +157,7 @@ pub async fn build(database_url: &str, args: &RelayArgs) -> anyhow::Result<Relay
     )?;
     Ok(Relay {
         pool,
-        database_url: database_url.to_owned(),
+        listen_url: Some(database_url.to_owned()),
         settings,
         webhooks,
         nats,
