@@ -21,6 +21,8 @@ CREATE INDEX webhook_endpoints_owner_idx ON webhook_endpoints (owner_id, id);
 -- Routing: a relay turns each outbox row into one delivery per matching sink, exactly once,
 -- by claiming unrouted rows with SKIP LOCKED and stamping them in the same statement.
 ALTER TABLE notification_outbox ADD COLUMN routed_at timestamptz;
+-- Events from before relays existed had no destinations: do not send history now.
+UPDATE notification_outbox SET routed_at = created_at;
 CREATE INDEX notification_outbox_unrouted_idx ON notification_outbox (id) WHERE routed_at IS NULL;
 
 -- One row per (event, destination): the relay's own queue, claimed like jobs.

@@ -64,6 +64,8 @@ pub async fn page(
     // Subscribe before the first read, so a commit between the read and the wait still wakes.
     let mut signal = ctx.events.subscribe();
     loop {
+        // Seen before the read: a tick during the read then wakes the wait below at once.
+        signal.borrow_and_update();
         let rows = {
             let mut conn = ctx.db.get().await?;
             db::events::page(&mut conn, owner.0, after, event_type, limit).await?
@@ -72,7 +74,6 @@ pub async fn page(
             let next = rows.last().map_or(after, FeedRow::position);
             return Ok((rows, next));
         }
-        signal.borrow_and_update();
         tokio::select! {
             _ = signal.changed() => {}
             () = tokio::time::sleep(RECHECK) => {}

@@ -38,9 +38,10 @@ pub struct DeletedUser {
     pub objects: usize,
 }
 
-/// Deletes a user and, by cascade, their uploads, videos, jobs and events, taking locks in
-/// the fixed order users -> videos -> jobs so that no finalizing worker deadlocks with it;
-/// then deletes their objects.
+/// Deletes a user and, by cascade, their uploads, videos, jobs, events, webhooks and
+/// deliveries, taking locks in the fixed order users -> videos -> jobs -> outbox -> webhook
+/// endpoints -> deliveries so that no finalizing worker or relay deadlocks with it; then
+/// deletes their objects.
 #[tracing::instrument(skip_all, fields(user = name))]
 pub async fn delete_user(ctx: &AppContext, name: &str) -> Result<DeletedUser, AppError> {
     let mut conn = ctx.db.get().await?;
@@ -51,6 +52,7 @@ pub async fn delete_user(ctx: &AppContext, name: &str) -> Result<DeletedUser, Ap
                 .ok_or(AppError::NotFound)?;
             let videos = db::videos::lock_all_of_owner(conn, user).await?;
             db::jobs::lock_for_videos(conn, &videos).await?;
+            db::deliveries::lock_of_owner(conn, user).await?;
             let originals = db::uploads::object_keys_of_owner(conn, user).await?;
             db::users::delete(conn, user).await?;
             Ok((originals, videos))

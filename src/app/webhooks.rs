@@ -17,6 +17,13 @@ pub const ROTATION_OVERLAP: Duration = Duration::from_secs(24 * 3600);
 /// Most deliveries the log shows at once.
 pub const MAX_LOG: i64 = 100;
 
+/// Most endpoints one uploader may register: each event is POSTed once per endpoint, so this
+/// bounds how many requests one event can make vidq send.
+pub const MAX_ENDPOINTS: usize = 20;
+
+/// How long a registration waits for DNS.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Where webhooks may point (`VIDQ_WEBHOOK_ALLOW_PRIVATE`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WebhookPolicy {
@@ -45,9 +52,20 @@ pub async fn create(
             )));
         }
     }
-    crate::adapters::destination::resolve(&parsed, ctx.webhooks.allow_private).await?;
+    let host = parsed.host_str().unwrap_or_default().to_owned();
+    tokio::time::timeout(
+        RESOLVE_TIMEOUT,
+        crate::adapters::destination::resolve(&parsed, ctx.webhooks.allow_private),
+    )
+    .await
+    .map_err(|_| crate::domain::destination::DestinationError::Unresolvable(host))??;
     let secret = WebhookSecret::generate();
     let mut conn = ctx.db.get().await?;
+    if db::webhooks::list(&mut conn, owner.0).await?.len() >= MAX_ENDPOINTS {
+        return Err(AppError::BadRequest(format!(
+            "an uploader can register at most {MAX_ENDPOINTS} webhooks; delete one first"
+        )));
+    }
     let row = db::webhooks::insert(
         &mut conn,
         WebhookId::new().0,

@@ -98,20 +98,26 @@ pub struct ClaimedDelivery {
     /// The previous secret while a rotation is in progress.
     #[diesel(sql_type = Nullable<Text>)]
     pub previous_secret: Option<String>,
+    /// The endpoint was disabled (410) after this delivery was created: do not send.
+    #[diesel(sql_type = Bool)]
+    pub endpoint_disabled: bool,
 }
 
 /// Claims up to `limit` due deliveries (waiting and due, or sending with a lapsed lease), in
-/// due order, for `lease_secs`; commits at once.
+/// due order, for `lease_secs`; commits at once. NATS deliveries only go to a relay that has
+/// NATS (`with_nats`), so a relay configured without it never burns their tries.
 pub async fn claim(
     conn: &mut AsyncPgConnection,
     relay: &str,
     limit: i64,
     lease_secs: f64,
+    with_nats: bool,
 ) -> QueryResult<Vec<ClaimedDelivery>> {
     prepared(
         "WITH due AS (
              SELECT d.id FROM event_deliveries d
               WHERE d.status IN ('pending', 'sending') AND d.next_attempt_at <= statement_timestamp()
+                AND (d.sink <> 'nats' OR $5)
               ORDER BY d.next_attempt_at, d.id
               FOR UPDATE SKIP LOCKED
               LIMIT $3
@@ -127,7 +133,8 @@ pub async fn claim(
                 o.payload::text AS body, o.created_at AS event_created_at, c.endpoint_id, w.url,
                 w.secret,
                 CASE WHEN w.previous_secret_expires_at > statement_timestamp()
-                     THEN w.previous_secret END AS previous_secret
+                     THEN w.previous_secret END AS previous_secret,
+                w.disabled_at IS NOT NULL AS endpoint_disabled
            FROM claimed c
            JOIN notification_outbox o ON o.id = c.outbox_id
            LEFT JOIN webhook_endpoints w ON w.id = c.endpoint_id
@@ -137,6 +144,7 @@ pub async fn claim(
     .bind::<Text, _>(relay)
     .bind::<BigInt, _>(limit)
     .bind::<Double, _>(lease_secs)
+    .bind::<Bool, _>(with_nats)
     .load(conn)
     .await
 }
@@ -193,6 +201,9 @@ pub async fn ack(conn: &mut AsyncPgConnection, relay: &str, acks: &[Ack]) -> Que
         #[diesel(sql_type = BigInt)]
         id: i64,
     }
+    // Rows are updated in id order, the order every other path locks deliveries in.
+    let mut acks: Vec<&Ack> = acks.iter().collect();
+    acks.sort_by_key(|a| a.id);
     let ids: Vec<i64> = acks.iter().map(|a| a.id).collect();
     let tokens: Vec<Uuid> = acks.iter().map(|a| a.token).collect();
     let statuses: Vec<&str> = acks.iter().map(|a| a.settled.as_str()).collect();
@@ -350,25 +361,45 @@ pub async fn of_endpoint(
     Ok((deliveries, attempts))
 }
 
-/// Deletes up to `limit` of the oldest outbox rows created before `cutoff` whose deliveries
-/// are all finished; their deliveries and tries go with them. Returns how many.
+/// Deletes up to `limit` outbox rows older than `retention_secs` (by the database's clock)
+/// that are routed and whose deliveries are all finished, oldest first; their deliveries and
+/// tries go with them. Rows another transaction holds are skipped, not waited for. Returns
+/// how many.
 pub async fn prune(
     conn: &mut AsyncPgConnection,
-    cutoff: DateTime<Utc>,
+    retention_secs: f64,
     limit: i64,
 ) -> QueryResult<usize> {
     prepared(
-        "DELETE FROM notification_outbox o
-          WHERE o.id IN (SELECT id FROM notification_outbox ORDER BY id LIMIT $2)
-            AND o.created_at < $1
-            AND o.routed_at IS NOT NULL
-            AND NOT EXISTS (SELECT 1 FROM event_deliveries d
-                             WHERE d.outbox_id = o.id AND d.status IN ('pending', 'sending'))",
+        "DELETE FROM notification_outbox
+          WHERE id IN (
+              SELECT o.id FROM notification_outbox o
+               WHERE o.created_at < statement_timestamp() - make_interval(secs => $1)
+                 AND o.routed_at IS NOT NULL
+                 AND NOT EXISTS (SELECT 1 FROM event_deliveries d
+                                  WHERE d.outbox_id = o.id AND d.status IN ('pending', 'sending'))
+               ORDER BY o.id
+               FOR UPDATE SKIP LOCKED
+               LIMIT $2)",
     )
-    .bind::<Timestamptz, _>(cutoff)
+    .bind::<Double, _>(retention_secs)
     .bind::<BigInt, _>(limit)
     .execute(conn)
     .await
+}
+
+/// Locks the owner's outbox rows, webhook endpoints and deliveries, each in id order, so that
+/// deleting the owner afterwards waits on no relay that waits on it (lock order).
+pub async fn lock_of_owner(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<()> {
+    for sql in [
+        "SELECT 1 FROM notification_outbox WHERE owner_id = $1 ORDER BY id FOR UPDATE",
+        "SELECT 1 FROM webhook_endpoints WHERE owner_id = $1 ORDER BY id FOR UPDATE",
+        "SELECT 1 FROM event_deliveries d WHERE d.outbox_id IN
+             (SELECT id FROM notification_outbox WHERE owner_id = $1) ORDER BY d.id FOR UPDATE OF d",
+    ] {
+        prepared(sql).bind::<SqlUuid, _>(owner).execute(conn).await?;
+    }
+    Ok(())
 }
 
 /// Outbox rows not yet routed plus deliveries not yet finished (benchmarks wait for 0).

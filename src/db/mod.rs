@@ -2,8 +2,8 @@
 //! decides which transaction they join (a confirm's video, job and outbox inserts share one).
 //!
 //! Lock order, everywhere: `users -> uploads -> videos -> video_encoding_jobs ->
-//! notification_outbox`. User deletion takes the same order, so no two paths wait on each
-//! other.
+//! notification_outbox -> webhook_endpoints -> event_deliveries`, rows of one table in id
+//! order. User deletion takes the same order, so no two paths wait on each other.
 
 pub mod artifacts;
 pub mod attempts;

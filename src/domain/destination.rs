@@ -80,15 +80,16 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
         || a >= 240) // reserved
 }
 
+/// Only global unicast (`2000::/3`) is public, minus the ranges inside it that tunnel to
+/// IPv4 addresses vidq could not check (6to4, Teredo) or are documentation. Everything else
+/// (loopback, unspecified, IPv4-compatible, NAT64, unique local, link- and site-local,
+/// multicast) is refused.
 fn is_public_v6(ip: Ipv6Addr) -> bool {
-    let first = ip.segments()[0];
-    !(ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_multicast()
-        || (first & 0xfe00) == 0xfc00 // unique local
-        || (first & 0xffc0) == 0xfe80 // link-local
-        || first == 0x2001 && ip.segments()[1] == 0x0db8 // documentation
-        || first == 0x0064 && ip.segments()[1] == 0xff9b) // NAT64 can reach private v4
+    let [first, second, ..] = ip.segments();
+    (first & 0xe000) == 0x2000
+        && first != 0x2002 // 6to4
+        && !(first == 0x2001 && second == 0x0000) // Teredo
+        && !(first == 0x2001 && second == 0x0db8) // documentation
 }
 
 /// Refuses `addresses` unless every one is public (or private ones are allowed). An empty
@@ -137,6 +138,12 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
             "64:ff9b::a00:1",
+            "::127.0.0.1",
+            "2002:a00:1::1",
+            "2001:0:a00:1::1",
+            "fec0::1",
+            "100::1",
+            "2001:db8::1",
         ] {
             assert!(!is_public(ip(text)), "{text} must be refused");
         }

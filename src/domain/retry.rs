@@ -1,8 +1,9 @@
 //! When a failed delivery is tried again: a growing schedule with jitter, and the receiver's
 //! `Retry-After` honoured.
 //!
-//! The schedule lists the delay before each try: the first entry is the first try (normally
-//! 0, "immediately"), and a delivery is exhausted when every entry has been used.
+//! The schedule lists the delay before each try: the first entry stands for the first try,
+//! which is always made as soon as the event is routed (write it as 0), and a delivery is
+//! exhausted when every entry has been used.
 
 use std::time::Duration;
 

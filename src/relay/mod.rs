@@ -17,7 +17,6 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -92,11 +91,13 @@ impl Relay {
             )
             .await;
         }
-        let (settled_tx, settled_rx) = mpsc::unbounded_channel();
+        // Bounded: an acknowledger that falls behind slows sending down, rather than letting
+        // finished tries pile up until their leases lapse and they are sent again.
+        let (settled_tx, settled_rx) = mpsc::channel(ACK_BATCH * 2);
         let acker = tokio::spawn(self.clone().acknowledge(settled_rx));
         let slots = Arc::new(Semaphore::new(self.settings.concurrency as usize));
         let mut sending = JoinSet::new();
-        let mut last_prune: Option<Instant> = None;
+        let pruner = tokio::spawn(self.clone().prune_periodically(shutdown.child_token()));
         tracing::info!(
             relay = %self.settings.relay_id,
             nats = self.nats.is_some(),
@@ -105,10 +106,6 @@ impl Relay {
         );
         while !shutdown.is_cancelled() {
             while sending.try_join_next().is_some() {}
-            if last_prune.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
-                self.prune().await;
-                last_prune = Some(Instant::now());
-            }
             let routed_full = self.route().await;
             let free = slots.available_permits().min(self.settings.batch as usize);
             let claimed = if free > 0 {
@@ -127,7 +124,7 @@ impl Relay {
                 let settled = settled_tx.clone();
                 sending.spawn(async move {
                     let settlement = relay.try_once(delivery).await;
-                    let _ = settled.send(settlement);
+                    let _ = settled.send(settlement).await;
                     drop(permit);
                 });
             }
@@ -155,6 +152,7 @@ impl Relay {
         while sending.join_next().await.is_some() {}
         drop(settled_tx);
         let _ = acker.await;
+        let _ = pruner.await;
         tracing::info!(relay = %self.settings.relay_id, "relay stopped");
     }
 
@@ -199,6 +197,7 @@ impl Relay {
                     &self.settings.relay_id,
                     limit as i64,
                     self.settings.lease.as_secs_f64(),
+                    self.nats.is_some(),
                 )
                 .await?,
             )
@@ -215,6 +214,10 @@ impl Relay {
         let started_at = Utc::now();
         let event_id = delivery.event_id.to_string();
         let outcome = match delivery.sink.as_str() {
+            // Disabled (410) while this delivery waited or was in flight elsewhere.
+            _ if delivery.endpoint_disabled => TryOutcome::Discard {
+                reason: "not sent: the endpoint was disabled".into(),
+            },
             "nats" => match &self.nats {
                 Some(nats) => match nats
                     .publish(
@@ -283,6 +286,10 @@ impl Relay {
                 ack.response_status = Some(i32::from(status));
                 tracing::debug!(event = %delivery.event_id, sink = %delivery.sink, attempt = delivery.attempt, "delivered");
             }
+            TryOutcome::Discard { reason } => {
+                ack.settled = Settled::Discarded;
+                ack.error = Some(reason);
+            }
             TryOutcome::Gone => {
                 ack.settled = Settled::Discarded;
                 ack.response_status = Some(410);
@@ -319,7 +326,7 @@ impl Relay {
     }
 
     /// Acknowledges finished tries in batches until every sender is gone.
-    async fn acknowledge(self: Arc<Self>, mut settled: mpsc::UnboundedReceiver<Settlement>) {
+    async fn acknowledge(self: Arc<Self>, mut settled: mpsc::Receiver<Settlement>) {
         while let Some(first) = settled.recv().await {
             let mut batch = vec![first];
             while batch.len() < ACK_BATCH {
@@ -369,14 +376,25 @@ impl Relay {
         }
     }
 
+    /// Prunes finished history past the retention now and every [`PRUNE_EVERY`], in its own
+    /// task so a large first prune never delays deliveries.
+    async fn prune_periodically(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            self.prune().await;
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(PRUNE_EVERY) => {}
+            }
+        }
+    }
+
     async fn prune(&self) {
-        let cutoff = Utc::now()
-            - chrono::Duration::from_std(self.settings.retention).unwrap_or(chrono::Duration::MAX);
+        let retention = self.settings.retention.as_secs_f64();
         let pruned = async {
-            let mut conn = self.pool.get().await?;
             let mut total = 0;
             loop {
-                let n = db::deliveries::prune(&mut conn, cutoff, 1000).await?;
+                let mut conn = self.pool.get().await?;
+                let n = db::deliveries::prune(&mut conn, retention, 1000).await?;
                 total += n;
                 if n < 1000 {
                     return Ok::<_, db::DbError>(total);

@@ -24,6 +24,11 @@ pub enum TryOutcome {
     },
     /// `410 Gone`: the receiver asks never to be sent anything again.
     Gone,
+    /// Not sent, and never will be (the endpoint was disabled meanwhile).
+    Discard {
+        /// Why, for the delivery log.
+        reason: String,
+    },
     /// Anything else: retry on the schedule (or later, if `Retry-After` asks).
     Failed {
         /// The status code, if the receiver answered.
@@ -63,6 +68,8 @@ impl WebhookSender {
         let client = reqwest::Client::builder()
             .dns_resolver(std::sync::Arc::new(GuardedResolver { allow_private }))
             .redirect(reqwest::redirect::Policy::none())
+            // A proxy would resolve the destination itself, past the guarded resolver.
+            .no_proxy()
             .user_agent(concat!("vidq-relay/", env!("CARGO_PKG_VERSION")))
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))

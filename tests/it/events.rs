@@ -27,6 +27,20 @@ async fn page(app: &TestApp, key: &str, query: &str) -> (Vec<String>, String) {
     (ids, body["next_cursor"].as_str().unwrap().to_owned())
 }
 
+/// Reads from `query` until at least `want` events are visible. The feed holds events back
+/// while ANY older write transaction on the server is open, and other tests run in parallel
+/// on the same server, so a single read may legitimately come back short.
+async fn page_until(app: &TestApp, key: &str, query: &str, want: usize) -> (Vec<String>, String) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (ids, cursor) = page(app, key, query).await;
+        if ids.len() >= want || Instant::now() > deadline {
+            return (ids, cursor);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn event() -> Event {
     Event::video_accepted(VideoId::new(), UploadId::new(), Utc::now())
 }
@@ -54,7 +68,7 @@ async fn an_event_whose_transaction_is_still_open_holds_back_later_ones() {
     let (ids, cursor) = page(&app, &key, "").await;
     assert!(ids.is_empty(), "{ids:?}");
     diesel::sql_query("COMMIT").execute(&mut a).await.unwrap();
-    let (ids, _) = page(&app, &key, &format!("after={cursor}")).await;
+    let (ids, _) = page_until(&app, &key, &format!("after={cursor}"), 2).await;
     assert_eq!(ids, [early.id.to_string(), late.id.to_string()]);
 }
 
@@ -90,21 +104,21 @@ async fn concurrent_producers_and_a_reader_following_cursors_see_every_event_onc
 
     let mut seen = Vec::new();
     let mut cursor = String::new();
-    let mut finished = false;
-    loop {
+    let total = 6 * 25;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Follow the cursor while producers run, then until everything is visible (or too long).
+    while seen.len() < total && Instant::now() < deadline {
         let (ids, next) = page(&app, &key, &format!("after={cursor}&limit=7")).await;
-        let empty = ids.is_empty();
         seen.extend(ids);
         cursor = next;
-        if finished && empty {
-            break;
-        }
-        finished = producers.iter().all(|p| p.is_finished());
     }
     let mut produced = Vec::new();
     for p in producers {
         produced.extend(p.await.unwrap());
     }
+    // Nothing more may come after the reader has seen them all.
+    let (late, _) = page(&app, &key, &format!("after={cursor}")).await;
+    seen.extend(late);
     let unique: HashSet<_> = seen.iter().collect();
     assert_eq!(unique.len(), seen.len(), "no event twice");
     assert_eq!(
@@ -127,7 +141,7 @@ async fn the_feed_is_the_callers_own_filters_by_type_and_refuses_bad_input() {
         .unwrap();
     let accepted = produce(&app, owner, 2).await;
 
-    let (ids, _) = page(&app, &key, "").await;
+    let (ids, _) = page_until(&app, &key, "", 3).await;
     assert_eq!(ids.len(), 3);
     let (ids, _) = page(&app, &stranger, "").await;
     assert!(ids.is_empty());

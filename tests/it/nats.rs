@@ -72,11 +72,37 @@ async fn the_relay_publishes_every_event_and_a_resend_changes_nothing_for_consum
     args.nats_stream = stream.clone();
     args.nats_subject_prefix = prefix;
     let relay = RelayRun::start(&app, &args).await;
-    produce(&app, owner, 3).await;
+    let ids = produce(&app, owner, 3).await;
     let delivered =
         "SELECT count(*) AS n FROM event_deliveries WHERE sink = 'nats' AND status = 'delivered'";
     wait_for_count(&app, delivered, 3, Duration::from_secs(20)).await;
     assert_eq!(messages_in(&stream).await, 3);
+    // Each message carries its event id as Nats-Msg-Id, and the envelope as its payload.
+    let client = async_nats::connect(NATS_URL).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let handle = js.get_stream(&stream).await.unwrap();
+    let mut published = Vec::new();
+    for seq in 1..=3 {
+        let message = handle.get_raw_message(seq).await.unwrap();
+        let msg_id = message
+            .headers
+            .get("Nats-Msg-Id")
+            .unwrap()
+            .as_str()
+            .to_owned();
+        let body: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
+        assert_eq!(body["id"], msg_id.as_str());
+        assert!(
+            message.subject.ends_with(".video.accepted"),
+            "{}",
+            message.subject
+        );
+        published.push(msg_id);
+    }
+    published.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(published, expected);
 
     // As if every ack had been lost: the relay sends all three again, with the same ids.
     app.count("WITH r AS (UPDATE event_deliveries SET status = 'pending', next_attempt_at = now() RETURNING 1) SELECT count(*) AS n FROM r")

@@ -19,6 +19,7 @@ use vidq::domain::ids::{UploadId, VideoId};
 use vidq::roles::relay::RelayArgs;
 
 use crate::harness::{TestApp, TestAppOptions};
+use crate::queue::wait_for_count;
 use crate::receiver::{Receiver, Reply, delivered};
 
 /// A relay tuned for tests: fast polls, short leases, a quick retry schedule.
@@ -494,9 +495,12 @@ async fn two_relays_deliver_each_event_exactly_once() {
     let mut args = relay_args("0,100ms");
     args.relay_lease_secs = 30;
     args.batch = 8;
+    let mut other = args.clone();
+    args.relay_id = Some("relay-a".into());
+    other.relay_id = Some("relay-b".into());
     let (a, b) = (
         RelayRun::start(&app, &args).await,
-        RelayRun::start(&app, &args).await,
+        RelayRun::start(&app, &other).await,
     );
     let mut ids = Vec::new();
     let producers: Vec<_> = (0..4).map(|_| produce(&app, owner, 50)).collect();
@@ -520,6 +524,12 @@ async fn two_relays_deliver_each_event_exactly_once() {
         app.count("SELECT count(*) AS n FROM event_deliveries WHERE status = 'delivered' AND attempt_count = 1")
             .await,
         200
+    );
+    assert_eq!(
+        app.count("SELECT count(DISTINCT relay_id) AS n FROM delivery_attempts")
+            .await,
+        2,
+        "both relays took part"
     );
 }
 
@@ -580,5 +590,134 @@ async fn a_finalize_that_rolled_back_sends_nothing() {
     assert!(
         hls.contains("/a2/"),
         "the winner's outputs are announced: {hls}"
+    );
+}
+
+#[tokio::test]
+async fn the_relay_refuses_private_destinations_unless_allowed() {
+    // The API here allows them (so they can be registered); the relay does not.
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let owner = user_id(&app, "alice").await;
+    let receiver = Receiver::start();
+    let port = receiver.url.rsplit(':').next().unwrap().to_owned();
+    let literal = register(&app, &key, &receiver.url).await;
+    let named = register(&app, &key, &format!("http://localhost:{port}")).await;
+    let mut args = relay_args("0");
+    args.webhooks.allow_private = false;
+    let relay = RelayRun::start(&app, &args).await;
+    produce(&app, owner, 1).await;
+    wait_for_count(
+        &app,
+        "SELECT count(*) AS n FROM event_deliveries WHERE status = 'exhausted'",
+        2,
+        Duration::from_secs(20),
+    )
+    .await;
+    relay.stop().await;
+    assert!(
+        receiver.arrivals().is_empty(),
+        "nothing reached the loopback receiver"
+    );
+    for endpoint in [literal, named] {
+        let log = deliveries(&app, &key, &endpoint).await;
+        let error = log["deliveries"][0]["tries"][0]["error"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(error.contains("private address"), "{error}");
+    }
+}
+
+#[tokio::test]
+async fn a_delivery_whose_endpoint_was_disabled_meanwhile_is_discarded_unsent() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let owner = user_id(&app, "alice").await;
+    let receiver = Receiver::start();
+    let endpoint = register(&app, &key, &receiver.url).await;
+    produce(&app, owner, 1).await;
+    // Routed while the endpoint was live...
+    let mut conn = app.pool.get().await.unwrap();
+    vidq::db::deliveries::route(&mut conn, 10, false)
+        .await
+        .unwrap();
+    // ...then a 410 on another delivery disabled it (as if this one was in flight elsewhere).
+    app.count("WITH d AS (UPDATE webhook_endpoints SET disabled_at = now(), disabled_reason = '410' RETURNING 1) SELECT count(*) AS n FROM d")
+        .await;
+    let relay = RelayRun::start(&app, &relay_args("0,50ms")).await;
+    wait_for_count(
+        &app,
+        "SELECT count(*) AS n FROM event_deliveries WHERE status = 'discarded'",
+        1,
+        Duration::from_secs(20),
+    )
+    .await;
+    relay.stop().await;
+    assert!(receiver.arrivals().is_empty());
+    let log = deliveries(&app, &key, &endpoint).await;
+    assert_eq!(
+        log["deliveries"][0]["last_error"],
+        "not sent: the endpoint was disabled"
+    );
+}
+
+#[tokio::test]
+async fn finished_history_past_the_retention_is_pruned_and_nothing_else() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let owner = user_id(&app, "alice").await;
+    let receiver = Receiver::start();
+    register(&app, &key, &receiver.url).await;
+    let relay = RelayRun::start(&app, &relay_args("0")).await;
+    let ids = produce(&app, owner, 3).await;
+    receiver
+        .wait_for_delivered(3, Duration::from_secs(20))
+        .await;
+    relay.stop().await;
+    // Two events are two days old; one of those still has a delivery waiting.
+    app.count(&format!(
+        "WITH o AS (UPDATE notification_outbox SET created_at = now() - interval '2 days'
+                     WHERE event_id IN ('{}', '{}') RETURNING 1) SELECT count(*) AS n FROM o",
+        ids[0], ids[1]
+    ))
+    .await;
+    app.count(&format!(
+        "WITH d AS (INSERT INTO event_deliveries (outbox_id, sink, endpoint_id, next_attempt_at)
+                    SELECT o.id, 'webhook', w.id, now() + interval '1 day'
+                      FROM notification_outbox o, webhook_endpoints w WHERE o.event_id = '{}'
+                    RETURNING 1) SELECT count(*) AS n FROM d",
+        ids[1]
+    ))
+    .await;
+    let mut args = relay_args("0");
+    args.retention_hours = 24;
+    let relay = RelayRun::start(&app, &args).await;
+    wait_for_count(
+        &app,
+        "SELECT count(*) AS n FROM notification_outbox",
+        2,
+        Duration::from_secs(20),
+    )
+    .await;
+    relay.stop().await;
+    let kept =
+        |id: &str| format!("SELECT count(*) AS n FROM notification_outbox WHERE event_id = '{id}'");
+    assert_eq!(
+        app.count(&kept(&ids[0])).await,
+        0,
+        "old and finished: pruned"
+    );
+    assert_eq!(
+        app.count(&kept(&ids[1])).await,
+        1,
+        "old but still being delivered: kept"
+    );
+    assert_eq!(app.count(&kept(&ids[2])).await, 1, "recent: kept");
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM delivery_attempts a JOIN event_deliveries d ON d.id = a.delivery_id JOIN notification_outbox o ON o.id = d.outbox_id")
+            .await,
+        app.count("SELECT count(*) AS n FROM delivery_attempts").await,
+        "no tries left without their event"
     );
 }
