@@ -7,6 +7,7 @@
 //! seed made (all READY and COMPLETED, no lost job, no duplicate notification, nothing left
 //! unfinished after the workers stop).
 
+use super::stats::median;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -145,7 +146,7 @@ pub async fn run(args: E2eBenchArgs) -> anyhow::Result<()> {
             plain[i].push(plain_ffmpeg_seconds(clip).await?);
         }
     }
-    let plain: Vec<f64> = plain.into_iter().map(median).collect();
+    let plain: Vec<f64> = plain.into_iter().map(|v| median(&v)).collect();
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -181,7 +182,13 @@ pub async fn run(args: E2eBenchArgs) -> anyhow::Result<()> {
         }
         for (i, seconds) in CLIPS.iter().enumerate() {
             let of = |f: fn(&Sample) -> f64| {
-                median(samples.iter().filter(|s| s.clip == i).map(f).collect())
+                median(
+                    &samples
+                        .iter()
+                        .filter(|s| s.clip == i)
+                        .map(f)
+                        .collect::<Vec<_>>(),
+                )
             };
             println!(
                 "median {seconds:>5.2}s clip: confirm->READY {:.2}s, claim->READY {:.2}s, plain ffmpeg {:.2}s, overhead {:+.2}s",
@@ -397,17 +404,4 @@ fn rss(pid: Option<u32>, field: &str) -> String {
         })
         .and_then(|v| v.trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or_else(|| "?".to_owned(), |kib| format!("{:.1} MiB", kib / 1024.0))
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len().is_multiple_of(2) {
-        (values[mid - 1] + values[mid]) / 2.0
-    } else {
-        values[mid]
-    }
 }

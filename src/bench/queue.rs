@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::Scratch;
-use super::stats::{ms, percentile};
+use super::stats::{median, ms, percentile};
 use crate::db;
 use crate::domain::event::Event;
 use crate::domain::ids::{UploadId, VideoId};
@@ -42,6 +42,10 @@ pub struct QueueBenchArgs {
     /// Jobs left queued behind the drained ones (comma-separated; each is measured).
     #[arg(long, value_delimiter = ',', default_value = "1000")]
     pub backlog: Vec<i64>,
+    /// Rounds per worker count: each round measures the ceiling and then every backlog, so
+    /// each ratio compares runs made minutes apart; the table shows medians.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     /// Pickup samples per worker count (one enqueue every 50 ms); 0 skips the pickup test.
     #[arg(long, default_value_t = 200)]
     pub pickups: usize,
@@ -281,30 +285,56 @@ async fn ceiling(
 /// Runs the benchmark and prints its table.
 pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
     println!(
-        "vidq bench queue: {} jobs per measurement, no-op job body, real claim + fenced finalize",
-        args.jobs
+        "vidq bench queue: {} jobs per measurement, no-op job body, real claim + fenced finalize, \
+         medians of {} rounds",
+        args.jobs, args.rounds
     );
     println!();
     println!(
-        "{:>7} | {:>8} | {:>10} | {:>16} | {:>8}",
+        "{:>7} | {:>8} | {:>10} | {:>16} | {:>8} | per-round ratios",
         "workers", "backlog", "jobs/s", "pgbench ceiling", "ratio"
     );
     for &workers in &args.workers {
-        let ceiling = ceiling(&args.database_url, &args.ceiling, args.jobs, workers).await;
-        for &backlog in &args.backlog {
-            let rate = throughput(&args.database_url, args.jobs, workers, backlog)
-                .await
-                .context("throughput run")?;
-            match &ceiling {
-                Ok(c) => println!(
-                    "{workers:>7} | {backlog:>8} | {rate:>10.0} | {c:>16.0} | {:>7.0}%",
-                    100.0 * rate / c
-                ),
-                Err(why) => println!(
+        let mut ceilings = Vec::new();
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); args.backlog.len()];
+        let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); args.backlog.len()];
+        let mut why_no_ceiling = None;
+        for _ in 0..args.rounds.max(1) {
+            let ceiling = ceiling(&args.database_url, &args.ceiling, args.jobs, workers).await;
+            for (i, &backlog) in args.backlog.iter().enumerate() {
+                let rate = throughput(&args.database_url, args.jobs, workers, backlog)
+                    .await
+                    .context("throughput run")?;
+                rates[i].push(rate);
+                if let Ok(c) = &ceiling {
+                    ratios[i].push(rate / c);
+                }
+            }
+            match ceiling {
+                Ok(c) => ceilings.push(c),
+                Err(why) => why_no_ceiling = Some(why),
+            }
+        }
+        for (i, &backlog) in args.backlog.iter().enumerate() {
+            let rate = median(&rates[i]);
+            if ceilings.is_empty() {
+                let why = why_no_ceiling.clone().unwrap_or_default();
+                println!(
                     "{workers:>7} | {backlog:>8} | {rate:>10.0} | {:>16} | ({why})",
                     "-"
-                ),
+                );
+                continue;
             }
+            let each: Vec<String> = ratios[i]
+                .iter()
+                .map(|r| format!("{:.0}%", 100.0 * r))
+                .collect();
+            println!(
+                "{workers:>7} | {backlog:>8} | {rate:>10.0} | {:>16.0} | {:>7.0}% | {}",
+                median(&ceilings),
+                100.0 * median(&ratios[i]),
+                each.join(" ")
+            );
         }
     }
     if args.pickups > 0 {

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::Scratch;
-use super::stats::{ms, percentile};
+use super::stats::{median, ms, percentile};
 use crate::db;
 use crate::domain::event::Event;
 use crate::domain::ids::{UploadId, VideoId};
@@ -163,7 +163,7 @@ async fn measure(args: &RelayBenchArgs, url: &str) -> anyhow::Result<()> {
     println!(
         "{:<28} {:>12.0} deliveries/s  (rounds: {})",
         "webhook (loopback)",
-        median(&mut rates),
+        median(&rates),
         list(&rates)
     );
     server_handle.stop(false).await;
@@ -184,7 +184,7 @@ async fn measure(args: &RelayBenchArgs, url: &str) -> anyhow::Result<()> {
         println!(
             "{:<28} {:>12.0} deliveries/s  (rounds: {})",
             "NATS JetStream (acked)",
-            median(&mut rates),
+            median(&rates),
             list(&rates)
         );
         if let Ok(client) = async_nats::connect(&args.nats_url).await {
@@ -331,11 +331,6 @@ async fn seed(url: &str, owner: Uuid, n: i64) -> anyhow::Result<()> {
     let mut conn = pool.get().await?;
     db::synthetic::events(&mut conn, owner, n).await?;
     Ok(())
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or_default()
 }
 
 fn list(values: &[f64]) -> String {

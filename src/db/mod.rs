@@ -22,6 +22,7 @@ pub mod synthetic;
 pub mod uploads;
 pub mod users;
 pub mod videos;
+pub mod wake;
 pub mod webhooks;
 
 pub use pool::{DbConn, DbPool, connect};

@@ -67,6 +67,93 @@ struct Settlement {
     disable: Option<Uuid>,
 }
 
+/// How soon a relay tries to announce again while producers commit without NOTIFY.
+const BUSY_RETRY: Duration = Duration::from_millis(2);
+
+/// What an idle relay holds so producers NOTIFY it (see [`db::wake`]): the waiting lock, on a
+/// dedicated session of its own.
+struct Sentinel {
+    url: Option<String>,
+    conn: Option<diesel_async::AsyncPgConnection>,
+    held: bool,
+}
+
+/// What [`Sentinel::announce`] came to.
+enum Announce {
+    /// Just taken: re-check for work, then sleep.
+    Announced,
+    /// Held already, held by another relay, or unavailable: sleep (the poll is the net).
+    Covered,
+    /// Producers are committing without NOTIFY: try again in a moment.
+    Busy,
+}
+
+impl Sentinel {
+    fn new(url: Option<String>) -> Self {
+        Self {
+            url,
+            conn: None,
+            held: false,
+        }
+    }
+
+    async fn announce(&mut self) -> Announce {
+        if self.held {
+            return Announce::Covered;
+        }
+        let Some(url) = &self.url else {
+            return Announce::Covered;
+        };
+        if self.conn.is_none() {
+            let connected = match db::pool::with_default_user(url) {
+                Ok(url) => {
+                    <diesel_async::AsyncPgConnection as diesel_async::AsyncConnection>::establish(
+                        &url,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            match connected {
+                Ok(conn) => self.conn = Some(conn),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot open the wake-up session; relying on polling");
+                    return Announce::Covered;
+                }
+            }
+        }
+        let conn = self.conn.as_mut().expect("connected above");
+        match db::wake::announce(conn).await {
+            Ok(db::wake::Announce::Announced) => {
+                self.held = true;
+                Announce::Announced
+            }
+            Ok(db::wake::Announce::Covered) => Announce::Covered,
+            Ok(db::wake::Announce::Busy) => Announce::Busy,
+            Err(error) => {
+                tracing::warn!(%error, "wake-up session failed; relying on polling");
+                self.conn = None;
+                Announce::Covered
+            }
+        }
+    }
+
+    async fn withdraw(&mut self) {
+        if !self.held {
+            return;
+        }
+        self.held = false;
+        if let Some(conn) = self.conn.as_mut()
+            && let Err(error) = db::wake::withdraw(conn).await
+        {
+            // Closing the session releases the lock too.
+            tracing::warn!(%error, "wake-up session failed; reconnecting");
+            self.conn = None;
+        }
+    }
+}
+
 /// How often history is pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
 /// Most tries acknowledged in one statement.
@@ -98,6 +185,7 @@ impl Relay {
         let slots = Arc::new(Semaphore::new(self.settings.concurrency as usize));
         let mut sending = JoinSet::new();
         let pruner = tokio::spawn(self.clone().prune_periodically(shutdown.child_token()));
+        let mut sentinel = Sentinel::new(self.listen_url.clone());
         tracing::info!(
             relay = %self.settings.relay_id,
             nats = self.nats.is_some(),
@@ -106,14 +194,14 @@ impl Relay {
         );
         while !shutdown.is_cancelled() {
             while sending.try_join_next().is_some() {}
-            let routed_full = self.route().await;
+            let routed = self.route().await;
             let free = slots.available_permits().min(self.settings.batch as usize);
             let claimed = if free > 0 {
                 self.claim(free).await
             } else {
                 Vec::new()
             };
-            let claimed_full = free > 0 && claimed.len() == free;
+            let found = routed > 0 || !claimed.is_empty();
             for delivery in claimed {
                 let permit = slots
                     .clone()
@@ -128,9 +216,19 @@ impl Relay {
                     drop(permit);
                 });
             }
-            if routed_full || claimed_full {
+            if found {
+                // Busy: look again at once. While events keep coming, the relay never sleeps
+                // and producers need not NOTIFY it.
+                sentinel.withdraw().await;
                 continue;
             }
+            // Idle: make sure producers will wake us, then sleep.
+            let nap = match sentinel.announce().await {
+                // Now that producers NOTIFY, look once more for what committed before.
+                Announce::Announced => continue,
+                Announce::Busy => BUSY_RETRY,
+                Announce::Covered => self.settings.poll,
+            };
             let slot_freed = async {
                 if slots.available_permits() == 0 {
                     drop(slots.acquire().await);
@@ -142,7 +240,7 @@ impl Relay {
                 () = shutdown.cancelled() => break,
                 () = wake.notified() => {}
                 () = slot_freed => {}
-                () = tokio::time::sleep(self.settings.poll) => {}
+                () = tokio::time::sleep(nap) => {}
             }
         }
         tracing::info!(
@@ -156,8 +254,8 @@ impl Relay {
         tracing::info!(relay = %self.settings.relay_id, "relay stopped");
     }
 
-    /// Routes one batch; true when the batch was full (more may be waiting).
-    async fn route(&self) -> bool {
+    /// Routes one batch; returns how many outbox rows it routed.
+    async fn route(&self) -> i64 {
         let routed = async {
             let mut conn = self.pool.get().await?;
             Ok::<_, db::DbError>(
@@ -179,11 +277,11 @@ impl Relay {
                         "routed"
                     );
                 }
-                routed.events == i64::from(self.settings.batch)
+                routed.events
             }
             Err(error) => {
                 tracing::warn!(error = %crate::telemetry::error_chain(&error), "routing outbox rows failed; retrying");
-                false
+                0
             }
         }
     }

@@ -309,11 +309,13 @@ async fn confirm_wakes_listening_workers_on_commit() {
 }
 
 #[tokio::test]
-async fn relays_are_woken_after_a_confirm_and_after_a_finalize_commit() {
+async fn producers_wake_relays_only_while_one_is_waiting() {
     use diesel_async::AsyncConnection;
+    use vidq::db::wake::{Announce, announce, withdraw};
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
-    let mut listener = diesel_async::AsyncPgConnection::establish(&app.db.url)
+    let url = vidq::db::pool::with_default_user(&app.db.url).unwrap();
+    let mut listener = diesel_async::AsyncPgConnection::establish(&url)
         .await
         .unwrap();
     diesel::sql_query("LISTEN vidq_events")
@@ -321,41 +323,60 @@ async fn relays_are_woken_after_a_confirm_and_after_a_finalize_commit() {
         .await
         .unwrap();
     let mut notifications = Box::pin(listener.notifications_stream());
-    let next = async |stream: &mut std::pin::Pin<Box<_>>| {
-        tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            futures_util::StreamExt::next(stream),
+    let within = async |stream: &mut std::pin::Pin<Box<_>>, ms: u64| {
+        let note: Option<Option<diesel::QueryResult<diesel::pg::PgNotification>>> =
+            tokio::time::timeout(
+                std::time::Duration::from_millis(ms),
+                futures_util::StreamExt::next(stream),
+            )
+            .await
+            .ok();
+        note.flatten().map(|n| n.unwrap().channel)
+    };
+
+    // Nobody waits: the confirm commits its event without a NOTIFY (none is needed).
+    app.uploaded_video(&key).await;
+    assert_eq!(within(&mut notifications, 300).await, None);
+
+    // A relay announces it is waiting: now the confirm and the finalize wake it.
+    let mut waiter = diesel_async::AsyncPgConnection::establish(&url)
+        .await
+        .unwrap();
+    assert_eq!(announce(&mut waiter).await.unwrap(), Announce::Announced);
+    let mut other = diesel_async::AsyncPgConnection::establish(&url)
+        .await
+        .unwrap();
+    assert_eq!(announce(&mut other).await.unwrap(), Announce::Covered);
+    let video = app.uploaded_video(&key).await;
+    assert_eq!(
+        within(&mut notifications, 5000).await.as_deref(),
+        Some("vidq_events")
+    );
+    let mut conn = app.pool.get().await.unwrap();
+    // The earlier video's job is first in line; finish it, then this one.
+    for _ in 0..2 {
+        let claim = vidq::db::jobs::claim(&mut conn, "n", 30.0)
+            .await
+            .unwrap()
+            .unwrap();
+        let claim = vidq::app::jobs::Claim::from(claim);
+        let plan = vidq::pipeline::AttemptPlan {
+            video: claim.video,
+            attempt: 1,
+            original_key: claim.original_key.clone(),
+        };
+        vidq::app::jobs::finalize_ready(
+            &app.pool,
+            &claim,
+            &vidq::pipeline::AttemptOutput::placeholder(&plan),
         )
         .await
-        .expect("a NOTIFY arrives")
-    };
-    let video = app.uploaded_video(&key).await;
-    let note: Option<diesel::QueryResult<diesel::pg::PgNotification>> =
-        next(&mut notifications).await;
-    assert_eq!(note.unwrap().unwrap().channel, "vidq_events");
-
-    let mut conn = app.pool.get().await.unwrap();
-    let claim = vidq::db::jobs::claim(&mut conn, "n", 30.0)
-        .await
-        .unwrap()
         .unwrap();
-    drop(conn);
-    let claim = vidq::app::jobs::Claim::from(claim);
-    let plan = vidq::pipeline::AttemptPlan {
-        video: claim.video,
-        attempt: 1,
-        original_key: claim.original_key.clone(),
-    };
-    vidq::app::jobs::finalize_ready(
-        &app.pool,
-        &claim,
-        &vidq::pipeline::AttemptOutput::placeholder(&plan),
-    )
-    .await
-    .unwrap();
-    let note: Option<diesel::QueryResult<diesel::pg::PgNotification>> =
-        next(&mut notifications).await;
-    assert_eq!(note.unwrap().unwrap().channel, "vidq_events");
+        assert_eq!(
+            within(&mut notifications, 5000).await.as_deref(),
+            Some("vidq_events")
+        );
+    }
     // The wake-up follows the commit: the event is already visible to a reader.
     assert_eq!(
         app.count(&format!(
@@ -365,4 +386,35 @@ async fn relays_are_woken_after_a_confirm_and_after_a_finalize_commit() {
         .await,
         1
     );
+
+    // Withdrawn: quiet again. And a producer committing without NOTIFY keeps a relay from
+    // announcing until it has committed, so the relay's re-check cannot miss its event.
+    withdraw(&mut waiter).await.unwrap();
+    diesel::sql_query("BEGIN")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let owner: uuid::Uuid = {
+        use diesel::QueryDsl;
+        vidq::db::schema::users::table
+            .select(vidq::db::schema::users::id)
+            .first(&mut *conn)
+            .await
+            .unwrap()
+    };
+    let event = vidq::domain::event::Event::video_accepted(
+        vidq::domain::ids::VideoId::new(),
+        vidq::domain::ids::UploadId::new(),
+        chrono::Utc::now(),
+    );
+    vidq::db::outbox::insert(&mut conn, owner, &event)
+        .await
+        .unwrap();
+    assert_eq!(announce(&mut waiter).await.unwrap(), Announce::Busy);
+    diesel::sql_query("COMMIT")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(within(&mut notifications, 300).await, None);
+    assert_eq!(announce(&mut waiter).await.unwrap(), Announce::Announced);
 }

@@ -721,3 +721,34 @@ async fn finished_history_past_the_retention_is_pruned_and_nothing_else() {
         "no tries left without their event"
     );
 }
+
+#[tokio::test]
+async fn an_idle_relay_is_woken_by_every_commit_and_never_waits_for_its_poll() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let owner = user_id(&app, "alice").await;
+    let receiver = Receiver::start();
+    register(&app, &key, &receiver.url).await;
+    // A poll so long that any lost wake-up shows as a delivery that never comes in time.
+    let mut args = relay_args("0");
+    args.relay_poll_ms = 60_000;
+    let relay = RelayRun::start(&app, &args).await;
+    let mut expected = 0;
+    for round in 0..30u64 {
+        // Single events after idle spells of different lengths, and bursts from several
+        // producers at once, so the relay keeps crossing between busy and idle.
+        if round % 3 == 0 {
+            let burst: Vec<_> = (0..4).map(|_| produce(&app, owner, 3)).collect();
+            futures_util::future::join_all(burst).await;
+            expected += 12;
+        } else {
+            produce(&app, owner, 1).await;
+            expected += 1;
+        }
+        receiver
+            .wait_for_delivered(expected, Duration::from_secs(5))
+            .await;
+        tokio::time::sleep(Duration::from_millis(round * 7 % 40)).await;
+    }
+    relay.stop().await;
+}
