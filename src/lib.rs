@@ -12,9 +12,9 @@
 //! - [`pipeline`]: one encoding attempt: download, probe, encode, outputs to S3.
 //! - [`queue`]: the worker engine: claim loop, heartbeat lease, fenced outcomes.
 //! - [`relay`]: the outbox relay: routing, webhook and NATS delivery, fenced acks.
-//! - [`roles`]: the long-running processes (`api`, `dev`) and their wiring.
+//! - [`roles`]: the long-running processes (`api`, `worker`, `relay`, `dev`) and their wiring.
 //! - [`admin`]: one-shot operator commands (`user create`, `user delete`).
-//! - [`bench`]: `vidq bench queue` and `vidq bench e2e`.
+//! - [`bench`]: `vidq bench queue`, `vidq bench e2e` and `vidq bench relay`.
 //! - [`telemetry`]: logging set-up.
 
 pub mod adapters;

@@ -1,6 +1,7 @@
-//! A dedicated connection that LISTENs for "a job became claimable" and wakes the claim
-//! loop. NOTIFY is only a wake-up: the poll tick stays as the safety net, and the connection
-//! is re-established if it drops.
+//! A dedicated connection that LISTENs on one channel and calls back on every notification:
+//! "a job became claimable" for workers, "an event committed" for relays and long-polling
+//! feed readers. NOTIFY is only a wake-up: the poll tick stays as the safety net, and the
+//! connection is re-established if it drops.
 
 use std::time::Duration;
 

@@ -27,7 +27,7 @@ pub fn stderr(output: &Output) -> String {
 async fn help_lists_the_roles_and_each_role_explains_its_settings() {
     let top = vidq(&["--help"], &[]).await;
     let text = String::from_utf8_lossy(&top.stdout);
-    for role in ["api", "dev", "migrate", "user"] {
+    for role in ["api", "worker", "relay", "dev", "migrate", "user"] {
         assert!(text.contains(role), "{text}");
     }
     let api = vidq(&["api", "--help"], &[]).await;
@@ -44,6 +44,50 @@ async fn help_lists_the_roles_and_each_role_explains_its_settings() {
             "{variable} missing from api --help"
         );
     }
+}
+
+#[tokio::test]
+async fn the_relay_explains_its_settings_and_refuses_bad_ones() {
+    let help = vidq(&["relay", "--help"], &[]).await;
+    let text = String::from_utf8_lossy(&help.stdout);
+    for variable in [
+        "DATABASE_URL",
+        "VIDQ_NATS_URL",
+        "VIDQ_WEBHOOK_ALLOW_PRIVATE",
+        "VIDQ_WEBHOOK_RETRY_SCHEDULE",
+        "VIDQ_WEBHOOK_TIMEOUT_MS",
+        "VIDQ_RELAY_LEASE_SECS",
+    ] {
+        assert!(
+            text.contains(variable),
+            "{variable} missing from relay --help"
+        );
+    }
+    // `dev` runs every role in one process: its settings must not collide.
+    assert!(vidq(&["dev", "--help"], &[]).await.status.success());
+
+    let db = [("DATABASE_URL", "postgres://localhost/x")];
+    let mut env = db.to_vec();
+    env.push(("VIDQ_WEBHOOK_RETRY_SCHEDULE", "0,5d"));
+    let out = vidq(&["relay"], &env).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("VIDQ_WEBHOOK_RETRY_SCHEDULE"),
+        "{}",
+        stderr(&out)
+    );
+    let mut env = db.to_vec();
+    env.extend([
+        ("VIDQ_RELAY_LEASE_SECS", "10"),
+        ("VIDQ_WEBHOOK_TIMEOUT_MS", "15000"),
+    ]);
+    let out = vidq(&["relay"], &env).await;
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("VIDQ_RELAY_LEASE_SECS"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[tokio::test]
