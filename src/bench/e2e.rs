@@ -43,14 +43,9 @@ pub struct E2eBenchArgs {
     /// Where the generated clips are kept.
     #[arg(long, default_value = "target/bench-clips")]
     pub clips: PathBuf,
-    /// Server to create the scratch database on.
-    #[arg(
-        long = "database-url",
-        env = "DATABASE_URL",
-        default_value = "postgres://localhost/postgres",
-        hide_env_values = true
-    )]
-    pub database_url: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: super::ServerArgs,
 }
 
 fn clip(dir: &Path, seconds: f64) -> anyhow::Result<PathBuf> {
@@ -208,7 +203,7 @@ async fn run_nodes(
     nodes: u32,
     cores: usize,
 ) -> anyhow::Result<Vec<Sample>> {
-    let scratch = Scratch::create(&args.database_url, &format!("e2e{nodes}")).await?;
+    let scratch = Scratch::create(&args.server.database_url, &format!("e2e{nodes}")).await?;
     let s3_dir = tempfile::tempdir()?;
     let s3 = EmbeddedS3::start(
         s3_dir.path(),

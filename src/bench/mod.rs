@@ -32,6 +32,20 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     }
 }
 
+/// The PostgreSQL server a benchmark creates its scratch databases on.
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    /// Server to create the scratch databases on (they are dropped afterwards).
+    #[arg(
+        long = "database-url",
+        env = "DATABASE_URL",
+        value_name = "URL",
+        default_value = "postgres://localhost/postgres",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+}
+
 /// A scratch database on the server `url` points at, migrated, dropped by [`Scratch::drop_now`].
 pub struct Scratch {
     /// Its URL.

@@ -53,14 +53,9 @@ pub struct QueueBenchArgs {
     /// measured with INDEX=claimable and the heavy finalize at the same concurrency.
     #[arg(long, default_value = "../shared/bench/physical-limit/run.sh")]
     pub ceiling: PathBuf,
-    /// Server to create the scratch databases on.
-    #[arg(
-        long = "database-url",
-        env = "DATABASE_URL",
-        default_value = "postgres://localhost/postgres",
-        hide_env_values = true
-    )]
-    pub database_url: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: super::ServerArgs,
 }
 
 /// A job body that succeeds at once and counts READY commits.
@@ -300,9 +295,10 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
         let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); args.backlog.len()];
         let mut why_no_ceiling = None;
         for _ in 0..args.rounds.max(1) {
-            let ceiling = ceiling(&args.database_url, &args.ceiling, args.jobs, workers).await;
+            let ceiling =
+                ceiling(&args.server.database_url, &args.ceiling, args.jobs, workers).await;
             for (i, &backlog) in args.backlog.iter().enumerate() {
-                let rate = throughput(&args.database_url, args.jobs, workers, backlog)
+                let rate = throughput(&args.server.database_url, args.jobs, workers, backlog)
                     .await
                     .context("throughput run")?;
                 rates[i].push(rate);
@@ -348,7 +344,7 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
             "workers", "p50 ms", "p95 ms", "p99 ms", "max ms"
         );
         for &workers in &args.workers {
-            let samples = pickups(&args.database_url, workers, args.pickups)
+            let samples = pickups(&args.server.database_url, workers, args.pickups)
                 .await
                 .context("pickup run")?;
             println!(

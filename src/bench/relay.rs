@@ -53,14 +53,9 @@ pub struct RelayBenchArgs {
     /// Sends in flight per relay.
     #[arg(long, default_value_t = 64)]
     pub concurrency: u32,
-    /// Server to create the scratch database on.
-    #[arg(
-        long = "database-url",
-        env = "DATABASE_URL",
-        default_value = "postgres://localhost/postgres",
-        hide_env_values = true
-    )]
-    pub database_url: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: super::ServerArgs,
 }
 
 /// What the receiver saw.
@@ -92,7 +87,7 @@ async fn receive(seen: web::Data<Seen>, request: HttpRequest) -> HttpResponse {
 
 /// Runs the benchmark and prints its report.
 pub async fn run(args: RelayBenchArgs) -> anyhow::Result<()> {
-    let scratch = Scratch::create(&args.database_url, "relay").await?;
+    let scratch = Scratch::create(&args.server.database_url, "relay").await?;
     let result = measure(&args, &scratch.url).await;
     scratch.drop_now().await;
     result
