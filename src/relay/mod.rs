@@ -67,8 +67,12 @@ struct Settlement {
     disable: Option<Uuid>,
 }
 
-/// How soon a relay tries to announce again while producers commit without NOTIFY.
+/// How soon a relay tries to announce again while producers commit without NOTIFY; doubled
+/// while it stays busy (a producer transaction left open, say), up to [`BUSY_RETRY_MAX`].
 const BUSY_RETRY: Duration = Duration::from_millis(2);
+/// The longest wait between announce attempts: events that skipped their NOTIFY meanwhile
+/// are found by the re-check that goes with each attempt.
+const BUSY_RETRY_MAX: Duration = Duration::from_millis(50);
 
 /// What an idle relay holds so producers NOTIFY it (see [`db::wake`]): the waiting lock, on a
 /// dedicated session of its own.
@@ -186,6 +190,7 @@ impl Relay {
         let mut sending = JoinSet::new();
         let pruner = tokio::spawn(self.clone().prune_periodically(shutdown.child_token()));
         let mut sentinel = Sentinel::new(self.listen_url.clone());
+        let mut busy_retry = BUSY_RETRY;
         tracing::info!(
             relay = %self.settings.relay_id,
             nats = self.nats.is_some(),
@@ -220,13 +225,21 @@ impl Relay {
                 // Busy: look again at once. While events keep coming, the relay never sleeps
                 // and producers need not NOTIFY it.
                 sentinel.withdraw().await;
+                busy_retry = BUSY_RETRY;
                 continue;
             }
             // Idle: make sure producers will wake us, then sleep.
             let nap = match sentinel.announce().await {
                 // Now that producers NOTIFY, look once more for what committed before.
-                Announce::Announced => continue,
-                Announce::Busy => BUSY_RETRY,
+                Announce::Announced => {
+                    busy_retry = BUSY_RETRY;
+                    continue;
+                }
+                Announce::Busy => {
+                    let nap = busy_retry;
+                    busy_retry = (busy_retry * 2).min(BUSY_RETRY_MAX);
+                    nap
+                }
                 Announce::Covered => self.settings.poll,
             };
             let slot_freed = async {
