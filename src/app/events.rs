@@ -1,13 +1,17 @@
 //! The pull feed: `GET /v1/events?after=CURSOR`, with an optional long-poll.
 //!
 //! Long-polling readers wait on [`EventSignal`], which the API's LISTEN connection ticks on
-//! every NOTIFY from a producing transaction. A tick is only a hint (a row may still be held
-//! back behind an older running transaction), so waiters also re-read on a short interval.
+//! every NOTIFY from a producing transaction. Producers only NOTIFY while someone waits
+//! (`db::wake`), so while this process has readers waiting, [`keep_readers_woken`] holds the
+//! feed's waiter lock. A tick is only a hint (a row may still be held back behind an older
+//! running transaction), so waiters also re-read on a short interval.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
 
 use super::{AppContext, AppError};
 use crate::db::{self, events::FeedPosition, events::FeedRow};
@@ -20,25 +24,105 @@ pub const MAX_LIMIT: i64 = 1000;
 /// How often a waiting reader re-reads even without a tick.
 const RECHECK: Duration = Duration::from_millis(250);
 
-/// "An outbox row may have committed": a counter that only goes up.
+/// "An outbox row may have committed": a counter that only goes up, and how many readers
+/// are waiting for it.
 #[derive(Clone, Debug)]
-pub struct EventSignal(Arc<watch::Sender<u64>>);
+pub struct EventSignal(Arc<SignalState>);
+
+#[derive(Debug)]
+struct SignalState {
+    ticks: watch::Sender<u64>,
+    waiting: AtomicUsize,
+    first_waiter: Notify,
+}
 
 impl Default for EventSignal {
     fn default() -> Self {
-        Self(Arc::new(watch::channel(0).0))
+        Self(Arc::new(SignalState {
+            ticks: watch::channel(0).0,
+            waiting: AtomicUsize::new(0),
+            first_waiter: Notify::new(),
+        }))
+    }
+}
+
+/// A reader counted as waiting while this lives.
+struct Waiting(EventSignal);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.0.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl EventSignal {
     /// Wakes every waiting reader.
     pub fn tick(&self) {
-        self.0.send_modify(|n| *n = n.wrapping_add(1));
+        self.0.ticks.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn subscribe(&self) -> watch::Receiver<u64> {
-        self.0.subscribe()
+        self.0.ticks.subscribe()
     }
+
+    fn waiting(&self) -> Waiting {
+        if self.0.waiting.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.0.first_waiter.notify_one();
+        }
+        Waiting(self.clone())
+    }
+
+    fn waiters(&self) -> usize {
+        self.0.waiting.load(Ordering::SeqCst)
+    }
+}
+
+/// While any reader of this process waits, holds the feed's waiter lock so producers NOTIFY
+/// (and the LISTEN connection ticks `signal`); releases it when none waits. Runs until
+/// `stop`.
+pub async fn keep_readers_woken(
+    signal: EventSignal,
+    database_url: String,
+    stop: CancellationToken,
+) {
+    use crate::db::wake::{Announce, Waiter, WakeSession};
+    const CHECK: Duration = Duration::from_millis(100);
+    const BUSY_FIRST: Duration = Duration::from_millis(2);
+    let mut session = WakeSession::new(Some(database_url), Waiter::Feed);
+    let mut busy = BUSY_FIRST;
+    while !stop.is_cancelled() {
+        if signal.waiters() == 0 {
+            session.withdraw().await;
+            let first = signal.0.first_waiter.notified();
+            if signal.waiters() == 0 {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = first => {}
+                    () = tokio::time::sleep(Duration::from_secs(5)) => {}
+                }
+            }
+            continue;
+        }
+        let nap = match session.announce().await {
+            Announce::Announced => {
+                // Producers NOTIFY from now on; readers re-read for what committed before.
+                signal.tick();
+                busy = BUSY_FIRST;
+                CHECK
+            }
+            Announce::Busy => {
+                let nap = busy;
+                busy = (busy * 2).min(Duration::from_millis(50));
+                nap
+            }
+            Announce::Covered => CHECK,
+        };
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = tokio::time::sleep(nap) => {}
+        }
+    }
+    session.withdraw().await;
 }
 
 /// A page of the owner's feed and the cursor to continue from (unchanged if empty).
@@ -63,6 +147,7 @@ pub async fn page(
     let deadline = tokio::time::Instant::now() + wait;
     // Subscribe before the first read, so a commit between the read and the wait still wakes.
     let mut signal = ctx.events.subscribe();
+    let mut waiting = None;
     loop {
         // Seen before the read: a tick during the read then wakes the wait below at once.
         signal.borrow_and_update();
@@ -74,6 +159,7 @@ pub async fn page(
             let next = rows.last().map_or(after, FeedRow::position);
             return Ok((rows, next));
         }
+        waiting.get_or_insert_with(|| ctx.events.waiting());
         tokio::select! {
             _ = signal.changed() => {}
             () = tokio::time::sleep(RECHECK) => {}

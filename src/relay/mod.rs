@@ -22,6 +22,7 @@ use uuid::Uuid;
 
 use crate::adapters::nats::NatsSink;
 use crate::db::deliveries::{Ack, ClaimedDelivery, Settled};
+use crate::db::wake::{Announce, Waiter, WakeSession};
 use crate::db::{self, DbPool};
 use crate::domain::retry::{NextTry, RetrySchedule};
 use webhook::{TryOutcome, WebhookSender, WebhookTry};
@@ -74,90 +75,6 @@ const BUSY_RETRY: Duration = Duration::from_millis(2);
 /// are found by the re-check that goes with each attempt.
 const BUSY_RETRY_MAX: Duration = Duration::from_millis(50);
 
-/// What an idle relay holds so producers NOTIFY it (see [`db::wake`]): the waiting lock, on a
-/// dedicated session of its own.
-struct Sentinel {
-    url: Option<String>,
-    conn: Option<diesel_async::AsyncPgConnection>,
-    held: bool,
-}
-
-/// What [`Sentinel::announce`] came to.
-enum Announce {
-    /// Just taken: re-check for work, then sleep.
-    Announced,
-    /// Held already, held by another relay, or unavailable: sleep (the poll is the net).
-    Covered,
-    /// Producers are committing without NOTIFY: try again in a moment.
-    Busy,
-}
-
-impl Sentinel {
-    fn new(url: Option<String>) -> Self {
-        Self {
-            url,
-            conn: None,
-            held: false,
-        }
-    }
-
-    async fn announce(&mut self) -> Announce {
-        if self.held {
-            return Announce::Covered;
-        }
-        let Some(url) = &self.url else {
-            return Announce::Covered;
-        };
-        if self.conn.is_none() {
-            let connected = match db::pool::with_default_user(url) {
-                Ok(url) => {
-                    <diesel_async::AsyncPgConnection as diesel_async::AsyncConnection>::establish(
-                        &url,
-                    )
-                    .await
-                    .map_err(|e| e.to_string())
-                }
-                Err(e) => Err(e.to_string()),
-            };
-            match connected {
-                Ok(conn) => self.conn = Some(conn),
-                Err(error) => {
-                    tracing::warn!(%error, "cannot open the wake-up session; relying on polling");
-                    return Announce::Covered;
-                }
-            }
-        }
-        let conn = self.conn.as_mut().expect("connected above");
-        match db::wake::announce(conn).await {
-            Ok(db::wake::Announce::Announced) => {
-                self.held = true;
-                Announce::Announced
-            }
-            Ok(db::wake::Announce::Covered) => Announce::Covered,
-            Ok(db::wake::Announce::Busy) => Announce::Busy,
-            Err(error) => {
-                tracing::warn!(%error, "wake-up session failed; relying on polling");
-                self.conn = None;
-                Announce::Covered
-            }
-        }
-    }
-
-    async fn withdraw(&mut self) {
-        if !self.held {
-            return;
-        }
-        self.held = false;
-        if let Some(conn) = self.conn.as_mut()
-            && let Err(error) = db::wake::withdraw(conn).await
-        {
-            // Closing the session releases the lock too.
-            tracing::warn!(%error, "wake-up session failed; reconnecting");
-            self.conn = None;
-        }
-    }
-}
-
 /// How often history is pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
 /// Most tries acknowledged in one statement.
@@ -189,7 +106,7 @@ impl Relay {
         let slots = Arc::new(Semaphore::new(self.settings.concurrency as usize));
         let mut sending = JoinSet::new();
         let pruner = tokio::spawn(self.clone().prune_periodically(shutdown.child_token()));
-        let mut sentinel = Sentinel::new(self.listen_url.clone());
+        let mut sentinel = WakeSession::new(self.listen_url.clone(), Waiter::Relay);
         let mut busy_retry = BUSY_RETRY;
         tracing::info!(
             relay = %self.settings.relay_id,
@@ -221,9 +138,10 @@ impl Relay {
                     drop(permit);
                 });
             }
-            if found {
+            if found && slots.available_permits() > 0 {
                 // Busy: look again at once. While events keep coming, the relay never sleeps
-                // and producers need not NOTIFY it.
+                // and producers need not NOTIFY it. (With every slot taken it stays announced,
+                // so producers keep waking relays that have room.)
                 sentinel.withdraw().await;
                 busy_retry = BUSY_RETRY;
                 continue;
@@ -256,6 +174,8 @@ impl Relay {
                 () = tokio::time::sleep(nap) => {}
             }
         }
+        // Relays that slept because this one was announced take over now.
+        sentinel.hand_over().await;
         tracing::info!(
             in_flight = sending.len(),
             "relay stopping; finishing tries in flight"

@@ -42,8 +42,9 @@ pub async fn migrate(database: &DatabaseConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Ticks `ctx.events` on every NOTIFY from a transaction that wrote an outbox row, so
-/// long-polling feed readers answer as soon as it commits.
+/// Ticks `ctx.events` on every NOTIFY from a transaction that wrote an outbox row, and makes
+/// producers send one while feed readers wait, so long-polling readers answer as soon as an
+/// event commits.
 pub async fn listen_for_events(ctx: &AppContext, database_url: &str, shutdown: &CancellationToken) {
     let signal = ctx.events.clone();
     crate::queue::listener::spawn(
@@ -53,6 +54,11 @@ pub async fn listen_for_events(ctx: &AppContext, database_url: &str, shutdown: &
         shutdown.child_token(),
     )
     .await;
+    tokio::spawn(crate::app::events::keep_readers_woken(
+        ctx.events.clone(),
+        database_url.to_owned(),
+        shutdown.child_token(),
+    ));
 }
 
 /// Connects the pool and the storage clients every use-case shares.

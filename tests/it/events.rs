@@ -198,9 +198,19 @@ async fn a_long_poll_answers_as_soon_as_an_event_commits() {
         !waiting.is_finished(),
         "nothing to return yet, so the request waits"
     );
+    // While it waits, the API holds the feed's waiter lock, so producers NOTIFY it.
+    let feed_lock = format!(
+        "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND granted
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+            AND classid = ({key} >> 32)::oid AND objid = ({key} & 4294967295)::oid",
+        key = vidq::db::wake::Waiter::Feed.lock()
+    );
+    assert_eq!(app.count(&feed_lock).await, 1);
     let ids = produce(&app, owner, 1).await;
     let (body, elapsed) = waiting.await.unwrap();
     assert_eq!(body["events"][0]["id"], ids[0].as_str());
+    // Nobody waits any more: the lock is let go, and producers stop notifying.
+    crate::queue::wait_for_count(&app, &feed_lock, 0, Duration::from_secs(10)).await;
     assert!(
         elapsed < Duration::from_secs(15),
         "answered after the commit, not at the end of the wait ({elapsed:?})"
