@@ -175,6 +175,11 @@ impl WakeSession {
         }
     }
 
+    /// Whether this session holds the lock (as far as it knows).
+    pub fn holds(&self) -> bool {
+        self.held
+    }
+
     /// Stops producers from notifying on this waiter's behalf.
     pub async fn withdraw(&mut self) {
         if !self.held {

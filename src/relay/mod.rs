@@ -138,12 +138,23 @@ impl Relay {
                     drop(permit);
                 });
             }
-            if found && slots.available_permits() > 0 {
-                // Busy: look again at once. While events keep coming, the relay never sleeps
-                // and producers need not NOTIFY it. (With every slot taken it stays announced,
-                // so producers keep waking relays that have room.)
-                sentinel.withdraw().await;
+            if found {
                 busy_retry = BUSY_RETRY;
+                if slots.available_permits() > 0 {
+                    // Busy: look again at once. While events keep coming, the relay never
+                    // sleeps and producers need not NOTIFY it.
+                    sentinel.withdraw().await;
+                    continue;
+                }
+                // Saturated: stay announced, so producers keep waking relays that have room,
+                // and go on as soon as one of this relay's own tries finishes.
+                if !sentinel.holds() {
+                    sentinel.announce().await;
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    permit = slots.acquire() => drop(permit),
+                }
                 continue;
             }
             // Idle: make sure producers will wake us, then sleep.
@@ -160,8 +171,10 @@ impl Relay {
                 }
                 Announce::Covered => self.settings.poll,
             };
+            // Due deliveries may be waiting for a slot: then a finished try ends the nap. (An
+            // acquire, unlike a check, cannot miss a slot freed in between.)
             let slot_freed = async {
-                if slots.available_permits() == 0 {
+                if free == 0 {
                     drop(slots.acquire().await);
                 } else {
                     std::future::pending::<()>().await;
