@@ -3,7 +3,7 @@
 //! Long-polling readers wait on [`EventSignal`], which the API's LISTEN connection ticks on
 //! every NOTIFY from a producing transaction. Producers only NOTIFY while someone waits
 //! (`db::wake`), so while this process has readers waiting, [`keep_readers_woken`] holds the
-//! feed's waiter lock. A tick is only a hint (a row may still be held back behind an older
+//! waiting lock. A tick is only a hint (a row may still be held back behind an older
 //! running transaction), so waiters also re-read on a short interval.
 
 use std::sync::Arc;
@@ -77,7 +77,7 @@ impl EventSignal {
     }
 }
 
-/// While any reader of this process waits, holds the feed's waiter lock so producers NOTIFY
+/// While any reader of this process waits, holds the waiting lock so producers NOTIFY
 /// (and the LISTEN connection ticks `signal`); releases it when none waits. Runs until
 /// `stop`.
 pub async fn keep_readers_woken(
@@ -85,14 +85,15 @@ pub async fn keep_readers_woken(
     database_url: String,
     stop: CancellationToken,
 ) {
-    use crate::db::wake::{Announce, Waiter, WakeSession};
+    use crate::db::wake::{Announce, WakeSession};
     const CHECK: Duration = Duration::from_millis(100);
     const BUSY_FIRST: Duration = Duration::from_millis(2);
-    let mut session = WakeSession::new(Some(database_url), Waiter::Feed);
+    let mut session = WakeSession::new(Some(database_url));
     let mut busy = BUSY_FIRST;
     while !stop.is_cancelled() {
         if signal.waiters() == 0 {
-            session.withdraw().await;
+            // Relays may have slept "covered" by this process: wake them to take over.
+            session.hand_over().await;
             let first = signal.0.first_waiter.notified();
             if signal.waiters() == 0 {
                 tokio::select! {

@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use crate::adapters::nats::NatsSink;
 use crate::db::deliveries::{Ack, ClaimedDelivery, Settled};
-use crate::db::wake::{Announce, Waiter, WakeSession};
+use crate::db::wake::{Announce, WakeSession};
 use crate::db::{self, DbPool};
 use crate::domain::retry::{NextTry, RetrySchedule};
 use webhook::{TryOutcome, WebhookSender, WebhookTry};
@@ -106,7 +106,7 @@ impl Relay {
         let slots = Arc::new(Semaphore::new(self.settings.concurrency as usize));
         let mut sending = JoinSet::new();
         let pruner = tokio::spawn(self.clone().prune_periodically(shutdown.child_token()));
-        let mut sentinel = WakeSession::new(self.listen_url.clone(), Waiter::Relay);
+        let mut sentinel = WakeSession::new(self.listen_url.clone());
         let mut busy_retry = BUSY_RETRY;
         tracing::info!(
             relay = %self.settings.relay_id,

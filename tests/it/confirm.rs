@@ -311,7 +311,7 @@ async fn confirm_wakes_listening_workers_on_commit() {
 #[tokio::test]
 async fn producers_wake_relays_only_while_one_is_waiting() {
     use diesel_async::AsyncConnection;
-    use vidq::db::wake::{Announce, Waiter, announce, withdraw};
+    use vidq::db::wake::{Announce, announce, withdraw};
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let url = vidq::db::pool::with_default_user(&app.db.url).unwrap();
@@ -342,17 +342,11 @@ async fn producers_wake_relays_only_while_one_is_waiting() {
     let mut waiter = diesel_async::AsyncPgConnection::establish(&url)
         .await
         .unwrap();
-    assert_eq!(
-        announce(&mut waiter, Waiter::Relay).await.unwrap(),
-        Announce::Announced
-    );
+    assert_eq!(announce(&mut waiter).await.unwrap(), Announce::Announced);
     let mut other = diesel_async::AsyncPgConnection::establish(&url)
         .await
         .unwrap();
-    assert_eq!(
-        announce(&mut other, Waiter::Relay).await.unwrap(),
-        Announce::Covered
-    );
+    assert_eq!(announce(&mut other).await.unwrap(), Announce::Covered);
     let video = app.uploaded_video(&key).await;
     assert_eq!(
         within(&mut notifications, 5000).await.as_deref(),
@@ -416,26 +410,17 @@ async fn producers_wake_relays_only_while_one_is_waiting() {
     vidq::db::outbox::insert(&mut conn, owner, &event)
         .await
         .unwrap();
-    assert_eq!(
-        announce(&mut waiter, Waiter::Relay).await.unwrap(),
-        Announce::Busy
-    );
+    assert_eq!(announce(&mut waiter).await.unwrap(), Announce::Busy);
     diesel::sql_query("COMMIT")
         .execute(&mut *conn)
         .await
         .unwrap();
     assert_eq!(within(&mut notifications, 300).await, None);
-    assert_eq!(
-        announce(&mut waiter, Waiter::Relay).await.unwrap(),
-        Announce::Announced
-    );
+    assert_eq!(announce(&mut waiter).await.unwrap(), Announce::Announced);
     withdraw(&mut waiter).await.unwrap();
 
-    // A feed reader waiting (its own lock, not a relay's) also gets its NOTIFY.
-    assert_eq!(
-        announce(&mut other, Waiter::Feed).await.unwrap(),
-        Announce::Announced
-    );
+    // Another waiter (an API process with feed readers, say) takes over the lock: NOTIFY again.
+    assert_eq!(announce(&mut other).await.unwrap(), Announce::Announced);
     app.uploaded_video(&key).await;
     assert_eq!(
         within(&mut notifications, 5000).await.as_deref(),

@@ -198,12 +198,12 @@ async fn a_long_poll_answers_as_soon_as_an_event_commits() {
         !waiting.is_finished(),
         "nothing to return yet, so the request waits"
     );
-    // While it waits, the API holds the feed's waiter lock, so producers NOTIFY it.
+    // While it waits, the API holds the waiting lock, so producers NOTIFY it.
     let feed_lock = format!(
         "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND granted
             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
             AND classid = ({key} >> 32)::oid AND objid = ({key} & 4294967295)::oid",
-        key = vidq::db::wake::Waiter::Feed.lock()
+        key = vidq::db::wake::WAITING_LOCK
     );
     assert_eq!(app.count(&feed_lock).await, 1);
     let ids = produce(&app, owner, 1).await;
