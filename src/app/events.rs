@@ -87,9 +87,7 @@ pub async fn keep_readers_woken(
 ) {
     use crate::db::wake::{Announce, WakeSession};
     const CHECK: Duration = Duration::from_millis(100);
-    const BUSY_FIRST: Duration = Duration::from_millis(2);
     let mut session = WakeSession::new(Some(database_url));
-    let mut busy = BUSY_FIRST;
     while !stop.is_cancelled() {
         if signal.waiters() == 0 {
             // Relays may have slept "covered" by this process: wake them to take over.
@@ -108,14 +106,9 @@ pub async fn keep_readers_woken(
             Announce::Announced => {
                 // Producers NOTIFY from now on; readers re-read for what committed before.
                 signal.tick();
-                busy = BUSY_FIRST;
                 CHECK
             }
-            Announce::Busy => {
-                let nap = busy;
-                busy = (busy * 2).min(Duration::from_millis(50));
-                nap
-            }
+            Announce::Busy => session.busy_nap(),
             Announce::Covered => CHECK,
         };
         tokio::select! {

@@ -19,7 +19,7 @@ pub const MAX_LOG: i64 = 100;
 
 /// Most endpoints one uploader may register: each event is POSTed once per endpoint, so this
 /// bounds how many requests one event can make vidq send.
-pub const MAX_ENDPOINTS: usize = 20;
+pub const MAX_ENDPOINTS: i64 = 20;
 
 /// How long a registration waits for DNS.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -61,7 +61,7 @@ pub async fn create(
     .map_err(|_| crate::domain::destination::DestinationError::Unresolvable(host))??;
     let secret = WebhookSecret::generate();
     let mut conn = ctx.db.get().await?;
-    if db::webhooks::list(&mut conn, owner.0).await?.len() >= MAX_ENDPOINTS {
+    if db::webhooks::count(&mut conn, owner.0).await? >= MAX_ENDPOINTS {
         return Err(AppError::BadRequest(format!(
             "an uploader can register at most {MAX_ENDPOINTS} webhooks; delete one first"
         )));

@@ -236,12 +236,9 @@ async fn latency(
     seen.count.store(0, Ordering::SeqCst);
     seen.target.store(args.events, Ordering::SeqCst);
     let (stop, handle) = start(url, relay_args, listen).await?;
-    let producer_url = db::pool::with_default_user(url)?;
-    let mut conn = <diesel_async::AsyncPgConnection as diesel_async::AsyncConnection>::establish(
-        &producer_url,
-    )
-    .await
-    .context("connecting the producer")?;
+    let mut conn = db::pool::dedicated(url)
+        .await
+        .context("connecting the producer")?;
     let mut committed = Vec::with_capacity(args.events);
     let mut tick =
         tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(args.rate.max(1))));

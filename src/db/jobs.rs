@@ -272,9 +272,6 @@ pub struct DeadCandidate {
     /// Its video.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
     pub video_id: Uuid,
-    /// The owner of the video.
-    #[diesel(sql_type = diesel::sql_types::Uuid)]
-    pub owner_id: Uuid,
     /// The expired claim's token.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
     pub claim_token: Uuid,
@@ -286,8 +283,8 @@ pub async fn dead_candidates(
     limit: i64,
 ) -> QueryResult<Vec<DeadCandidate>> {
     super::prepared::prepared(
-        "SELECT j.id, j.video_id, v.owner_id, j.claim_token
-           FROM video_encoding_jobs j JOIN videos v ON v.id = j.video_id
+        "SELECT j.id, j.video_id, j.claim_token
+           FROM video_encoding_jobs j
           WHERE j.status = 'PROCESSING' AND j.attempt_count >= 3 AND j.lease_until <= statement_timestamp()
           ORDER BY j.lease_until
           LIMIT $1",

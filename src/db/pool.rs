@@ -33,6 +33,15 @@ pub async fn connect(url: &str, max_size: u32) -> Result<DbPool, DbError> {
     Ok(pool)
 }
 
+/// One connection outside any pool, for a session that must stay the same: a LISTEN, a
+/// session advisory lock, a transaction held open on purpose.
+pub async fn dedicated(url: &str) -> Result<AsyncPgConnection, DbError> {
+    use diesel_async::AsyncConnection;
+    AsyncPgConnection::establish(&with_default_user(url)?)
+        .await
+        .map_err(|err| DbError::Connect(err.to_string()))
+}
+
 /// libpq (and so psql) connects as the OS user when a URL names none; tokio-postgres
 /// refuses such URLs. Filling in the same default keeps `postgres://localhost/vidq` working
 /// for a newcomer exactly as it does in psql.

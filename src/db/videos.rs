@@ -185,16 +185,6 @@ pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize
         .await
 }
 
-/// The owner of a video (no lock), to take the uploader's lock first.
-pub async fn owner_of(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<Uuid>> {
-    videos::table
-        .filter(videos::id.eq(id))
-        .select(videos::owner_id)
-        .first(conn)
-        .await
-        .optional()
-}
-
 /// Locks a video `FOR UPDATE`; `None` if it is gone.
 pub async fn lock_for_update(
     conn: &mut AsyncPgConnection,

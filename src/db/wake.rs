@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use diesel::QueryResult;
 use diesel::sql_types::{BigInt, Bool};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 /// The advisory lock a waiter holds while it sleeps ("vidq_evt"). Relays and API processes
 /// with long-polling readers share it: whoever holds it, producers NOTIFY and every listener
@@ -97,7 +97,15 @@ pub struct WakeSession {
     url: Option<String>,
     conn: Option<AsyncPgConnection>,
     held: bool,
+    busy_nap: Duration,
 }
+
+/// The first wait after [`Announce::Busy`]; doubled while it stays busy (a producer
+/// transaction left open, say), up to [`BUSY_NAP_MAX`].
+const BUSY_NAP_FIRST: Duration = Duration::from_millis(2);
+/// The longest wait between announce attempts: events that skipped their NOTIFY meanwhile
+/// are found by the re-check that goes with each attempt.
+const BUSY_NAP_MAX: Duration = Duration::from_millis(50);
 
 impl WakeSession {
     /// A session on `url` (connected on first use). `None`: never announce, so the owner
@@ -107,7 +115,16 @@ impl WakeSession {
             url,
             conn: None,
             held: false,
+            busy_nap: BUSY_NAP_FIRST,
         }
+    }
+
+    /// How long to wait before announcing again after [`Announce::Busy`]: 2 ms, doubling on
+    /// each consecutive one up to 50 ms, back to 2 ms once announced or busy with work.
+    pub fn busy_nap(&mut self) -> Duration {
+        let nap = self.busy_nap;
+        self.busy_nap = (nap * 2).min(BUSY_NAP_MAX);
+        nap
     }
 
     /// Makes sure producers will NOTIFY (see [`Announce`]). When the lock is already held the
@@ -130,11 +147,7 @@ impl WakeSession {
             return Announce::Covered;
         };
         if self.conn.is_none() {
-            let connected = match super::pool::with_default_user(url) {
-                Ok(url) => step(AsyncPgConnection::establish(&url)).await,
-                Err(err) => Err(err.to_string()),
-            };
-            match connected {
+            match step(super::pool::dedicated(url)).await {
                 Ok(conn) => self.conn = Some(conn),
                 Err(error) => {
                     tracing::warn!(%error, "cannot open the wake-up session; relying on polling");
@@ -146,6 +159,7 @@ impl WakeSession {
         match step(announce(conn)).await {
             Ok(Announce::Announced) => {
                 self.held = true;
+                self.busy_nap = BUSY_NAP_FIRST;
                 Announce::Announced
             }
             Ok(other) => other,
@@ -164,6 +178,7 @@ impl WakeSession {
 
     /// Stops producers from notifying on this waiter's behalf.
     pub async fn withdraw(&mut self) {
+        self.busy_nap = BUSY_NAP_FIRST;
         if !self.held {
             return;
         }

@@ -58,6 +58,15 @@ pub async fn list(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<Vec<
         .await
 }
 
+/// How many endpoints the owner has.
+pub async fn count(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<i64> {
+    w::table
+        .filter(w::owner_id.eq(owner))
+        .count()
+        .get_result(conn)
+        .await
+}
+
 /// One of the owner's endpoints.
 pub async fn find(
     conn: &mut AsyncPgConnection,

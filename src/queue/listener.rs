@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -67,8 +67,7 @@ async fn listen(
     url: &str,
     channel: &str,
 ) -> Result<AsyncPgConnection, Box<dyn std::error::Error + Send + Sync>> {
-    let url = crate::db::pool::with_default_user(url)?;
-    let mut conn = AsyncPgConnection::establish(&url).await?;
+    let mut conn = crate::db::pool::dedicated(url).await?;
     diesel::sql_query(format!("LISTEN {channel}"))
         .execute(&mut conn)
         .await?;

@@ -68,13 +68,6 @@ struct Settlement {
     disable: Option<Uuid>,
 }
 
-/// How soon a relay tries to announce again while producers commit without NOTIFY; doubled
-/// while it stays busy (a producer transaction left open, say), up to [`BUSY_RETRY_MAX`].
-const BUSY_RETRY: Duration = Duration::from_millis(2);
-/// The longest wait between announce attempts: events that skipped their NOTIFY meanwhile
-/// are found by the re-check that goes with each attempt.
-const BUSY_RETRY_MAX: Duration = Duration::from_millis(50);
-
 /// How often history is pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
 /// Most tries acknowledged in one statement.
@@ -107,7 +100,6 @@ impl Relay {
         let mut sending = JoinSet::new();
         let pruner = tokio::spawn(self.clone().prune_periodically(shutdown.child_token()));
         let mut sentinel = WakeSession::new(self.listen_url.clone());
-        let mut busy_retry = BUSY_RETRY;
         tracing::info!(
             relay = %self.settings.relay_id,
             nats = self.nats.is_some(),
@@ -139,7 +131,6 @@ impl Relay {
                 });
             }
             if found {
-                busy_retry = BUSY_RETRY;
                 if slots.available_permits() > 0 {
                     // Busy: look again at once. While events keep coming, the relay never
                     // sleeps and producers need not NOTIFY it.
@@ -160,15 +151,8 @@ impl Relay {
             // Idle: make sure producers will wake us, then sleep.
             let nap = match sentinel.announce().await {
                 // Now that producers NOTIFY, look once more for what committed before.
-                Announce::Announced => {
-                    busy_retry = BUSY_RETRY;
-                    continue;
-                }
-                Announce::Busy => {
-                    let nap = busy_retry;
-                    busy_retry = (busy_retry * 2).min(BUSY_RETRY_MAX);
-                    nap
-                }
+                Announce::Announced => continue,
+                Announce::Busy => sentinel.busy_nap(),
                 Announce::Covered => self.settings.poll,
             };
             // Due deliveries may be waiting for a slot: then a finished try ends the nap. (An

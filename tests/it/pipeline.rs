@@ -4,7 +4,6 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use vidq::adapters::ffmpeg::MediaConfig;
-use vidq::domain::ids::VideoId;
 use vidq::pipeline::{AttemptPlan, Pipeline};
 
 use crate::clips;
@@ -36,7 +35,7 @@ async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let video = upload_clip(&app, &key, &clips::small()).await;
-    let video_id: VideoId = video["id"].as_str().unwrap().parse().unwrap();
+    let video_id = crate::queue::video_id(&video);
     let work = tempfile::tempdir().unwrap();
     let plan = AttemptPlan {
         video: video_id,
@@ -153,7 +152,7 @@ async fn a_hostile_original_fails_permanently_and_writes_nothing() {
     )
     .unwrap();
     let video = upload_clip(&app, &key, &hostile).await;
-    let video_id: VideoId = video["id"].as_str().unwrap().parse().unwrap();
+    let video_id = crate::queue::video_id(&video);
     let plan = AttemptPlan {
         video: video_id,
         attempt: 1,
@@ -220,7 +219,7 @@ async fn a_ladder_puts_every_rendition_up_and_the_master_playlist_last() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let video = upload_clip(&app, &key, &clips::small()).await;
-    let video_id: VideoId = video["id"].as_str().unwrap().parse().unwrap();
+    let video_id = crate::queue::video_id(&video);
     let work = tempfile::tempdir().unwrap();
     let mut pipeline = pipeline(&app, work.path());
     pipeline.media.ladder = vec![240, 120];

@@ -542,21 +542,9 @@ async fn a_finalize_that_rolled_back_sends_nothing() {
     register(&app, &key, &receiver.url).await;
     let relay = RelayRun::start(&app, &relay_args("0,100ms")).await;
     app.uploaded_video(&key).await;
-    let claim = |node: &'static str, lease: f64| {
-        let pool = app.pool.clone();
-        async move {
-            let mut conn = pool.get().await.unwrap();
-            Claim::from(
-                vidq::db::jobs::claim(&mut conn, node, lease)
-                    .await
-                    .unwrap()
-                    .unwrap(),
-            )
-        }
-    };
-    let zombie = claim("zombie", 0.3).await;
+    let zombie = crate::queue::claim(&app, "zombie", 0.3).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let winner = claim("winner", 30.0).await;
+    let winner = crate::queue::claim(&app, "winner", 30.0).await.unwrap();
     let plan = |c: &Claim| vidq::pipeline::AttemptPlan {
         video: c.video,
         attempt: c.attempt,
