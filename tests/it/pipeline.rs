@@ -126,7 +126,7 @@ async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
         .max()
         .unwrap();
     assert!(
-        playlist_row.uploaded_at.unwrap() >= last_other,
+        playlist_row.uploaded_at.unwrap() > last_other,
         "the playlist goes up last"
     );
 
@@ -291,7 +291,7 @@ async fn a_ladder_puts_every_rendition_up_and_the_master_playlist_last() {
         .max()
         .unwrap();
     assert!(
-        master_row.uploaded_at.unwrap() >= last_other,
+        master_row.uploaded_at.unwrap() > last_other,
         "the master playlist goes up last"
     );
 }
