@@ -175,8 +175,9 @@ async fn an_hls_playlist_or_concat_script_named_mp4_is_refused_without_reading_w
 
 #[tokio::test]
 async fn the_allow_list_is_what_stops_the_playlist() {
-    // Without the demuxer allow-list FFmpeg would follow the playlist: this proves the test
-    // above tests the hardening and not an accident of the file's shape.
+    // Without the demuxer allow-list FFmpeg would follow the playlist: the same file the test
+    // above refuses, probed by a plain ffprobe that guesses the format from the content, opens
+    // what it names. So the test above tests the hardening, not an accident of the file's shape.
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("secret.mp4");
     let wire = Tripwire::new(target.clone());
@@ -184,7 +185,7 @@ async fn the_allow_list_is_what_stops_the_playlist() {
     std::fs::write(
         &hostile,
         format!(
-            "#EXTM3U\n#EXTINF:10,\n{}\n#EXT-X-ENDLIST\n",
+            "#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\n{}\n#EXT-X-ENDLIST\n",
             target.display()
         ),
     )
@@ -192,7 +193,7 @@ async fn the_allow_list_is_what_stops_the_playlist() {
     let _ = tokio::time::timeout(
         Duration::from_secs(10),
         tokio::process::Command::new("ffprobe")
-            .args(["-v", "quiet", "-protocol_whitelist", "file", "-f", "hls"])
+            .args(["-v", "quiet", "-protocol_whitelist", "file"])
             .arg(&hostile)
             .kill_on_drop(true)
             .output(),
