@@ -28,6 +28,7 @@ use crate::domain::ids::{UploadId, VideoId};
 use crate::domain::media::MediaError;
 use crate::pipeline::{AttemptOutput, AttemptPlan};
 use crate::queue::JobBody;
+use crate::queue::line::Listeners;
 use crate::queue::runner::{ClaimObserver, Runner, WorkerSettings};
 
 /// `vidq bench queue`.
@@ -83,7 +84,7 @@ impl JobBody for Noop {
     }
 }
 
-fn settings(n: u32) -> WorkerSettings {
+fn settings(n: u32, listeners: Listeners) -> WorkerSettings {
     WorkerSettings {
         node_id: format!("bench-{n}"),
         slots: 1,
@@ -92,6 +93,7 @@ fn settings(n: u32) -> WorkerSettings {
         heartbeat: None,
         deadline: Duration::from_secs(60),
         retry_delay: Duration::from_secs(5),
+        listeners,
     }
 }
 
@@ -99,6 +101,7 @@ async fn start_workers(
     url: &str,
     count: u32,
     body: Arc<Noop>,
+    listeners: Listeners,
     on_claim: Option<ClaimObserver>,
     stop: &CancellationToken,
 ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
@@ -108,7 +111,7 @@ async fn start_workers(
             pool: db::connect(url, crate::roles::worker::WORKER_POOL_SIZE).await?,
             database_url: url.to_owned(),
             body: body.clone(),
-            settings: settings(n),
+            settings: settings(n, listeners),
             on_claim: on_claim.clone(),
         });
         handles.push(tokio::spawn(runner.run(stop.clone())));
@@ -133,7 +136,15 @@ async fn throughput(server: &str, jobs: i64, workers: u32, backlog: i64) -> anyh
     });
     let stop = CancellationToken::new();
     let started = Instant::now();
-    let handles = start_workers(&scratch.url, workers, body.clone(), None, &stop).await?;
+    let handles = start_workers(
+        &scratch.url,
+        workers,
+        body.clone(),
+        Listeners::HeadOfLine,
+        None,
+        &stop,
+    )
+    .await?;
     body.reached.notified().await;
     let elapsed = started.elapsed();
     stop.cancel();
@@ -145,19 +156,36 @@ async fn throughput(server: &str, jobs: i64, workers: u32, backlog: i64) -> anyh
     Ok(jobs as f64 / elapsed.as_secs_f64())
 }
 
+/// What the pickup test saw.
+struct Pickups {
+    /// Commit of each enqueue to its claim.
+    latencies: Vec<Duration>,
+    /// Claim statements run per job (the ones that found nothing included).
+    claims_per_job: f64,
+}
+
 /// Commit-to-claim latency with idle workers, one enqueue every 50 ms.
-async fn pickups(server: &str, workers: u32, samples: usize) -> anyhow::Result<Vec<Duration>> {
+async fn pickups(
+    server: &str,
+    workers: u32,
+    listeners: Listeners,
+    samples: usize,
+) -> anyhow::Result<Pickups> {
     let scratch = Scratch::create(server, "pickup").await?;
     let pool = db::connect(&scratch.url, 1).await?;
     let (owner, _) = crate::app::users::create_user(&pool, "bench").await?;
     let claimed: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
+    let claims = Arc::new(AtomicUsize::new(0));
     let observer: ClaimObserver = {
-        let claimed = claimed.clone();
+        let (claimed, claims) = (claimed.clone(), claims.clone());
         Arc::new(move |job| {
-            claimed
-                .lock()
-                .expect("not poisoned")
-                .insert(job, Instant::now());
+            claims.fetch_add(1, Ordering::Relaxed);
+            if let Some(job) = job {
+                claimed
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(job, Instant::now());
+            }
         })
     };
     let body = Arc::new(Noop {
@@ -166,8 +194,17 @@ async fn pickups(server: &str, workers: u32, samples: usize) -> anyhow::Result<V
         reached: Notify::new(),
     });
     let stop = CancellationToken::new();
-    let handles = start_workers(&scratch.url, workers, body, Some(observer), &stop).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await; // all idle and listening
+    let handles = start_workers(
+        &scratch.url,
+        workers,
+        body,
+        listeners,
+        Some(observer),
+        &stop,
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await; // all idle, one of them listening
+    let claims_before = claims.load(Ordering::Relaxed);
     let mut committed = HashMap::new();
     let mut conn = pool.get().await?;
     for _ in 0..samples {
@@ -177,6 +214,7 @@ async fn pickups(server: &str, workers: u32, samples: usize) -> anyhow::Result<V
     }
     drop(conn);
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let claims = claims.load(Ordering::Relaxed) - claims_before;
     stop.cancel();
     for handle in handles {
         let _ = handle.await;
@@ -193,7 +231,10 @@ async fn pickups(server: &str, workers: u32, samples: usize) -> anyhow::Result<V
     );
     drop(pool);
     scratch.drop_now().await;
-    Ok(latencies)
+    Ok(Pickups {
+        latencies,
+        claims_per_job: claims as f64 / samples as f64,
+    })
 }
 
 /// The confirm's transaction (minus the S3 HEAD): upload CAS, video, job, NOTIFY, outbox.
@@ -336,24 +377,52 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
     if args.pickups > 0 {
         println!();
         println!(
-            "pickup: commit of the enqueue -> claim, idle workers, one enqueue every 50 ms, {} samples",
-            args.pickups
+            "pickup: commit of the enqueue -> claim, idle workers, one enqueue every 50 ms, {} samples \
+             a round, medians of {} rounds",
+            args.pickups, args.rounds
         );
         println!(
-            "{:>7} | {:>8} | {:>8} | {:>8} | {:>8}",
-            "workers", "p50 ms", "p95 ms", "p99 ms", "max ms"
+            "{:>7} | {:<12} | {:>6} | {:>6} | {:>6} | {:>6} | {:>10} | per-round p99",
+            "workers", "listening", "p50 ms", "p95 ms", "p99 ms", "max ms", "claims/job"
         );
         for &workers in &args.workers {
-            let samples = pickups(&args.server.database_url, workers, args.pickups)
-                .await
-                .context("pickup run")?;
-            println!(
-                "{workers:>7} | {:>8} | {:>8} | {:>8} | {:>8}",
-                ms(percentile(&samples, 50.0)),
-                ms(percentile(&samples, 95.0)),
-                ms(percentile(&samples, 99.0)),
-                ms(percentile(&samples, 100.0)),
-            );
+            let modes = [
+                (Listeners::HeadOfLine, "head of line"),
+                (Listeners::EveryIdle, "every idle"),
+            ];
+            let mut rounds: Vec<Vec<Pickups>> = modes.iter().map(|_| Vec::new()).collect();
+            // Alternating the two in each round exposes both to the same moments of the VM.
+            for _ in 0..args.rounds.max(1) {
+                for (i, (mode, _)) in modes.iter().enumerate() {
+                    let run = pickups(&args.server.database_url, workers, *mode, args.pickups)
+                        .await
+                        .context("pickup run")?;
+                    rounds[i].push(run);
+                }
+            }
+            for (runs, (_, name)) in rounds.iter().zip(modes) {
+                let at = |p: f64| {
+                    let each: Vec<f64> = runs
+                        .iter()
+                        .map(|r| percentile(&r.latencies, p).as_secs_f64())
+                        .collect();
+                    ms(Duration::from_secs_f64(median(&each)))
+                };
+                let claims: Vec<f64> = runs.iter().map(|r| r.claims_per_job).collect();
+                let each_p99: Vec<String> = runs
+                    .iter()
+                    .map(|r| ms(percentile(&r.latencies, 99.0)))
+                    .collect();
+                println!(
+                    "{workers:>7} | {name:<12} | {:>6} | {:>6} | {:>6} | {:>6} | {:>10.1} | {}",
+                    at(50.0),
+                    at(95.0),
+                    at(99.0),
+                    at(100.0),
+                    median(&claims),
+                    each_p99.join(" ")
+                );
+            }
         }
     }
     Ok(())

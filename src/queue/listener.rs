@@ -1,6 +1,6 @@
 //! A dedicated connection that LISTENs on one channel and calls back on every notification:
-//! "a job became claimable" for workers, "an event committed" for relays and long-polling
-//! feed readers. NOTIFY is only a wake-up: the poll tick stays as the safety net, and the
+//! "an event committed", for relays and long-polling feed readers (workers listen through
+//! the idle line, [`super::line`]). NOTIFY is only a wake-up: the poll tick stays as the safety net, and the
 //! connection is re-established if it drops.
 
 use std::time::Duration;

@@ -1,8 +1,10 @@
 //! The worker engine: claim jobs from PostgreSQL, run each under a heartbeat lease, and end
 //! every attempt through the fenced transactions in [`crate::app::jobs`]. The distribution
-//! across nodes is the race itself: an idle node claims the next row first.
+//! across nodes is the race itself: the next idle node claims the next row first, and
+//! [`line`] keeps idle nodes from all racing for the same one.
 
 pub mod heartbeat;
+pub mod line;
 pub mod listener;
 pub mod runner;
 

@@ -1,16 +1,18 @@
 //! The claim loop of one worker process: keep up to `slots` attempts running, claim again as
-//! soon as one ends or a NOTIFY arrives, poll as the safety net, reap jobs that died in their
-//! last attempt, and on shutdown hand every claim back.
+//! soon as one ends or a NOTIFY arrives while this process heads the idle line, poll as the
+//! safety net, reap jobs that died in their last attempt, and on shutdown hand every claim
+//! back.
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::JobBody;
 use super::heartbeat::{StopReason, keep_alive};
+use super::line::Listeners;
 use crate::app::jobs::{self, Claim, JobError};
 use crate::db::{self, DbPool};
 use crate::domain::media::MediaError;
@@ -33,10 +35,13 @@ pub struct WorkerSettings {
     pub deadline: Duration,
     /// Wait before a retryable failure is claimed again.
     pub retry_delay: Duration,
+    /// Who listens for new jobs while idle (workers: the head of the idle line).
+    pub listeners: Listeners,
 }
 
-/// Called with the job id right after each successful claim (benchmarks time pickups).
-pub type ClaimObserver = Arc<dyn Fn(i64) + Send + Sync>;
+/// Called right after each claim statement with the job it claimed, if any (benchmarks time
+/// pickups and count the claims that found nothing).
+pub type ClaimObserver = Arc<dyn Fn(Option<i64>) + Send + Sync>;
 
 /// One worker process's engine.
 pub struct Runner<B: JobBody> {
@@ -60,18 +65,21 @@ impl<B: JobBody> Runner<B> {
     /// claim) and returns.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let wake = Arc::new(Notify::new());
-        // LISTEN first, then claim: a NOTIFY sent in between cannot be missed.
         let on_notify = {
             let wake = wake.clone();
             move || wake.notify_one()
         };
-        super::listener::spawn(
+        // Whether this process has a free slot and its last claim found nothing: only then
+        // does it stand in the idle line for notifications.
+        let (idle, idle_rx) = watch::channel(false);
+        super::line::spawn(
             self.database_url.clone(),
             db::jobs::JOBS_CHANNEL,
+            self.settings.listeners,
+            idle_rx,
             on_notify,
             shutdown.child_token(),
-        )
-        .await;
+        );
         let slots = Arc::new(Semaphore::new(self.settings.slots as usize));
         let mut running = JoinSet::new();
         let mut last_reap: Option<Instant> = None;
@@ -83,18 +91,24 @@ impl<B: JobBody> Runner<B> {
                 }
                 last_reap = Some(Instant::now());
             }
+            let mut found_nothing = false;
             while let Ok(permit) = slots.clone().try_acquire_owned() {
                 match self.claim_one().await {
                     Ok(Some(claim)) => {
                         running.spawn(self.clone().attempt(claim, permit, shutdown.clone()));
                     }
-                    Ok(None) => break,
+                    Ok(None) => {
+                        found_nothing = true;
+                        break;
+                    }
                     Err(error) => {
                         tracing::warn!(error = %crate::telemetry::error_chain(&error), "claim failed");
+                        found_nothing = true;
                         break;
                     }
                 }
             }
+            idle.send_if_modified(|was| std::mem::replace(was, found_nothing) != found_nothing);
             tokio::select! {
                 () = shutdown.cancelled() => {}
                 () = wake.notified() => {}
@@ -124,8 +138,8 @@ impl<B: JobBody> Runner<B> {
             self.settings.lease.as_secs_f64(),
         )
         .await?;
-        if let (Some(job), Some(observe)) = (&claimed, &self.on_claim) {
-            observe(job.id);
+        if let Some(observe) = &self.on_claim {
+            observe(claimed.as_ref().map(|job| job.id));
         }
         Ok(claimed.map(Claim::from))
     }

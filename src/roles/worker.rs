@@ -75,6 +75,7 @@ impl QueueArgs {
             heartbeat: (self.heartbeat_secs > 0).then(|| Duration::from_secs(self.heartbeat_secs)),
             deadline: Duration::from_secs(self.deadline_secs),
             retry_delay: crate::app::jobs::RETRY_DELAY,
+            listeners: crate::queue::line::Listeners::HeadOfLine,
         })
     }
 }

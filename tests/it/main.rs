@@ -7,6 +7,7 @@ mod confirm;
 mod events;
 mod harness;
 mod health;
+mod idle_line;
 mod jobs_cli;
 mod media;
 mod mp4;

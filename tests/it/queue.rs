@@ -12,7 +12,7 @@ use vidq::app::jobs::{self, Claim, JobError};
 use vidq::domain::ids::VideoId;
 use vidq::domain::media::MediaError;
 use vidq::queue::JobBody;
-use vidq::queue::runner::{Runner, WorkerSettings};
+use vidq::queue::runner::{ClaimObserver, Runner, WorkerSettings};
 
 use crate::harness::TestApp;
 use crate::scripted::{Scripted, Step, output};
@@ -26,6 +26,7 @@ pub fn fast_settings(node: &str) -> WorkerSettings {
         heartbeat: Some(Duration::from_millis(400)),
         deadline: Duration::from_secs(60),
         retry_delay: Duration::from_millis(50),
+        listeners: vidq::queue::line::Listeners::HeadOfLine,
     }
 }
 
@@ -36,13 +37,23 @@ pub struct Worker {
 
 impl Worker {
     pub async fn start<B: JobBody>(url: &str, body: Arc<B>, settings: WorkerSettings) -> Self {
+        Self::observed(url, body, settings, None).await
+    }
+
+    /// Like [`Worker::start`], calling `on_claim` after every claim statement.
+    pub async fn observed<B: JobBody>(
+        url: &str,
+        body: Arc<B>,
+        settings: WorkerSettings,
+        on_claim: Option<ClaimObserver>,
+    ) -> Self {
         let pool = vidq::db::connect(url, 2).await.unwrap();
         let runner = Arc::new(Runner {
             pool,
             database_url: url.to_owned(),
             body,
             settings,
-            on_claim: None,
+            on_claim,
         });
         let stop = CancellationToken::new();
         let handle = tokio::spawn(runner.run(stop.clone()));

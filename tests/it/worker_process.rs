@@ -264,6 +264,7 @@ async fn a_worker_cut_off_from_its_database_kills_ffmpeg_and_drops_the_result() 
         heartbeat: Some(Duration::from_millis(500)),
         deadline: Duration::from_secs(120),
         retry_delay: Duration::from_secs(5),
+        listeners: vidq::queue::line::Listeners::HeadOfLine,
     };
     let worker = Worker::start(&proxy.url_for(&app.db.url), body, settings).await;
     wait_for_encode(work.path()).await;

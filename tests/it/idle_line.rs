@@ -1,0 +1,175 @@
+//! The idle line: idle workers take turns listening, so a new job costs one claim, not one
+//! per idle worker; bursts still spread over every worker without waiting for a poll; a
+//! head that vanishes is replaced by the next in line.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use diesel_async::AsyncConnection;
+use vidq::queue::line::{IDLE_LINE_LOCK, Listeners};
+use vidq::queue::runner::ClaimObserver;
+
+use crate::harness::TestApp;
+use crate::queue::{Worker, fast_settings, wait_for_count};
+use crate::scripted::{Scripted, Step};
+
+const COMPLETED: &str = "SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'COMPLETED'";
+
+/// Rows of `pg_locks` for the line's lock in this test's database, `granted` or waiting.
+fn line_lock_sql(select: &str, granted: bool) -> String {
+    format!(
+        "SELECT {select} AS n FROM pg_locks WHERE locktype = 'advisory'
+           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+           AND classid::bigint = ({IDLE_LINE_LOCK}::bigint >> 32)
+           AND objid::bigint = ({IDLE_LINE_LOCK}::bigint & 4294967295)
+           AND objsubid = 1 AND granted = {granted}"
+    )
+}
+
+/// Workers that never poll within a test: anything they pick up came through NOTIFY.
+async fn start_workers(
+    app: &TestApp,
+    count: usize,
+    listeners: Listeners,
+    step: Step,
+    claims: &Arc<AtomicUsize>,
+) -> Vec<Worker> {
+    let body = Scripted::new(step);
+    let observer: ClaimObserver = {
+        let claims = claims.clone();
+        Arc::new(move |_| {
+            claims.fetch_add(1, Ordering::SeqCst);
+        })
+    };
+    let mut workers = Vec::new();
+    for n in 0..count {
+        let mut settings = fast_settings(&format!("node-{n}"));
+        settings.poll = Duration::from_secs(60);
+        settings.listeners = listeners;
+        workers.push(
+            Worker::observed(&app.db.url, body.clone(), settings, Some(observer.clone())).await,
+        );
+    }
+    workers
+}
+
+/// Claim statements run per job for jobs that arrive one at a time at `count` idle workers.
+async fn claims_per_job(listeners: Listeners, count: usize) -> f64 {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let claims = Arc::new(AtomicUsize::new(0));
+    let workers = start_workers(
+        &app,
+        count,
+        listeners,
+        Step::Succeed(Duration::ZERO),
+        &claims,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // every worker idle
+    let before = claims.load(Ordering::SeqCst);
+    const JOBS: i64 = 10;
+    for done in 1..=JOBS {
+        app.uploaded_video(&key).await;
+        wait_for_count(&app, COMPLETED, done, Duration::from_secs(5)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await; // the finisher back in line
+    }
+    let spent = claims.load(Ordering::SeqCst) - before;
+    for worker in workers {
+        worker.stop().await;
+    }
+    spent as f64 / JOBS as f64
+}
+
+#[tokio::test]
+async fn a_new_job_costs_one_claim_not_one_per_idle_worker() {
+    let line = claims_per_job(Listeners::HeadOfLine, 6).await;
+    let everyone = claims_per_job(Listeners::EveryIdle, 6).await;
+    // Head of the line: its claim, the next head's catch-up claim, the finisher's look for
+    // more: 3. Every idle worker listening: 6 racing claims and the finisher's: 7.
+    assert!(line <= 3.5, "{line} claims per job with the idle line");
+    assert!(
+        everyone >= 6.0,
+        "{everyone} claims per job with every idle worker listening (the comparison is broken)"
+    );
+}
+
+#[tokio::test]
+async fn a_burst_reaches_every_worker_through_the_line_without_a_poll() {
+    let app = TestApp::spawn().await;
+    let (owner, _) = vidq::app::users::create_user(&app.pool, "alice")
+        .await
+        .unwrap();
+    let claims = Arc::new(AtomicUsize::new(0));
+    let workers = start_workers(
+        &app,
+        4,
+        Listeners::HeadOfLine,
+        Step::Succeed(Duration::from_millis(300)),
+        &claims,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Exactly one head; the other three wait their turn.
+    assert_eq!(app.count(&line_lock_sql("count(*)", true)).await, 1);
+    assert_eq!(app.count(&line_lock_sql("count(*)", false)).await, 3);
+    // 12 jobs in one commit carry one notification: the head takes one job, and each worker
+    // after it must find the rest on its own when its turn comes.
+    let mut conn = app.pool.get().await.unwrap();
+    conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+        vidq::db::synthetic::backlog(conn, owner.0, 12).await?;
+        vidq::db::jobs::notify_claimable(conn).await
+    })
+    .await
+    .unwrap();
+    drop(conn);
+    wait_for_count(&app, COMPLETED, 12, Duration::from_secs(10)).await;
+    assert_eq!(
+        app.count("SELECT count(DISTINCT claimed_by) AS n FROM video_encoding_jobs")
+            .await,
+        4,
+        "the head passes its place on, so every worker took jobs of the burst"
+    );
+    for worker in workers {
+        worker.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn when_the_head_loses_its_connection_the_next_in_line_takes_over() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let claims = Arc::new(AtomicUsize::new(0));
+    let workers = start_workers(
+        &app,
+        3,
+        Listeners::HeadOfLine,
+        Step::Succeed(Duration::ZERO),
+        &claims,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let head = app.count(&line_lock_sql("min(pid)::bigint", true)).await;
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(pg_terminate_backend({head}::int)) AS n"
+        ))
+        .await,
+        1
+    );
+    // The lock went with the session: the next worker in line is the head within moments
+    // (the terminated one rejoins at the back).
+    wait_for_count(
+        &app,
+        &line_lock_sql(&format!("count(*) FILTER (WHERE pid <> {head})"), true),
+        1,
+        Duration::from_secs(3),
+    )
+    .await;
+    app.uploaded_video(&key).await;
+    wait_for_count(&app, COMPLETED, 1, Duration::from_secs(3)).await;
+    for worker in workers {
+        worker.stop().await;
+    }
+}
