@@ -97,7 +97,7 @@ impl Line<'_> {
     ) -> Result<(), LineError> {
         let channel = self.channel;
         let exclusive = self.listeners == Listeners::HeadOfLine;
-        let mut conn = crate::db::pool::dedicated(self.url).await?;
+        let mut conn = crate::db::pool::dedicated(&with_keepalives(self.url)?).await?;
         prepare_session(&mut conn).await?;
         *backoff = Duration::from_millis(100);
         loop {
@@ -146,22 +146,63 @@ impl Line<'_> {
     }
 }
 
-/// The line's waits are meant to be long: a server-wide `statement_timeout` must not cancel
-/// them, and a server that supports it (PostgreSQL 14+) should notice a worker that vanished
-/// while queued instead of granting it the lock first.
+/// The line's waits are meant to be long and silent, so no server-wide timeout may end them,
+/// and the server must notice a worker host that vanished (its keepalives, and while queued
+/// the connection check), or the lock would stay with a dead session for hours.
 async fn prepare_session(conn: &mut AsyncPgConnection) -> Result<(), LineError> {
     execute(conn, "SET statement_timeout = 0".to_owned()).await?;
-    if let Err(error) = execute(
-        conn,
-        "SET client_connection_check_interval = '2s'".to_owned(),
-    )
-    .await
-    {
-        tracing::debug!(%error, "server cannot check for vanished clients during a wait");
+    execute(conn, "SET lock_timeout = 0".to_owned()).await?;
+    // Settings older servers do not know (idle_session_timeout 14+, transaction_timeout 17+,
+    // client_connection_check_interval 14+) or managed services pin.
+    for setting in [
+        "SET idle_session_timeout = 0",
+        "SET transaction_timeout = 0",
+        "SET client_connection_check_interval = '2s'",
+        "SET tcp_keepalives_idle = 30",
+        "SET tcp_keepalives_interval = 10",
+        "SET tcp_keepalives_count = 3",
+    ] {
+        if let Err(error) = execute(conn, setting.to_owned()).await {
+            tracing::debug!(%error, setting, "session setting not applied");
+        }
     }
     Ok(())
 }
 
+/// The connection URL with client-side TCP keepalives after 30 s of silence (unless the URL
+/// sets its own), so a head or a waiter on a server that vanished finds out in about a
+/// minute rather than the system's two hours, and rejoins the line elsewhere.
+fn with_keepalives(url: &str) -> Result<String, LineError> {
+    let mut parsed = url::Url::parse(url)?;
+    let has = |key: &str| parsed.query_pairs().any(|(k, _)| k == key);
+    let missing: Vec<(&str, &str)> = [
+        ("keepalives_idle", "30"),
+        ("keepalives_interval", "10"),
+        ("keepalives_retries", "3"),
+    ]
+    .into_iter()
+    .filter(|(key, _)| !has(key))
+    .collect();
+    parsed.query_pairs_mut().extend_pairs(missing);
+    Ok(parsed.into())
+}
+
 async fn execute(conn: &mut AsyncPgConnection, sql: String) -> diesel::QueryResult<()> {
     diesel::sql_query(sql).execute(conn).await.map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keepalives_are_added_unless_the_url_sets_them() {
+        let url = with_keepalives("postgres://u@db/vidq?keepalives_idle=5").unwrap();
+        assert_eq!(
+            url,
+            "postgres://u@db/vidq?keepalives_idle=5&keepalives_interval=10&keepalives_retries=3"
+        );
+        let url = with_keepalives("postgres://u@db/vidq").unwrap();
+        assert!(url.ends_with("?keepalives_idle=30&keepalives_interval=10&keepalives_retries=3"));
+    }
 }

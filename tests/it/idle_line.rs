@@ -110,10 +110,15 @@ async fn a_burst_reaches_every_worker_through_the_line_without_a_poll() {
         &claims,
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
     // Exactly one head; the other three wait their turn.
+    wait_for_count(
+        &app,
+        &line_lock_sql("count(*)", false),
+        3,
+        Duration::from_secs(10),
+    )
+    .await;
     assert_eq!(app.count(&line_lock_sql("count(*)", true)).await, 1);
-    assert_eq!(app.count(&line_lock_sql("count(*)", false)).await, 3);
     // 12 jobs in one commit carry one notification: the head takes one job, and each worker
     // after it must find the rest on its own when its turn comes.
     let mut conn = app.pool.get().await.unwrap();
@@ -149,7 +154,13 @@ async fn when_the_head_loses_its_connection_the_next_in_line_takes_over() {
         &claims,
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_for_count(
+        &app,
+        &line_lock_sql("count(*)", false),
+        2,
+        Duration::from_secs(10),
+    )
+    .await;
     let head = app.count(&line_lock_sql("min(pid)::bigint", true)).await;
     assert_eq!(
         app.count(&format!(
@@ -169,6 +180,14 @@ async fn when_the_head_loses_its_connection_the_next_in_line_takes_over() {
     .await;
     app.uploaded_video(&key).await;
     wait_for_count(&app, COMPLETED, 1, Duration::from_secs(3)).await;
+    // The worker whose session was killed reconnected and stands in line again.
+    wait_for_count(
+        &app,
+        &line_lock_sql("count(*)", false),
+        2,
+        Duration::from_secs(5),
+    )
+    .await;
     for worker in workers {
         worker.stop().await;
     }
