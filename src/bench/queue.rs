@@ -113,6 +113,7 @@ async fn start_workers(
             body: body.clone(),
             settings: settings(n, listeners),
             on_claim: on_claim.clone(),
+            health: Default::default(),
         });
         handles.push(tokio::spawn(runner.run(stop.clone())));
     }

@@ -8,6 +8,7 @@ pub mod auth;
 pub mod dto;
 pub mod error;
 pub mod routes;
+pub mod worker_health;
 
 use actix_web::{App, HttpServer, middleware, web};
 use tokio_util::sync::CancellationToken;
@@ -49,10 +50,15 @@ pub fn serve(
     .disable_signals()
     .shutdown_timeout(10)
     .run();
+    stop_on(&server, shutdown);
+    Ok(server)
+}
+
+/// Stops `server` gracefully once `shutdown` is cancelled.
+pub(crate) fn stop_on(server: &actix_web::dev::Server, shutdown: CancellationToken) {
     let handle = server.handle();
     tokio::spawn(async move {
         shutdown.cancelled().await;
         handle.stop(true).await;
     });
-    Ok(server)
 }

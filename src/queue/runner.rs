@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::JobBody;
+use super::health::{Ended, WorkerHealth};
 use super::heartbeat::{StopReason, keep_alive};
 use super::line::Listeners;
 use crate::app::jobs::{self, Claim, JobError};
@@ -55,7 +56,12 @@ pub struct Runner<B: JobBody> {
     pub settings: WorkerSettings,
     /// Optional claim hook.
     pub on_claim: Option<ClaimObserver>,
+    /// Counters for the health listener.
+    pub health: Arc<WorkerHealth>,
 }
+
+/// How soon a claim that failed is tried again.
+const CLAIM_RETRY: Duration = Duration::from_millis(200);
 
 /// How long shutdown waits for running attempts to hand their claims back.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -85,34 +91,57 @@ impl<B: JobBody> Runner<B> {
         let mut last_reap: Option<Instant> = None;
         tracing::info!(node = %self.settings.node_id, slots = self.settings.slots, "worker started");
         while !shutdown.is_cancelled() {
+            self.health.turned();
             if last_reap.is_none_or(|at| at.elapsed() >= self.settings.poll) {
-                if let Err(error) = jobs::reap_dead(&self.pool).await {
-                    tracing::warn!(error = %crate::telemetry::error_chain(&error), "reaping dead jobs failed");
+                let reaped = jobs::reap_dead(&self.pool).await;
+                if let Err(error) = &reaped {
+                    tracing::warn!(error = %crate::telemetry::error_chain(error), "reaping dead jobs failed");
                 }
+                self.health.database(
+                    reaped
+                        .map(drop)
+                        .map_err(|e| crate::telemetry::error_chain(&e)),
+                );
                 last_reap = Some(Instant::now());
             }
             let mut found_nothing = false;
+            let mut claim_failed = false;
             while let Ok(permit) = slots.clone().try_acquire_owned() {
                 match self.claim_one().await {
                     Ok(Some(claim)) => {
+                        self.health.claimed(Ok(true));
+                        self.health.attempt_started();
                         running.spawn(self.clone().attempt(claim, permit, shutdown.clone()));
                     }
                     Ok(None) => {
+                        self.health.claimed(Ok(false));
                         found_nothing = true;
                         break;
                     }
                     Err(error) => {
-                        tracing::warn!(error = %crate::telemetry::error_chain(&error), "claim failed");
+                        let error = crate::telemetry::error_chain(&error);
+                        tracing::warn!(%error, "claim failed");
+                        self.health.claimed(Err(error));
                         found_nothing = true;
+                        claim_failed = true;
                         break;
                     }
                 }
             }
             idle.send_if_modified(|was| std::mem::replace(was, found_nothing) != found_nothing);
+            // A failed claim may have used up the only wake-up this process will get (a
+            // notification while it heads the idle line, or the line's catch-up after a
+            // reconnect), and a broken pooled connection is replaced on the next checkout:
+            // look again soon rather than at the next poll.
+            let pause = if claim_failed {
+                self.settings.poll.min(CLAIM_RETRY)
+            } else {
+                self.settings.poll
+            };
             tokio::select! {
                 () = shutdown.cancelled() => {}
                 () = wake.notified() => {}
-                () = tokio::time::sleep(self.settings.poll) => {}
+                () = tokio::time::sleep(pause) => {}
                 Some(_) = running.join_next(), if !running.is_empty() => {}
             }
         }
@@ -201,18 +230,21 @@ impl<B: JobBody> Runner<B> {
                 Ok(()) => {
                     tracing::info!("video ready");
                     self.body.after_ready(claim.video, claim.attempt).await;
-                    Ok(())
+                    Ok(Ended::Ready)
                 }
                 Err(err) => Err(err),
             },
             (Err(_), Some(StopReason::Lost)) => {
                 tracing::warn!("claim lost during the attempt; its result is dropped");
-                jobs::record_lost(&self.pool, claim, "lease lost during the attempt").await
+                jobs::record_lost(&self.pool, claim, "lease lost during the attempt")
+                    .await
+                    .map(|()| Ended::Lost)
             }
 
             (Err(_), Some(StopReason::Shutdown)) => {
                 jobs::release(&self.pool, claim).await.map(|()| {
                     tracing::info!("claim handed back for another node");
+                    Ended::Released
                 })
             }
             (Err(_), Some(StopReason::Deadline)) => {
@@ -222,7 +254,13 @@ impl<B: JobBody> Runner<B> {
                 );
                 jobs::fail_or_retry(&self.pool, claim, &error, self.settings.retry_delay)
                     .await
-                    .map(drop)
+                    .map(|retrying| {
+                        if retrying {
+                            Ended::Retry
+                        } else {
+                            Ended::Failed
+                        }
+                    })
             }
             (Err(error), None) => {
                 match jobs::fail_or_retry(&self.pool, claim, &error, self.settings.retry_delay)
@@ -230,27 +268,32 @@ impl<B: JobBody> Runner<B> {
                 {
                     Ok(true) => {
                         tracing::warn!(code = error.code, message = %error.message, "attempt failed; retrying later");
-                        Ok(())
+                        Ok(Ended::Retry)
                     }
                     Ok(false) => {
                         tracing::warn!(code = error.code, message = %error.message, "video failed");
-                        Ok(())
+                        Ok(Ended::Failed)
                     }
                     Err(err) => Err(err),
                 }
             }
         };
-        match outcome {
-            Ok(()) => {}
+        let ended = match outcome {
+            Ok(ended) => ended,
             Err(JobError::ClaimLost) => {
                 tracing::warn!("claim lost before the result was recorded; nothing was written");
                 let _ =
                     jobs::record_lost(&self.pool, claim, "fence matched nothing at finalize").await;
+                Ended::Lost
             }
-            Err(error) => tracing::error!(
-                error = %crate::telemetry::error_chain(&error),
-                "could not record the attempt's end; its lease will expire and another node will retry"
-            ),
-        }
+            Err(error) => {
+                tracing::error!(
+                    error = %crate::telemetry::error_chain(&error),
+                    "could not record the attempt's end; its lease will expire and another node will retry"
+                );
+                Ended::Unrecorded
+            }
+        };
+        self.health.attempt_ended(ended);
     }
 }

@@ -127,6 +127,7 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         &config.queue,
         &config.media,
         storage,
+        Default::default(),
         shutdown.clone(),
     );
     let mut relay_args = config.relay.clone();

@@ -1,7 +1,8 @@
 //! The `worker` role: claims encoding jobs and runs the media pipeline on them. No public
-//! port, no migrations, no uploads or relay; a pool of at most 2 connections plus the LISTEN
-//! connection. Any number of workers on any number of hosts share one database.
+//! port (an optional health listener on loopback), no migrations, no uploads or relay; a
+//! pool of at most 2 connections plus the LISTEN connection. Any number of workers on any number of hosts share one database.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use crate::adapters::storage::Storage;
 use crate::config::{MediaArgs, Secret, StorageConfig};
 use crate::db;
 use crate::pipeline::Pipeline;
+use crate::queue::health::WorkerHealth;
 use crate::queue::runner::{Runner, WorkerSettings};
 
 /// Most connections a worker's pool holds (claims, heartbeats, finalizes share them).
@@ -94,6 +96,11 @@ pub struct WorkerConfig {
     pub database_url: Secret,
     #[command(flatten)]
     pub queue: QueueArgs,
+    /// Serve `/healthz` and `/metrics` on this loopback address (e.g. 127.0.0.1:9091). Off
+    /// by default; only loopback addresses are accepted.
+    #[arg(long = "health-listen", env = "VIDQ_HEALTH_LISTEN", value_name = "ADDR",
+          value_parser = crate::http::worker_health::loopback_addr)]
+    pub health_listen: Option<SocketAddr>,
     #[command(flatten)]
     pub storage: StorageConfig,
     #[command(flatten)]
@@ -103,11 +110,27 @@ pub struct WorkerConfig {
 /// Runs a worker until `shutdown`.
 pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     let storage = Storage::connect(&config.storage, None).await;
+    let health = Arc::new(WorkerHealth::default());
+    if let Some(addr) = config.health_listen {
+        let listener = std::net::TcpListener::bind(addr)
+            .with_context(|| format!("cannot listen on {addr} (VIDQ_HEALTH_LISTEN)"))?;
+        let settings = config.queue.settings()?;
+        let server = crate::http::worker_health::serve(
+            listener,
+            health.clone(),
+            settings.slots,
+            settings.poll,
+            shutdown.clone(),
+        )?;
+        tracing::info!(%addr, "health listener on /healthz and /metrics");
+        tokio::spawn(server);
+    }
     run_with(
         config.database_url.expose(),
         &config.queue,
         &config.media,
         storage,
+        health,
         shutdown,
     )
     .await
@@ -119,6 +142,7 @@ pub async fn run_with(
     queue: &QueueArgs,
     media: &MediaArgs,
     storage: Storage,
+    health: Arc<WorkerHealth>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let settings = queue.settings()?;
@@ -143,6 +167,7 @@ pub async fn run_with(
         body: Arc::new(body),
         settings,
         on_claim: None,
+        health,
     });
     runner.run(shutdown).await;
     Ok(())

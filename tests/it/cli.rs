@@ -116,6 +116,16 @@ async fn a_bad_setting_fails_at_start_naming_its_variable() {
         assert_eq!(out.status.code(), Some(2), "{name}");
         assert!(stderr(&out).contains(name), "{name}: {}", stderr(&out));
     }
+    // A worker opens no public port: its health listener takes loopback addresses only.
+    let mut env = base.to_vec();
+    env.push(("VIDQ_HEALTH_LISTEN", "0.0.0.0:9091"));
+    let out = vidq(&["worker"], &env).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("VIDQ_HEALTH_LISTEN") && stderr(&out).contains("loopback only"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[tokio::test]

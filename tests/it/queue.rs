@@ -54,6 +54,7 @@ impl Worker {
             body,
             settings,
             on_claim,
+            health: Default::default(),
         });
         let stop = CancellationToken::new();
         let handle = tokio::spawn(runner.run(stop.clone()));

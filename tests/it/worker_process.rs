@@ -22,8 +22,17 @@ fn long_clip() -> std::path::PathBuf {
 }
 
 fn spawn_worker(app: &TestApp, node: &str, work_dir: &Path, threads: &str) -> Child {
+    worker_command(app, node, work_dir, threads)
+        .spawn()
+        .unwrap()
+}
+
+/// `vidq worker` against the test's database, S3 and a short lease; the log goes next to
+/// `work_dir`.
+fn worker_command(app: &TestApp, node: &str, work_dir: &Path, threads: &str) -> Command {
     let log = std::fs::File::create(work_dir.with_extension("log")).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_vidq"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vidq"));
+    command
         .arg("worker")
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -42,9 +51,8 @@ fn spawn_worker(app: &TestApp, node: &str, work_dir: &Path, threads: &str) -> Ch
         .env("RUST_LOG", "info")
         .stdout(std::process::Stdio::null())
         .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
+        .kill_on_drop(true);
+    command
 }
 
 /// Waits until an FFmpeg encode (the tee output) runs with a command line under `dir`.
@@ -317,4 +325,105 @@ async fn a_worker_cut_off_from_its_database_kills_ffmpeg_and_drops_the_result() 
     .await;
     worker.stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(40), worker.handle).await;
+}
+
+/// GETs `path` from a worker's health listener: status and body.
+async fn probe(port: u16, path: &str) -> Option<(u16, String)> {
+    let response = reqwest::get(format!("http://127.0.0.1:{port}{path}"))
+        .await
+        .ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.text().await.ok()?))
+}
+
+/// Polls `path` until it answers `status`; returns the body.
+async fn probe_until(port: u16, path: &str, status: u16, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = probe(port, path).await;
+        if let Some((s, body)) = &got
+            && *s == status
+        {
+            return body.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} did not answer {status} within {within:?}: {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_health_listener_reports_work_done_and_a_lost_database() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let work = tempfile::tempdir().unwrap();
+    let upstream = {
+        let url = url::Url::parse(&app.db.url).unwrap();
+        format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432))
+    };
+    let proxy = crate::proxy::Proxy::start(upstream).await;
+    let port = {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        free.local_addr().unwrap().port()
+    };
+    let mut worker = worker_command(&app, "probed", work.path(), "1")
+        .env("DATABASE_URL", proxy.url_for(&app.db.url))
+        .env("VIDQ_HEALTH_LISTEN", format!("127.0.0.1:{port}"))
+        .spawn()
+        .unwrap();
+
+    let body = probe_until(port, "/healthz", 200, Duration::from_secs(15)).await;
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["slots"], 1);
+
+    upload_clip(&app, &key, &clips::video(1, 320, 240)).await;
+    wait_for_count(
+        &app,
+        "SELECT count(*) AS n FROM videos WHERE status = 'ready'",
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    // The attempt is counted once the worker has finished with it, a moment after READY.
+    let expected = [
+        "vidq_worker_claims_total{result=\"job\"} 1\n",
+        "vidq_worker_attempts_total{outcome=\"ready\"} 1\n",
+        "vidq_worker_running 0\n",
+        "vidq_worker_database_up 1\n",
+    ];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let metrics = probe_until(port, "/metrics", 200, Duration::from_secs(1)).await;
+        let missing: Vec<&str> = expected
+            .iter()
+            .copied()
+            .filter(|line| !metrics.contains(line))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{missing:?} missing from:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Take the database away: the next poll fails and the probe says why.
+    proxy.cut();
+    let body = probe_until(port, "/healthz", 503, Duration::from_secs(15)).await;
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(health["status"], "unhealthy");
+    assert!(
+        health["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("database unavailable"),
+        "{health}"
+    );
+    signal(worker.id().unwrap(), "TERM");
+    let _ = tokio::time::timeout(Duration::from_secs(20), worker.wait()).await;
 }

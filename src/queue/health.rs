@@ -1,0 +1,277 @@
+//! What a worker process knows about itself, kept as counters the claim loop bumps and the
+//! optional health listener reads: whether its last database call worked, whether the loop
+//! still turns, and how many claims and attempts ended which way.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How an attempt ended, as the worker recorded it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// READY committed.
+    Ready,
+    /// Back to PENDING for another try.
+    Retry,
+    /// The video failed (permanent error or no attempts left).
+    Failed,
+    /// The claim was gone (lease lost, fence matched nothing); the result was dropped.
+    Lost,
+    /// Handed back on shutdown.
+    Released,
+    /// The end could not be recorded; the lease will expire.
+    Unrecorded,
+}
+
+impl Ended {
+    const ALL: [Ended; 6] = [
+        Ended::Ready,
+        Ended::Retry,
+        Ended::Failed,
+        Ended::Lost,
+        Ended::Released,
+        Ended::Unrecorded,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Ended::Ready => "ready",
+            Ended::Retry => "retry",
+            Ended::Failed => "failed",
+            Ended::Lost => "lost",
+            Ended::Released => "released",
+            Ended::Unrecorded => "unrecorded",
+        }
+    }
+}
+
+/// The worker's own account of itself.
+#[derive(Debug)]
+pub struct WorkerHealth {
+    started: Instant,
+    /// Milliseconds after `started` of the claim loop's last turn.
+    last_turn_ms: AtomicU64,
+    /// The last database call's error; `None` once one succeeds again.
+    database_error: Mutex<Option<String>>,
+    claims_job: AtomicU64,
+    claims_empty: AtomicU64,
+    claims_failed: AtomicU64,
+    running: AtomicU64,
+    ended: [AtomicU64; Ended::ALL.len()],
+}
+
+impl Default for WorkerHealth {
+    fn default() -> Self {
+        Self {
+            started: Instant::now(),
+            last_turn_ms: AtomicU64::new(0),
+            database_error: Mutex::new(None),
+            claims_job: AtomicU64::new(0),
+            claims_empty: AtomicU64::new(0),
+            claims_failed: AtomicU64::new(0),
+            running: AtomicU64::new(0),
+            ended: Default::default(),
+        }
+    }
+}
+
+/// The health listener's answer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The loop turns and the database answers.
+    Healthy,
+    /// Why not.
+    Unhealthy(String),
+}
+
+impl WorkerHealth {
+    /// The claim loop came round.
+    pub fn turned(&self) {
+        self.last_turn_ms
+            .store(self.elapsed_ms(), Ordering::Relaxed);
+    }
+
+    /// A claim statement's result: `Some(true)` claimed a job, `Some(false)` found none.
+    pub fn claimed(&self, result: Result<bool, String>) {
+        let counter = match &result {
+            Ok(true) => &self.claims_job,
+            Ok(false) => &self.claims_empty,
+            Err(_) => &self.claims_failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.database(result.map(drop));
+    }
+
+    /// Any other database call's result (the dead-job reaper runs on every poll, busy or not).
+    pub fn database(&self, result: Result<(), String>) {
+        *self.database_error.lock().expect("not poisoned") = result.err();
+    }
+
+    /// An attempt started.
+    pub fn attempt_started(&self) {
+        self.running.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An attempt ended.
+    pub fn attempt_ended(&self, how: Ended) {
+        self.running.fetch_sub(1, Ordering::Relaxed);
+        let i = Ended::ALL.iter().position(|e| *e == how).expect("listed");
+        self.ended[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Healthy while the loop turned within `stall` and the last database call worked.
+    pub fn verdict(&self, stall: Duration) -> Verdict {
+        if let Some(error) = self.database_error.lock().expect("not poisoned").clone() {
+            return Verdict::Unhealthy(format!("database unavailable: {error}"));
+        }
+        let since = Duration::from_millis(
+            self.elapsed_ms()
+                .saturating_sub(self.last_turn_ms.load(Ordering::Relaxed)),
+        );
+        if since > stall {
+            return Verdict::Unhealthy(format!(
+                "the claim loop has not come round for {} s",
+                since.as_secs()
+            ));
+        }
+        Verdict::Healthy
+    }
+
+    /// Attempts running now.
+    pub fn running(&self) -> u64 {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    /// The counters in Prometheus' text format.
+    pub fn metrics(&self, slots: u32) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let mut family = |name: &str, kind: &str, help: &str, rows: &[(&str, u64)]| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (labels, value) in rows {
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }
+        };
+        family(
+            "vidq_worker_slots",
+            "gauge",
+            "Attempts this process runs at once.",
+            &[("", u64::from(slots))],
+        );
+        family(
+            "vidq_worker_running",
+            "gauge",
+            "Attempts running now.",
+            &[("", self.running())],
+        );
+        family(
+            "vidq_worker_claims_total",
+            "counter",
+            "Claim statements run, by what they found.",
+            &[
+                ("{result=\"job\"}", self.claims_job.load(Ordering::Relaxed)),
+                (
+                    "{result=\"empty\"}",
+                    self.claims_empty.load(Ordering::Relaxed),
+                ),
+                (
+                    "{result=\"error\"}",
+                    self.claims_failed.load(Ordering::Relaxed),
+                ),
+            ],
+        );
+        let ended: Vec<(String, u64)> = Ended::ALL
+            .iter()
+            .zip(&self.ended)
+            .map(|(how, n)| {
+                (
+                    format!("{{outcome=\"{}\"}}", how.label()),
+                    n.load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        let ended: Vec<(&str, u64)> = ended.iter().map(|(l, n)| (l.as_str(), *n)).collect();
+        family(
+            "vidq_worker_attempts_total",
+            "counter",
+            "Attempts ended, by how.",
+            &ended,
+        );
+        family(
+            "vidq_worker_database_up",
+            "gauge",
+            "1 if the last database call worked.",
+            &[(
+                "",
+                u64::from(self.database_error.lock().expect("not poisoned").is_none()),
+            )],
+        );
+        out
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_database_call_makes_it_unhealthy_until_one_works() {
+        let health = WorkerHealth::default();
+        health.turned();
+        assert_eq!(health.verdict(Duration::from_secs(5)), Verdict::Healthy);
+        health.claimed(Err("connection refused".into()));
+        assert_eq!(
+            health.verdict(Duration::from_secs(5)),
+            Verdict::Unhealthy("database unavailable: connection refused".into())
+        );
+        health.database(Ok(()));
+        assert_eq!(health.verdict(Duration::from_secs(5)), Verdict::Healthy);
+    }
+
+    #[test]
+    fn a_loop_that_stopped_turning_is_unhealthy() {
+        let health = WorkerHealth::default();
+        health.turned();
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(matches!(
+            health.verdict(Duration::from_millis(10)),
+            Verdict::Unhealthy(why) if why.contains("has not come round")
+        ));
+    }
+
+    #[test]
+    fn metrics_count_claims_and_endings() {
+        let health = WorkerHealth::default();
+        health.claimed(Ok(true));
+        health.attempt_started();
+        health.claimed(Ok(false));
+        health.claimed(Ok(false));
+        let text = health.metrics(2);
+        assert!(text.contains("vidq_worker_running 1\n"), "{text}");
+        health.attempt_ended(Ended::Ready);
+        let text = health.metrics(2);
+        assert!(text.contains("vidq_worker_slots 2\n"), "{text}");
+        assert!(text.contains("vidq_worker_running 0\n"), "{text}");
+        assert!(
+            text.contains("vidq_worker_claims_total{result=\"job\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("vidq_worker_claims_total{result=\"empty\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("vidq_worker_attempts_total{outcome=\"ready\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("vidq_worker_attempts_total{outcome=\"lost\"} 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("vidq_worker_database_up 1\n"), "{text}");
+    }
+}
