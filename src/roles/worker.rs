@@ -1,6 +1,7 @@
 //! The `worker` role: claims encoding jobs and runs the media pipeline on them. No public
 //! port (an optional health listener on loopback), no migrations, no uploads or relay; a
-//! pool of at most 2 connections plus the LISTEN connection. Any number of workers on any number of hosts share one database.
+//! pool of at most 2 connections plus the idle line's connection. Any number of workers on
+//! any number of hosts share one database.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
