@@ -1,6 +1,7 @@
 //! The idle line: idle workers take turns listening, so a new job costs one claim, not one
 //! per idle worker; bursts still spread over every worker without waiting for a poll; a
-//! head that vanishes is replaced by the next in line.
+//! head that vanishes is replaced by the next in line; a head whose claim fails tries again
+//! at once instead of sleeping until its poll.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -191,4 +192,53 @@ async fn when_the_head_loses_its_connection_the_next_in_line_takes_over() {
     for worker in workers {
         worker.stop().await;
     }
+}
+
+#[tokio::test]
+async fn a_claim_that_fails_on_a_broken_connection_is_tried_again_at_once() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let upstream = {
+        let url = url::Url::parse(&app.db.url).unwrap();
+        format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432))
+    };
+    let proxy = crate::proxy::Proxy::start(upstream).await;
+    // Claims go through the proxy; the line's connection does not, so the head hears the
+    // notification and its claim is the one that meets the broken connection.
+    let mut settings = fast_settings("blipped");
+    settings.poll = Duration::from_secs(60);
+    let runner = Arc::new(vidq::queue::runner::Runner {
+        pool: vidq::db::connect(&proxy.url_for(&app.db.url), 2)
+            .await
+            .unwrap(),
+        database_url: app.db.url.clone(),
+        body: Scripted::new(Step::Succeed(Duration::ZERO)),
+        settings,
+        on_claim: None,
+        health: Default::default(),
+    });
+    let stop = tokio_util::sync::CancellationToken::new();
+    let handle = tokio::spawn(runner.clone().run(stop.clone()));
+    wait_for_count(
+        &app,
+        &line_lock_sql("count(*)", true),
+        1,
+        Duration::from_secs(10),
+    )
+    .await;
+
+    proxy.blip();
+    app.uploaded_video(&key).await;
+    // The poll is a minute away: only the quick retry can pick this job up in time.
+    wait_for_count(&app, COMPLETED, 1, Duration::from_secs(3)).await;
+    assert!(
+        !runner
+            .health
+            .metrics(1)
+            .contains("vidq_worker_claims_total{result=\"error\"} 0\n"),
+        "the first claim met the broken connection:\n{}",
+        runner.health.metrics(1)
+    );
+    stop.cancel();
+    handle.await.unwrap();
 }

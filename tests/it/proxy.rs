@@ -48,6 +48,12 @@ impl Proxy {
     /// Drops every open connection and refuses new ones.
     pub fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
+        self.blip();
+    }
+
+    /// Drops every open connection but lets new ones through: a blip that leaves each
+    /// pooled connection broken.
+    pub fn blip(&self) {
         let mut generation = self.generation.lock().unwrap();
         generation.cancel();
         *generation = CancellationToken::new();
