@@ -18,13 +18,11 @@
 //!   in line takes over. Every worker's poll tick stays the safety net, also for a head that
 //!   hangs with its connection open.
 
-use std::pin::pin;
-use std::time::Duration;
-
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use futures_util::StreamExt;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+use super::listener::{ListenError, Reconnect, pump};
 
 /// The advisory lock key of the idle line ("vidqidle"). Advisory locks are per database, so
 /// deployments sharing a server do not share a line.
@@ -40,9 +38,6 @@ pub enum Listeners {
     EveryIdle,
 }
 
-/// Why the line's connection had to be given up.
-type LineError = Box<dyn std::error::Error + Send + Sync>;
-
 /// Starts the line for one worker process. `idle` is the runner's "I have a free slot and
 /// found nothing"; `wake` asks the runner to claim. Returns at once; the runner's first
 /// claim does not depend on the line.
@@ -55,27 +50,21 @@ pub fn spawn(
     stop: CancellationToken,
 ) {
     tokio::spawn(async move {
-        let mut backoff = Duration::from_millis(100);
+        let line = Line {
+            url: &url,
+            channel,
+            listeners,
+        };
+        let mut retry = Reconnect::new("idle line connection");
         while !stop.is_cancelled() {
-            let line = Line {
-                url: &url,
-                channel,
-                listeners,
+            let Err(error) = line.stand(&mut idle, &wake, &stop, &mut retry).await else {
+                return;
             };
-            match line.stand(&mut idle, &wake, &stop, &mut backoff).await {
-                Ok(()) => return,
-                Err(error) => {
-                    let error = crate::telemetry::error_chain(error.as_ref());
-                    tracing::warn!(%error, "idle line connection failed; relying on polling until it is back");
-                }
-            }
-            // Notifications may have been missed while the connection was down.
+            // Notifications may be missed while the connection is down.
             wake();
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(backoff) => {}
+            if !retry.after(&error, &stop).await {
+                return;
             }
-            backoff = (backoff * 2).min(Duration::from_secs(5));
         }
     });
 }
@@ -93,13 +82,13 @@ impl Line<'_> {
         idle: &mut watch::Receiver<bool>,
         wake: &impl Fn(),
         stop: &CancellationToken,
-        backoff: &mut Duration,
-    ) -> Result<(), LineError> {
+        retry: &mut Reconnect,
+    ) -> Result<(), ListenError> {
         let channel = self.channel;
         let exclusive = self.listeners == Listeners::HeadOfLine;
         let mut conn = crate::db::pool::dedicated(&with_keepalives(self.url)?).await?;
         prepare_session(&mut conn).await?;
-        *backoff = Duration::from_millis(100);
+        retry.connected();
         loop {
             tokio::select! {
                 () = stop.cancelled() => return Ok(()),
@@ -115,23 +104,12 @@ impl Line<'_> {
                 execute(&mut conn, format!("LISTEN {channel}")).await?;
                 tracing::debug!("head of the idle line");
                 wake();
-                {
-                    // Until the runner is busy (the stream borrows the connection).
-                    let mut notes = pin!(conn.notifications_stream());
-                    loop {
-                        tokio::select! {
-                            () = stop.cancelled() => return Ok(()),
-                            waited = idle.wait_for(|idle| !*idle) => {
-                                if waited.is_err() { return Ok(()) }
-                                break;
-                            }
-                            note = notes.next() => match note {
-                                Some(Ok(_)) => wake(),
-                                Some(Err(error)) => return Err(error.into()),
-                                None => return Err("the LISTEN connection closed".into()),
-                            },
-                        }
-                    }
+                // Until the runner is busy; a runner that is gone ends the loop above.
+                let busy = async {
+                    let _ = idle.wait_for(|idle| !*idle).await;
+                };
+                if !pump(&mut conn, wake, stop, busy).await? {
+                    return Ok(());
                 }
                 execute(&mut conn, format!("UNLISTEN {channel}")).await?;
             }
@@ -149,7 +127,7 @@ impl Line<'_> {
 /// The line's waits are meant to be long and silent, so no server-wide timeout may end them,
 /// and the server must notice a worker host that vanished (its keepalives, and while queued
 /// the connection check), or the lock would stay with a dead session for hours.
-async fn prepare_session(conn: &mut AsyncPgConnection) -> Result<(), LineError> {
+async fn prepare_session(conn: &mut AsyncPgConnection) -> Result<(), ListenError> {
     execute(conn, "SET statement_timeout = 0".to_owned()).await?;
     execute(conn, "SET lock_timeout = 0".to_owned()).await?;
     // Settings older servers do not know (idle_session_timeout 14+, transaction_timeout 17+,
@@ -172,7 +150,7 @@ async fn prepare_session(conn: &mut AsyncPgConnection) -> Result<(), LineError> 
 /// The connection URL with client-side TCP keepalives after 30 s of silence (unless the URL
 /// sets its own), so a head or a waiter on a server that vanished finds out in about a
 /// minute rather than the system's two hours, and rejoins the line elsewhere.
-fn with_keepalives(url: &str) -> Result<String, LineError> {
+fn with_keepalives(url: &str) -> Result<String, ListenError> {
     let mut parsed = url::Url::parse(url)?;
     let has = |key: &str| parsed.query_pairs().any(|(k, _)| k == key);
     let missing: Vec<(&str, &str)> = [
