@@ -6,7 +6,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// How an attempt ended, as the worker recorded it.
+/// How an attempt ended, as the worker recorded it (the order of [`Ended::ALL`], which
+/// also indexes the counters).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ended {
     /// READY committed.
@@ -44,6 +45,9 @@ impl Ended {
         }
     }
 }
+
+/// One metric family: name, type, help, and its rows (labels, value).
+type Family = (&'static str, &'static str, &'static str, Vec<(String, u64)>);
 
 /// The worker's own account of itself.
 #[derive(Debug)]
@@ -115,8 +119,7 @@ impl WorkerHealth {
     /// An attempt ended.
     pub fn attempt_ended(&self, how: Ended) {
         self.running.fetch_sub(1, Ordering::Relaxed);
-        let i = Ended::ALL.iter().position(|e| *e == how).expect("listed");
-        self.ended[i].fetch_add(1, Ordering::Relaxed);
+        self.ended[how as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Healthy while the loop turned within `stall` and the last database call worked.
@@ -145,67 +148,58 @@ impl WorkerHealth {
     /// The counters in Prometheus' text format.
     pub fn metrics(&self, slots: u32) -> String {
         use std::fmt::Write;
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        let database_up = self.database_error.lock().expect("not poisoned").is_none();
+        let families: [Family; 5] = [
+            (
+                "vidq_worker_slots",
+                "gauge",
+                "Attempts this process runs at once.",
+                vec![(String::new(), u64::from(slots))],
+            ),
+            (
+                "vidq_worker_running",
+                "gauge",
+                "Attempts running now.",
+                vec![(String::new(), self.running())],
+            ),
+            (
+                "vidq_worker_claims_total",
+                "counter",
+                "Claim statements run, by what they found.",
+                [
+                    ("job", &self.claims_job),
+                    ("empty", &self.claims_empty),
+                    ("error", &self.claims_failed),
+                ]
+                .into_iter()
+                .map(|(result, n)| (format!("{{result=\"{result}\"}}"), load(n)))
+                .collect(),
+            ),
+            (
+                "vidq_worker_attempts_total",
+                "counter",
+                "Attempts ended, by how.",
+                Ended::ALL
+                    .iter()
+                    .zip(&self.ended)
+                    .map(|(how, n)| (format!("{{outcome=\"{}\"}}", how.label()), load(n)))
+                    .collect(),
+            ),
+            (
+                "vidq_worker_database_up",
+                "gauge",
+                "1 if the last database call worked.",
+                vec![(String::new(), u64::from(database_up))],
+            ),
+        ];
         let mut out = String::new();
-        let mut family = |name: &str, kind: &str, help: &str, rows: &[(&str, u64)]| {
+        for (name, kind, help, rows) in families {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             for (labels, value) in rows {
                 let _ = writeln!(out, "{name}{labels} {value}");
             }
-        };
-        family(
-            "vidq_worker_slots",
-            "gauge",
-            "Attempts this process runs at once.",
-            &[("", u64::from(slots))],
-        );
-        family(
-            "vidq_worker_running",
-            "gauge",
-            "Attempts running now.",
-            &[("", self.running())],
-        );
-        family(
-            "vidq_worker_claims_total",
-            "counter",
-            "Claim statements run, by what they found.",
-            &[
-                ("{result=\"job\"}", self.claims_job.load(Ordering::Relaxed)),
-                (
-                    "{result=\"empty\"}",
-                    self.claims_empty.load(Ordering::Relaxed),
-                ),
-                (
-                    "{result=\"error\"}",
-                    self.claims_failed.load(Ordering::Relaxed),
-                ),
-            ],
-        );
-        let ended: Vec<(String, u64)> = Ended::ALL
-            .iter()
-            .zip(&self.ended)
-            .map(|(how, n)| {
-                (
-                    format!("{{outcome=\"{}\"}}", how.label()),
-                    n.load(Ordering::Relaxed),
-                )
-            })
-            .collect();
-        let ended: Vec<(&str, u64)> = ended.iter().map(|(l, n)| (l.as_str(), *n)).collect();
-        family(
-            "vidq_worker_attempts_total",
-            "counter",
-            "Attempts ended, by how.",
-            &ended,
-        );
-        family(
-            "vidq_worker_database_up",
-            "gauge",
-            "1 if the last database call worked.",
-            &[(
-                "",
-                u64::from(self.database_error.lock().expect("not poisoned").is_none()),
-            )],
-        );
+        }
         out
     }
 

@@ -115,12 +115,11 @@ pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::R
     if let Some(addr) = config.health_listen {
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("cannot listen on {addr} (VIDQ_HEALTH_LISTEN)"))?;
-        let settings = config.queue.settings()?;
         let server = crate::http::worker_health::serve(
             listener,
             health.clone(),
-            settings.slots,
-            settings.poll,
+            config.queue.slots,
+            Duration::from_millis(config.queue.poll_ms),
             shutdown.clone(),
         )?;
         tracing::info!(%addr, "health listener on /healthz and /metrics");
