@@ -14,6 +14,17 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// A proxy to the server `database_url` points at.
+    pub async fn in_front_of(database_url: &str) -> Self {
+        let url = url::Url::parse(database_url).unwrap();
+        Self::start(format!(
+            "{}:{}",
+            url.host_str().unwrap(),
+            url.port().unwrap_or(5432)
+        ))
+        .await
+    }
+
     pub async fn start(upstream: String) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();

@@ -246,11 +246,7 @@ async fn a_worker_cut_off_from_its_database_kills_ffmpeg_and_drops_the_result() 
     let video = upload_clip(&app, &key, &long_clip()).await;
     let id = video_id(&video);
     let work = tempfile::tempdir().unwrap();
-    let upstream = {
-        let url = url::Url::parse(&app.db.url).unwrap();
-        format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432))
-    };
-    let proxy = crate::proxy::Proxy::start(upstream).await;
+    let proxy = crate::proxy::Proxy::in_front_of(&app.db.url).await;
     let media = MediaConfig {
         threads: 1,
         ..MediaConfig::default()
@@ -359,11 +355,7 @@ async fn the_health_listener_reports_work_done_and_a_lost_database() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let work = tempfile::tempdir().unwrap();
-    let upstream = {
-        let url = url::Url::parse(&app.db.url).unwrap();
-        format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432))
-    };
-    let proxy = crate::proxy::Proxy::start(upstream).await;
+    let proxy = crate::proxy::Proxy::in_front_of(&app.db.url).await;
     let port = {
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         free.local_addr().unwrap().port()
