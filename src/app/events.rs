@@ -7,10 +7,9 @@
 //! running transaction), so waiters also re-read on a short interval.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::{AppContext, AppError};
@@ -32,16 +31,15 @@ pub struct EventSignal(Arc<SignalState>);
 #[derive(Debug)]
 struct SignalState {
     ticks: watch::Sender<u64>,
-    waiting: AtomicUsize,
-    first_waiter: Notify,
+    /// Readers waiting now.
+    waiting: watch::Sender<usize>,
 }
 
 impl Default for EventSignal {
     fn default() -> Self {
         Self(Arc::new(SignalState {
             ticks: watch::channel(0).0,
-            waiting: AtomicUsize::new(0),
-            first_waiter: Notify::new(),
+            waiting: watch::channel(0).0,
         }))
     }
 }
@@ -51,7 +49,7 @@ struct Waiting(EventSignal);
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        self.0.0.waiting.fetch_sub(1, Ordering::SeqCst);
+        self.0.0.waiting.send_modify(|n| *n -= 1);
     }
 }
 
@@ -66,14 +64,8 @@ impl EventSignal {
     }
 
     fn waiting(&self) -> Waiting {
-        if self.0.waiting.fetch_add(1, Ordering::SeqCst) == 0 {
-            self.0.first_waiter.notify_one();
-        }
+        self.0.waiting.send_modify(|n| *n += 1);
         Waiting(self.clone())
-    }
-
-    fn waiters(&self) -> usize {
-        self.0.waiting.load(Ordering::SeqCst)
     }
 }
 
@@ -86,34 +78,33 @@ pub async fn keep_readers_woken(
     stop: CancellationToken,
 ) {
     use crate::db::wake::{Announce, WakeSession};
-    const CHECK: Duration = Duration::from_millis(100);
+    // How often a waiter re-checks its hold (a held session is pinged, a covered one tries
+    // to take the lock). A lapse costs readers nothing beyond their own RECHECK.
+    const CHECK: Duration = Duration::from_secs(1);
+    let mut waiters = signal.0.waiting.subscribe();
     let mut session = WakeSession::new(Some(database_url));
-    while !stop.is_cancelled() {
-        if signal.waiters() == 0 {
-            // Relays may have slept "covered" by this process: wake them to take over.
-            session.hand_over().await;
-            let first = signal.0.first_waiter.notified();
-            if signal.waiters() == 0 {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    () = first => {}
-                    () = tokio::time::sleep(Duration::from_secs(5)) => {}
-                }
-            }
-            continue;
-        }
-        let nap = match session.announce().await {
-            Announce::Announced => {
-                // Producers NOTIFY from now on; readers re-read for what committed before.
-                signal.tick();
-                CHECK
-            }
-            Announce::Busy => session.busy_nap(),
-            Announce::Covered => CHECK,
-        };
+    'idle: loop {
+        // Relays may have slept "covered" by this process: wake them to take over.
+        session.hand_over().await;
         tokio::select! {
             () = stop.cancelled() => break,
-            () = tokio::time::sleep(nap) => {}
+            first = waiters.wait_for(|n| *n > 0) => if first.is_err() { break },
+        }
+        loop {
+            let nap = match session.announce().await {
+                Announce::Announced => {
+                    // Producers NOTIFY from now on; readers re-read for what committed before.
+                    signal.tick();
+                    CHECK
+                }
+                Announce::Busy => session.busy_nap(),
+                Announce::Covered => CHECK,
+            };
+            tokio::select! {
+                () = stop.cancelled() => break 'idle,
+                _ = waiters.wait_for(|n| *n == 0) => continue 'idle,
+                () = tokio::time::sleep(nap) => {}
+            }
         }
     }
     session.withdraw().await;
