@@ -13,9 +13,12 @@ use sha2::Sha256;
 /// Prefix every secret carries, so a leaked one is recognisable.
 pub const SECRET_PREFIX: &str = "whsec_";
 
-/// A signing secret in its `whsec_...` form.
+/// A signing secret in its `whsec_...` form, with the key it decodes to.
 #[derive(Clone, PartialEq, Eq)]
-pub struct WebhookSecret(String);
+pub struct WebhookSecret {
+    text: String,
+    key: Vec<u8>,
+}
 
 impl std::fmt::Debug for WebhookSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -32,32 +35,32 @@ impl WebhookSecret {
     /// 32 fresh random bytes.
     pub fn generate() -> Self {
         let key: [u8; 32] = rand::random();
-        Self(format!("{SECRET_PREFIX}{}", STANDARD.encode(key)))
+        Self {
+            text: format!("{SECRET_PREFIX}{}", STANDARD.encode(key)),
+            key: key.to_vec(),
+        }
     }
 
     /// Reads a stored `whsec_...` secret.
     pub fn parse(text: &str) -> Result<Self, BadSecret> {
         let encoded = text.strip_prefix(SECRET_PREFIX).ok_or(BadSecret)?;
         match STANDARD.decode(encoded) {
-            Ok(key) if !key.is_empty() => Ok(Self(text.to_owned())),
+            Ok(key) if !key.is_empty() => Ok(Self {
+                text: text.to_owned(),
+                key,
+            }),
             _ => Err(BadSecret),
         }
     }
 
     /// The `whsec_...` text (shown to the uploader once, stored in the database).
     pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    fn key(&self) -> Vec<u8> {
-        STANDARD
-            .decode(&self.0[SECRET_PREFIX.len()..])
-            .expect("checked when built")
+        &self.text
     }
 
     /// `v1,<base64 HMAC-SHA256(key, "{id}.{timestamp}.{body}")>`.
     pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key()).expect("HMAC takes any key");
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key");
         mac.update(id.as_bytes());
         mac.update(b".");
         mac.update(timestamp.to_string().as_bytes());
