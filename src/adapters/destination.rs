@@ -17,8 +17,7 @@ pub async fn resolve(url: &Url, allow_private: bool) -> Result<Vec<SocketAddr>, 
     let port = url
         .port_or_known_default()
         .ok_or(DestinationError::BadUrl)?;
-    if let Some(ip) = destination::literal_address(url) {
-        destination::check_addresses(&ip.to_string(), &[ip], allow_private)?;
+    if let Some(ip) = destination::check_literal(url, allow_private)? {
         return Ok(vec![SocketAddr::new(ip, port)]);
     }
     let host = url.host_str().ok_or(DestinationError::BadUrl)?;

@@ -53,6 +53,15 @@ pub fn literal_address(url: &Url) -> Option<IpAddr> {
     }
 }
 
+/// The address literally written in the URL, if the host is one and the policy allows it
+/// (names are checked where they are resolved).
+pub fn check_literal(url: &Url, allow_private: bool) -> Result<Option<IpAddr>, DestinationError> {
+    match literal_address(url) {
+        Some(ip) => check_addresses(&ip.to_string(), &[ip], allow_private).map(|()| Some(ip)),
+        None => Ok(None),
+    }
+}
+
 /// Whether the relay may connect to `ip` on an uploader's behalf.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {

@@ -94,10 +94,7 @@ impl WebhookSender {
             Err(err) => return failed(err.to_string()),
         };
         // Names are checked by the resolver at connect time; literal addresses never reach it.
-        if let Some(ip) = destination::literal_address(&url)
-            && let Err(err) =
-                destination::check_addresses(&ip.to_string(), &[ip], self.allow_private)
-        {
+        if let Err(err) = destination::check_literal(&url, self.allow_private) {
             return failed(err.to_string());
         }
         let secrets: Vec<WebhookSecret> = match delivery
