@@ -7,7 +7,7 @@
 //! the cursor was issued, which is impossible (invariant I8).
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Nullable, Text, Uuid as SqlUuid};
+use diesel::sql_types::{BigInt, Jsonb, Nullable, Text, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
@@ -32,8 +32,8 @@ pub struct FeedRow {
     #[diesel(sql_type = Text)]
     pub xid: String,
     /// The event envelope.
-    #[diesel(sql_type = Text)]
-    pub body: String,
+    #[diesel(sql_type = Jsonb)]
+    pub body: serde_json::Value,
 }
 
 impl FeedRow {
@@ -56,7 +56,7 @@ pub async fn page(
     limit: i64,
 ) -> QueryResult<Vec<FeedRow>> {
     prepared(
-        "SELECT id, xid::text AS xid, payload::text AS body
+        "SELECT id, xid::text AS xid, payload AS body
            FROM notification_outbox
           WHERE owner_id = $1
             AND (xid, id) > ($2::text::xid8, $3)

@@ -41,16 +41,8 @@ pub async fn list(
         wait,
     )
     .await?;
-    let events = rows
-        .iter()
-        .map(|row| serde_json::from_str(&row.body))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|err| {
-            tracing::error!(%err, "an outbox payload is not JSON");
-            ApiError::internal()
-        })?;
     Ok(HttpResponse::Ok().json(EventPageDto {
-        events,
+        events: rows.into_iter().map(|row| row.body).collect(),
         next_cursor: format_cursor(next),
     }))
 }
