@@ -195,14 +195,18 @@ pub struct Ack {
 /// Acknowledges a batch of tries in one statement, each fenced on its claim token, and logs
 /// every acknowledged try. Returns the ids that were still ours; a try whose lease lapsed
 /// and was reclaimed changes nothing.
-pub async fn ack(conn: &mut AsyncPgConnection, relay: &str, acks: &[Ack]) -> QueryResult<Vec<i64>> {
+pub async fn ack(
+    conn: &mut AsyncPgConnection,
+    relay: &str,
+    acks: &[&Ack],
+) -> QueryResult<Vec<i64>> {
     #[derive(QueryableByName)]
     struct Id {
         #[diesel(sql_type = BigInt)]
         id: i64,
     }
     // Rows are updated in id order, the order every other path locks deliveries in.
-    let mut acks: Vec<&Ack> = acks.iter().collect();
+    let mut acks = acks.to_vec();
     acks.sort_by_key(|a| a.id);
     let ids: Vec<i64> = acks.iter().map(|a| a.id).collect();
     let tokens: Vec<Uuid> = acks.iter().map(|a| a.token).collect();

@@ -368,24 +368,37 @@ impl Relay {
     }
 
     async fn ack_batch(&self, batch: &[Settlement]) {
-        let acks: Vec<Ack> = batch.iter().map(|s| s.ack.clone()).collect();
+        let acks: Vec<&Ack> = batch.iter().map(|s| &s.ack).collect();
+        let mut gone: Vec<Uuid> = batch.iter().filter_map(|s| s.disable).collect();
+        gone.sort_unstable();
+        gone.dedup();
+        // What is done stays done across retries: an acknowledgement repeated after a later
+        // step failed would match no claim token and read as tries lost to another relay.
+        let mut acked: Option<usize> = None;
+        let mut disabled = 0;
         let mut delay = Duration::from_millis(100);
         for tries_left in (0..5).rev() {
-            let acked = async {
+            let done = async {
                 let mut conn = self.pool.get().await?;
-                let acked = db::deliveries::ack(&mut conn, &self.settings.relay_id, &acks).await?;
-                for endpoint in batch.iter().filter_map(|s| s.disable) {
+                if acked.is_none() {
+                    let ids =
+                        db::deliveries::ack(&mut conn, &self.settings.relay_id, &acks).await?;
+                    acked = Some(ids.len());
+                }
+                while let Some(&endpoint) = gone.get(disabled) {
                     db::webhooks::disable(&mut conn, endpoint, "the receiver answered 410 Gone")
                         .await?;
+                    disabled += 1;
                 }
-                Ok::<_, db::DbError>(acked)
+                Ok::<_, db::DbError>(())
             }
             .await;
-            match acked {
-                Ok(acked) => {
-                    if acked.len() < acks.len() {
+            match done {
+                Ok(()) => {
+                    let acked = acked.unwrap_or_default();
+                    if acked < acks.len() {
                         tracing::warn!(
-                            lost = acks.len() - acked.len(),
+                            lost = acks.len() - acked,
                             "some tries finished after their lease ran out; another relay owns them now"
                         );
                     }
@@ -395,6 +408,10 @@ impl Relay {
                     tracing::warn!(error = %crate::telemetry::error_chain(&error), "acknowledging deliveries failed; retrying");
                     tokio::time::sleep(delay).await;
                     delay *= 2;
+                }
+                Err(error) if acked.is_some() => {
+                    // Their next 410 disables them again.
+                    tracing::error!(error = %crate::telemetry::error_chain(&error), endpoints = gone.len() - disabled, "could not disable endpoints that answered 410 Gone");
                 }
                 Err(error) => {
                     // The rows stay `sending` and are sent again after the lease, same ids.
