@@ -240,7 +240,7 @@ impl MediaArgs {
 }
 
 /// Where webhooks may point; the API checks at registration, the relay at every connection.
-#[derive(Debug, Clone, Copy, Args)]
+#[derive(Debug, Clone, Copy, Default, Args)]
 pub struct WebhookArgs {
     /// Allow webhook URLs that resolve to loopback, link-local or private addresses. Off by
     /// default: an uploader must not be able to make vidq POST into your own network. Turn on

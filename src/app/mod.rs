@@ -25,7 +25,7 @@ pub struct AppContext {
     /// Upload limits and URL lifetimes.
     pub upload: UploadConfig,
     /// Where webhooks may point.
-    pub webhooks: webhooks::WebhookPolicy,
+    pub webhooks: crate::config::WebhookArgs,
     /// Ticks when an outbox row may have committed (long-polling feed readers wait on it).
     pub events: events::EventSignal,
 }

@@ -24,14 +24,6 @@ pub const MAX_ENDPOINTS: i64 = 20;
 /// How long a registration waits for DNS.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Where webhooks may point (`VIDQ_WEBHOOK_ALLOW_PRIVATE`).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct WebhookPolicy {
-    /// Allow loopback, link-local and private destinations (tests, `vidq dev`, one trusted
-    /// network).
-    pub allow_private: bool,
-}
-
 /// Registers an endpoint for `owner`; the secret is returned once, here.
 pub async fn create(
     ctx: &AppContext,

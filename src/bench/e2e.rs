@@ -230,7 +230,7 @@ async fn run_nodes(
             upload_url_ttl_secs: 600,
             playback_url_ttl_secs: 600,
         },
-        webhooks: app::webhooks::WebhookPolicy::default(),
+        webhooks: crate::config::WebhookArgs::default(),
         events: app::events::EventSignal::default(),
     };
     ctx.storage.ensure_bucket().await?;

@@ -16,7 +16,7 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
         migrate(&config.database).await?;
     }
     let mut ctx = context(&config.database, &config.storage, &config.upload, None).await?;
-    ctx.webhooks.allow_private = config.webhooks.allow_private;
+    ctx.webhooks = config.webhooks;
     listen_for_events(&ctx, config.database.url.expose(), &shutdown).await;
     if let Err(error) = ctx.storage.check_bucket().await {
         tracing::warn!(
@@ -76,7 +76,7 @@ pub async fn context(
         db: pool,
         storage,
         upload: upload.clone(),
-        webhooks: crate::app::webhooks::WebhookPolicy::default(),
+        webhooks: crate::config::WebhookArgs::default(),
         events: crate::app::events::EventSignal::default(),
     })
 }
