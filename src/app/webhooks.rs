@@ -38,10 +38,12 @@ pub async fn create(
                 "event_types must list at least one type, or be left out for every type".into(),
             ));
         }
-        if let Some(bad) = types.iter().find(|t| t.parse::<EventType>().is_err()) {
-            return Err(AppError::BadRequest(format!(
-                "unknown event type {bad:?}; use video.accepted, video.ready or video.failed"
-            )));
+        if let Some(Err(unknown)) = types
+            .iter()
+            .map(|t| t.parse::<EventType>())
+            .find(Result::is_err)
+        {
+            return Err(AppError::BadRequest(unknown.to_string()));
         }
     }
     let host = parsed.host_str().unwrap_or_default().to_owned();

@@ -36,8 +36,8 @@ impl EventType {
 
 /// Not an event type vidq produces.
 #[derive(Debug, thiserror::Error)]
-#[error("unknown event type")]
-pub struct UnknownEventType;
+#[error("unknown event type {0:?}; use video.accepted, video.ready or video.failed")]
+pub struct UnknownEventType(pub String);
 
 impl std::str::FromStr for EventType {
     type Err = UnknownEventType;
@@ -46,7 +46,7 @@ impl std::str::FromStr for EventType {
         [Self::VideoAccepted, Self::VideoReady, Self::VideoFailed]
             .into_iter()
             .find(|t| t.as_str() == text)
-            .ok_or(UnknownEventType)
+            .ok_or_else(|| UnknownEventType(text.to_owned()))
     }
 }
 

@@ -26,9 +26,8 @@ pub async fn list(
             .ok_or_else(|| ApiError::bad_request("after is not a cursor this API issued"))?,
     };
     if let Some(t) = query.event_type.as_deref() {
-        t.parse::<EventType>().map_err(|_| {
-            ApiError::bad_request("type must be one of video.accepted, video.ready, video.failed")
-        })?;
+        t.parse::<EventType>()
+            .map_err(|unknown| ApiError::bad_request(unknown.to_string()))?;
     }
     let wait = Duration::from_secs(query.wait.unwrap_or(0));
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
