@@ -402,3 +402,18 @@ pub async fn assert_error(response: Response, status: StatusCode, code: &str) ->
     );
     body
 }
+
+/// `vidq ROLE` as a child process: a clean environment (PATH and `RUST_LOG=info` only),
+/// stdout discarded, the log written to `log`, killed if the test drops it.
+pub fn vidq_child(role: &str, log: &std::path::Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_vidq"));
+    command
+        .arg(role)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .kill_on_drop(true);
+    command
+}

@@ -105,8 +105,11 @@ async fn the_relay_publishes_every_event_and_a_resend_changes_nothing_for_consum
     assert_eq!(published, expected);
 
     // As if every ack had been lost: the relay sends all three again, with the same ids.
-    app.count("WITH r AS (UPDATE event_deliveries SET status = 'pending', next_attempt_at = now() RETURNING 1) SELECT count(*) AS n FROM r")
-        .await;
+    assert_eq!(
+        app.count("WITH r AS (UPDATE event_deliveries SET status = 'pending', next_attempt_at = now() RETURNING 1) SELECT count(*) AS n FROM r")
+            .await,
+        3
+    );
     wait_for_count(
         &app,
         "SELECT count(*) AS n FROM event_deliveries WHERE status = 'delivered' AND attempt_count = 2",

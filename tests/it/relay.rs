@@ -639,8 +639,11 @@ async fn a_delivery_whose_endpoint_was_disabled_meanwhile_is_discarded_unsent() 
         .await
         .unwrap();
     // ...then a 410 on another delivery disabled it (as if this one was in flight elsewhere).
-    app.count("WITH d AS (UPDATE webhook_endpoints SET disabled_at = now(), disabled_reason = '410' RETURNING 1) SELECT count(*) AS n FROM d")
-        .await;
+    assert_eq!(
+        app.count("WITH d AS (UPDATE webhook_endpoints SET disabled_at = now(), disabled_reason = '410' RETURNING 1) SELECT count(*) AS n FROM d")
+            .await,
+        1
+    );
     let relay = RelayRun::start(&app, &relay_args("0,50ms")).await;
     wait_for_count(
         &app,
@@ -672,20 +675,20 @@ async fn finished_history_past_the_retention_is_pruned_and_nothing_else() {
         .await;
     relay.stop().await;
     // Two events are two days old; one of those still has a delivery waiting.
-    app.count(&format!(
+    let aged = format!(
         "WITH o AS (UPDATE notification_outbox SET created_at = now() - interval '2 days'
                      WHERE event_id IN ('{}', '{}') RETURNING 1) SELECT count(*) AS n FROM o",
         ids[0], ids[1]
-    ))
-    .await;
-    app.count(&format!(
+    );
+    assert_eq!(app.count(&aged).await, 2);
+    let waiting = format!(
         "WITH d AS (INSERT INTO event_deliveries (outbox_id, sink, endpoint_id, next_attempt_at)
                     SELECT o.id, 'webhook', w.id, now() + interval '1 day'
                       FROM notification_outbox o, webhook_endpoints w WHERE o.event_id = '{}'
                     RETURNING 1) SELECT count(*) AS n FROM d",
         ids[1]
-    ))
-    .await;
+    );
+    assert_eq!(app.count(&waiting).await, 1);
     let mut args = relay_args("0");
     args.retention_hours = 24;
     let relay = RelayRun::start(&app, &args).await;

@@ -1,30 +1,22 @@
 //! A real `vidq relay` process SIGKILLed while a receiver holds its request: nothing is lost,
 //! and the resend after the lease carries the same event id.
 
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
-use crate::harness::TestApp;
+use crate::harness::{TestApp, vidq_child};
 use crate::queue::wait_for_count;
 use crate::receiver::{Receiver, Reply};
 use crate::relay::{produce, register, user_id};
 
 fn spawn_relay(app: &TestApp, log: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_vidq"))
-        .arg("relay")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
+    vidq_child("relay", log)
         .env("DATABASE_URL", &app.db.url)
         .env("VIDQ_WEBHOOK_ALLOW_PRIVATE", "true")
         .env("VIDQ_RELAY_LEASE_SECS", "6")
         .env("VIDQ_WEBHOOK_TIMEOUT_MS", "3000")
         .env("VIDQ_RELAY_POLL_MS", "100")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .kill_on_drop(true)
         .spawn()
         .unwrap()
 }

@@ -11,7 +11,7 @@ use vidq::pipeline::Pipeline;
 use vidq::queue::runner::WorkerSettings;
 
 use crate::clips;
-use crate::harness::{TEST_BUCKET, TestApp};
+use crate::harness::{TEST_BUCKET, TestApp, vidq_child};
 use crate::media::processes_mentioning;
 use crate::pipeline::upload_clip;
 use crate::queue::{Worker, video_id, wait_for_count};
@@ -30,12 +30,8 @@ fn spawn_worker(app: &TestApp, node: &str, work_dir: &Path, threads: &str) -> Ch
 /// `vidq worker` against the test's database, S3 and a short lease; the log goes next to
 /// `work_dir`.
 fn worker_command(app: &TestApp, node: &str, work_dir: &Path, threads: &str) -> Command {
-    let log = std::fs::File::create(work_dir.with_extension("log")).unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_vidq"));
+    let mut command = vidq_child("worker", &work_dir.with_extension("log"));
     command
-        .arg("worker")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("DATABASE_URL", &app.db.url)
         .env("VIDQ_S3_ENDPOINT", app.s3.as_ref().unwrap().endpoint())
         .env("VIDQ_S3_BUCKET", TEST_BUCKET)
@@ -47,11 +43,7 @@ fn worker_command(app: &TestApp, node: &str, work_dir: &Path, threads: &str) -> 
         .env("VIDQ_HEARTBEAT_SECS", "1")
         .env("VIDQ_POLL_MS", "100")
         .env("VIDQ_FFMPEG_THREADS", threads)
-        .env("VIDQ_WORK_DIR", work_dir)
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .kill_on_drop(true);
+        .env("VIDQ_WORK_DIR", work_dir);
     command
 }
 
