@@ -55,19 +55,24 @@ async fn start_workers(
     workers
 }
 
+/// Waits until `waiting` workers are queued behind the head of the line.
+async fn wait_in_line(app: &TestApp, waiting: i64) {
+    wait_for_count(
+        app,
+        &line_lock_sql("count(*)", false),
+        waiting,
+        Duration::from_secs(10),
+    )
+    .await;
+}
+
 /// Waits until all `count` workers are idle (queued behind the head, or listening) and no
 /// claim has run for a moment.
 async fn settle(app: &TestApp, listeners: Listeners, count: usize, claims: &AtomicUsize) {
     let count = i64::try_from(count).unwrap();
     match listeners {
         Listeners::HeadOfLine => {
-            wait_for_count(
-                app,
-                &line_lock_sql("count(*)", false),
-                count - 1,
-                Duration::from_secs(10),
-            )
-            .await;
+            wait_in_line(app, count - 1).await;
         }
         Listeners::EveryIdle => {
             let listening = "SELECT count(*) AS n FROM pg_stat_activity
@@ -142,13 +147,7 @@ async fn a_burst_reaches_every_worker_through_the_line_without_a_poll() {
     )
     .await;
     // Exactly one head; the other three wait their turn.
-    wait_for_count(
-        &app,
-        &line_lock_sql("count(*)", false),
-        3,
-        Duration::from_secs(10),
-    )
-    .await;
+    wait_in_line(&app, 3).await;
     assert_eq!(app.count(&line_lock_sql("count(*)", true)).await, 1);
     // 12 jobs in one commit carry one notification: the head takes one job, and each worker
     // after it must find the rest on its own when its turn comes.
@@ -185,13 +184,7 @@ async fn when_the_head_loses_its_connection_the_next_in_line_takes_over() {
         &claims,
     )
     .await;
-    wait_for_count(
-        &app,
-        &line_lock_sql("count(*)", false),
-        2,
-        Duration::from_secs(10),
-    )
-    .await;
+    wait_in_line(&app, 2).await;
     let head = app.count(&line_lock_sql("min(pid)::bigint", true)).await;
     assert_eq!(
         app.count(&format!(
@@ -212,13 +205,7 @@ async fn when_the_head_loses_its_connection_the_next_in_line_takes_over() {
     app.uploaded_video(&key).await;
     wait_for_count(&app, COMPLETED, 1, Duration::from_secs(3)).await;
     // The worker whose session was killed reconnected and stands in line again.
-    wait_for_count(
-        &app,
-        &line_lock_sql("count(*)", false),
-        2,
-        Duration::from_secs(5),
-    )
-    .await;
+    wait_in_line(&app, 2).await;
     for worker in workers {
         worker.stop().await;
     }
