@@ -138,8 +138,11 @@ pub struct MediaError {
     pub class: FailureClass,
     /// Stable code (`invalid_media`, `too_long`, `encode_timeout`, ...).
     pub code: &'static str,
-    /// Detail for people (never contains a path outside the job's directory).
+    /// Detail for the node's log: it may name tool and scratch paths. It is never stored or
+    /// sent; what leaves the node is [`MediaError::public_message`].
     pub message: String,
+    /// For `invalid_media`: the tool's own reason, shown (paths removed) after the sentence.
+    pub reason: Option<String>,
 }
 
 impl MediaError {
@@ -149,6 +152,7 @@ impl MediaError {
             class: FailureClass::Permanent,
             code,
             message: message.into(),
+            reason: None,
         }
     }
 
@@ -158,7 +162,21 @@ impl MediaError {
             class: FailureClass::Retryable,
             code,
             message: message.into(),
+            reason: None,
         }
+    }
+
+    /// Adds the tool's reason a client may read (only `invalid_media` shows it).
+    #[must_use]
+    pub fn with_reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// What the video's record, the status API and `video.failed` say: the code's fixed
+    /// sentence (plus, for `invalid_media`, the reason with every path removed).
+    pub fn public_message(&self) -> String {
+        super::failure::public_message(self.code, self.reason.as_deref())
     }
 
     /// Whether this failure ends the video without retries.

@@ -5,6 +5,7 @@ pub mod api_key;
 pub mod artifact;
 pub mod destination;
 pub mod event;
+pub mod failure;
 pub mod ids;
 pub mod job;
 pub mod keys;

@@ -49,8 +49,13 @@ pub fn args(input: &Path) -> Vec<OsString> {
 }
 
 /// Maps a child-process failure to the queue's view of it. A tool that ran and refused the
-/// file is the file's fault (permanent); everything else is the node's (retryable).
+/// file is the file's fault (permanent); everything else is the node's (retryable). The whole
+/// failure (tool path, stderr) goes to the log here; the error's message is for the log too,
+/// and only a refusal's last line is kept as the reason a client may read.
 pub fn classify(err: ProcessError, input: &Path, timeout_code: &'static str) -> MediaError {
+    if !matches!(err, ProcessError::Cancelled { .. }) {
+        tracing::warn!(error = %crate::telemetry::error_chain(&err), "media tool failed");
+    }
     match err {
         ProcessError::NotFound { .. } => MediaError::retryable("ffmpeg_missing", err.to_string()),
         ProcessError::Spawn { .. } => MediaError::retryable("io_error", err.to_string()),
@@ -69,6 +74,7 @@ pub fn classify(err: ProcessError, input: &Path, timeout_code: &'static str) -> 
                 .unwrap_or("unreadable input")
                 .to_owned();
             MediaError::permanent("invalid_media", format!("not a readable video: {reason}"))
+                .with_reason(reason)
         }
     }
 }

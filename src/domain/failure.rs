@@ -1,0 +1,199 @@
+//! What a failure may say outside the node. A video's `error.message` (the `videos` row, the
+//! status API, `video.failed`) is a fixed sentence chosen by the error code; only
+//! `invalid_media` adds the tool's reason, with every filesystem path taken out. The full text
+//! (tool paths, scratch paths, stderr) is for the node's log.
+
+/// Each failure code vidq writes on a video, with the one sentence a client reads for it.
+pub const SENTENCES: &[(&str, &str)] = &[
+    ("invalid_media", "the file is not a video that can be read"),
+    ("no_video_stream", "the file has no video stream"),
+    ("unsupported_codec", "the video codec is not supported"),
+    ("too_long", "the video is longer than the accepted maximum"),
+    (
+        "too_large_dimensions",
+        "the video frame is larger than the accepted maximum",
+    ),
+    (
+        "too_high_frame_rate",
+        "the video frame rate is higher than the accepted maximum",
+    ),
+    (
+        "original_missing",
+        "the uploaded original is no longer in storage",
+    ),
+    (
+        "ffmpeg_missing",
+        "the media tools are not available on the processing node",
+    ),
+    (
+        "io_error",
+        "the processing node could not use its local disk",
+    ),
+    ("probe_timeout", "reading the video took too long"),
+    ("encode_timeout", "encoding the video took too long"),
+    ("encode_failed", "the encoder could not process the video"),
+    (
+        "storage_error",
+        "object storage or the database failed while storing the outputs",
+    ),
+    ("deadline_exceeded", "the encoding attempt ran out of time"),
+    (
+        "attempts_exhausted",
+        "every encoding attempt stopped without finishing",
+    ),
+    ("cancelled", "the encoding was cancelled"),
+];
+
+/// The sentence for a code vidq does not list.
+const UNKNOWN: &str = "the video could not be processed";
+
+/// What a path becomes in a reason.
+pub const PATH_MARK: &str = "[path]";
+
+/// Longest reason kept after the sentence, in characters.
+const MAX_REASON_CHARS: usize = 200;
+
+/// The fixed sentence for a failure code.
+pub fn sentence(code: &str) -> &'static str {
+    SENTENCES
+        .iter()
+        .find(|(known, _)| *known == code)
+        .map_or(UNKNOWN, |(_, sentence)| sentence)
+}
+
+/// The message a client reads for `code`: its sentence, and for `invalid_media` the tool's
+/// `reason` with every path removed.
+pub fn public_message(code: &str, reason: Option<&str>) -> String {
+    let sentence = sentence(code);
+    match reason.map(strip_paths) {
+        Some(reason) if code == "invalid_media" && !reason.is_empty() => {
+            format!("{sentence}: {reason}")
+        }
+        _ => sentence.to_owned(),
+    }
+}
+
+/// `text` on one line with every filesystem path replaced by [`PATH_MARK`], control
+/// characters dropped and the length capped. A word (split on whitespace, quotes and brackets
+/// around it kept) is a path when it holds a `/` or `\`, except a ratio such as `1/25`; a path
+/// with spaces in it becomes several marks, never a readable remainder.
+pub fn strip_paths(text: &str) -> String {
+    let words: Vec<String> = text
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|w| !w.is_empty())
+        .map(strip_word)
+        .collect();
+    let line = words.join(" ");
+    match line.char_indices().nth(MAX_REASON_CHARS) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line,
+    }
+}
+
+fn strip_word(word: &str) -> String {
+    const OPEN: &[char] = &['\'', '"', '(', '[', '{', '<', '`'];
+    const CLOSE: &[char] = &[
+        '\'', '"', ')', ']', '}', '>', '`', ',', ';', ':', '.', '!', '?',
+    ];
+    let core = word.trim_start_matches(OPEN).trim_end_matches(CLOSE);
+    if core.is_empty() || !core.contains(['/', '\\']) || is_ratio(core) {
+        return word.to_owned();
+    }
+    let start = word.len() - word.trim_start_matches(OPEN).len();
+    let end = start + core.len();
+    format!("{}{PATH_MARK}{}", &word[..start], &word[end..])
+}
+
+/// `1/25`, `30000/1001`: frame rates and time bases, not paths.
+fn is_ratio(word: &str) -> bool {
+    let number = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '.');
+    matches!(word.split_once('/'), Some((a, b)) if number(a) && number(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The check the API tests make: a `/name/` piece of a path (`/[A-Za-z0-9_.-]+/`).
+    fn has_path(text: &str) -> bool {
+        let named = |c: char| c.is_ascii_alphanumeric() || "_.-".contains(c);
+        text.match_indices('/').any(|(at, _)| {
+            let rest = &text[at + 1..];
+            let name = rest.len() - rest.trim_start_matches(named).len();
+            name > 0 && rest[name..].starts_with('/')
+        })
+    }
+
+    #[test]
+    fn paths_in_ffmpeg_reasons_are_removed_and_the_reason_kept() {
+        assert_eq!(
+            strip_paths("/tmp/vidq-job-Ab12/original: Invalid data found when processing input"),
+            "[path]: Invalid data found when processing input"
+        );
+        assert_eq!(
+            strip_paths(
+                "Error opening output '/tmp/vidq-job-x/out/hls/seg_00000.m4s': Permission denied"
+            ),
+            "Error opening output '[path]': Permission denied"
+        );
+        assert_eq!(
+            strip_paths("Could not open file : /var/lib/vidq work/x/thumb.jpg"),
+            "Could not open file : [path] [path]"
+        );
+        assert_eq!(strip_paths("(file:/etc/passwd)."), "([path]).");
+        assert_eq!(strip_paths(r"C:\work\original: broken"), "[path]: broken");
+        assert!(!has_path(&strip_paths(
+            "a /usr/bin/ffprobe b ./rel/x c ../up/y d ~/home/z e out/hls/v0/init.mp4"
+        )));
+    }
+
+    #[test]
+    fn text_without_paths_is_kept_on_one_line() {
+        assert_eq!(
+            strip_paths("[mov,mp4,m4a @ 0x55] moov atom\nnot found"),
+            "[mov,mp4,m4a @ 0x55] moov atom not found"
+        );
+        assert_eq!(
+            strip_paths("time base 1/25, rate 30000/1001"),
+            "time base 1/25, rate 30000/1001"
+        );
+        assert_eq!(strip_paths("  \t\u{7}"), "");
+    }
+
+    #[test]
+    fn long_reasons_are_capped() {
+        let long = "x".repeat(1000);
+        assert_eq!(strip_paths(&long).chars().count(), MAX_REASON_CHARS + 3);
+    }
+
+    #[test]
+    fn only_invalid_media_carries_a_reason() {
+        assert_eq!(
+            public_message("invalid_media", Some("/tmp/a/original: End of file")),
+            "the file is not a video that can be read: [path]: End of file"
+        );
+        assert_eq!(
+            public_message("invalid_media", None),
+            "the file is not a video that can be read"
+        );
+        assert_eq!(
+            public_message("ffmpeg_missing", Some("/opt/ff/ffprobe not found")),
+            sentence("ffmpeg_missing")
+        );
+        assert_eq!(public_message("no_such_code", None), UNKNOWN);
+    }
+
+    #[test]
+    fn every_sentence_is_distinct_and_names_no_path() {
+        for (i, (code, sentence)) in SENTENCES.iter().enumerate() {
+            assert!(!sentence.contains('/'), "{code}");
+            assert!(
+                SENTENCES[i + 1..]
+                    .iter()
+                    .all(|(c, s)| c != code && s != sentence),
+                "{code} is listed twice or shares its sentence"
+            );
+        }
+        assert!(has_path("at /tmp/x/y"));
+    }
+}
