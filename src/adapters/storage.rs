@@ -424,7 +424,13 @@ impl Storage {
     /// Deletes every object under a prefix, 1,000 keys a request; returns how many.
     pub async fn delete_prefix(&self, prefix: &str) -> Result<usize, StorageError> {
         let keys = self.list_prefix(prefix).await?;
+        self.delete_keys(&keys).await
+    }
+
+    /// Deletes these objects, 1,000 keys a request; returns how many.
+    pub async fn delete_keys(&self, keys: &[String]) -> Result<usize, StorageError> {
         for chunk in keys.chunks(1000) {
+            let prefix = chunk.first().map_or("", String::as_str);
             let objects = chunk
                 .iter()
                 .map(|key| ObjectIdentifier::builder().key(key).build())

@@ -15,8 +15,8 @@ pub enum JobsCommand {
     List(ListArgs),
     /// Show one job and every attempt it made, as JSON.
     Show(JobArgs),
-    /// Put a DEAD job, or the job of a failed video, back in the queue with a fresh budget
-    /// of 3 attempts.
+    /// Put a DEAD job, or the job of a failed video, back in the queue as a new run with a
+    /// fresh budget of 3 attempts (the new run writes under its own keys).
     Retry(JobArgs),
     /// Cancel a PENDING or PROCESSING job: its video fails with `cancelled`; a worker running
     /// it stops at its next heartbeat.
@@ -61,15 +61,16 @@ pub async fn run(command: JobsCommand) -> anyhow::Result<()> {
         JobsCommand::List(args) => {
             let jobs = db::jobs::list(&mut conn, args.status.as_deref(), args.limit).await?;
             println!(
-                "{:>8}  {:<10}  {:<10}  {:>8}  {:<16}  {:<36}  last error",
-                "job", "status", "video", "attempts", "claimed by", "video id"
+                "{:>8}  {:<10}  {:<10}  {:>4}  {:>8}  {:<16}  {:<36}  last error",
+                "job", "status", "video", "run", "attempts", "claimed by", "video id"
             );
             for job in jobs {
                 println!(
-                    "{:>8}  {:<10}  {:<10}  {:>8}  {:<16}  {:<36}  {}",
+                    "{:>8}  {:<10}  {:<10}  {:>4}  {:>8}  {:<16}  {:<36}  {}",
                     job.id,
                     job.status,
                     job.video_status,
+                    job.run,
                     job.attempt_count,
                     job.claimed_by.as_deref().unwrap_or("-"),
                     job.video_id,

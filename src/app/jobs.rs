@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use crate::db::{self, DbError, DbPool, attempts::Outcome, jobs::AttemptEnd};
 use crate::domain::event::Event;
+use crate::domain::failure;
 use crate::domain::ids::VideoId;
 use crate::domain::job::MAX_ATTEMPTS;
 use crate::domain::media::MediaError;
@@ -26,7 +27,9 @@ pub struct Claim {
     pub video: VideoId,
     /// The fencing token.
     pub token: Uuid,
-    /// This attempt's number.
+    /// The run (1, then one more per operator retry); names the keys with the attempt.
+    pub run: i32,
+    /// This attempt's number within its run.
     pub attempt: i32,
     /// Where the original is.
     pub original_key: String,
@@ -38,6 +41,7 @@ impl From<db::jobs::ClaimedJob> for Claim {
             job_id: job.id,
             video: VideoId(job.video_id),
             token: job.claim_token,
+            run: job.run,
             attempt: job.attempt_count,
             original_key: job.original_s3_key,
         }
@@ -94,17 +98,15 @@ fn video_gone(err: diesel::result::Error) -> JobError {
     }
 }
 
-fn end(outcome: Outcome, error: Option<&MediaError>) -> AttemptEnd<'_> {
-    AttemptEnd {
-        outcome,
-        error: error.map(|e| (e.code, e.message.as_str())),
-    }
+/// How an attempt ended, with the error's code and its public message (the log has the rest).
+fn end<'a>(outcome: Outcome, error: Option<(&'a str, &'a str)>) -> AttemptEnd<'a> {
+    AttemptEnd { outcome, error }
 }
 
 /// READY, in one transaction: lock the uploader, update (and so lock) the video with its
 /// facts and live keys, insert `video.ready`, and as the LAST statement the fenced COMPLETED
 /// update (which also closes the attempt). A fence that matches nothing rolls it all back.
-#[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, attempt = claim.attempt))]
+#[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, run = claim.run, attempt = claim.attempt))]
 pub async fn finalize_ready(
     pool: &DbPool,
     claim: &Claim,
@@ -120,6 +122,7 @@ pub async fn finalize_ready(
             height: media.height,
             video_codec: &media.video_codec,
             audio_codec: media.audio_codec.as_deref(),
+            live_run: claim.run,
             live_attempt: claim.attempt,
             hls_key: &output.keys.hls,
             mp4_key: &output.keys.mp4,
@@ -139,7 +142,8 @@ pub async fn finalize_ready(
                 "thumbnail_key": output.keys.thumbnail,
             },
         });
-        db::outbox::insert(conn, owner, &Event::video_ready(claim.video, at, data)).await?;
+        let event = Event::video_ready(claim.video, claim.run, at, data);
+        db::outbox::insert(conn, owner, &event).await?;
         fenced(
             db::jobs::complete(
                 conn,
@@ -154,27 +158,30 @@ pub async fn finalize_ready(
 }
 
 /// FAILED, in one transaction shaped like [`finalize_ready`]: the error on the video,
-/// `video.failed`, the fenced COMPLETED update last.
-#[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, attempt = claim.attempt))]
+/// `video.failed`, the fenced COMPLETED update last. The video, its event and the attempt get
+/// the code and its public message only; the detail (tool and scratch paths, stderr) is the
+/// log's.
+#[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, run = claim.run, attempt = claim.attempt))]
 pub async fn finalize_failed(
     pool: &DbPool,
     claim: &Claim,
     error: &MediaError,
 ) -> Result<(), JobError> {
+    let message = error.public_message();
     let mut conn = pool.get().await?;
     conn.transaction::<_, JobError, _>(async |conn| {
         let owner = lock_owner(conn, claim.video).await?;
-        let at = db::videos::set_failed(conn, claim.video.0, error.code, &error.message)
+        let at = db::videos::set_failed(conn, claim.video.0, error.code, &message)
             .await
             .map_err(video_gone)?;
-        let event = Event::video_failed(claim.video, at, error.code, &error.message);
+        let event = Event::video_failed(claim.video, claim.run, at, error.code, &message);
         db::outbox::insert(conn, owner, &event).await?;
         fenced(
             db::jobs::complete(
                 conn,
                 claim.job_id,
                 claim.token,
-                end(Outcome::Failed, Some(error)),
+                end(Outcome::Failed, Some((error.code, &message))),
             )
             .await?,
         )
@@ -193,9 +200,10 @@ pub async fn fail_or_retry(
     if error.is_permanent() || claim.attempt >= MAX_ATTEMPTS {
         return finalize_failed(pool, claim, error).await.map(|()| false);
     }
+    let message = error.public_message();
     let mut conn = pool.get().await?;
     conn.transaction::<_, JobError, _>(async |conn| {
-        let ended = end(Outcome::Retry, Some(error));
+        let ended = end(Outcome::Retry, Some((error.code, &message)));
         fenced(
             db::jobs::retry_later(conn, claim.job_id, claim.token, ended, delay.as_secs_f64())
                 .await?,
@@ -250,15 +258,13 @@ pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
             .transaction::<_, JobError, _>(async |conn| {
                 let video = VideoId(job.video_id);
                 let owner = lock_owner(conn, video).await?;
-                let (code, message) = (
-                    "attempts_exhausted",
-                    "every encoding attempt stopped without finishing",
-                );
+                let code = "attempts_exhausted";
+                let message = failure::sentence(code);
                 let at = db::videos::set_failed(conn, video.0, code, message)
                     .await
                     .map_err(video_gone)?;
-                db::outbox::insert(conn, owner, &Event::video_failed(video, at, code, message))
-                    .await?;
+                let event = Event::video_failed(video, job.run, at, code, message);
+                db::outbox::insert(conn, owner, &event).await?;
                 let ended = AttemptEnd {
                     outcome: Outcome::Dead,
                     error: Some(("lease_expired", message)),
@@ -310,8 +316,9 @@ impl From<diesel::result::Error> for OperatorError {
 /// What an operator asks of a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OperatorAction {
-    /// `vidq jobs retry`: a DEAD job, or the job of a FAILED video, back to PENDING with a
-    /// fresh attempt budget; its video goes back to `queued`.
+    /// `vidq jobs retry`: a DEAD job, or the job of a FAILED video, back to PENDING as a new
+    /// run with a fresh attempt budget; its video goes back to `queued`. The new run writes
+    /// under its own keys; the worker that makes it READY deletes the earlier runs' objects.
     Retry,
     /// `vidq jobs cancel`: a PENDING or PROCESSING job is closed and its video FAILED
     /// (`cancelled`) with one `video.failed`. A worker running it loses its claim at its next
@@ -334,7 +341,7 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
             Err(err) => return Err(err.into()),
         };
         db::videos::lock_for_update(conn, video.0).await?;
-        let status = db::jobs::lock_status(conn, id)
+        let (status, run) = db::jobs::lock_status(conn, id)
             .await?
             .ok_or(OperatorError::NotFound(id))?;
         let wrong = |hint| OperatorError::WrongState {
@@ -359,10 +366,11 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
                 if status != "PENDING" && status != "PROCESSING" {
                     return Err(wrong("only a PENDING or PROCESSING job can be cancelled"));
                 }
-                let (code, message) = ("cancelled", "an operator cancelled the encoding");
+                let code = "cancelled";
+                let message = failure::sentence(code);
                 let at = db::videos::set_failed(conn, video.0, code, message).await?;
-                db::outbox::insert(conn, owner, &Event::video_failed(video, at, code, message))
-                    .await?;
+                let event = Event::video_failed(video, run, at, code, message);
+                db::outbox::insert(conn, owner, &event).await?;
                 db::jobs::cancel(conn, id, &status).await?
             }
         };

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::schema::video_artifacts;
@@ -32,6 +32,8 @@ pub struct ArtifactRow {
     pub created_at: DateTime<Utc>,
     /// Confirmed in S3.
     pub uploaded_at: Option<DateTime<Utc>>,
+    /// Run whose prefix holds it.
+    pub run: i32,
 }
 
 /// An object about to be uploaded.
@@ -40,6 +42,8 @@ pub struct ArtifactRow {
 pub struct NewArtifact<'a> {
     /// Owning video.
     pub video_id: Uuid,
+    /// Run.
+    pub run: i32,
     /// Attempt.
     pub attempt: i32,
     /// Axis.
@@ -52,25 +56,70 @@ pub struct NewArtifact<'a> {
     pub size_bytes: i64,
 }
 
-/// Registers objects as `pending` before any PUT. Re-registering a key (the same attempt
-/// number after a graceful release) resets it to `pending` with the new size: the object is
-/// about to be overwritten.
+/// Registers one attempt's objects as `pending` before any PUT, in place of whatever that
+/// attempt registered before. The same (run, attempt) is only registered twice after a
+/// graceful release, and the node that takes it over may make another set of outputs (another
+/// ladder, or keys of another layout after an upgrade): its objects are about to be
+/// overwritten, so the old rows are dropped rather than merged, and no `(axis, sequence)` of
+/// the old set can collide with the new one.
 pub async fn register_pending(
     conn: &mut AsyncPgConnection,
     rows: &[NewArtifact<'_>],
 ) -> QueryResult<usize> {
     use diesel::upsert::excluded;
-    diesel::insert_into(video_artifacts::table)
-        .values(rows)
-        .on_conflict(video_artifacts::object_key)
-        .do_update()
-        .set((
-            video_artifacts::size_bytes.eq(excluded(video_artifacts::size_bytes)),
-            video_artifacts::state.eq("pending"),
-            video_artifacts::uploaded_at.eq(None::<DateTime<Utc>>),
-        ))
-        .execute(conn)
-        .await
+    conn.transaction(async |conn| {
+        let mut attempts: Vec<(Uuid, i32, i32)> = rows
+            .iter()
+            .map(|r| (r.video_id, r.run, r.attempt))
+            .collect();
+        attempts.sort_unstable();
+        attempts.dedup();
+        for (video, run, attempt) in attempts {
+            diesel::delete(
+                video_artifacts::table.filter(
+                    video_artifacts::video_id
+                        .eq(video)
+                        .and(video_artifacts::run.eq(run))
+                        .and(video_artifacts::attempt.eq(attempt)),
+                ),
+            )
+            .execute(conn)
+            .await?;
+        }
+        diesel::insert_into(video_artifacts::table)
+            .values(rows)
+            .on_conflict(video_artifacts::object_key)
+            .do_update()
+            .set((
+                video_artifacts::size_bytes.eq(excluded(video_artifacts::size_bytes)),
+                video_artifacts::state.eq("pending"),
+                video_artifacts::uploaded_at.eq(None::<DateTime<Utc>>),
+            ))
+            .execute(conn)
+            .await
+    })
+    .await
+}
+
+/// Forgets every artifact of a video except those of its live (run, attempt), once their
+/// objects are deleted: the ledger then lists only objects that exist.
+pub async fn forget_superseded(
+    conn: &mut AsyncPgConnection,
+    video: Uuid,
+    live_run: i32,
+    live_attempt: i32,
+) -> QueryResult<usize> {
+    diesel::delete(
+        video_artifacts::table.filter(
+            video_artifacts::video_id.eq(video).and(
+                video_artifacts::run
+                    .ne(live_run)
+                    .or(video_artifacts::attempt.ne(live_attempt)),
+            ),
+        ),
+    )
+    .execute(conn)
+    .await
 }
 
 /// CAS `pending -> uploaded`, only if the size S3 reports is the size registered. Zero rows
@@ -98,16 +147,18 @@ pub async fn mark_uploaded(
     .await
 }
 
-/// Every artifact of one attempt, in upload order.
+/// Every artifact of one attempt of one run, in upload order.
 pub async fn of_attempt(
     conn: &mut AsyncPgConnection,
     video: Uuid,
+    run: i32,
     attempt: i32,
 ) -> QueryResult<Vec<ArtifactRow>> {
     video_artifacts::table
         .filter(
             video_artifacts::video_id
                 .eq(video)
+                .and(video_artifacts::run.eq(run))
                 .and(video_artifacts::attempt.eq(attempt)),
         )
         .select(ArtifactRow::as_select())

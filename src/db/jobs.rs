@@ -49,7 +49,7 @@ pub async fn lock_for_videos(
         .await
 }
 
-/// A claim: the job, the token that fences every later write, and the attempt number.
+/// A claim: the job, the token that fences every later write, the run and the attempt number.
 #[derive(Debug, Clone, diesel::QueryableByName)]
 pub struct ClaimedJob {
     /// Job id.
@@ -64,9 +64,12 @@ pub struct ClaimedJob {
     /// The fencing token of this claim.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
     pub claim_token: Uuid,
-    /// This attempt's number (1-3).
+    /// This attempt's number within its run (1-3).
     #[diesel(sql_type = diesel::sql_types::Integer)]
     pub attempt_count: i32,
+    /// The run (1, then one more for each operator retry).
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub run: i32,
     /// When the job was enqueued.
     #[diesel(sql_type = diesel::sql_types::Timestamptz)]
     pub enqueued_at: chrono::DateTime<chrono::Utc>,
@@ -98,17 +101,17 @@ WITH clock AS (
         lease_until = c.now + make_interval(secs => $3)
     FROM candidate, clock c
     WHERE j.id = candidate.id
-    RETURNING j.id, j.video_id, j.original_s3_key, j.claim_token, j.attempt_count, j.enqueued_at
+    RETURNING j.id, j.video_id, j.original_s3_key, j.claim_token, j.attempt_count, j.run, j.enqueued_at
 ), superseded AS (
     UPDATE job_attempts a
     SET ended_at = statement_timestamp(), outcome = 'lost', error_code = 'lease_expired'
     FROM claimed
     WHERE a.job_id = claimed.id AND a.ended_at IS NULL
 ), attempt AS (
-    INSERT INTO job_attempts (job_id, attempt, claim_token, node_id)
-    SELECT id, attempt_count, claim_token, $2 FROM claimed
+    INSERT INTO job_attempts (job_id, run, attempt, claim_token, node_id)
+    SELECT id, run, attempt_count, claim_token, $2 FROM claimed
 )
-SELECT id, video_id, original_s3_key, claim_token, attempt_count, enqueued_at FROM claimed";
+SELECT id, video_id, original_s3_key, claim_token, attempt_count, run, enqueued_at FROM claimed";
 
 /// Claims the next job for `node` with a lease of `lease_secs`; commits at once.
 pub async fn claim(
@@ -275,6 +278,9 @@ pub struct DeadCandidate {
     /// The expired claim's token.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
     pub claim_token: Uuid,
+    /// The run it died in.
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub run: i32,
 }
 
 /// Up to `limit` jobs that died in their last attempt (served by the last-attempt index).
@@ -283,7 +289,7 @@ pub async fn dead_candidates(
     limit: i64,
 ) -> QueryResult<Vec<DeadCandidate>> {
     super::prepared::prepared(
-        "SELECT j.id, j.video_id, j.claim_token
+        "SELECT j.id, j.video_id, j.claim_token, j.run
            FROM video_encoding_jobs j
           WHERE j.status = 'PROCESSING' AND j.attempt_count >= 3 AND j.lease_until <= statement_timestamp()
           ORDER BY j.lease_until
@@ -312,7 +318,10 @@ pub struct JobSummary {
     /// The video's status.
     #[diesel(sql_type = diesel::sql_types::Text)]
     pub video_status: String,
-    /// Attempts so far.
+    /// The run (1, then one more for each operator retry).
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub run: i32,
+    /// Attempts so far in this run.
     #[diesel(sql_type = diesel::sql_types::Integer)]
     pub attempt_count: i32,
     /// Holder of the current claim.
@@ -336,7 +345,7 @@ pub struct JobSummary {
 }
 
 const SUMMARY_SELECT: &str =
-    "SELECT j.id, j.video_id, v.owner_id, j.status, v.status AS video_status, j.attempt_count,
+    "SELECT j.id, j.video_id, v.owner_id, j.status, v.status AS video_status, j.run, j.attempt_count,
         j.claimed_by, j.lease_until, j.available_at, j.enqueued_at, j.completed_at, j.last_error
    FROM video_encoding_jobs j JOIN videos v ON v.id = j.video_id";
 
@@ -368,7 +377,10 @@ pub async fn find(conn: &mut AsyncPgConnection, id: i64) -> QueryResult<Option<J
 /// An attempt of a job.
 #[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
 pub struct AttemptSummary {
-    /// Attempt number.
+    /// The run it belongs to.
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub run: i32,
+    /// Attempt number within its run.
     #[diesel(sql_type = diesel::sql_types::Integer)]
     pub attempt: i32,
     /// Node that ran it.
@@ -397,7 +409,7 @@ pub async fn attempts_of(
     id: i64,
 ) -> QueryResult<Vec<AttemptSummary>> {
     super::prepared::prepared(
-        "SELECT attempt, node_id, started_at, ended_at, outcome, error_code, error_message
+        "SELECT run, attempt, node_id, started_at, ended_at, outcome, error_code, error_message
            FROM job_attempts WHERE job_id = $1 ORDER BY id",
     )
     .bind::<diesel::sql_types::BigInt, _>(id)
@@ -405,22 +417,27 @@ pub async fn attempts_of(
     .await
 }
 
-/// Locks one job `FOR UPDATE` (after its video, by lock order); returns its status.
-pub async fn lock_status(conn: &mut AsyncPgConnection, id: i64) -> QueryResult<Option<String>> {
+/// Locks one job `FOR UPDATE` (after its video, by lock order); returns its status and run.
+pub async fn lock_status(
+    conn: &mut AsyncPgConnection,
+    id: i64,
+) -> QueryResult<Option<(String, i32)>> {
     video_encoding_jobs::table
         .filter(video_encoding_jobs::id.eq(id))
-        .select(video_encoding_jobs::status)
+        .select((video_encoding_jobs::status, video_encoding_jobs::run))
         .for_update()
         .first(conn)
         .await
         .optional()
 }
 
-/// Operator retry: CAS from `expected` back to PENDING with a fresh attempt budget.
+/// Operator retry: CAS from `expected` back to PENDING as a new run with a fresh attempt
+/// budget. The new run number keeps its attempts' keys and ledger rows apart from the old
+/// run's, whose attempt numbers start over at 1.
 pub async fn requeue(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> QueryResult<usize> {
     super::prepared::prepared(
         "UPDATE video_encoding_jobs
-            SET status = 'PENDING', attempt_count = 0, available_at = statement_timestamp(),
+            SET status = 'PENDING', run = run + 1, attempt_count = 0, available_at = statement_timestamp(),
                 completed_at = NULL, claim_token = NULL, claimed_by = NULL, lease_until = NULL, last_error = NULL
           WHERE id = $1 AND status = $2",
     )

@@ -47,6 +47,7 @@ diesel::table! {
         outcome -> Nullable<Text>,
         error_code -> Nullable<Text>,
         error_message -> Nullable<Text>,
+        run -> Int4,
     }
 }
 
@@ -104,6 +105,7 @@ diesel::table! {
         state -> Text,
         created_at -> Timestamptz,
         uploaded_at -> Nullable<Timestamptz>,
+        run -> Int4,
     }
 }
 
@@ -121,6 +123,7 @@ diesel::table! {
         enqueued_at -> Timestamptz,
         completed_at -> Nullable<Timestamptz>,
         last_error -> Nullable<Text>,
+        run -> Int4,
     }
 }
 
@@ -144,6 +147,7 @@ diesel::table! {
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
         ready_at -> Nullable<Timestamptz>,
+        live_run -> Nullable<Int4>,
     }
 }
 

@@ -47,6 +47,8 @@ pub struct VideoRow {
     pub updated_at: DateTime<Utc>,
     /// When it became ready.
     pub ready_at: Option<DateTime<Utc>>,
+    /// The run whose outputs are live (with `live_attempt`, the live prefix).
+    pub live_run: Option<i32>,
 }
 
 /// A video with its job's attempt count and queue status, as the status API shows it.
@@ -212,6 +214,8 @@ pub struct ReadyFacts<'a> {
     pub video_codec: &'a str,
     /// Probed audio codec.
     pub audio_codec: Option<&'a str>,
+    /// The run whose outputs are live.
+    pub live_run: i32,
     /// The attempt whose outputs are live.
     pub live_attempt: i32,
     /// Playlist key.
@@ -236,6 +240,7 @@ pub async fn set_ready(
             videos::height.eq(facts.height),
             videos::video_codec.eq(facts.video_codec),
             videos::audio_codec.eq(facts.audio_codec),
+            videos::live_run.eq(facts.live_run),
             videos::live_attempt.eq(facts.live_attempt),
             videos::hls_key.eq(facts.hls_key),
             videos::mp4_key.eq(facts.mp4_key),

@@ -2,12 +2,15 @@
 //!
 //! `{"id", "type", "occurred_at", "video_id", "data": {...}}`. `id` is minted in the
 //! transaction that produces the event and never changes, so consumers can drop repeats.
+//! Every `data` carries `run`: an operator retry starts a new run, and each run ends in
+//! exactly one terminal event (`video.ready` or `video.failed`).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::ids::{EventId, UploadId, VideoId};
+use super::job::FIRST_RUN;
 
 /// What happened to a video.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -78,12 +81,21 @@ impl Event {
             event_type: EventType::VideoAccepted,
             occurred_at,
             video_id,
-            data: serde_json::json!({ "status": "queued", "upload_id": upload_id }),
+            data: serde_json::json!({ "status": "queued", "upload_id": upload_id, "run": FIRST_RUN }),
         }
     }
 
-    /// `video.ready`: outputs are in S3; `data` carries the probe facts and the object keys.
-    pub fn video_ready(video_id: VideoId, occurred_at: DateTime<Utc>, data: Value) -> Self {
+    /// `video.ready`: outputs are in S3; `data` carries the probe facts and the object keys,
+    /// and gets the run that made them.
+    pub fn video_ready(
+        video_id: VideoId,
+        run: i32,
+        occurred_at: DateTime<Utc>,
+        mut data: Value,
+    ) -> Self {
+        if let Value::Object(fields) = &mut data {
+            fields.insert("run".to_owned(), run.into());
+        }
         Self {
             id: EventId::new(),
             event_type: EventType::VideoReady,
@@ -93,9 +105,11 @@ impl Event {
         }
     }
 
-    /// `video.failed`: the video will not become playable; `data` says why.
+    /// `video.failed`: this run will not make the video playable; `data` says why, with a
+    /// code and the message a client may read (never a node's paths).
     pub fn video_failed(
         video_id: VideoId,
+        run: i32,
         occurred_at: DateTime<Utc>,
         code: &str,
         message: &str,
@@ -105,7 +119,11 @@ impl Event {
             event_type: EventType::VideoFailed,
             occurred_at,
             video_id,
-            data: serde_json::json!({ "status": "failed", "error": { "code": code, "message": message } }),
+            data: serde_json::json!({
+                "status": "failed",
+                "run": run,
+                "error": { "code": code, "message": message },
+            }),
         }
     }
 
@@ -130,6 +148,19 @@ mod tests {
         assert_eq!(json["id"], event.id.to_string());
         assert_eq!(json["data"]["status"], "queued");
         assert_eq!(json["data"]["upload_id"], upload.to_string());
+        assert_eq!(json["data"]["run"], 1);
         assert!(json["occurred_at"].is_string());
+    }
+
+    #[test]
+    fn terminal_events_name_their_run() {
+        let video = VideoId::new();
+        let ready =
+            Event::video_ready(video, 2, Utc::now(), serde_json::json!({"status": "ready"}));
+        assert_eq!(ready.to_json()["data"]["run"], 2);
+        assert_eq!(ready.to_json()["data"]["status"], "ready");
+        let failed = Event::video_failed(video, 1, Utc::now(), "too_long", "too long");
+        assert_eq!(failed.to_json()["data"]["run"], 1);
+        assert_eq!(failed.to_json()["data"]["error"]["code"], "too_long");
     }
 }

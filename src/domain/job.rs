@@ -8,8 +8,12 @@ use std::str::FromStr;
 
 use super::upload::UnknownState;
 
-/// Most attempts one job may ever make (invariant I6; the schema's CHECK agrees).
+/// Most attempts one run of a job may make (invariant I6; the schema's CHECK agrees). An
+/// operator retry starts a new run with a fresh budget.
 pub const MAX_ATTEMPTS: i32 = 3;
+
+/// The run a confirmed upload's job starts in; each operator retry adds one.
+pub const FIRST_RUN: i32 = 1;
 
 /// Where an encoding job is in the queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

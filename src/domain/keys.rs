@@ -8,20 +8,26 @@ pub fn original(upload: UploadId) -> String {
     format!("originals/{upload}")
 }
 
-/// Everything vidq writes for one video, all attempts included.
+/// Everything vidq writes for one video, all runs and attempts included.
 pub fn video_prefix(video: VideoId) -> String {
     format!("videos/{video}/")
 }
 
-/// The prefix of one encoding attempt. Each attempt writes under its own prefix, so a late
-/// (zombie) attempt can never overwrite the outputs of the attempt that won.
-pub fn attempt_prefix(video: VideoId, attempt: i32) -> String {
-    format!("videos/{video}/a{attempt}/")
+/// The prefix of one run: an operator retry starts a new run, whose attempts count from 1
+/// again, so the run is what keeps its keys apart from the earlier runs' keys.
+pub fn run_prefix(video: VideoId, run: i32) -> String {
+    format!("videos/{video}/r{run}/")
+}
+
+/// The prefix of one encoding attempt of a run. Each attempt writes under its own prefix, so a
+/// late (zombie) attempt can never overwrite the outputs of the attempt that won.
+pub fn attempt_prefix(video: VideoId, run: i32, attempt: i32) -> String {
+    format!("{}a{attempt}/", run_prefix(video, run))
 }
 
 /// One output object of an attempt, named by its place under the attempt prefix.
-pub fn attempt_object(video: VideoId, attempt: i32, name: &str) -> String {
-    format!("{}{name}", attempt_prefix(video, attempt))
+pub fn attempt_object(video: VideoId, run: i32, attempt: i32, name: &str) -> String {
+    format!("{}{name}", attempt_prefix(video, run, attempt))
 }
 
 /// Names of the outputs under an attempt prefix.
@@ -48,9 +54,13 @@ mod tests {
     #[test]
     fn keys_are_deterministic_and_nested() {
         let video = VideoId::new();
-        let attempt = attempt_prefix(video, 2);
-        assert!(attempt.starts_with(&video_prefix(video)));
-        assert_eq!(attempt, format!("videos/{video}/a2/"));
+        let attempt = attempt_prefix(video, 3, 2);
+        assert!(attempt.starts_with(&run_prefix(video, 3)));
+        assert!(run_prefix(video, 3).starts_with(&video_prefix(video)));
+        assert_eq!(attempt, format!("videos/{video}/r3/a2/"));
+        // Attempt 1 of run 2 is not attempt 1 of run 1, nor a prefix of run 12's keys.
+        assert_ne!(attempt_prefix(video, 2, 1), attempt_prefix(video, 1, 1));
+        assert!(!attempt_prefix(video, 12, 1).starts_with(&run_prefix(video, 1)));
         let upload = UploadId::new();
         assert_eq!(original(upload), format!("originals/{upload}"));
     }

@@ -11,8 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::adapters::ffmpeg::{MediaConfig, encode, probe};
 use crate::adapters::storage::Storage;
-use crate::db::DbPool;
+use crate::db::{DbError, DbPool};
 use crate::domain::ids::VideoId;
+use crate::domain::keys;
 use crate::domain::media::{MediaError, MediaInfo};
 
 /// What an attempt works on.
@@ -20,7 +21,9 @@ use crate::domain::media::{MediaError, MediaInfo};
 pub struct AttemptPlan {
     /// The video.
     pub video: VideoId,
-    /// The attempt number (1-3): it names the output prefix.
+    /// The run (1, then one more per operator retry): with the attempt, it names the prefix.
+    pub run: i32,
+    /// The attempt number within the run (1-3).
     pub attempt: i32,
     /// Where the original is.
     pub original_key: String,
@@ -51,7 +54,9 @@ impl AttemptOutput {
     /// its attempt prefix and made-up media facts. For queue benchmarks and tests, whose job
     /// bodies skip the media work.
     pub fn placeholder(plan: &AttemptPlan) -> Self {
-        let key = |name: &str| crate::domain::keys::attempt_object(plan.video, plan.attempt, name);
+        let key = |name: &str| {
+            crate::domain::keys::attempt_object(plan.video, plan.run, plan.attempt, name)
+        };
         Self {
             media: MediaInfo {
                 container: "mov,mp4,m4a,3gp,3g2,mj2".into(),
@@ -87,7 +92,7 @@ pub struct Pipeline {
 impl Pipeline {
     /// Runs one attempt. Its scratch directory is removed when it returns, whatever happened;
     /// `cancel` kills a running FFmpeg (lost claim, shutdown).
-    #[tracing::instrument(skip_all, fields(video_id = %plan.video, attempt = plan.attempt))]
+    #[tracing::instrument(skip_all, fields(video_id = %plan.video, run = plan.run, attempt = plan.attempt))]
     pub async fn run(
         &self,
         plan: &AttemptPlan,
@@ -129,9 +134,48 @@ impl Pipeline {
         )
         .await?;
         tracing::info!(renditions = files.renditions.len(), "encoded");
-        let upload = outputs::upload(&self.storage, &self.db, plan.video, plan.attempt, &files);
+        let upload = outputs::upload(&self.storage, &self.db, plan, &files);
         let keys = until_cancelled(cancel, upload).await??;
         Ok(AttemptOutput { media, keys })
+    }
+}
+
+impl Pipeline {
+    /// After a READY commit: deletes every object of the video outside its live prefix (the
+    /// run's other attempts and, after an operator retry, every earlier run), then forgets their
+    /// ledger rows, so the ledger lists only objects that exist.
+    ///
+    /// The earlier runs' objects go here rather than at `vidq jobs retry`: the retry is a
+    /// database-only command (no S3 settings), and deleting after the new run's READY has
+    /// committed means a failed deletion can never undo or block the retry. It is logged, the
+    /// rows stay, and the objects stay until a later READY or the video's deletion removes them
+    /// (nothing sweeps them yet). A new run that fails leaves both runs' objects likewise.
+    pub async fn remove_superseded(&self, video: VideoId, live_run: i32, live_attempt: i32) {
+        let live = keys::attempt_prefix(video, live_run, live_attempt);
+        let removed = async {
+            let all = self.storage.list_prefix(&keys::video_prefix(video)).await?;
+            let stale: Vec<String> = all.into_iter().filter(|k| !k.starts_with(&live)).collect();
+            self.storage.delete_keys(&stale).await
+        };
+        match removed.await {
+            Ok(0) => {}
+            Ok(objects) => tracing::info!(%video, objects, "removed superseded attempts' outputs"),
+            Err(error) => {
+                tracing::warn!(error = %crate::telemetry::error_chain(&error), %video,
+                    "could not remove superseded attempts' outputs; they stay until the video is deleted");
+                return;
+            }
+        }
+        let forgotten = async {
+            let mut conn = self.db.get().await.map_err(DbError::Pool)?;
+            crate::db::artifacts::forget_superseded(&mut conn, video.0, live_run, live_attempt)
+                .await
+                .map_err(DbError::Query)
+        };
+        if let Err(error) = forgotten.await {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), %video,
+                "could not forget superseded attempts' ledger rows");
+        }
     }
 }
 

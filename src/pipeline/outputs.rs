@@ -6,12 +6,11 @@ use std::path::PathBuf;
 
 use futures_util::{StreamExt, TryStreamExt};
 
-use super::PlaybackKeys;
+use super::{AttemptPlan, PlaybackKeys};
 use crate::adapters::ffmpeg::encode::EncodedFiles;
 use crate::adapters::storage::Storage;
 use crate::db::{self, DbPool, artifacts::NewArtifact};
 use crate::domain::artifact::Axis;
-use crate::domain::ids::VideoId;
 use crate::domain::keys::{self, outputs};
 use crate::domain::media::MediaError;
 
@@ -40,11 +39,10 @@ pub fn storage_error(err: impl std::error::Error + 'static) -> MediaError {
 pub async fn upload(
     storage: &Storage,
     pool: &DbPool,
-    video: VideoId,
-    attempt: i32,
+    plan: &AttemptPlan,
     files: &EncodedFiles,
 ) -> Result<PlaybackKeys, MediaError> {
-    let key = |name: &str| keys::attempt_object(video, attempt, name);
+    let key = |name: &str| keys::attempt_object(plan.video, plan.run, plan.attempt, name);
     // Sequence numbers keep every object of an axis distinct across the ladder's renditions.
     const PER_RENDITION: i32 = 100_000;
     let mut planned: Vec<(Axis, i32, String, PathBuf)> = Vec::new();
@@ -109,8 +107,9 @@ pub async fn upload(
         let rows: Vec<NewArtifact<'_>> = all
             .iter()
             .map(|o| NewArtifact {
-                video_id: video.0,
-                attempt,
+                video_id: plan.video.0,
+                run: plan.run,
+                attempt: plan.attempt,
                 axis: o.axis.as_str(),
                 sequence: o.sequence,
                 object_key: &o.key,

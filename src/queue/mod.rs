@@ -27,8 +27,13 @@ pub trait JobBody: Send + Sync + 'static {
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>>;
 
-    /// After a READY commit: remove what the video's other attempts left behind.
-    fn after_ready(&self, _video: VideoId, _live_attempt: i32) -> BoxFuture<'_, ()> {
+    /// After a READY commit: remove what the video's other attempts and runs left behind.
+    fn after_ready(
+        &self,
+        _video: VideoId,
+        _live_run: i32,
+        _live_attempt: i32,
+    ) -> BoxFuture<'_, ()> {
         Box::pin(async {})
     }
 }
@@ -42,21 +47,7 @@ impl JobBody for Pipeline {
         Box::pin(Pipeline::run(self, plan, cancel))
     }
 
-    fn after_ready(&self, video: VideoId, live_attempt: i32) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            for attempt in (1..=crate::domain::job::MAX_ATTEMPTS).filter(|a| *a != live_attempt) {
-                let prefix = crate::domain::keys::attempt_prefix(video, attempt);
-                match self.storage.delete_prefix(&prefix).await {
-                    Ok(0) => {}
-                    Ok(n) => {
-                        tracing::info!(%prefix, objects = n, "removed a superseded attempt's outputs")
-                    }
-                    Err(error) => {
-                        tracing::warn!(error = %crate::telemetry::error_chain(&error), %prefix,
-                        "could not remove a superseded attempt's outputs; the sweeper will")
-                    }
-                }
-            }
-        })
+    fn after_ready(&self, video: VideoId, live_run: i32, live_attempt: i32) -> BoxFuture<'_, ()> {
+        Box::pin(self.remove_superseded(video, live_run, live_attempt))
     }
 }

@@ -206,6 +206,7 @@ impl<B: JobBody> Runner<B> {
         });
         let plan = AttemptPlan {
             video: claim.video,
+            run: claim.run,
             attempt: claim.attempt,
             original_key: claim.original_key.clone(),
         };
@@ -229,7 +230,9 @@ impl<B: JobBody> Runner<B> {
             (Ok(output), _) => match jobs::finalize_ready(&self.pool, claim, &output).await {
                 Ok(()) => {
                     tracing::info!("video ready");
-                    self.body.after_ready(claim.video, claim.attempt).await;
+                    self.body
+                        .after_ready(claim.video, claim.run, claim.attempt)
+                        .await;
                     Ok(Ended::Ready)
                 }
                 Err(err) => Err(err),

@@ -362,6 +362,7 @@ async fn producers_wake_relays_only_while_one_is_waiting() {
         let claim = vidq::app::jobs::Claim::from(claim);
         let plan = vidq::pipeline::AttemptPlan {
             video: claim.video,
+            run: claim.run,
             attempt: 1,
             original_key: claim.original_key.clone(),
         };

@@ -135,7 +135,13 @@ async fn the_feed_is_the_callers_own_filters_by_type_and_refuses_bad_input() {
     let stranger = app.create_user("mallory").await;
     let owner = user_id(&app, "alice").await;
     let mut conn = app.pool.get().await.unwrap();
-    let failed = Event::video_failed(VideoId::new(), Utc::now(), "invalid_media", "not a video");
+    let failed = Event::video_failed(
+        VideoId::new(),
+        1,
+        Utc::now(),
+        "invalid_media",
+        "not a video",
+    );
     vidq::db::outbox::insert(&mut conn, owner, &failed)
         .await
         .unwrap();

@@ -4,6 +4,7 @@
 mod cli;
 mod clips;
 mod confirm;
+mod error_texts;
 mod events;
 mod harness;
 mod health;
@@ -18,6 +19,7 @@ mod queue;
 mod receiver;
 mod relay;
 mod relay_process;
+mod runs;
 mod schema;
 mod scripted;
 mod uploads;

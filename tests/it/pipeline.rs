@@ -39,6 +39,7 @@ async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
     let work = tempfile::tempdir().unwrap();
     let plan = AttemptPlan {
         video: video_id,
+        run: 1,
         attempt: 2,
         original_key: format!("originals/{}", video["upload_id"].as_str().unwrap()),
     };
@@ -46,7 +47,7 @@ async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
         .run(&plan, &CancellationToken::new())
         .await
         .unwrap();
-    let prefix = format!("videos/{video_id}/a2/");
+    let prefix = format!("videos/{video_id}/r1/a2/");
     assert_eq!(output.keys.hls, format!("{prefix}hls/index.m3u8"));
     assert_eq!(output.media.width, 320);
 
@@ -105,7 +106,7 @@ async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
 
     // The ledger: every object uploaded with the size S3 holds, the playlist confirmed last.
     let mut conn = app.pool.get().await.unwrap();
-    let rows = vidq::db::artifacts::of_attempt(&mut conn, video_id.0, 2)
+    let rows = vidq::db::artifacts::of_attempt(&mut conn, video_id.0, 1, 2)
         .await
         .unwrap();
     assert_eq!(
@@ -155,6 +156,7 @@ async fn a_hostile_original_fails_permanently_and_writes_nothing() {
     let video_id = crate::queue::video_id(&video);
     let plan = AttemptPlan {
         video: video_id,
+        run: 1,
         attempt: 1,
         original_key: format!("originals/{}", video["upload_id"].as_str().unwrap()),
     };
@@ -225,6 +227,7 @@ async fn a_ladder_puts_every_rendition_up_and_the_master_playlist_last() {
     pipeline.media.ladder = vec![240, 120];
     let plan = AttemptPlan {
         video: video_id,
+        run: 1,
         attempt: 1,
         original_key: format!("originals/{}", video["upload_id"].as_str().unwrap()),
     };
@@ -232,7 +235,7 @@ async fn a_ladder_puts_every_rendition_up_and_the_master_playlist_last() {
         .run(&plan, &CancellationToken::new())
         .await
         .unwrap();
-    let hls = format!("videos/{video_id}/a1/hls/");
+    let hls = format!("videos/{video_id}/r1/a1/hls/");
     let master = String::from_utf8(
         app.storage
             .get_bytes(&output.keys.hls)
@@ -271,7 +274,7 @@ async fn a_ladder_puts_every_rendition_up_and_the_master_playlist_last() {
         }
     }
     let mut conn = app.pool.get().await.unwrap();
-    let rows = vidq::db::artifacts::of_attempt(&mut conn, video_id.0, 1)
+    let rows = vidq::db::artifacts::of_attempt(&mut conn, video_id.0, 1, 1)
         .await
         .unwrap();
     assert_eq!(

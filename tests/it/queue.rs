@@ -207,6 +207,7 @@ async fn a_late_result_after_the_lease_expired_and_another_node_reclaimed_change
         &zombie,
         &output(&vidq::pipeline::AttemptPlan {
             video: zombie.video,
+            run: zombie.run,
             attempt: zombie.attempt,
             original_key: zombie.original_key.clone(),
         }),
@@ -252,6 +253,7 @@ async fn a_late_result_after_the_lease_expired_and_another_node_reclaimed_change
     // The winner's result does land.
     let plan = vidq::pipeline::AttemptPlan {
         video: winner.video,
+        run: winner.run,
         attempt: 2,
         original_key: winner.original_key.clone(),
     };
@@ -574,6 +576,7 @@ async fn deleting_the_uploader_while_their_videos_finalize_neither_deadlocks_nor
         let finalizes = futures_util::future::join_all(claims.iter().map(|c| async {
             let plan = vidq::pipeline::AttemptPlan {
                 video: c.video,
+                run: c.run,
                 attempt: c.attempt,
                 original_key: c.original_key.clone(),
             };

@@ -555,6 +555,7 @@ async fn a_finalize_that_rolled_back_sends_nothing() {
     let winner = crate::queue::claim(&app, "winner", 30.0).await.unwrap();
     let plan = |c: &Claim| vidq::pipeline::AttemptPlan {
         video: c.video,
+        run: c.run,
         attempt: c.attempt,
         original_key: c.original_key.clone(),
     };

@@ -161,7 +161,7 @@ async fn a_sigkilled_worker_loses_its_job_to_another_after_the_lease_and_the_vid
         api["playback"]["hls_url"]
             .as_str()
             .unwrap()
-            .contains("/a2/hls/index.m3u8")
+            .contains("/r1/a2/hls/index.m3u8")
     );
     assert_eq!(app.count("SELECT count(*) AS n FROM job_attempts WHERE attempt = 1 AND node_id = 'node-a' AND outcome = 'lost'").await, 1);
     assert_eq!(app.count("SELECT count(*) AS n FROM job_attempts WHERE attempt = 2 AND node_id = 'node-b' AND outcome = 'completed'").await, 1);
@@ -172,14 +172,14 @@ async fn a_sigkilled_worker_loses_its_job_to_another_after_the_lease_and_the_vid
     );
     assert!(
         app.storage
-            .list_prefix(&format!("videos/{id}/a1/"))
+            .list_prefix(&format!("videos/{id}/r1/a1/"))
             .await
             .unwrap()
             .is_empty()
     );
     assert!(
         !app.storage
-            .list_prefix(&format!("videos/{id}/a2/hls/"))
+            .list_prefix(&format!("videos/{id}/r1/a2/hls/"))
             .await
             .unwrap()
             .is_empty()
