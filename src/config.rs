@@ -157,6 +157,44 @@ pub struct UploadConfig {
     pub playback_url_ttl_secs: u64,
 }
 
+/// How players reach a ready video's outputs.
+#[derive(Debug, Clone, Default, Args)]
+pub struct PlaybackArgs {
+    /// Public base URL of the bucket, or of a CDN in front of it, under which every object
+    /// is readable as `{base}/{key}` (e.g. `https://media.example.com`). When set, playback
+    /// URLs are plain URLs under it; unset, the bucket is private: `hls_url` points at vidq,
+    /// which serves the playlists with presigned segment URLs, and the MP4 and thumbnail URLs
+    /// are presigned.
+    #[arg(
+        long = "public-base-url",
+        env = "VIDQ_PUBLIC_BASE_URL",
+        value_name = "URL",
+        value_parser = parse_public_base_url
+    )]
+    pub public_base_url: Option<Url>,
+
+    /// Key that signs the playback tokens in `hls_url` (at least 32 bytes, e.g.
+    /// `openssl rand -hex 32`). Every API node must have the same one, or a player sent to
+    /// another node is refused. Unset, each process generates its own at start-up: right for
+    /// `vidq dev` and a single API node, but its tokens die with the process.
+    #[arg(
+        long = "playback-secret",
+        env = "VIDQ_PLAYBACK_SECRET",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    // Checked at start-up, not by clap: clap's refusal would print the value.
+    pub secret: Option<Secret>,
+}
+
+fn parse_public_base_url(raw: &str) -> Result<Url, String> {
+    let url = Url::parse(raw).map_err(|e| e.to_string())?;
+    if !matches!(url.scheme(), "http" | "https") || url.query().is_some() {
+        return Err("an http(s) URL without a query, e.g. https://media.example.com".to_owned());
+    }
+    Ok(url)
+}
+
 /// How the media pipeline runs FFmpeg and what it accepts.
 #[derive(Debug, Clone, Args)]
 pub struct MediaArgs {
@@ -269,6 +307,8 @@ pub struct ApiConfig {
     pub upload: UploadConfig,
     #[command(flatten)]
     pub webhooks: WebhookArgs,
+    #[command(flatten)]
+    pub playback: PlaybackArgs,
     /// Do not apply pending migrations at start-up (run `vidq migrate` separately).
     #[arg(long = "no-migrate", env = "VIDQ_NO_MIGRATE", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
     pub no_migrate: bool,

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod events;
 pub mod jobs;
+pub mod playback;
 pub mod uploads;
 pub mod users;
 pub mod videos;
@@ -28,6 +29,8 @@ pub struct AppContext {
     pub webhooks: crate::config::WebhookArgs,
     /// Ticks when an outbox row may have committed (long-polling feed readers wait on it).
     pub events: events::EventSignal,
+    /// How playback URLs are made and playback tokens checked.
+    pub playback: playback::PlaybackSettings,
 }
 
 /// Why a use-case did not do what was asked. `http::error` maps each kind to one status and
@@ -75,6 +78,12 @@ pub enum AppError {
     /// S3 failed.
     #[error("storage error")]
     Storage(#[from] StorageError),
+    /// A playback URL whose token is missing, altered, for another video or expired.
+    #[error(transparent)]
+    PlaybackToken(#[from] crate::domain::playback_token::TokenError),
+    /// A stored playlist names something vidq does not serve.
+    #[error("a stored playlist cannot be served")]
+    Playlist(#[from] crate::domain::hls::PlaylistError),
 }
 
 impl From<diesel::result::Error> for AppError {

@@ -1,7 +1,5 @@
 //! Reading and deleting videos, scoped to their owner.
 
-use std::time::Duration;
-
 use diesel_async::AsyncConnection;
 
 use super::{AppContext, AppError};
@@ -16,11 +14,11 @@ use crate::domain::video::VideoStatus;
 /// Largest page `list_videos` returns.
 pub const MAX_PAGE: i64 = 100;
 
-/// Where a ready video can be played from (presigned GET URLs).
+/// Where a ready video can be played from (see [`super::playback`]).
 #[derive(Clone, Debug)]
 pub struct Playback {
     /// The HLS playlist.
-    pub hls_url: Option<String>,
+    pub hls_url: Option<super::playback::HlsUrl>,
     /// The progressive MP4.
     pub mp4_url: Option<String>,
     /// The thumbnail.
@@ -40,7 +38,7 @@ pub struct VideoView {
     pub playback: Option<Playback>,
 }
 
-/// Builds the owner's view of a video, presigning playback URLs once it is ready.
+/// Builds the owner's view of a video, with its playback URLs once it is ready.
 pub async fn view(
     ctx: &AppContext,
     (video, attempts, job): VideoWithAttempts,
@@ -51,16 +49,7 @@ pub async fn view(
         status = VideoStatus::Processing;
     }
     let playback = if status == VideoStatus::Ready {
-        let ttl = Duration::from_secs(ctx.upload.playback_url_ttl_secs);
-        let sign = async |key: &Option<String>| match key {
-            Some(key) => ctx.storage.presign_get(key, ttl).await.map(Some),
-            None => Ok(None),
-        };
-        Some(Playback {
-            hls_url: sign(&video.hls_key).await?,
-            mp4_url: sign(&video.mp4_key).await?,
-            thumbnail_url: sign(&video.thumbnail_key).await?,
-        })
+        Some(super::playback::urls(ctx, &video).await?)
     } else {
         None
     };

@@ -232,6 +232,7 @@ async fn run_nodes(
         },
         webhooks: crate::config::WebhookArgs::default(),
         events: app::events::EventSignal::default(),
+        playback: app::playback::PlaybackSettings::generated(),
     };
     ctx.storage.ensure_bucket().await?;
     let (owner, _) = app::users::create_user(&ctx.db, "bench").await?;

@@ -292,3 +292,15 @@ pub async fn requeue(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usiz
         .execute(conn)
         .await
 }
+
+/// The HLS playlist key of a ready video, whoever owns it (a playback token, not an API key,
+/// authorizes the read); `None` if the video is gone or not ready.
+pub async fn ready_hls_key(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<String>> {
+    videos::table
+        .filter(videos::id.eq(id).and(videos::status.eq("ready")))
+        .select(videos::hls_key)
+        .first::<Option<String>>(conn)
+        .await
+        .optional()
+        .map(Option::flatten)
+}

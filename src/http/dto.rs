@@ -51,7 +51,8 @@ impl From<CreatedUpload> for CreateUploadResponse {
 /// Playback URLs of a ready video.
 #[derive(Debug, Serialize)]
 pub struct PlaybackDto {
-    /// HLS playlist.
+    /// HLS playlist: vidq's `/v1/videos/{id}/hls.m3u8?token=...`, or a plain URL under
+    /// `VIDQ_PUBLIC_BASE_URL`.
     pub hls_url: Option<String>,
     /// Progressive MP4.
     pub mp4_url: Option<String>,
@@ -95,8 +96,10 @@ pub struct VideoDto {
     pub error: Option<VideoErrorDto>,
 }
 
-impl From<VideoView> for VideoDto {
-    fn from(view: VideoView) -> Self {
+impl VideoDto {
+    /// The wire form of a video; `api_base` (`scheme://host` the client reached vidq at)
+    /// makes an `hls_url` served by vidq absolute.
+    pub fn new(view: VideoView, api_base: &str) -> Self {
         let video = view.video;
         let error = video.error_code.map(|code| VideoErrorDto {
             code,
@@ -113,7 +116,7 @@ impl From<VideoView> for VideoDto {
             created_at: video.created_at,
             ready_at: video.ready_at,
             playback: view.playback.map(|p| PlaybackDto {
-                hls_url: p.hls_url,
+                hls_url: p.hls_url.map(|url| url.resolve(api_base)),
                 mp4_url: p.mp4_url,
                 thumbnail_url: p.thumbnail_url,
             }),

@@ -128,6 +128,7 @@ impl From<AppError> for ApiError {
             }
             AppError::EndpointDisabled(_) => Self::new(S::CONFLICT, "endpoint_disabled", message),
             AppError::NameTaken(_) => Self::new(S::CONFLICT, "conflict", message),
+            AppError::PlaybackToken(_) => Self::new(S::FORBIDDEN, "invalid_token", message),
             AppError::Database(DbError::Pool(_)) => {
                 log_internal(&err);
                 Self::new(
@@ -144,7 +145,7 @@ impl From<AppError> for ApiError {
                     "object storage is temporarily unavailable; retry",
                 )
             }
-            AppError::Database(_) => {
+            AppError::Database(_) | AppError::Playlist(_) => {
                 log_internal(&err);
                 Self::internal()
             }

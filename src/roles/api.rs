@@ -5,11 +5,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::adapters::storage::{StaticCredentials, Storage};
 use crate::app::AppContext;
+use crate::app::playback::PlaybackSettings;
 use crate::config::{ApiConfig, DatabaseConfig, StorageConfig, UploadConfig};
 use crate::db;
 
 /// Runs the API until `shutdown` is cancelled.
 pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let playback = PlaybackSettings::from_args(&config.playback)
+        .context("VIDQ_PLAYBACK_SECRET (--playback-secret)")?;
     if config.no_migrate {
         tracing::info!("skipping migrations (--no-migrate)");
     } else {
@@ -17,6 +20,14 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     }
     let mut ctx = context(&config.database, &config.storage, &config.upload, None).await?;
     ctx.webhooks = config.webhooks;
+    ctx.playback = playback;
+    if config.playback.secret.is_none() && config.playback.public_base_url.is_none() {
+        tracing::warn!(
+            "VIDQ_PLAYBACK_SECRET is not set: this process signs hls_url tokens with a key of \
+             its own, which other API nodes refuse and a restart forgets; give every API node \
+             the same secret"
+        );
+    }
     listen_for_events(&ctx, config.database.url.expose(), &shutdown).await;
     if let Err(error) = ctx.storage.check_bucket().await {
         tracing::warn!(
@@ -78,5 +89,6 @@ pub async fn context(
         upload: upload.clone(),
         webhooks: crate::config::WebhookArgs::default(),
         events: crate::app::events::EventSignal::default(),
+        playback: PlaybackSettings::generated(),
     })
 }

@@ -63,6 +63,9 @@ pub struct DevConfig {
     pub upload: UploadConfig,
 
     #[command(flatten)]
+    pub playback: crate::config::PlaybackArgs,
+
+    #[command(flatten)]
     pub queue: super::worker::QueueArgs,
 
     #[command(flatten)]
@@ -74,6 +77,8 @@ pub struct DevConfig {
 
 /// Runs every part of vidq in this process until `shutdown` is cancelled.
 pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let playback = crate::app::playback::PlaybackSettings::from_args(&config.playback)
+        .context("VIDQ_PLAYBACK_SECRET (--playback-secret)")?;
     if db::provision::create_database_if_missing(&config.database_url)
         .await
         .context("creating the database (DATABASE_URL); is PostgreSQL running?")?
@@ -112,6 +117,8 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
     .await?;
     // On a laptop the receiver is on this machine: private destinations are allowed.
     ctx.webhooks.allow_private = true;
+    // One API node: a generated playback key is fine unless one is given.
+    ctx.playback = playback;
     super::api::listen_for_events(&ctx, &config.database_url, &shutdown).await;
     ctx.storage
         .ensure_bucket()

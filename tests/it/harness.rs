@@ -182,6 +182,8 @@ pub struct TestAppOptions {
     pub max_upload_bytes: u64,
     /// `VIDQ_WEBHOOK_ALLOW_PRIVATE`: on, since test receivers listen on loopback.
     pub allow_private_webhooks: bool,
+    /// `VIDQ_PUBLIC_BASE_URL`: unset, the bucket is private.
+    pub public_base_url: Option<String>,
 }
 
 impl Default for TestAppOptions {
@@ -189,6 +191,7 @@ impl Default for TestAppOptions {
         Self {
             max_upload_bytes: 100 * 1024 * 1024,
             allow_private_webhooks: true,
+            public_base_url: None,
         }
     }
 }
@@ -243,6 +246,7 @@ impl TestApp {
                 .await
                 .unwrap();
         ctx.webhooks.allow_private = options.allow_private_webhooks;
+        ctx.playback.public_base = options.public_base_url.map(|u| u.parse().unwrap());
         ctx.storage.ensure_bucket().await.unwrap();
         let shutdown = CancellationToken::new();
         vidq::roles::api::listen_for_events(&ctx, &db.url, &shutdown).await;

@@ -14,6 +14,7 @@ mod media;
 mod mp4;
 mod nats;
 mod pipeline;
+mod playback;
 mod proxy;
 mod queue;
 mod receiver;

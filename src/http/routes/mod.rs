@@ -1,7 +1,9 @@
-//! Route table: `/healthz`, `/readyz`, and the authenticated `/v1` API.
+//! Route table: `/healthz`, `/readyz`, and the `/v1` API (authenticated by API key, except
+//! the HLS playlists, which a playback token in the URL authorizes).
 
 pub mod events;
 pub mod health;
+pub mod playback;
 pub mod uploads;
 pub mod videos;
 pub mod webhooks;
@@ -22,6 +24,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route("/videos", web::get().to(videos::list))
                 .route("/videos/{video_id}", web::get().to(videos::get))
                 .route("/videos/{video_id}", web::delete().to(videos::delete))
+                .route(
+                    "/videos/{video_id}/hls.m3u8",
+                    web::get().to(playback::top_playlist),
+                )
+                .route(
+                    "/videos/{video_id}/hls/{rendition}.m3u8",
+                    web::get().to(playback::rendition_playlist),
+                )
                 .route("/events", web::get().to(events::list))
                 .route("/webhooks", web::post().to(webhooks::create))
                 .route("/webhooks", web::get().to(webhooks::list))

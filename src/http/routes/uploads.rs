@@ -3,6 +3,7 @@
 use actix_web::{HttpResponse, web};
 
 use super::path_id;
+use super::playback::ApiBase;
 use crate::app::{self, AppContext, uploads::Confirmed};
 use crate::http::auth::Caller;
 use crate::http::dto::{CreateUploadRequest, CreateUploadResponse, VideoDto};
@@ -30,13 +31,18 @@ pub async fn create(
 pub async fn confirm(
     ctx: web::Data<AppContext>,
     caller: Caller,
+    base: ApiBase,
     upload_id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let upload_id = path_id(&upload_id)?;
     Ok(
         match app::uploads::confirm_upload(&ctx, caller.0, upload_id).await? {
-            Confirmed::Created(video) => HttpResponse::Accepted().json(VideoDto::from(video)),
-            Confirmed::AlreadyConfirmed(video) => HttpResponse::Ok().json(VideoDto::from(video)),
+            Confirmed::Created(video) => {
+                HttpResponse::Accepted().json(VideoDto::new(video, &base.0))
+            }
+            Confirmed::AlreadyConfirmed(video) => {
+                HttpResponse::Ok().json(VideoDto::new(video, &base.0))
+            }
         },
     )
 }

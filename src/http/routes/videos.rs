@@ -3,6 +3,7 @@
 use actix_web::{HttpResponse, web};
 
 use super::path_id;
+use super::playback::ApiBase;
 use crate::app::{self, AppContext};
 use crate::domain::ids::VideoId;
 use crate::domain::video::VideoStatus;
@@ -17,16 +18,18 @@ const DEFAULT_LIMIT: i64 = 20;
 pub async fn get(
     ctx: web::Data<AppContext>,
     caller: Caller,
+    base: ApiBase,
     video_id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let view = app::videos::get_video(&ctx, caller.0, path_id(&video_id)?).await?;
-    Ok(HttpResponse::Ok().json(VideoDto::from(view)))
+    Ok(HttpResponse::Ok().json(VideoDto::new(view, &base.0)))
 }
 
 /// The caller's videos, newest first, keyset-paginated.
 pub async fn list(
     ctx: web::Data<AppContext>,
     caller: Caller,
+    base: ApiBase,
     query: web::Query<ListVideosQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let status = query
@@ -49,7 +52,10 @@ pub async fn list(
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     let (videos, next) = app::videos::list_videos(&ctx, caller.0, status, limit, cursor).await?;
     Ok(HttpResponse::Ok().json(VideoListDto {
-        videos: videos.into_iter().map(VideoDto::from).collect(),
+        videos: videos
+            .into_iter()
+            .map(|v| VideoDto::new(v, &base.0))
+            .collect(),
         next_cursor: next.map(|id| id.to_string()),
     }))
 }
