@@ -142,9 +142,10 @@ impl Pipeline {
     }
 }
 
-/// Runs an S3 transfer unless the attempt is stopped first (lost claim, shutdown): a stopped
-/// attempt must neither keep writing objects nor outlive the shutdown's drain. Dropping the
-/// transfer aborts its request.
+/// Runs a step unless the attempt is stopped first (lost claim, shutdown): a stopped attempt
+/// must neither keep writing nor outlive the shutdown's drain. Only for steps that may be
+/// dropped halfway (a download, a HEAD, one ledger statement); a multipart upload must not
+/// be, so [`outputs::upload`] stops its transfers itself.
 async fn until_cancelled<T>(
     cancel: &CancellationToken,
     transfer: impl std::future::Future<Output = T>,
