@@ -183,7 +183,8 @@ where
 
 /// READY, in one transaction: lock the uploader, update (and so lock) the video with its
 /// facts and live keys, insert `video.ready`, and as the LAST statement the fenced COMPLETED
-/// update (which also closes the attempt). A fence that matches nothing rolls it all back.
+/// update (which also closes the attempt). A fence that matches nothing rolls it all back;
+/// a transient database failure runs the whole transaction again (at most 4 tries).
 #[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, attempt = claim.attempt))]
 pub async fn finalize_ready(
     pool: &DbPool,
@@ -245,7 +246,7 @@ async fn finalize_ready_once(
 }
 
 /// FAILED, in one transaction shaped like [`finalize_ready`]: the error on the video,
-/// `video.failed`, the fenced COMPLETED update last.
+/// `video.failed`, the fenced COMPLETED update last, tried again like it.
 #[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, attempt = claim.attempt))]
 pub async fn finalize_failed(
     pool: &DbPool,
@@ -474,4 +475,42 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
         Ok(())
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::result::{DatabaseErrorKind as Kind, Error};
+
+    use super::*;
+
+    fn failed(kind: Kind, message: &str) -> JobError {
+        JobError::Database(DbError::Query(Error::DatabaseError(
+            kind,
+            Box::new(message.to_owned()),
+        )))
+    }
+
+    #[test]
+    fn only_failures_that_pass_are_tried_again() {
+        for passing in [
+            failed(Kind::SerializationFailure, "could not serialize access"),
+            failed(Kind::Unknown, "deadlock detected"),
+            failed(
+                Kind::Unknown,
+                "terminating connection due to administrator command",
+            ),
+            failed(Kind::UnableToSendCommand, "connection closed"),
+            failed(Kind::ClosedConnection, "server closed the connection"),
+        ] {
+            assert!(is_transient(&passing), "{passing:?}");
+        }
+        for lasting in [
+            failed(Kind::UniqueViolation, "duplicate key value"),
+            failed(Kind::CheckViolation, "attempt_count"),
+            failed(Kind::Unknown, "relation \"videos\" does not exist"),
+            JobError::ClaimLost,
+        ] {
+            assert!(!is_transient(&lasting), "{lasting:?}");
+        }
+    }
 }
