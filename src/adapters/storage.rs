@@ -9,6 +9,7 @@ use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use crate::config::StorageConfig;
@@ -214,29 +215,47 @@ impl Storage {
         path: &std::path::Path,
         content_type: &str,
     ) -> Result<u64, StorageError> {
+        self.put_file_until(key, path, content_type, &CancellationToken::new())
+            .await
+    }
+
+    /// [`Storage::put_file`] that gives up when `cancel` fires (a lost claim, a shutdown, a
+    /// deadline). A multipart upload it started is then aborted before it returns, so no
+    /// parts linger in the bucket; if the future is dropped instead, the abort is sent from a
+    /// task of its own.
+    pub async fn put_file_until(
+        &self,
+        key: &str,
+        path: &std::path::Path,
+        content_type: &str,
+        cancel: &CancellationToken,
+    ) -> Result<u64, StorageError> {
         let size = tokio::fs::metadata(path)
             .await
             .map_err(|e| StorageError::new("PutObject", key, e))?
             .len();
         if size > MULTIPART_THRESHOLD {
             return self
-                .put_multipart(key, path, content_type)
+                .put_multipart(key, path, content_type, cancel)
                 .await
                 .map(|()| size);
         }
         let body = ByteStream::from_path(path)
             .await
             .map_err(|e| StorageError::new("PutObject", key, e))?;
-        self.client
+        let put = self
+            .client
             .put_object()
             .bucket(&self.bucket)
             .key(key)
             .content_type(content_type)
             .content_length(i64::try_from(size).unwrap_or(i64::MAX))
             .body(body)
-            .send()
-            .await
-            .map_err(|e| StorageError::new("PutObject", key, e))?;
+            .send();
+        tokio::select! {
+            sent = put => sent.map_err(|e| StorageError::new("PutObject", key, e))?,
+            () = cancel.cancelled() => return Err(stopped("PutObject", key)),
+        };
         Ok(size)
     }
 
@@ -245,6 +264,7 @@ impl Storage {
         key: &str,
         path: &std::path::Path,
         content_type: &str,
+        cancel: &CancellationToken,
     ) -> Result<(), StorageError> {
         let created = self
             .client
@@ -255,17 +275,20 @@ impl Storage {
             .send()
             .await
             .map_err(|e| StorageError::new("CreateMultipartUpload", key, e))?;
-        let upload_id = created.upload_id().unwrap_or_default().to_owned();
-        let result = self.upload_parts(key, &upload_id, path).await;
-        if result.is_err() {
-            let _ = self
-                .client
-                .abort_multipart_upload()
-                .bucket(&self.bucket)
-                .key(key)
-                .upload_id(&upload_id)
-                .send()
-                .await;
+        let mut upload = OpenUpload {
+            client: self.client.clone(),
+            bucket: self.bucket.clone(),
+            key: key.to_owned(),
+            id: created.upload_id().unwrap_or_default().to_owned(),
+            open: true,
+        };
+        let result = tokio::select! {
+            done = self.upload_parts(key, &upload.id, path) => done,
+            () = cancel.cancelled() => Err(stopped("UploadPart", key)),
+        };
+        match result {
+            Ok(()) => upload.open = false,
+            Err(_) => upload.abort().await,
         }
         result
     }
@@ -499,5 +522,67 @@ impl Storage {
             }
             Err(err) => Err(StorageError::new("CreateBucket", &self.bucket, err)),
         }
+    }
+}
+
+/// The error of a transfer stopped by its caller.
+fn stopped(op: &'static str, key: &str) -> StorageError {
+    StorageError::new(
+        op,
+        key,
+        std::io::Error::new(std::io::ErrorKind::Interrupted, "stopped by the caller"),
+    )
+}
+
+/// A multipart upload that was created and neither completed nor aborted yet. Dropped while
+/// open (its future was dropped mid-transfer), it sends the abort from a task of its own.
+struct OpenUpload {
+    client: Client,
+    bucket: String,
+    key: String,
+    id: String,
+    open: bool,
+}
+
+impl OpenUpload {
+    /// Aborts it, so S3 drops its parts.
+    async fn abort(&mut self) {
+        self.open = false;
+        abort_upload(&self.client, &self.bucket, &self.key, &self.id).await;
+    }
+}
+
+impl Drop for OpenUpload {
+    fn drop(&mut self) {
+        if !self.open {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(key = %self.key, "a multipart upload was left open; its parts stay until the bucket's lifecycle rule removes them");
+            return;
+        };
+        let (client, bucket, key, id) = (
+            self.client.clone(),
+            self.bucket.clone(),
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.id),
+        );
+        runtime.spawn(async move { abort_upload(&client, &bucket, &key, &id).await });
+    }
+}
+
+/// AbortMultipartUpload, best effort: a failure is logged (the parts then stay until a
+/// bucket lifecycle rule for incomplete uploads removes them).
+async fn abort_upload(client: &Client, bucket: &str, key: &str, id: &str) {
+    let aborted = client
+        .abort_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(id)
+        .send()
+        .await;
+    if let Err(error) = aborted {
+        let error = StorageError::new("AbortMultipartUpload", key, error);
+        tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not abort a multipart upload");
     }
 }

@@ -103,11 +103,103 @@ fn end<'a>(outcome: Outcome, error: Option<(&'a str, &'a str)>) -> AttemptEnd<'a
     AttemptEnd { outcome, error }
 }
 
+/// How many times a finalize transaction is tried when the database fails in a way that
+/// passes (a broken connection, a serialization failure, a deadlock). After that the result
+/// is left to the lease: the job is reclaimed and encoded again.
+const FINALIZE_TRIES: u32 = 4;
+
+/// Wait before the second try; doubled before each further one (100 + 200 + 400 ms in all,
+/// well inside a lease).
+const FINALIZE_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Whether `err` is a database failure that a new try of the same transaction, on a fresh
+/// connection if need be, can get past.
+fn is_transient(err: &JobError) -> bool {
+    use diesel::result::{DatabaseErrorKind as Kind, Error};
+    use diesel_async::pooled_connection::PoolError;
+    match err {
+        JobError::Database(DbError::Query(query)) => match query {
+            Error::DatabaseError(
+                Kind::SerializationFailure | Kind::ClosedConnection | Kind::UnableToSendCommand,
+                _,
+            )
+            | Error::BrokenTransactionManager
+            | Error::RollbackErrorOnCommit { .. } => true,
+            // diesel names no kind for these SQLSTATEs; PostgreSQL's message is stable:
+            // 40P01 (deadlock) and 57P01 (the server ended the session, e.g. a restart).
+            Error::DatabaseError(Kind::Unknown, info) => {
+                let message = info.message();
+                message.starts_with("deadlock detected")
+                    || message.starts_with("terminating connection")
+            }
+            _ => false,
+        },
+        // A new connection could not be opened (the server restarting); a checkout that
+        // timed out already waited 10 s and is not retried.
+        JobError::Database(DbError::Pool(bb8::RunError::User(PoolError::ConnectionError(_)))) => {
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Runs the fenced transaction `once` up to [`FINALIZE_TRIES`] times while it fails
+/// transiently. Each try is the whole transaction again, fence included, so a try after the
+/// lease ran out matches nothing and rolls back like any late result. A try whose COMMIT got
+/// no reply may have committed: when the next try then finds the claim gone, the attempt's
+/// own row says whether it ended with `outcome`, which is then success.
+async fn retry_transient<F, Fut>(
+    pool: &DbPool,
+    claim: &Claim,
+    outcome: Outcome,
+    mut once: F,
+) -> Result<(), JobError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), JobError>>,
+{
+    let mut backoff = FINALIZE_BACKOFF;
+    let mut tries = 1;
+    loop {
+        match once().await {
+            Err(JobError::ClaimLost) if tries > 1 => {
+                let mut conn = pool.get().await?;
+                return if db::attempts::ended_with(&mut conn, claim.token, outcome).await? {
+                    tracing::info!("an earlier try had committed");
+                    Ok(())
+                } else {
+                    Err(JobError::ClaimLost)
+                };
+            }
+            Err(err) if tries < FINALIZE_TRIES && is_transient(&err) => {
+                tracing::warn!(error = %crate::telemetry::error_chain(&err), tries,
+                    "finalize failed on a transient database error; trying again");
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+                tries += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// READY, in one transaction: lock the uploader, update (and so lock) the video with its
 /// facts and live keys, insert `video.ready`, and as the LAST statement the fenced COMPLETED
-/// update (which also closes the attempt). A fence that matches nothing rolls it all back.
+/// update (which also closes the attempt). A fence that matches nothing rolls it all back;
+/// a transient database failure runs the whole transaction again (at most 4 tries).
 #[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, run = claim.run, attempt = claim.attempt))]
 pub async fn finalize_ready(
+    pool: &DbPool,
+    claim: &Claim,
+    output: &AttemptOutput,
+) -> Result<(), JobError> {
+    retry_transient(pool, claim, Outcome::Completed, || {
+        finalize_ready_once(pool, claim, output)
+    })
+    .await
+}
+
+async fn finalize_ready_once(
     pool: &DbPool,
     claim: &Claim,
     output: &AttemptOutput,
@@ -158,11 +250,22 @@ pub async fn finalize_ready(
 }
 
 /// FAILED, in one transaction shaped like [`finalize_ready`]: the error on the video,
-/// `video.failed`, the fenced COMPLETED update last. The video, its event and the attempt get
-/// the code and its public message only; the detail (tool and scratch paths, stderr) is the
-/// log's.
+/// `video.failed`, the fenced COMPLETED update last, tried again like it. The video, its event
+/// and the attempt get the code and its public message only; the detail (tool and scratch
+/// paths, stderr) is the log's.
 #[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, run = claim.run, attempt = claim.attempt))]
 pub async fn finalize_failed(
+    pool: &DbPool,
+    claim: &Claim,
+    error: &MediaError,
+) -> Result<(), JobError> {
+    retry_transient(pool, claim, Outcome::Failed, || {
+        finalize_failed_once(pool, claim, error)
+    })
+    .await
+}
+
+async fn finalize_failed_once(
     pool: &DbPool,
     claim: &Claim,
     error: &MediaError,
@@ -380,4 +483,42 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
         Ok(())
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::result::{DatabaseErrorKind as Kind, Error};
+
+    use super::*;
+
+    fn failed(kind: Kind, message: &str) -> JobError {
+        JobError::Database(DbError::Query(Error::DatabaseError(
+            kind,
+            Box::new(message.to_owned()),
+        )))
+    }
+
+    #[test]
+    fn only_failures_that_pass_are_tried_again() {
+        for passing in [
+            failed(Kind::SerializationFailure, "could not serialize access"),
+            failed(Kind::Unknown, "deadlock detected"),
+            failed(
+                Kind::Unknown,
+                "terminating connection due to administrator command",
+            ),
+            failed(Kind::UnableToSendCommand, "connection closed"),
+            failed(Kind::ClosedConnection, "server closed the connection"),
+        ] {
+            assert!(is_transient(&passing), "{passing:?}");
+        }
+        for lasting in [
+            failed(Kind::UniqueViolation, "duplicate key value"),
+            failed(Kind::CheckViolation, "attempt_count"),
+            failed(Kind::Unknown, "relation \"videos\" does not exist"),
+            JobError::ClaimLost,
+        ] {
+            assert!(!is_transient(&lasting), "{lasting:?}");
+        }
+    }
 }

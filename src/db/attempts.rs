@@ -55,3 +55,27 @@ pub async fn finish(
     .execute(conn)
     .await
 }
+
+#[derive(diesel::QueryableByName)]
+struct Found {
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    found: bool,
+}
+
+/// Whether the attempt with this token was closed with `outcome`: after a finalize whose
+/// COMMIT got no reply, this tells whether it committed.
+pub async fn ended_with(
+    conn: &mut AsyncPgConnection,
+    token: Uuid,
+    outcome: Outcome,
+) -> diesel::QueryResult<bool> {
+    use diesel::sql_types::{Text, Uuid as SqlUuid};
+    super::prepared::prepared(
+        "SELECT EXISTS (SELECT 1 FROM job_attempts WHERE claim_token = $1 AND outcome = $2) AS found",
+    )
+    .bind::<SqlUuid, _>(token)
+    .bind::<Text, _>(outcome.as_str())
+    .get_result::<Found>(conn)
+    .await
+    .map(|row| row.found)
+}

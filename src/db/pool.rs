@@ -16,21 +16,26 @@ pub type DbConn<'a> = bb8::PooledConnection<'a, AsyncDieselConnectionManager<Asy
 /// Builds a pool of at most `max_size` connections and checks that one can be opened, so a
 /// wrong URL or a stopped database fails at start-up with its cause, not on the first request.
 pub async fn connect(url: &str, max_size: u32) -> Result<DbPool, DbError> {
-    let url = with_default_user(url)?;
-    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(url);
-    let pool = bb8::Pool::builder()
-        .max_size(max_size)
-        .connection_timeout(Duration::from_secs(10))
-        // No `SELECT 1` before every checkout: that doubled the round trips of a claim. A
-        // connection that broke is noticed by the query that hits it and dropped on return.
-        .test_on_check_out(false)
-        .build_unchecked(manager);
+    let pool = unchecked(url, max_size)?;
     drop(
         pool.get()
             .await
             .map_err(|err| DbError::Connect(err.to_string()))?,
     );
     Ok(pool)
+}
+
+/// Like [`connect`] without opening a connection first: for a second pool of a process
+/// whose first pool already proved the URL works (a worker's heartbeat pool).
+pub fn unchecked(url: &str, max_size: u32) -> Result<DbPool, DbError> {
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(with_default_user(url)?);
+    Ok(bb8::Pool::builder()
+        .max_size(max_size)
+        .connection_timeout(Duration::from_secs(10))
+        // No `SELECT 1` before every checkout: that doubled the round trips of a claim. A
+        // connection that broke is noticed by the query that hits it and dropped on return.
+        .test_on_check_out(false)
+        .build_unchecked(manager))
 }
 
 /// One connection outside any pool, for a session that must stay the same: a LISTEN, a

@@ -4,6 +4,7 @@
 //! ledger write is its own short statement.
 
 pub mod outputs;
+pub mod scratch;
 
 use std::path::PathBuf;
 
@@ -90,7 +91,8 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// Runs one attempt. Its scratch directory is removed when it returns, whatever happened;
+    /// Runs one attempt. Its scratch directory is removed when it returns, whatever happened
+    /// (and, if this process is killed, by the next worker to start on this work root);
     /// `cancel` kills a running FFmpeg (lost claim, shutdown).
     #[tracing::instrument(skip_all, fields(video_id = %plan.video, run = plan.run, attempt = plan.attempt))]
     pub async fn run(
@@ -98,15 +100,12 @@ impl Pipeline {
         plan: &AttemptPlan,
         cancel: &CancellationToken,
     ) -> Result<AttemptOutput, MediaError> {
-        let scratch = tempfile::Builder::new()
-            .prefix("vidq-job-")
-            .tempdir_in(&self.work_root)
-            .map_err(|e| {
-                MediaError::retryable(
-                    "io_error",
-                    format!("cannot create a scratch directory: {e}"),
-                )
-            })?;
+        let scratch = scratch::Scratch::create(&self.work_root).map_err(|e| {
+            MediaError::retryable(
+                "io_error",
+                format!("cannot create a scratch directory: {e}"),
+            )
+        })?;
         let original = scratch.path().join("original");
         let download = self.storage.download_to_file(&plan.original_key, &original);
         let downloaded = until_cancelled(cancel, download)
@@ -134,8 +133,8 @@ impl Pipeline {
         )
         .await?;
         tracing::info!(renditions = files.renditions.len(), "encoded");
-        let upload = outputs::upload(&self.storage, &self.db, plan, &files);
-        let keys = until_cancelled(cancel, upload).await??;
+        // Not dropped on a stop: it stops itself, so a multipart upload is aborted first.
+        let keys = outputs::upload(&self.storage, &self.db, plan, &files, cancel).await?;
         Ok(AttemptOutput { media, keys })
     }
 }
@@ -179,9 +178,10 @@ impl Pipeline {
     }
 }
 
-/// Runs an S3 transfer unless the attempt is stopped first (lost claim, shutdown): a stopped
-/// attempt must neither keep writing objects nor outlive the shutdown's drain. Dropping the
-/// transfer aborts its request.
+/// Runs a step unless the attempt is stopped first (lost claim, shutdown): a stopped attempt
+/// must neither keep writing nor outlive the shutdown's drain. Only for steps that may be
+/// dropped halfway (a download, a HEAD, one ledger statement); a multipart upload must not
+/// be, so [`outputs::upload`] stops its transfers itself.
 async fn until_cancelled<T>(
     cancel: &CancellationToken,
     transfer: impl std::future::Future<Output = T>,

@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
 
 use super::{AttemptPlan, PlaybackKeys};
 use crate::adapters::ffmpeg::encode::EncodedFiles;
@@ -36,17 +37,38 @@ pub fn storage_error(err: impl std::error::Error + 'static) -> MediaError {
 }
 
 /// Uploads every output of one attempt; returns the playback keys once all are confirmed.
+/// When `cancel` fires it stops, and a multipart upload under way is aborted (not dropped)
+/// before it returns, so a stopped attempt leaves no parts in the bucket.
 pub async fn upload(
     storage: &Storage,
     pool: &DbPool,
     plan: &AttemptPlan,
     files: &EncodedFiles,
+    cancel: &CancellationToken,
 ) -> Result<PlaybackKeys, MediaError> {
+    let key = |name: &str| keys::attempt_object(plan.video, plan.run, plan.attempt, name);
+    let (planned, first_playlist) = lay_out(plan, files);
+    let all = super::until_cancelled(cancel, register(pool, plan, planned)).await??;
+    let (objects, playlists) = all.split_at(first_playlist);
+    put_in_order(storage, pool, objects, playlists, cancel).await?;
+    Ok(PlaybackKeys {
+        hls: key(outputs::PLAYLIST),
+        mp4: key(outputs::MP4),
+        thumbnail: key(outputs::THUMBNAIL),
+    })
+}
+
+/// An output before its size is known: axis, sequence, key, local file.
+type Planned = (Axis, i32, String, PathBuf);
+
+/// Every output with its key, in upload order, and where the playlists start (rendition
+/// playlists after every segment, the top playlist, master or single, last).
+fn lay_out(plan: &AttemptPlan, files: &EncodedFiles) -> (Vec<Planned>, usize) {
     let key = |name: &str| keys::attempt_object(plan.video, plan.run, plan.attempt, name);
     // Sequence numbers keep every object of an axis distinct across the ladder's renditions.
     const PER_RENDITION: i32 = 100_000;
-    let mut planned: Vec<(Axis, i32, String, PathBuf)> = Vec::new();
-    let mut playlists: Vec<(Axis, i32, String, PathBuf)> = Vec::new();
+    let mut planned: Vec<Planned> = Vec::new();
+    let mut playlists: Vec<Planned> = Vec::new();
     let ladder = files.renditions.len() > 1;
     for (r, rendition) in files.renditions.iter().enumerate() {
         let r = r as i32;
@@ -77,7 +99,6 @@ pub async fn upload(
         key(outputs::THUMBNAIL),
         files.thumbnail.clone(),
     ));
-    // Rendition playlists after every segment, the top playlist (master or single) last.
     let first_playlist = planned.len();
     planned.extend(playlists);
     planned.push((
@@ -86,7 +107,15 @@ pub async fn upload(
         key(outputs::PLAYLIST),
         files.playlist.clone(),
     ));
+    (planned, first_playlist)
+}
 
+/// Measures every output and registers them all `pending` in the ledger, in one statement.
+async fn register(
+    pool: &DbPool,
+    plan: &AttemptPlan,
+    planned: Vec<Planned>,
+) -> Result<Vec<Output>, MediaError> {
     let mut all = Vec::with_capacity(planned.len());
     for (axis, sequence, key, path) in planned {
         let size = tokio::fs::metadata(&path)
@@ -101,47 +130,57 @@ pub async fn upload(
             size: i64::try_from(size).unwrap_or(i64::MAX),
         });
     }
-
     // The ledger first: a crash from here on leaves `pending` rows that say what to re-drive.
-    {
-        let rows: Vec<NewArtifact<'_>> = all
-            .iter()
-            .map(|o| NewArtifact {
-                video_id: plan.video.0,
-                run: plan.run,
-                attempt: plan.attempt,
-                axis: o.axis.as_str(),
-                sequence: o.sequence,
-                object_key: &o.key,
-                size_bytes: o.size,
-            })
-            .collect();
-        let mut conn = pool.get().await.map_err(storage_error)?;
-        db::artifacts::register_pending(&mut conn, &rows)
-            .await
-            .map_err(storage_error)?;
-    }
+    let rows: Vec<NewArtifact<'_>> = all
+        .iter()
+        .map(|o| NewArtifact {
+            video_id: plan.video.0,
+            run: plan.run,
+            attempt: plan.attempt,
+            axis: o.axis.as_str(),
+            sequence: o.sequence,
+            object_key: &o.key,
+            size_bytes: o.size,
+        })
+        .collect();
+    let mut conn = pool.get().await.map_err(storage_error)?;
+    db::artifacts::register_pending(&mut conn, &rows)
+        .await
+        .map_err(storage_error)?;
+    Ok(all)
+}
 
-    let (objects, playlists) = all.split_at(first_playlist);
+/// Puts `objects` ([`UPLOAD_CONCURRENCY`] at a time), then `playlists` one by one: only then
+/// can a player follow a playlist to objects that all exist. On the first failure the other
+/// transfers are stopped and waited for, never dropped mid-way.
+async fn put_in_order(
+    storage: &Storage,
+    pool: &DbPool,
+    objects: &[Output],
+    playlists: &[Output],
+    cancel: &CancellationToken,
+) -> Result<(), MediaError> {
+    let stop = cancel.child_token();
     // Boxed so the stream's item type names no closure lifetime (keeps the future Send).
     let uploads: Vec<futures_util::future::BoxFuture<'_, Result<(), MediaError>>> = objects
         .iter()
-        .map(|o| Box::pin(put_and_confirm(storage, pool, o)) as _)
+        .map(|o| Box::pin(put_and_confirm(storage, pool, o, &stop)) as _)
         .collect();
-    futures_util::stream::iter(uploads)
-        .buffer_unordered(UPLOAD_CONCURRENCY)
-        .try_collect::<Vec<()>>()
-        .await?;
-    // Only now can a player follow a playlist to objects that all exist; the top one last.
-    for playlist in playlists {
-        put_and_confirm(storage, pool, playlist).await?;
+    let mut uploads = futures_util::stream::iter(uploads).buffer_unordered(UPLOAD_CONCURRENCY);
+    let mut first_error = None;
+    while let Some(done) = uploads.next().await {
+        if let Err(error) = done {
+            stop.cancel();
+            first_error.get_or_insert(error);
+        }
     }
-
-    Ok(PlaybackKeys {
-        hls: key(outputs::PLAYLIST),
-        mp4: key(outputs::MP4),
-        thumbnail: key(outputs::THUMBNAIL),
-    })
+    if let Some(error) = first_error {
+        return Err(error);
+    }
+    for playlist in playlists {
+        put_and_confirm(storage, pool, playlist, cancel).await?;
+    }
+    Ok(())
 }
 
 /// PUT, then ask S3 what it holds, then CAS the row with that size: the ledger records what
@@ -150,11 +189,30 @@ async fn put_and_confirm(
     storage: &Storage,
     pool: &DbPool,
     output: &Output,
+    cancel: &CancellationToken,
 ) -> Result<(), MediaError> {
-    storage
-        .put_file(&output.key, &output.path, output.axis.content_type())
-        .await
-        .map_err(storage_error)?;
+    let stopped =
+        || MediaError::retryable("cancelled", "the attempt was stopped during a transfer");
+    if cancel.is_cancelled() {
+        return Err(stopped());
+    }
+    let put = storage
+        .put_file_until(
+            &output.key,
+            &output.path,
+            output.axis.content_type(),
+            cancel,
+        )
+        .await;
+    if cancel.is_cancelled() {
+        return Err(stopped());
+    }
+    put.map_err(storage_error)?;
+    super::until_cancelled(cancel, confirm(storage, pool, output)).await?
+}
+
+/// Records in the ledger what S3 holds under the output's key.
+async fn confirm(storage: &Storage, pool: &DbPool, output: &Output) -> Result<(), MediaError> {
     let stored = storage
         .head(&output.key)
         .await

@@ -3,9 +3,11 @@
 //! safety net, reap jobs that died in their last attempt, and on shutdown hand every claim
 //! back.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -46,7 +48,8 @@ pub type ClaimObserver = Arc<dyn Fn(Option<i64>) + Send + Sync>;
 
 /// One worker process's engine.
 pub struct Runner<B: JobBody> {
-    /// Pool (a worker holds at most 2 connections).
+    /// Pool for claims, reaps, finalizes (a worker holds at most 2 connections here, and
+    /// [`HEARTBEAT_CONNECTIONS`] more for its heartbeats).
     pub pool: DbPool,
     /// For the dedicated LISTEN connection.
     pub database_url: String,
@@ -66,11 +69,72 @@ const CLAIM_RETRY: Duration = Duration::from_millis(200);
 /// How long shutdown waits for running attempts to hand their claims back.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Connections of a worker's heartbeat pool. Heartbeats get their own connection instead of a
+/// share of the main pool: there they queued behind claims, reaps and every attempt's ledger
+/// writes (up to 4 per attempt), so a slow or blocked ledger write could hold renewals past
+/// the lease. Sizing the main pool from the slots would not give them that priority (they
+/// would still wait in the same queue) and would multiply the database's connections by every
+/// node's slots. One renewal is one short UPDATE every few seconds per running attempt: one
+/// connection carries those of 64 slots with room to spare.
+pub const HEARTBEAT_CONNECTIONS: u32 = 1;
+
+/// What the last round of claims came to.
+enum Claimed {
+    /// Every slot is busy.
+    Full,
+    /// A claim found nothing: this process is idle.
+    Nothing,
+    /// A claim statement failed.
+    Failed,
+}
+
 impl<B: JobBody> Runner<B> {
     /// Runs until `shutdown`; then stops claiming, stops running attempts (each releases its
     /// claim) and returns.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let wake = Arc::new(Notify::new());
+        let idle = self.join_idle_line(&wake, &shutdown);
+        let heartbeats = self.heartbeat_pool();
+        let slots = Arc::new(Semaphore::new(self.settings.slots as usize));
+        let mut running = JoinSet::new();
+        let mut last_reap: Option<Instant> = None;
+        tracing::info!(node = %self.settings.node_id, slots = self.settings.slots, "worker started");
+        while !shutdown.is_cancelled() {
+            self.health.turned();
+            if last_reap.is_none_or(|at| at.elapsed() >= self.settings.poll) {
+                self.reap().await;
+                last_reap = Some(Instant::now());
+            }
+            let claimed = self
+                .fill_slots(&slots, &mut running, &heartbeats, &shutdown)
+                .await;
+            let found_nothing = !matches!(claimed, Claimed::Full);
+            idle.send_if_modified(|was| std::mem::replace(was, found_nothing) != found_nothing);
+            // A failed claim may have used up the only wake-up this process will get (a
+            // notification while it heads the idle line, or the line's catch-up after a
+            // reconnect), and a broken pooled connection is replaced on the next checkout:
+            // look again soon rather than at the next poll.
+            let pause = match claimed {
+                Claimed::Failed => self.settings.poll.min(CLAIM_RETRY),
+                Claimed::Full | Claimed::Nothing => self.settings.poll,
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = wake.notified() => {}
+                () = tokio::time::sleep(pause) => {}
+                Some(ended) = running.join_next(), if !running.is_empty() => log_abnormal_end(ended),
+            }
+        }
+        drain(running).await;
+    }
+
+    /// Stands in the idle line while the returned flag says this process is idle; a
+    /// notification there wakes `wake`.
+    fn join_idle_line(
+        &self,
+        wake: &Arc<Notify>,
+        shutdown: &CancellationToken,
+    ) -> watch::Sender<bool> {
         let on_notify = {
             let wake = wake.clone();
             move || wake.notify_one()
@@ -86,77 +150,64 @@ impl<B: JobBody> Runner<B> {
             on_notify,
             shutdown.child_token(),
         );
-        let slots = Arc::new(Semaphore::new(self.settings.slots as usize));
-        let mut running = JoinSet::new();
-        let mut last_reap: Option<Instant> = None;
-        tracing::info!(node = %self.settings.node_id, slots = self.settings.slots, "worker started");
-        while !shutdown.is_cancelled() {
-            self.health.turned();
-            if last_reap.is_none_or(|at| at.elapsed() >= self.settings.poll) {
-                let reaped = jobs::reap_dead(&self.pool).await;
-                if let Err(error) = &reaped {
-                    tracing::warn!(error = %crate::telemetry::error_chain(error), "reaping dead jobs failed");
-                }
-                self.health.database(
-                    reaped
-                        .map(drop)
-                        .map_err(|e| crate::telemetry::error_chain(&e)),
-                );
-                last_reap = Some(Instant::now());
-            }
-            let mut found_nothing = false;
-            let mut claim_failed = false;
-            while let Ok(permit) = slots.clone().try_acquire_owned() {
-                match self.claim_one().await {
-                    Ok(Some(claim)) => {
-                        self.health.claimed(Ok(true));
-                        self.health.attempt_started();
-                        running.spawn(self.clone().attempt(claim, permit, shutdown.clone()));
-                    }
-                    Ok(None) => {
-                        self.health.claimed(Ok(false));
-                        found_nothing = true;
-                        break;
-                    }
-                    Err(error) => {
-                        let error = crate::telemetry::error_chain(&error);
-                        tracing::warn!(%error, "claim failed");
-                        self.health.claimed(Err(error));
-                        found_nothing = true;
-                        claim_failed = true;
-                        break;
-                    }
-                }
-            }
-            idle.send_if_modified(|was| std::mem::replace(was, found_nothing) != found_nothing);
-            // A failed claim may have used up the only wake-up this process will get (a
-            // notification while it heads the idle line, or the line's catch-up after a
-            // reconnect), and a broken pooled connection is replaced on the next checkout:
-            // look again soon rather than at the next poll.
-            let pause = if claim_failed {
-                self.settings.poll.min(CLAIM_RETRY)
-            } else {
-                self.settings.poll
-            };
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = wake.notified() => {}
-                () = tokio::time::sleep(pause) => {}
-                Some(_) = running.join_next(), if !running.is_empty() => {}
-            }
-        }
-        tracing::info!(
-            running = running.len(),
-            "worker stopping; handing claims back"
-        );
-        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
-            while running.join_next().await.is_some() {}
+        idle
+    }
+
+    /// The heartbeats' own pool (see [`HEARTBEAT_CONNECTIONS`]); the main pool if the URL
+    /// cannot make one (it made the main pool, so that does not happen).
+    fn heartbeat_pool(&self) -> DbPool {
+        db::pool::unchecked(&self.database_url, HEARTBEAT_CONNECTIONS).unwrap_or_else(|error| {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error),
+                "no separate heartbeat pool; heartbeats share the main pool");
+            self.pool.clone()
         })
-        .await;
-        if drained.is_err() {
-            tracing::error!("attempts did not stop in time; their leases will expire");
+    }
+
+    /// Closes jobs that died in their last attempt; the outcome feeds the health report.
+    async fn reap(&self) {
+        let reaped = jobs::reap_dead(&self.pool).await;
+        if let Err(error) = &reaped {
+            tracing::warn!(error = %crate::telemetry::error_chain(error), "reaping dead jobs failed");
         }
-        tracing::info!("worker stopped");
+        self.health.database(
+            reaped
+                .map(drop)
+                .map_err(|e| crate::telemetry::error_chain(&e)),
+        );
+    }
+
+    /// Claims until every slot is busy or a claim finds nothing (or fails), starting an
+    /// attempt for each job claimed.
+    async fn fill_slots(
+        self: &Arc<Self>,
+        slots: &Arc<Semaphore>,
+        running: &mut JoinSet<()>,
+        heartbeats: &DbPool,
+        shutdown: &CancellationToken,
+    ) -> Claimed {
+        while let Ok(permit) = slots.clone().try_acquire_owned() {
+            match self.claim_one().await {
+                Ok(Some(claim)) => {
+                    self.health.claimed(Ok(true));
+                    self.health.attempt_started();
+                    let attempt =
+                        self.clone()
+                            .attempt(claim, permit, heartbeats.clone(), shutdown.clone());
+                    running.spawn(attempt);
+                }
+                Ok(None) => {
+                    self.health.claimed(Ok(false));
+                    return Claimed::Nothing;
+                }
+                Err(error) => {
+                    let error = crate::telemetry::error_chain(&error);
+                    tracing::warn!(%error, "claim failed");
+                    self.health.claimed(Err(error));
+                    return Claimed::Failed;
+                }
+            }
+        }
+        Claimed::Full
     }
 
     async fn claim_one(&self) -> Result<Option<Claim>, JobError> {
@@ -178,14 +229,19 @@ impl<B: JobBody> Runner<B> {
         self: Arc<Self>,
         claim: Claim,
         _slot: OwnedSemaphorePermit,
+        heartbeats: DbPool,
         shutdown: CancellationToken,
     ) {
         tracing::info!("claimed");
         let stop = CancellationToken::new();
+        // However this attempt ends (its body returns or panics, or this task is dropped),
+        // the guard fires `stop`, which ends the heartbeat and the deadline watch: a lease is
+        // renewed only while its attempt lives.
+        let _stop_on_exit = stop.clone().drop_guard();
         let reason = Arc::new(OnceLock::new());
         if let Some(every) = self.settings.heartbeat {
             tokio::spawn(keep_alive(
-                self.pool.clone(),
+                heartbeats,
                 claim.clone(),
                 self.settings.lease,
                 every,
@@ -210,7 +266,12 @@ impl<B: JobBody> Runner<B> {
             attempt: claim.attempt,
             original_key: claim.original_key.clone(),
         };
-        let result = self.body.run(&plan, &stop).await;
+        // A panicking body is a failed attempt like any other: caught here, it goes through
+        // the same fenced retry as an error, instead of ending the task with the claim open.
+        let result = AssertUnwindSafe(self.body.run(&plan, &stop))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| Err(panicked(panic.as_ref())));
         let why = reason.get().copied();
         // Ends the heartbeat and the deadline watch (neither sets a reason on this path).
         stop.cancel();
@@ -299,4 +360,40 @@ impl<B: JobBody> Runner<B> {
         };
         self.health.attempt_ended(ended);
     }
+}
+
+/// The error a panicked attempt is recorded with; what it said goes to the log only.
+fn panicked(payload: &(dyn std::any::Any + Send)) -> MediaError {
+    let said = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    tracing::error!(panic = %said, "the attempt panicked; recording it as a retryable failure");
+    MediaError::retryable("internal_error", "the attempt stopped on an internal error")
+}
+
+/// An attempt task that did not return normally (it panicked outside its body).
+fn log_abnormal_end(ended: Result<(), tokio::task::JoinError>) {
+    if let Err(error) = ended {
+        tracing::error!(%error, "an attempt ended abnormally; its lease will expire");
+    }
+}
+
+/// Waits (bounded) for the running attempts to hand their claims back.
+async fn drain(mut running: JoinSet<()>) {
+    tracing::info!(
+        running = running.len(),
+        "worker stopping; handing claims back"
+    );
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while let Some(ended) = running.join_next().await {
+            log_abnormal_end(ended);
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::error!("attempts did not stop in time; their leases will expire");
+    }
+    tracing::info!("worker stopped");
 }

@@ -1,7 +1,7 @@
 //! The `worker` role: claims encoding jobs and runs the media pipeline on them. No public
 //! port (an optional health listener on loopback), no migrations, no uploads or relay; a
-//! pool of at most 2 connections plus the idle line's connection. Any number of workers on
-//! any number of hosts share one database.
+//! pool of at most 2 connections, one more for heartbeats, and the idle line's connection.
+//! Any number of workers on any number of hosts share one database.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -155,6 +155,9 @@ pub async fn run_with(
     };
     std::fs::create_dir_all(&work_root)
         .with_context(|| format!("creating {} (VIDQ_WORK_DIR)", work_root.display()))?;
+    remove_stale_scratch(&work_root);
+    // Checked now, so a host without a parent-death signal says so at start.
+    crate::adapters::ffmpeg::process::parent_death();
     let body = Pipeline {
         storage,
         db: pool.clone(),
@@ -171,4 +174,18 @@ pub async fn run_with(
     });
     runner.run(shutdown).await;
     Ok(())
+}
+
+/// Removes the scratch directories a killed worker left under `root` (those of running
+/// workers are locked and kept). A failure here costs disk space, not correctness: logged.
+fn remove_stale_scratch(root: &std::path::Path) {
+    match crate::pipeline::scratch::remove_stale(root) {
+        Ok(removed) if removed.is_empty() => {}
+        Ok(removed) => {
+            tracing::info!(count = removed.len(), root = %root.display(), "removed stale scratch directories");
+        }
+        Err(error) => {
+            tracing::warn!(%error, root = %root.display(), "could not remove stale scratch directories");
+        }
+    }
 }

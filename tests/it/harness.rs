@@ -270,6 +270,12 @@ impl TestApp {
         }
     }
 
+    /// Where the embedded S3 keeps its files (to see what a protocol client cannot list,
+    /// such as open multipart uploads).
+    pub fn s3_root(&self) -> &std::path::Path {
+        self._s3_dir.path()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }

@@ -1,6 +1,7 @@
 //! vidq's integration tests: one binary, real PostgreSQL, a real S3-protocol server in the
 //! process, the real HTTP server on a loopback port.
 
+mod attempt_faults;
 mod cli;
 mod clips;
 mod confirm;
@@ -10,6 +11,7 @@ mod harness;
 mod health;
 mod idle_line;
 mod jobs_cli;
+mod leftovers;
 mod media;
 mod mp4;
 mod nats;

@@ -29,7 +29,7 @@ fn spawn_worker(app: &TestApp, node: &str, work_dir: &Path, threads: &str) -> Ch
 
 /// `vidq worker` against the test's database, S3 and a short lease; the log goes next to
 /// `work_dir`.
-fn worker_command(app: &TestApp, node: &str, work_dir: &Path, threads: &str) -> Command {
+pub fn worker_command(app: &TestApp, node: &str, work_dir: &Path, threads: &str) -> Command {
     let mut command = vidq_child("worker", &work_dir.with_extension("log"));
     command
         .env("DATABASE_URL", &app.db.url)
@@ -69,6 +69,16 @@ async fn wait_for_encode(dir: &Path) -> Vec<u32> {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Whether `pid` is a running process (not gone, not a zombie waiting to be reaped).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the parenthesised command name, which may itself hold spaces.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
 }
 
 fn signal(pid: u32, name: &str) {
@@ -137,11 +147,15 @@ async fn a_sigkilled_worker_loses_its_job_to_another_after_the_lease_and_the_vid
     let encoders = wait_for_encode(&dir_a).await;
     a.start_kill().unwrap(); // SIGKILL: no shutdown hook runs
     a.wait().await.unwrap();
-    // Its orphaned FFmpeg has no parent left to upload anything; stop it to free the CPU.
-    for pid in encoders {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
+    // Its FFmpeg dies with it (parent-death signal) instead of encoding on as an orphan.
+    let killed = Instant::now();
+    while let Some(pid) = encoders.iter().find(|pid| running(**pid)) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "FFmpeg {pid} still runs {:?} after its worker was killed",
+            killed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
         app.count("SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'PROCESSING' AND claimed_by = 'node-a'").await,
