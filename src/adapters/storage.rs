@@ -362,6 +362,10 @@ impl Storage {
                     .set_parts(Some(parts))
                     .build(),
             )
+            // S3 may take minutes to assemble a large object (it keeps the answer alive
+            // with whitespace meanwhile): a transfer's bounds, not a HEAD's.
+            .customize()
+            .config_override(self.transfer_override())
             .send()
             .await
             .map_err(|e| StorageError::new("CompleteMultipartUpload", key, e))?;
