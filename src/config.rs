@@ -108,6 +108,66 @@ pub struct StorageConfig {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub force_path_style: bool,
+
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub timeouts: S3Timeouts,
+}
+
+/// How long vidq waits on S3. Without these, an S3 that accepts connections and never
+/// answers held `/readyz`, confirm, deletes and `vidq api`'s start-up for minutes.
+///
+/// Small calls (HEAD, DELETE, a listing page, multipart bookkeeping) are bounded as a whole;
+/// transfers (a PUT, one multipart part, a GET's body) are bounded per attempt and cut when
+/// they stall, so a large file on a slow link is not cut by a limit meant for a HEAD.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct S3Timeouts {
+    /// Longest wait for a TCP (and TLS) connection to S3, in milliseconds.
+    #[arg(long = "s3-connect-timeout-ms", env = "VIDQ_S3_CONNECT_TIMEOUT_MS", value_name = "MS",
+          default_value_t = S3Timeouts::DEFAULT.connect_ms,
+          value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub connect_ms: u64,
+    /// Longest wait for the first byte of S3's answer to a small call or a GET, per try,
+    /// in seconds.
+    #[arg(long = "s3-read-timeout-secs", env = "VIDQ_S3_READ_TIMEOUT_SECS", value_name = "SECS",
+          default_value_t = S3Timeouts::DEFAULT.read_secs,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub read_secs: u64,
+    /// Longest a small call may take with its retries, in seconds.
+    #[arg(long = "s3-operation-timeout-secs", env = "VIDQ_S3_OPERATION_TIMEOUT_SECS", value_name = "SECS",
+          default_value_t = S3Timeouts::DEFAULT.operation_secs,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub operation_secs: u64,
+    /// Longest one transfer try (a PUT of up to 16 MiB or one 8 MiB part) may take, in
+    /// seconds.
+    #[arg(long = "s3-transfer-timeout-secs", env = "VIDQ_S3_TRANSFER_TIMEOUT_SECS", value_name = "SECS",
+          default_value_t = S3Timeouts::DEFAULT.transfer_secs,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub transfer_secs: u64,
+    /// A transfer that moves (on average) less than a byte a second for this long is cut,
+    /// in seconds.
+    #[arg(long = "s3-stall-secs", env = "VIDQ_S3_STALL_SECS", value_name = "SECS",
+          default_value_t = S3Timeouts::DEFAULT.stall_secs,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub stall_secs: u64,
+}
+
+impl S3Timeouts {
+    /// The defaults: connect 3 s, first byte 10 s, small call 30 s, transfer try 10 min,
+    /// stall 20 s.
+    pub const DEFAULT: Self = Self {
+        connect_ms: 3_000,
+        read_secs: 10,
+        operation_secs: 30,
+        transfer_secs: 600,
+        stall_secs: 20,
+    };
+}
+
+impl Default for S3Timeouts {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 /// Where the HTTP API listens.
@@ -121,6 +181,49 @@ pub struct HttpConfig {
         default_value = "127.0.0.1:8080"
     )]
     pub addr: SocketAddr,
+
+    /// A request body that sends nothing for this long is answered 408 and its connection
+    /// closed, in seconds. An idle limit, not a total one: a large body on a slow link that
+    /// keeps moving is not cut.
+    #[arg(long = "http-body-idle-secs", env = "VIDQ_HTTP_BODY_IDLE_SECS", value_name = "SECS",
+          default_value_t = HttpLimits::default().body_idle.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub body_idle_secs: u64,
+
+    /// Most connections one client address may hold open; requests on the ones beyond are
+    /// answered 429 and those connections closed.
+    #[arg(long = "http-max-connections-per-ip", env = "VIDQ_HTTP_MAX_CONNECTIONS_PER_IP", value_name = "N",
+          default_value_t = HttpLimits::default().max_connections_per_ip,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections_per_ip: u32,
+}
+
+impl HttpConfig {
+    /// The limits the server enforces.
+    pub fn limits(&self) -> HttpLimits {
+        HttpLimits {
+            body_idle: std::time::Duration::from_secs(self.body_idle_secs),
+            max_connections_per_ip: self.max_connections_per_ip,
+        }
+    }
+}
+
+/// What the HTTP server allows one client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// Longest a request body may send nothing.
+    pub body_idle: std::time::Duration,
+    /// Most open connections per client address.
+    pub max_connections_per_ip: u32,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            body_idle: std::time::Duration::from_secs(15),
+            max_connections_per_ip: 256,
+        }
+    }
 }
 
 /// Limits and lifetimes of the upload contract handed to clients.

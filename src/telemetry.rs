@@ -16,7 +16,11 @@ pub fn init() {
 /// (benchmarks default to `warn`, so a log line per job does not become what they measure).
 pub fn init_with_default(default: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(format!("{default},aws_config=warn,aws_smithy_runtime=warn"))
+        // actix-http logs every malformed request it answers 400 or 431 at ERROR ("stream
+        // error"): a client's mistake, not the server's, and a free way to flood the log.
+        EnvFilter::new(format!(
+            "{default},aws_config=warn,aws_smithy_runtime=warn,actix_http::h1::dispatcher=off"
+        ))
     });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

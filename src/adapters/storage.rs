@@ -1,10 +1,13 @@
 //! Object storage over aws-sdk-s3: presigned URLs for clients, HEAD/PUT/GET/DELETE for vidq.
-//! Works against AWS S3, MinIO and the embedded server alike.
+//! Works against AWS S3, MinIO and the embedded server alike. Every call is bounded
+//! (`VIDQ_S3_*_TIMEOUT_*`): an S3 that never answers fails a call, it does not hang it.
 
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::config::{Credentials, Region, timeout::TimeoutConfig};
+use aws_sdk_s3::config::{
+    Credentials, Region, StalledStreamProtectionConfig, timeout::TimeoutConfig,
+};
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
@@ -12,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
-use crate::config::StorageConfig;
+use crate::config::{S3Timeouts, StorageConfig};
 
 /// A storage failure: which operation on which key, with the SDK's error as the source.
 #[derive(Debug, thiserror::Error)]
@@ -78,16 +81,44 @@ pub struct Storage {
     client: Client,
     presigner: Client,
     bucket: String,
+    transfer: TimeoutConfig,
+}
+
+/// The client's default bounds, meant for small calls: connect, first byte and each try, and
+/// the whole call with its retries.
+fn small_call_timeouts(t: &S3Timeouts) -> TimeoutConfig {
+    let connect = Duration::from_millis(t.connect_ms);
+    let read = Duration::from_secs(t.read_secs);
+    TimeoutConfig::builder()
+        .connect_timeout(connect)
+        .read_timeout(read)
+        .operation_attempt_timeout(connect + read)
+        .operation_timeout(Duration::from_secs(t.operation_secs))
+        .build()
+}
+
+/// Bounds of a call that sends a body (a PUT, one part): S3 answers only after the whole
+/// body, so neither a first-byte nor a whole-call limit sized for a HEAD may apply. Each try
+/// is bounded instead, and stalled-stream protection cuts a body that stops moving.
+fn transfer_timeouts(t: &S3Timeouts) -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(Duration::from_millis(t.connect_ms))
+        .disable_read_timeout()
+        .disable_operation_timeout()
+        .operation_attempt_timeout(Duration::from_secs(t.transfer_secs))
+        .build()
 }
 
 impl Storage {
     /// Builds the clients. Credentials come from the standard AWS chain unless given.
     pub async fn connect(config: &StorageConfig, credentials: Option<StaticCredentials>) -> Self {
+        let t = config.timeouts;
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .region(Region::new(config.region.clone()))
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .connect_timeout(Duration::from_secs(5))
+            .timeout_config(small_call_timeouts(&t))
+            .stalled_stream_protection(
+                StalledStreamProtectionConfig::enabled()
+                    .grace_period(Duration::from_secs(t.stall_secs))
                     .build(),
             );
         if let Some(creds) = credentials {
@@ -117,7 +148,13 @@ impl Storage {
             client,
             presigner,
             bucket: config.bucket.clone(),
+            transfer: transfer_timeouts(&t),
         }
+    }
+
+    /// Per-call settings of a transfer (see [`transfer_timeouts`]).
+    fn transfer_override(&self) -> aws_sdk_s3::config::Builder {
+        aws_sdk_s3::config::Builder::default().timeout_config(self.transfer.clone())
     }
 
     /// The bucket's name.
@@ -200,6 +237,8 @@ impl Storage {
             .key(key)
             .content_type(content_type)
             .body(ByteStream::from(body))
+            .customize()
+            .config_override(self.transfer_override())
             .send()
             .await
             .map(drop)
@@ -251,6 +290,8 @@ impl Storage {
             .content_type(content_type)
             .content_length(i64::try_from(size).unwrap_or(i64::MAX))
             .body(body)
+            .customize()
+            .config_override(self.transfer_override())
             .send();
         tokio::select! {
             sent = put => sent.map_err(|e| StorageError::new("PutObject", key, e))?,
@@ -322,6 +363,8 @@ impl Storage {
                 .upload_id(upload_id)
                 .part_number(number)
                 .body(ByteStream::from(chunk))
+                .customize()
+                .config_override(self.transfer_override())
                 .send()
                 .await
                 .map_err(|e| StorageError::new("UploadPart", key, e))?;
@@ -342,6 +385,10 @@ impl Storage {
                     .set_parts(Some(parts))
                     .build(),
             )
+            // S3 may take minutes to assemble a large object (it keeps the answer alive
+            // with whitespace meanwhile): a transfer's bounds, not a HEAD's.
+            .customize()
+            .config_override(self.transfer_override())
             .send()
             .await
             .map_err(|e| StorageError::new("CompleteMultipartUpload", key, e))?;
@@ -392,7 +439,9 @@ impl Storage {
         Ok(Some(bytes.to_vec()))
     }
 
-    /// Starts a GET; `None` if there is no such object.
+    /// Starts a GET; `None` if there is no such object. The call ends when the headers
+    /// arrive, so the small-call limits bound only that wait; stalled-stream protection cuts
+    /// a body that stops moving while it is read.
     async fn get_object(
         &self,
         key: &str,

@@ -66,6 +66,9 @@ pub enum AppError {
     /// A webhook URL that is malformed or points somewhere vidq does not send to.
     #[error(transparent)]
     WebhookUrl(#[from] crate::domain::destination::DestinationError),
+    /// An endpoint's `event_types` list that is empty, unknown or repeats a type.
+    #[error(transparent)]
+    EventTypes(#[from] crate::domain::event::EventTypesError),
     /// The endpoint was turned off (it answered 410 Gone).
     #[error("the endpoint is disabled ({0}); register it again to receive events")]
     EndpointDisabled(String),

@@ -7,7 +7,6 @@ use chrono::Utc;
 
 use super::{AppContext, AppError};
 use crate::db::{self, deliveries::AttemptRow, deliveries::DeliveryRow, webhooks::EndpointRow};
-use crate::domain::event::EventType;
 use crate::domain::ids::{EventId, UserId, WebhookId};
 use crate::domain::signature::WebhookSecret;
 
@@ -33,18 +32,7 @@ pub async fn create(
 ) -> Result<(EndpointRow, WebhookSecret), AppError> {
     let parsed = crate::domain::destination::parse_url(url)?;
     if let Some(types) = &event_types {
-        if types.is_empty() {
-            return Err(AppError::BadRequest(
-                "event_types must list at least one type, or be left out for every type".into(),
-            ));
-        }
-        if let Some(Err(unknown)) = types
-            .iter()
-            .map(|t| t.parse::<EventType>())
-            .find(Result::is_err)
-        {
-            return Err(AppError::BadRequest(unknown.to_string()));
-        }
+        crate::domain::event::check_event_types(types)?;
     }
     let host = parsed.host_str().unwrap_or_default().to_owned();
     tokio::time::timeout(

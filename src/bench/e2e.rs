@@ -217,6 +217,7 @@ async fn run_nodes(
         bucket: "vidq-bench".into(),
         region: "us-east-1".into(),
         force_path_style: true,
+        timeouts: Default::default(),
     };
     let credentials = StaticCredentials {
         access_key_id: "bench".into(),

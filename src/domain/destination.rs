@@ -16,6 +16,9 @@ pub enum DestinationError {
     /// Not an absolute http(s) URL with a host.
     #[error("the webhook URL must be an absolute http:// or https:// URL with a host")]
     BadUrl,
+    /// Port 0 names no service: nothing can listen there.
+    #[error("the webhook URL's port must be between 1 and 65535")]
+    PortZero,
     /// Resolves to an address vidq does not send to.
     #[error(
         "the webhook URL resolves to {0}, a loopback, link-local or private address; vidq only sends to public addresses (operators can allow private ones with VIDQ_WEBHOOK_ALLOW_PRIVATE=true)"
@@ -27,12 +30,15 @@ pub enum DestinationError {
 }
 
 /// Checks the shape of a webhook URL: absolute, `http` or `https`, with a host, no
-/// credentials, at most 2,048 characters.
+/// credentials, a port other than 0, at most 2,048 characters.
 pub fn parse_url(text: &str) -> Result<Url, DestinationError> {
     if text.len() > 2048 {
         return Err(DestinationError::BadUrl);
     }
     let url = Url::parse(text).map_err(|_| DestinationError::BadUrl)?;
+    if url.port() == Some(0) {
+        return Err(DestinationError::PortZero);
+    }
     let shaped = matches!(url.scheme(), "http" | "https")
         && url.host_str().is_some_and(|h| !h.is_empty())
         && url.username().is_empty()
@@ -193,6 +199,10 @@ mod tests {
         ] {
             assert_eq!(parse_url(bad), Err(DestinationError::BadUrl), "{bad}");
         }
+        assert_eq!(
+            parse_url("http://example.com:0/hooks"),
+            Err(DestinationError::PortZero)
+        );
         let url = parse_url("http://[::1]:9/").unwrap();
         assert_eq!(literal_address(&url), Some(ip("::1")));
     }

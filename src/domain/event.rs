@@ -53,6 +53,36 @@ impl std::str::FromStr for EventType {
     }
 }
 
+/// Why an endpoint's `event_types` list is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum EventTypesError {
+    /// An empty list would subscribe to nothing; leaving the field out means every type.
+    #[error("event_types must list at least one type, or be left out for every type")]
+    Empty,
+    /// A name vidq does not produce.
+    #[error(transparent)]
+    Unknown(#[from] UnknownEventType),
+    /// The same type twice: a list is a set, and a repeat most likely hides a typo.
+    #[error("event_types lists {0:?} more than once")]
+    Duplicate(String),
+}
+
+/// Checks an endpoint's `event_types`: at least one, each known, none twice.
+pub fn check_event_types(types: &[String]) -> Result<(), EventTypesError> {
+    if types.is_empty() {
+        return Err(EventTypesError::Empty);
+    }
+    let mut seen = Vec::with_capacity(types.len());
+    for text in types {
+        let event_type = text.parse::<EventType>()?;
+        if seen.contains(&event_type) {
+            return Err(EventTypesError::Duplicate(text.clone()));
+        }
+        seen.push(event_type);
+    }
+    Ok(())
+}
+
 /// One event, as stored in the outbox and sent to consumers.
 #[derive(Clone, Debug, Serialize)]
 pub struct Event {
@@ -162,5 +192,23 @@ mod tests {
         let failed = Event::video_failed(video, 1, Utc::now(), "too_long", "too long");
         assert_eq!(failed.to_json()["data"]["run"], 1);
         assert_eq!(failed.to_json()["data"]["error"]["code"], "too_long");
+    }
+
+    #[test]
+    fn event_type_lists_are_non_empty_known_and_without_repeats() {
+        let list = |types: &[&str]| types.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        assert!(check_event_types(&list(&["video.ready", "video.failed"])).is_ok());
+        assert!(matches!(
+            check_event_types(&[]),
+            Err(EventTypesError::Empty)
+        ));
+        assert!(matches!(
+            check_event_types(&list(&["video.ready", "video.exploded"])),
+            Err(EventTypesError::Unknown(_))
+        ));
+        assert!(matches!(
+            check_event_types(&list(&["video.ready", "video.failed", "video.ready"])),
+            Err(EventTypesError::Duplicate(t)) if t == "video.ready"
+        ));
     }
 }

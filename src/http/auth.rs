@@ -19,6 +19,20 @@ impl FromRequest for Caller {
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let ctx = req.app_data::<web::Data<AppContext>>().cloned();
+        // Two keys are ambiguous: proxies and frameworks disagree on which one counts, so
+        // neither is trusted.
+        if req
+            .headers()
+            .get_all(header::AUTHORIZATION)
+            .nth(1)
+            .is_some()
+        {
+            return Box::pin(async {
+                Err(ApiError::bad_request(
+                    "send one Authorization header, not several",
+                ))
+            });
+        }
         let key = req
             .headers()
             .get(header::AUTHORIZATION)

@@ -58,6 +58,58 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
     }
 
+    /// 408 `request_timeout`: the body stopped coming. The connection is closed, since the
+    /// rest of the body may still arrive.
+    pub fn request_timeout() -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the request body stopped arriving; send it again",
+        )
+    }
+
+    /// 413 `too_large`.
+    pub fn too_large(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+    }
+
+    /// 415 `unsupported_media_type`.
+    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            message,
+        )
+    }
+
+    /// 429 `too_many_connections`: the client's address holds the most connections it may.
+    pub fn too_many_connections(max: u32) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_connections",
+            format!("one client may hold {max} connections; close some and retry"),
+        )
+    }
+
+    /// The JSON body for an answer the HTTP layer made without one (a 405 from routing...).
+    pub fn for_status(status: StatusCode) -> Self {
+        let (code, message) = match status {
+            StatusCode::METHOD_NOT_ALLOWED => (
+                "method_not_allowed",
+                "this path does not take this method; see the Allow header",
+            ),
+            StatusCode::NOT_FOUND => ("not_found", "no such resource"),
+            StatusCode::PAYLOAD_TOO_LARGE => ("too_large", "the request is too large"),
+            StatusCode::REQUEST_TIMEOUT => ("request_timeout", "the request took too long"),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => {
+                ("headers_too_large", "the request headers are too large")
+            }
+            s if s.is_server_error() => ("internal", "internal error"),
+            _ => ("bad_request", "the request is malformed"),
+        };
+        Self::new(status, code, message)
+    }
+
     /// 500 `internal`, opaque; the caller logs the cause.
     pub fn internal() -> Self {
         Self::new(
@@ -91,7 +143,16 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status).json(Body {
+        let mut response = HttpResponse::build(self.status);
+        // The client may still be sending (a stalled body) or opening connections: end this
+        // one rather than read what follows.
+        if matches!(
+            self.status,
+            StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS
+        ) {
+            response.force_close();
+        }
+        response.json(Body {
             error: Detail {
                 code: self.code,
                 message: &self.message,
@@ -126,6 +187,7 @@ impl From<AppError> for ApiError {
             AppError::WebhookUrl(_) => {
                 Self::new(S::UNPROCESSABLE_ENTITY, "invalid_webhook_url", message)
             }
+            AppError::EventTypes(_) => Self::new(S::BAD_REQUEST, "invalid_event_types", message),
             AppError::EndpointDisabled(_) => Self::new(S::CONFLICT, "endpoint_disabled", message),
             AppError::NameTaken(_) => Self::new(S::CONFLICT, "conflict", message),
             AppError::PlaybackToken(_) => Self::new(S::FORBIDDEN, "invalid_token", message),

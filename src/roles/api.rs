@@ -29,17 +29,20 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
         );
     }
     listen_for_events(&ctx, config.database.url.expose(), &shutdown).await;
-    if let Err(error) = ctx.storage.check_bucket().await {
-        tracing::warn!(
-            error = %crate::telemetry::error_chain(&error),
-            bucket = ctx.storage.bucket(),
-            "the bucket is not reachable yet; /readyz reports 503 until it is"
-        );
-    }
+    // Fail fast rather than serve uploads that could never be confirmed; once running, a
+    // lost bucket shows as 503 on /readyz and `storage_unavailable` on the calls that need it.
+    ctx.storage.check_bucket().await.with_context(|| {
+        format!(
+            "object storage is not usable: the bucket {:?} did not answer HEAD (check \
+             VIDQ_S3_ENDPOINT, VIDQ_S3_BUCKET and the AWS credentials; S3 calls give up \
+             after VIDQ_S3_OPERATION_TIMEOUT_SECS)",
+            ctx.storage.bucket()
+        )
+    })?;
     let listener = std::net::TcpListener::bind(config.http.addr)
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
     tracing::info!(addr = %config.http.addr, "API listening");
-    crate::http::serve(listener, ctx, shutdown)?.await?;
+    crate::http::serve_with(listener, ctx, config.http.limits(), shutdown)?.await?;
     tracing::info!("API stopped");
     Ok(())
 }

@@ -107,6 +107,7 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         bucket: DEV_BUCKET.to_owned(),
         region: "us-east-1".to_owned(),
         force_path_style: true,
+        timeouts: Default::default(),
     };
     let mut ctx = super::api::context(
         &database,
@@ -128,7 +129,7 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
     let listener = std::net::TcpListener::bind(config.http.addr)
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
     let storage = ctx.storage.clone();
-    let server = crate::http::serve(listener, ctx, shutdown.clone())?;
+    let server = crate::http::serve_with(listener, ctx, config.http.limits(), shutdown.clone())?;
     let worker = super::worker::run_with(
         &config.database_url,
         &config.queue,

@@ -227,6 +227,7 @@ impl TestApp {
             bucket: TEST_BUCKET.to_owned(),
             region: "us-east-1".to_owned(),
             force_path_style: true,
+            timeouts: Default::default(),
         };
         let database = DatabaseConfig {
             url: Secret::new(db.url.clone()),

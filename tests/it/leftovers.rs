@@ -67,6 +67,7 @@ async fn an_attempt_stopped_mid_upload_aborts_its_multipart_upload() {
             bucket: TEST_BUCKET.to_owned(),
             region: "us-east-1".to_owned(),
             force_path_style: true,
+            timeouts: Default::default(),
         },
         Some(StaticCredentials {
             access_key_id: "test-access".to_owned(),

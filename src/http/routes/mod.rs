@@ -10,46 +10,56 @@ pub mod webhooks;
 
 use actix_web::web;
 
-/// Registers every route.
+/// Registers every route. Each path is one resource carrying all its methods, so a known
+/// path called with another method answers 405 with `Allow`, not 404.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(health::healthz))
-        .route("/readyz", web::get().to(health::readyz))
-        .service(
-            web::scope("/v1")
-                .route("/uploads", web::post().to(uploads::create))
-                .route(
-                    "/uploads/{upload_id}/confirm",
-                    web::post().to(uploads::confirm),
-                )
-                .route("/videos", web::get().to(videos::list))
-                .route("/videos/{video_id}", web::get().to(videos::get))
-                .route("/videos/{video_id}", web::delete().to(videos::delete))
-                .route(
-                    "/videos/{video_id}/hls.m3u8",
-                    web::get().to(playback::top_playlist),
-                )
-                .route(
-                    "/videos/{video_id}/hls/{rendition}.m3u8",
-                    web::get().to(playback::rendition_playlist),
-                )
-                .route("/events", web::get().to(events::list))
-                .route("/webhooks", web::post().to(webhooks::create))
-                .route("/webhooks", web::get().to(webhooks::list))
-                .route("/webhooks/{id}", web::get().to(webhooks::get))
-                .route("/webhooks/{id}", web::delete().to(webhooks::delete))
-                .route(
-                    "/webhooks/{id}/rotate-secret",
-                    web::post().to(webhooks::rotate_secret),
-                )
-                .route(
-                    "/webhooks/{id}/resend/{event_id}",
-                    web::post().to(webhooks::resend),
-                )
-                .route(
-                    "/webhooks/{id}/deliveries",
-                    web::get().to(webhooks::deliveries),
-                ),
-        );
+    use web::{delete, get, head, post, resource};
+    cfg.service(
+        resource("/healthz")
+            .route(get().to(health::healthz))
+            .route(head().to(health::healthz)),
+    )
+    .service(
+        resource("/readyz")
+            .route(get().to(health::readyz))
+            .route(head().to(health::readyz)),
+    )
+    .service(
+        web::scope("/v1")
+            .service(resource("/uploads").route(post().to(uploads::create)))
+            .service(resource("/uploads/{upload_id}/confirm").route(post().to(uploads::confirm)))
+            .service(resource("/videos").route(get().to(videos::list)))
+            .service(
+                resource("/videos/{video_id}")
+                    .route(get().to(videos::get))
+                    .route(delete().to(videos::delete)),
+            )
+            .service(
+                resource("/videos/{video_id}/hls.m3u8").route(get().to(playback::top_playlist)),
+            )
+            .service(
+                resource("/videos/{video_id}/hls/{rendition}.m3u8")
+                    .route(get().to(playback::rendition_playlist)),
+            )
+            .service(resource("/events").route(get().to(events::list)))
+            .service(
+                resource("/webhooks")
+                    .route(post().to(webhooks::create))
+                    .route(get().to(webhooks::list)),
+            )
+            .service(
+                resource("/webhooks/{id}")
+                    .route(get().to(webhooks::get))
+                    .route(delete().to(webhooks::delete)),
+            )
+            .service(
+                resource("/webhooks/{id}/rotate-secret").route(post().to(webhooks::rotate_secret)),
+            )
+            .service(
+                resource("/webhooks/{id}/resend/{event_id}").route(post().to(webhooks::resend)),
+            )
+            .service(resource("/webhooks/{id}/deliveries").route(get().to(webhooks::deliveries))),
+    );
 }
 
 /// Parses an id from the path. A malformed id names no resource: `404`, like an unknown one.

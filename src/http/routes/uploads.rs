@@ -8,12 +8,13 @@ use crate::app::{self, AppContext, uploads::Confirmed};
 use crate::http::auth::Caller;
 use crate::http::dto::{CreateUploadRequest, CreateUploadResponse, VideoDto};
 use crate::http::error::ApiError;
+use crate::http::json::JsonBody;
 
 /// Issues an upload contract: `201` with a presigned PUT URL to a server-chosen key.
 pub async fn create(
     ctx: web::Data<AppContext>,
     caller: Caller,
-    body: web::Json<CreateUploadRequest>,
+    body: JsonBody<CreateUploadRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let created = app::uploads::create_upload(
         &ctx,

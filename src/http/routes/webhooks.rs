@@ -10,12 +10,13 @@ use crate::http::dto::{
     CreateWebhookRequest, DeliveriesQuery, DeliveryListDto, ResendDto, WebhookDto, WebhookListDto,
 };
 use crate::http::error::ApiError;
+use crate::http::json::JsonBody;
 
 /// Registers an endpoint: `201` with the secret (shown only here and on rotation).
 pub async fn create(
     ctx: web::Data<AppContext>,
     caller: Caller,
-    body: web::Json<CreateWebhookRequest>,
+    body: JsonBody<CreateWebhookRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
     let (row, secret) = app::webhooks::create(&ctx, caller.0, &body.url, body.event_types).await?;

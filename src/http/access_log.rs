@@ -1,0 +1,82 @@
+//! One access-log line per request, at a level that follows what the line is worth: probes
+//! (`/healthz`, `/readyz`, `/metrics`) at TRACE, so a load balancer polling them (or `wrk`)
+//! does not fill the disk; successes at DEBUG; client errors at INFO; server errors at WARN
+//! (their cause is logged once, at ERROR, where it is known). Target `vidq::http::access`.
+
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::middleware::Next;
+use tracing::Level;
+
+/// Paths probed by machines, not called by clients.
+const PROBES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+
+/// The level of a request's access line.
+pub fn level(path: &str, status: StatusCode) -> Level {
+    if PROBES.contains(&path) {
+        Level::TRACE
+    } else if status.is_server_error() {
+        Level::WARN
+    } else if status.is_client_error() {
+        Level::INFO
+    } else {
+        Level::DEBUG
+    }
+}
+
+/// Middleware: logs method, path, status and duration after the response is made.
+pub async fn log(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody + 'static>, actix_web::Error> {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.path().to_owned();
+    let result = next.call(req).await;
+    let status = match &result {
+        Ok(response) => response.status(),
+        Err(err) => err.as_response_error().status_code(),
+    };
+    let ms = started.elapsed().as_millis();
+    macro_rules! line {
+        ($level:expr) => {
+            tracing::event!(target: "vidq::http::access", $level, %method, %path, status = status.as_u16(), ms, "request")
+        };
+    }
+    match level(&path, status) {
+        Level::TRACE => line!(Level::TRACE),
+        Level::DEBUG => line!(Level::DEBUG),
+        Level::INFO => line!(Level::INFO),
+        _ => line!(Level::WARN),
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_are_quiet_and_client_errors_are_never_errors() {
+        assert_eq!(level("/healthz", StatusCode::OK), Level::TRACE);
+        assert_eq!(
+            level("/readyz", StatusCode::SERVICE_UNAVAILABLE),
+            Level::TRACE
+        );
+        assert_eq!(level("/v1/videos", StatusCode::OK), Level::DEBUG);
+        for status in [
+            StatusCode::BAD_REQUEST,
+            StatusCode::NOT_FOUND,
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ] {
+            assert_eq!(level("/v1/uploads", status), Level::INFO);
+        }
+        assert_eq!(
+            level("/v1/uploads", StatusCode::SERVICE_UNAVAILABLE),
+            Level::WARN
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! An S3 that accepts connections and never answers: every call vidq makes gives up within
+//! its bounds, and what depends on S3 says so instead of hanging.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use vidq::adapters::storage::{StaticCredentials, Storage};
+use vidq::config::{S3Timeouts, Secret, StorageConfig};
+
+use crate::harness::{TEST_BUCKET, TestApp, TestDb, assert_error};
+
+/// Short bounds, so a hang shows as a failed test within seconds.
+const SHORT: S3Timeouts = S3Timeouts {
+    connect_ms: 500,
+    read_secs: 1,
+    operation_secs: 2,
+    transfer_secs: 2,
+    stall_secs: 1,
+};
+
+/// Longest any of these calls may take with [`SHORT`]: a transfer's three tries of 2 s
+/// each, plus slack for a loaded machine. Before the bounds, each waited forever.
+const PROMPT: Duration = Duration::from_secs(15);
+
+/// A TCP listener that accepts every connection, reads nothing and never writes.
+async fn black_hole() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    format!("http://{addr}")
+}
+
+async fn silent_storage(endpoint: &str) -> Storage {
+    let config = StorageConfig {
+        endpoint: Some(endpoint.parse().unwrap()),
+        public_endpoint: None,
+        bucket: TEST_BUCKET.to_owned(),
+        region: "us-east-1".to_owned(),
+        force_path_style: true,
+        timeouts: SHORT,
+    };
+    let credentials = StaticCredentials {
+        access_key_id: "test-access".to_owned(),
+        secret_access_key: Secret::new("test-secret"),
+    };
+    Storage::connect(&config, Some(credentials)).await
+}
+
+/// Runs `call`, failing the test if it takes longer than [`PROMPT`].
+async fn promptly<T>(what: &str, call: impl std::future::Future<Output = T>) -> T {
+    let started = Instant::now();
+    let out = tokio::time::timeout(PROMPT, call)
+        .await
+        .unwrap_or_else(|_| panic!("{what} still waits on S3 after {PROMPT:?}"));
+    eprintln!("{what} answered in {:?}", started.elapsed());
+    out
+}
+
+#[tokio::test]
+async fn an_s3_that_never_answers_makes_readyz_confirm_and_delete_answer_promptly() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    // Everything S3 needs is in place first: an uploaded object to confirm, a video to delete.
+    let video = app.uploaded_video(&key).await;
+    let bytes = b"another fake video".to_vec();
+    let upload = app.create_upload(&key, bytes.len()).await;
+    assert!(app.put_to(&upload, bytes).await.status().is_success());
+
+    // The same API, with its bucket behind an S3 that never answers.
+    let mut ctx = app.ctx.clone();
+    ctx.storage = silent_storage(&black_hole().await).await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let shutdown = CancellationToken::new();
+    let _stop = shutdown.clone().drop_guard();
+    tokio::spawn(vidq::http::serve(listener, ctx, shutdown).unwrap());
+
+    let response = promptly("GET /readyz", app.http.get(format!("{base}/readyz")).send())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["storage"], "unavailable", "{body}");
+    assert_eq!(body["database"], "ok", "{body}");
+
+    let id = upload["upload_id"].as_str().unwrap();
+    let response = promptly(
+        "POST confirm",
+        app.http
+            .post(format!("{base}/v1/uploads/{id}/confirm"))
+            .bearer_auth(&key)
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_error(
+        response,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "storage_unavailable",
+    )
+    .await;
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM videos").await,
+        1,
+        "a confirm S3 could not check made no video"
+    );
+
+    // The rows go; the objects S3 could not delete are left for the sweeper.
+    let video_id = video["id"].as_str().unwrap();
+    let response = promptly(
+        "DELETE video",
+        app.http
+            .delete(format!("{base}/v1/videos/{video_id}"))
+            .bearer_auth(&key)
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    assert_eq!(app.count("SELECT count(*) AS n FROM videos").await, 0);
+}
+
+#[tokio::test]
+async fn every_storage_call_gives_up_within_its_bounds() {
+    let storage = silent_storage(&black_hole().await).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("small.bin");
+    std::fs::write(&file, vec![7u8; 4096]).unwrap();
+    assert!(promptly("HEAD", storage.head("k")).await.is_err());
+    assert!(
+        promptly("HeadBucket", storage.check_bucket())
+            .await
+            .is_err()
+    );
+    assert!(promptly("DELETE", storage.delete("k")).await.is_err());
+    assert!(
+        promptly("DeleteObjects", storage.delete_prefix("videos/"))
+            .await
+            .is_err()
+    );
+    assert!(
+        promptly("PUT", storage.put_file("k", &file, "video/mp4"))
+            .await
+            .is_err()
+    );
+    let target = dir.path().join("down.bin");
+    assert!(
+        promptly("GET", storage.download_to_file("k", &target))
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn vidq_api_refuses_to_start_when_s3_never_answers() {
+    let db = TestDb::new().await;
+    let endpoint = black_hole().await;
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_vidq"));
+    command
+        .arg("api")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", &db.url)
+        .env("VIDQ_NO_MIGRATE", "true")
+        .env("VIDQ_HTTP_ADDR", "127.0.0.1:0")
+        .env("VIDQ_S3_ENDPOINT", &endpoint)
+        .env("VIDQ_S3_BUCKET", TEST_BUCKET)
+        .env("VIDQ_S3_FORCE_PATH_STYLE", "true")
+        .env("VIDQ_S3_CONNECT_TIMEOUT_MS", "500")
+        .env("VIDQ_S3_READ_TIMEOUT_SECS", "1")
+        .env("VIDQ_S3_OPERATION_TIMEOUT_SECS", "2")
+        .env("AWS_ACCESS_KEY_ID", "test-access")
+        .env("AWS_SECRET_ACCESS_KEY", "test-secret")
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(30), command.output())
+        .await
+        .expect("vidq api still starting after 30 s against an S3 that never answers")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("object storage is not usable") && stderr.contains("VIDQ_S3_ENDPOINT"),
+        "{stderr}"
+    );
+}
