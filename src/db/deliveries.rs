@@ -11,6 +11,8 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::prepared::prepared;
+use crate::domain::sink::SinkKind;
+use crate::domain::upload::UnknownState;
 
 /// What one routing round did.
 #[derive(Debug, Clone, Copy, QueryableByName)]
@@ -59,48 +61,102 @@ pub async fn route(conn: &mut AsyncPgConnection, limit: i64, to_nats: bool) -> Q
     .await
 }
 
-/// A claimed delivery with everything needed to send it.
+/// A claimed delivery as the claim statement returns it.
 #[derive(Debug, Clone, QueryableByName)]
-pub struct ClaimedDelivery {
-    /// Delivery id.
+struct ClaimedRow {
     #[diesel(sql_type = BigInt)]
-    pub id: i64,
-    /// The fencing token of this claim.
+    id: i64,
     #[diesel(sql_type = SqlUuid)]
-    pub claim_token: Uuid,
-    /// `webhook` or `nats`.
+    claim_token: Uuid,
     #[diesel(sql_type = Text)]
-    pub sink: String,
-    /// This try's number (1-based).
+    sink: String,
     #[diesel(sql_type = Integer)]
-    pub attempt: i32,
-    /// The event id: `webhook-id`, `Nats-Msg-Id`.
+    attempt: i32,
     #[diesel(sql_type = SqlUuid)]
-    pub event_id: Uuid,
-    /// `video.ready`...
+    event_id: Uuid,
     #[diesel(sql_type = Text)]
-    pub event_type: String,
-    /// The event envelope, byte for byte what is sent.
+    event_type: String,
     #[diesel(sql_type = Text)]
-    pub body: String,
-    /// When the producing statement ran (for commit-to-delivery latency).
+    body: String,
     #[diesel(sql_type = Timestamptz)]
-    pub event_created_at: DateTime<Utc>,
-    /// Webhook endpoint id.
+    event_created_at: DateTime<Utc>,
     #[diesel(sql_type = Nullable<SqlUuid>)]
-    pub endpoint_id: Option<Uuid>,
-    /// Webhook URL.
+    endpoint_id: Option<Uuid>,
     #[diesel(sql_type = Nullable<Text>)]
-    pub url: Option<String>,
+    url: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    secret: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    previous_secret: Option<String>,
+    #[diesel(sql_type = Bool)]
+    endpoint_disabled: bool,
+}
+
+/// The webhook endpoint a delivery goes to, as it stood when the delivery was claimed.
+#[derive(Debug, Clone)]
+pub struct EndpointTarget {
+    /// Endpoint id.
+    pub id: Uuid,
+    /// Where to POST.
+    pub url: String,
     /// The current signing secret.
-    #[diesel(sql_type = Nullable<Text>)]
-    pub secret: Option<String>,
+    pub secret: String,
     /// The previous secret while a rotation is in progress.
-    #[diesel(sql_type = Nullable<Text>)]
     pub previous_secret: Option<String>,
     /// The endpoint was disabled (410) after this delivery was created: do not send.
-    #[diesel(sql_type = Bool)]
-    pub endpoint_disabled: bool,
+    pub disabled: bool,
+}
+
+/// A claimed delivery with everything needed to send it.
+#[derive(Debug, Clone)]
+pub struct ClaimedDelivery {
+    /// Delivery id.
+    pub id: i64,
+    /// The fencing token of this claim.
+    pub claim_token: Uuid,
+    /// Which sink sends it (chosen when it was routed).
+    pub sink: SinkKind,
+    /// This try's number (1-based).
+    pub attempt: i32,
+    /// The event id: `webhook-id`, `Nats-Msg-Id`.
+    pub event_id: Uuid,
+    /// `video.ready`...
+    pub event_type: String,
+    /// The event envelope, byte for byte what is sent.
+    pub body: String,
+    /// When the producing statement ran (for commit-to-delivery latency).
+    pub event_created_at: DateTime<Utc>,
+    /// The webhook endpoint, for webhook deliveries.
+    pub endpoint: Option<EndpointTarget>,
+}
+
+impl TryFrom<ClaimedRow> for ClaimedDelivery {
+    type Error = UnknownState;
+    fn try_from(row: ClaimedRow) -> Result<Self, Self::Error> {
+        // The schema ties `endpoint_id` to webhook deliveries and the endpoint's row cascades
+        // to them, so an endpoint id comes with its URL and secret.
+        let endpoint = match (row.endpoint_id, row.url, row.secret) {
+            (Some(id), Some(url), Some(secret)) => Some(EndpointTarget {
+                id,
+                url,
+                secret,
+                previous_secret: row.previous_secret,
+                disabled: row.endpoint_disabled,
+            }),
+            _ => None,
+        };
+        Ok(Self {
+            id: row.id,
+            claim_token: row.claim_token,
+            sink: row.sink.parse()?,
+            attempt: row.attempt,
+            event_id: row.event_id,
+            event_type: row.event_type,
+            body: row.body,
+            event_created_at: row.event_created_at,
+            endpoint,
+        })
+    }
 }
 
 /// Claims up to `limit` due deliveries (waiting and due, or sending with a lapsed lease), in
@@ -112,8 +168,8 @@ pub async fn claim(
     limit: i64,
     lease_secs: f64,
     with_nats: bool,
-) -> QueryResult<Vec<ClaimedDelivery>> {
-    prepared(
+) -> Result<Vec<ClaimedDelivery>, super::DbError> {
+    let rows: Vec<ClaimedRow> = prepared(
         "WITH due AS (
              SELECT d.id FROM event_deliveries d
               WHERE d.status IN ('pending', 'sending') AND d.next_attempt_at <= statement_timestamp()
@@ -146,7 +202,11 @@ pub async fn claim(
     .bind::<Double, _>(lease_secs)
     .bind::<Bool, _>(with_nats)
     .load(conn)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(ClaimedDelivery::try_from)
+        .collect::<Result<_, _>>()?)
 }
 
 /// Where a try left a delivery.

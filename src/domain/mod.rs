@@ -11,5 +11,6 @@ pub mod keys;
 pub mod media;
 pub mod retry;
 pub mod signature;
+pub mod sink;
 pub mod upload;
 pub mod video;
