@@ -49,6 +49,10 @@ pub async fn route(conn: &mut AsyncPgConnection, limit: i64, to_nats: bool) -> Q
               WHERE w.disabled_at IS NULL
                 AND w.created_at <= b.created_at
                 AND (w.event_types IS NULL OR b.event_type = ANY (w.event_types))
+                -- A resend before routing already queued this one: join it.
+                AND NOT EXISTS (SELECT 1 FROM event_deliveries d
+                                 WHERE d.outbox_id = b.id AND d.endpoint_id = w.id
+                                   AND d.status IN ('pending', 'sending'))
              UNION ALL
              SELECT b.id, 'nats', NULL FROM batch b WHERE $2
              RETURNING 1
@@ -315,38 +319,112 @@ pub async fn ack(
     Ok(rows.into_iter().map(|r| r.id).collect())
 }
 
-/// Queues one more delivery of the owner's event to the owner's live endpoint, and wakes the
-/// relays. `None` when the event, the endpoint or the pairing is not the owner's, or the
-/// endpoint is disabled.
-pub async fn resend(
+/// The outbox row of an event a resend names.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct ResendableEvent {
+    /// Outbox row id.
+    #[diesel(sql_type = BigInt)]
+    pub outbox_id: i64,
+    /// `video.ready`...
+    #[diesel(sql_type = Text)]
+    pub event_type: String,
+}
+
+/// Finds the owner's event and locks its outbox row `FOR KEY SHARE` (so a resend takes the
+/// outbox before the endpoint, in the lock order); `None` if it is not the owner's.
+pub async fn lock_event_of_owner(
     conn: &mut AsyncPgConnection,
     owner: Uuid,
-    endpoint: Uuid,
     event: Uuid,
+) -> QueryResult<Option<ResendableEvent>> {
+    prepared(
+        "SELECT id AS outbox_id, event_type FROM notification_outbox
+          WHERE event_id = $1 AND owner_id = $2 FOR KEY SHARE",
+    )
+    .bind::<SqlUuid, _>(event)
+    .bind::<SqlUuid, _>(owner)
+    .get_result(conn)
+    .await
+    .optional()
+}
+
+#[derive(QueryableByName)]
+struct DeliveryId {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+/// The delivery of this event to this endpoint that waits for its next try, if any: a resend
+/// joins it rather than adding a second one. (One in flight is not joined: its try may
+/// already have reached the receiver, before the caller asked again.)
+pub async fn waiting(
+    conn: &mut AsyncPgConnection,
+    outbox_id: i64,
+    endpoint: Uuid,
 ) -> QueryResult<Option<i64>> {
+    prepared(
+        "SELECT id FROM event_deliveries
+          WHERE outbox_id = $1 AND endpoint_id = $2 AND status = 'pending'
+          ORDER BY id LIMIT 1",
+    )
+    .bind::<BigInt, _>(outbox_id)
+    .bind::<SqlUuid, _>(endpoint)
+    .get_result::<DeliveryId>(conn)
+    .await
+    .optional()
+    .map(|row| row.map(|r| r.id))
+}
+
+/// How many deliveries resends made for the endpoint in the last `window_secs`, by the
+/// database's clock. Routing makes a delivery in the statement that stamps its event's
+/// `routed_at`, so both carry the same timestamp; a delivery made at any other time was made
+/// by a resend. Only the endpoint's newest 10,000 deliveries are looked at, which keeps the
+/// count cheap and covers the window unless routing alone sent it more than that meanwhile.
+pub async fn resends_since(
+    conn: &mut AsyncPgConnection,
+    endpoint: Uuid,
+    window_secs: f64,
+) -> QueryResult<i64> {
     #[derive(QueryableByName)]
-    struct Id {
+    struct N {
         #[diesel(sql_type = BigInt)]
-        id: i64,
+        n: i64,
     }
+    let n: N = prepared(
+        "SELECT count(*) AS n
+           FROM (SELECT outbox_id, created_at FROM event_deliveries
+                  WHERE endpoint_id = $1 ORDER BY id DESC LIMIT 10000) d
+           JOIN notification_outbox o ON o.id = d.outbox_id
+          WHERE d.created_at > statement_timestamp() - make_interval(secs => $2)
+            AND (o.routed_at IS NULL OR d.created_at <> o.routed_at)",
+    )
+    .bind::<SqlUuid, _>(endpoint)
+    .bind::<Double, _>(window_secs)
+    .get_result(conn)
+    .await?;
+    Ok(n.n)
+}
+
+/// Queues one more delivery of an event to an endpoint, and wakes the relays when the
+/// caller's transaction commits.
+pub async fn insert_resend(
+    conn: &mut AsyncPgConnection,
+    outbox_id: i64,
+    endpoint: Uuid,
+) -> QueryResult<i64> {
     prepared(format!(
         "WITH created AS (
              INSERT INTO event_deliveries (outbox_id, sink, endpoint_id)
-             SELECT o.id, 'webhook', w.id
-               FROM notification_outbox o, webhook_endpoints w
-              WHERE o.event_id = $3 AND o.owner_id = $1
-                AND w.id = $2 AND w.owner_id = $1 AND w.disabled_at IS NULL
+             VALUES ($1, 'webhook', $2)
              RETURNING id)
          SELECT id FROM created, pg_notify('{}', '')",
         super::outbox::EVENTS_CHANNEL
     ))
-    .bind::<SqlUuid, _>(owner)
+    .bind::<BigInt, _>(outbox_id)
     .bind::<SqlUuid, _>(endpoint)
-    .bind::<SqlUuid, _>(event)
-    .get_result::<Id>(conn)
+    .get_result::<DeliveryId>(conn)
     .await
-    .optional()
-    .map(|row| row.map(|r| r.id))
+    .map(|r| r.id)
 }
 
 /// A delivery as its owner sees it.

@@ -67,6 +67,22 @@ pub async fn lock_for_key_share(
         .optional()
 }
 
+/// Locks the user row `FOR NO KEY UPDATE`: the user's own writes that must see each other
+/// (the webhook cap's count and insert) queue behind it, while finalizations, which only take
+/// `FOR KEY SHARE`, go on. `None` if the user is gone.
+pub async fn lock_for_no_key_update(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+) -> QueryResult<Option<Uuid>> {
+    users::table
+        .filter(users::id.eq(id))
+        .select(users::id)
+        .for_no_key_update()
+        .first(conn)
+        .await
+        .optional()
+}
+
 /// Locks the owner of a video `FOR KEY SHARE` (found through the video in the same
 /// statement); `None` if the video or its owner is gone.
 pub async fn lock_owner_of_video(

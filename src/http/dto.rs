@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::uploads::CreatedUpload;
 use crate::app::videos::VideoView;
+use crate::app::webhooks::{Delivery, DeliveryTry, Endpoint};
 use crate::domain::video::VideoStatus;
 
 /// `POST /v1/uploads`.
@@ -175,19 +176,19 @@ pub struct WebhookDto {
     pub previous_secret_expires_at: Option<DateTime<Utc>>,
 }
 
-impl From<crate::db::webhooks::EndpointRow> for WebhookDto {
-    fn from(row: crate::db::webhooks::EndpointRow) -> Self {
+impl From<Endpoint> for WebhookDto {
+    fn from(endpoint: Endpoint) -> Self {
         Self {
-            id: row.id.to_string(),
-            url: row.url,
-            event_types: row.event_types.map(|t| t.into_iter().flatten().collect()),
-            status: if row.disabled_at.is_some() {
+            id: endpoint.id.to_string(),
+            url: endpoint.url,
+            event_types: endpoint.event_types,
+            status: if endpoint.disabled_at.is_some() {
                 "disabled"
             } else {
                 "active"
             },
-            disabled_reason: row.disabled_reason,
-            created_at: row.created_at,
+            disabled_reason: endpoint.disabled_reason,
+            created_at: endpoint.created_at,
             secret: None,
             previous_secret_expires_at: None,
         }
@@ -262,41 +263,36 @@ pub struct DeliveryListDto {
     pub deliveries: Vec<DeliveryDto>,
 }
 
-impl DeliveryListDto {
-    /// Joins deliveries with their tries.
-    pub fn new(
-        rows: Vec<crate::db::deliveries::DeliveryRow>,
-        attempts: Vec<crate::db::deliveries::AttemptRow>,
-    ) -> Self {
-        let mut tries: BTreeMap<i64, Vec<DeliveryTryDto>> = BTreeMap::new();
-        for a in attempts {
-            tries
-                .entry(a.delivery_id)
-                .or_default()
-                .push(DeliveryTryDto {
-                    attempt: a.attempt,
-                    relay_id: a.relay_id,
-                    started_at: a.started_at,
-                    finished_at: a.finished_at,
-                    response_status: a.response_status,
-                    error: a.error,
-                });
-        }
-        let deliveries = rows
+impl From<Vec<Delivery>> for DeliveryListDto {
+    fn from(deliveries: Vec<Delivery>) -> Self {
+        let deliveries = deliveries
             .into_iter()
-            .map(|r| DeliveryDto {
-                tries: tries.remove(&r.id).unwrap_or_default(),
-                next_attempt_at: (r.status == "pending").then_some(r.next_attempt_at),
-                id: r.id,
-                event_id: r.event_id.to_string(),
-                event_type: r.event_type,
-                status: r.status,
-                attempts: r.attempt_count,
-                last_error: r.last_error,
-                delivered_at: r.delivered_at,
+            .map(|d| DeliveryDto {
+                id: d.id,
+                event_id: d.event_id.to_string(),
+                event_type: d.event_type,
+                status: d.status,
+                attempts: d.attempts,
+                next_attempt_at: d.next_attempt_at,
+                last_error: d.last_error,
+                delivered_at: d.delivered_at,
+                tries: d.tries.into_iter().map(DeliveryTryDto::from).collect(),
             })
             .collect();
         Self { deliveries }
+    }
+}
+
+impl From<DeliveryTry> for DeliveryTryDto {
+    fn from(t: DeliveryTry) -> Self {
+        Self {
+            attempt: t.attempt,
+            relay_id: t.relay_id,
+            started_at: t.started_at,
+            finished_at: t.finished_at,
+            response_status: t.response_status,
+            error: t.error,
+        }
     }
 }
 

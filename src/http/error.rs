@@ -127,6 +127,14 @@ impl From<AppError> for ApiError {
                 Self::new(S::UNPROCESSABLE_ENTITY, "invalid_webhook_url", message)
             }
             AppError::EndpointDisabled(_) => Self::new(S::CONFLICT, "endpoint_disabled", message),
+            AppError::NotSubscribed(_) => Self::new(
+                S::UNPROCESSABLE_ENTITY,
+                "event_type_not_subscribed",
+                message,
+            ),
+            AppError::TooManyResends(_) => {
+                Self::new(S::TOO_MANY_REQUESTS, "too_many_resends", message)
+            }
             AppError::NameTaken(_) => Self::new(S::CONFLICT, "conflict", message),
             AppError::Database(DbError::Pool(_)) => {
                 log_internal(&err);
