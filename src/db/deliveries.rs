@@ -530,6 +530,42 @@ pub async fn prune(
     .await
 }
 
+/// Deletes up to `limit` of the owner's oldest outbox rows with their deliveries and tries,
+/// locking the rows and then their deliveries in id order (lock order); returns how many
+/// outbox rows went. One page of a user's deletion.
+pub async fn delete_page_of_owner(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    limit: i64,
+) -> QueryResult<usize> {
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+    let ids: Vec<i64> = prepared(
+        "SELECT id FROM notification_outbox WHERE owner_id = $1 ORDER BY id LIMIT $2 FOR UPDATE",
+    )
+    .bind::<SqlUuid, _>(owner)
+    .bind::<BigInt, _>(limit)
+    .load::<Id>(conn)
+    .await?
+    .into_iter()
+    .map(|r| r.id)
+    .collect();
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    prepared("SELECT 1 FROM event_deliveries WHERE outbox_id = ANY ($1) ORDER BY id FOR UPDATE")
+        .bind::<Array<BigInt>, _>(&ids)
+        .execute(conn)
+        .await?;
+    prepared("DELETE FROM notification_outbox WHERE id = ANY ($1)")
+        .bind::<Array<BigInt>, _>(&ids)
+        .execute(conn)
+        .await
+}
+
 /// Locks the owner's outbox rows, webhook endpoints and deliveries, each in id order, so that
 /// deleting the owner afterwards waits on no relay that waits on it (lock order).
 pub async fn lock_of_owner(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<()> {

@@ -22,6 +22,7 @@ mod resend;
 mod schema;
 mod scripted;
 mod uploads;
+mod user_delete;
 mod users;
 mod videos;
 mod webhooks_cap;
