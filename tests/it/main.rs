@@ -4,6 +4,7 @@
 mod cli;
 mod clips;
 mod confirm;
+mod endpoints;
 mod events;
 mod harness;
 mod health;
