@@ -318,3 +318,115 @@ pub struct EventPageDto {
     /// Pass as `after` to continue; the same cursor when the page is empty.
     pub next_cursor: String,
 }
+
+#[cfg(test)]
+mod tests {
+    //! The wire keys are the contract: these tests pin them, whatever the rows behind them.
+
+    use super::*;
+    use crate::app::videos::VideoFacts;
+
+    fn keys(value: &impl Serialize) -> Vec<String> {
+        let json = serde_json::to_value(value).unwrap();
+        let mut keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn a_video_shows_the_documented_fields() {
+        let view = VideoView {
+            video: VideoFacts {
+                id: uuid::Uuid::now_v7(),
+                upload_id: uuid::Uuid::now_v7(),
+                duration_ms: Some(1000),
+                width: Some(640),
+                height: Some(360),
+                error_code: None,
+                error_message: None,
+                created_at: Utc::now(),
+                ready_at: None,
+            },
+            status: VideoStatus::Queued,
+            attempts: 0,
+            playback: None,
+        };
+        assert_eq!(
+            keys(&VideoDto::from(view)),
+            [
+                "attempts",
+                "created_at",
+                "duration_ms",
+                "error",
+                "height",
+                "id",
+                "playback",
+                "ready_at",
+                "status",
+                "upload_id",
+                "width"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_endpoint_and_its_deliveries_show_the_documented_fields() {
+        let endpoint = Endpoint {
+            id: uuid::Uuid::now_v7(),
+            url: "https://example.com/hooks".into(),
+            event_types: Some(vec!["video.ready".into()]),
+            disabled_at: None,
+            disabled_reason: None,
+            created_at: Utc::now(),
+        };
+        let dto = WebhookDto::from(endpoint);
+        assert_eq!(dto.status, "active");
+        assert_eq!(
+            keys(&dto),
+            ["created_at", "event_types", "id", "status", "url"]
+        );
+        let list = DeliveryListDto::from(vec![Delivery {
+            id: 7,
+            event_id: uuid::Uuid::now_v7(),
+            event_type: "video.ready".into(),
+            status: "delivered".into(),
+            attempts: 1,
+            next_attempt_at: None,
+            last_error: None,
+            delivered_at: Some(Utc::now()),
+            tries: vec![DeliveryTry {
+                attempt: 1,
+                relay_id: "relay-a".into(),
+                started_at: Utc::now(),
+                finished_at: Utc::now(),
+                response_status: Some(200),
+                error: None,
+            }],
+        }]);
+        assert_eq!(
+            keys(&list.deliveries[0]),
+            [
+                "attempts",
+                "delivered_at",
+                "event_id",
+                "event_type",
+                "id",
+                "last_error",
+                "next_attempt_at",
+                "status",
+                "tries"
+            ]
+        );
+        assert_eq!(
+            keys(&list.deliveries[0].tries[0]),
+            [
+                "attempt",
+                "error",
+                "finished_at",
+                "relay_id",
+                "response_status",
+                "started_at"
+            ]
+        );
+    }
+}

@@ -124,3 +124,46 @@ impl Sink for NatsSink {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers every try with its own status, so a test can tell which sink sent.
+    struct Fixed(u16);
+
+    impl Sink for Fixed {
+        fn send<'a>(&'a self, _: &'a ClaimedDelivery) -> SendFuture<'a> {
+            Box::pin(async move { TryOutcome::Delivered { status: self.0 } })
+        }
+    }
+
+    fn delivery(sink: SinkKind) -> ClaimedDelivery {
+        ClaimedDelivery {
+            id: 1,
+            claim_token: uuid::Uuid::now_v7(),
+            sink,
+            attempt: 1,
+            event_id: uuid::Uuid::now_v7(),
+            event_type: "video.ready".into(),
+            body: "{}".into(),
+            event_created_at: chrono::Utc::now(),
+            endpoint: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn each_kind_goes_to_the_sink_registered_for_it() {
+        let webhooks_only = Sinks::new(Fixed(201));
+        assert!(!webhooks_only.has(SinkKind::Nats));
+        assert!(webhooks_only.get(SinkKind::Nats).is_none());
+        let both = Sinks::new(Fixed(201)).with_nats(Fixed(202));
+        for (kind, status) in [(SinkKind::Webhook, 201), (SinkKind::Nats, 202)] {
+            let sink = both.get(kind).unwrap();
+            assert_eq!(
+                sink.send(&delivery(kind)).await,
+                TryOutcome::Delivered { status }
+            );
+        }
+    }
+}
