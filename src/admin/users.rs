@@ -12,7 +12,8 @@ pub enum UserCommand {
     /// Create an uploader and print their new API key as the only line on stdout. The key is
     /// shown once; only its hash is stored.
     Create(UserCreate),
-    /// Delete an uploader with all their uploads, videos, jobs, events and S3 objects.
+    /// Delete an uploader with all their uploads, videos, jobs, events and S3 objects. The key
+    /// is revoked first and rows go in pages; run it again to finish an interrupted deletion.
     Delete(Box<UserDelete>),
 }
 

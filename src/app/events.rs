@@ -110,7 +110,8 @@ pub async fn keep_readers_woken(
     session.withdraw().await;
 }
 
-/// A page of the owner's feed and the cursor to continue from (unchanged if empty).
+/// A page of the owner's feed (each event its envelope, as stored and as sent to sinks) and
+/// the cursor to continue from (unchanged if empty).
 pub async fn page(
     ctx: &AppContext,
     owner: UserId,
@@ -118,7 +119,7 @@ pub async fn page(
     event_type: Option<&str>,
     limit: i64,
     wait: Duration,
-) -> Result<(Vec<FeedRow>, FeedPosition), AppError> {
+) -> Result<(Vec<serde_json::Value>, FeedPosition), AppError> {
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(AppError::BadRequest(format!(
             "limit must be between 1 and {MAX_LIMIT}"
@@ -142,7 +143,7 @@ pub async fn page(
         };
         if !rows.is_empty() || tokio::time::Instant::now() >= deadline {
             let next = rows.last().map_or(after, FeedRow::position);
-            return Ok((rows, next));
+            return Ok((rows.into_iter().map(|row| row.body).collect(), next));
         }
         waiting.get_or_insert_with(|| ctx.events.waiting());
         tokio::select! {

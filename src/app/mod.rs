@@ -72,6 +72,12 @@ pub enum AppError {
     /// The endpoint was turned off (it answered 410 Gone).
     #[error("the endpoint is disabled ({0}); register it again to receive events")]
     EndpointDisabled(String),
+    /// A resend of an event type the endpoint is not subscribed to.
+    #[error("the endpoint is not subscribed to {0} events; it would not have received this one")]
+    NotSubscribed(String),
+    /// Resends to one endpoint over the limit.
+    #[error("at most {0} resends a minute may add deliveries to one endpoint; wait and retry")]
+    TooManyResends(i64),
     /// `user create` with a name already in use.
     #[error("a user named {0:?} already exists")]
     NameTaken(String),

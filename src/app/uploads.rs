@@ -9,17 +9,28 @@ use diesel_async::AsyncConnection;
 use super::videos::{VideoView, view};
 use super::{AppContext, AppError};
 use crate::adapters::storage::PresignedPut;
-use crate::db::{self, uploads::UploadRow, videos::VideoWithAttempts};
+use crate::db::{self, videos::VideoWithAttempts};
 use crate::domain::event::Event;
 use crate::domain::ids::{UploadId, UserId, VideoId};
 use crate::domain::keys;
 use crate::domain::upload::{NewUpload, UploadState};
 
+/// What the API shows of a new contract (not the row: a column change must not reach the wire).
+#[derive(Debug, Clone)]
+pub struct IssuedUpload {
+    /// The contract's id.
+    pub id: uuid::Uuid,
+    /// The contracted key (`originals/{id}`), for callers that PUT it themselves.
+    pub object_key: String,
+    /// When the presigned PUT stops working.
+    pub expires_at: chrono::DateTime<Utc>,
+}
+
 /// A new contract and where to PUT the bytes.
 #[derive(Debug)]
 pub struct CreatedUpload {
     /// The stored contract.
-    pub upload: UploadRow,
+    pub upload: IssuedUpload,
     /// Presigned PUT to its key.
     pub presigned: PresignedPut,
 }
@@ -65,6 +76,11 @@ pub async fn create_upload(
     )
     .await?;
     tracing::info!(upload_id = %id, size, "upload contract issued");
+    let upload = IssuedUpload {
+        id: upload.id,
+        object_key: upload.object_key,
+        expires_at: upload.expires_at,
+    };
     Ok(CreatedUpload { upload, presigned })
 }
 

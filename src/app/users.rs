@@ -8,6 +8,7 @@ use super::{AppContext, AppError};
 use crate::db::{self, DbPool};
 use crate::domain::api_key::ApiKey;
 use crate::domain::ids::{UserId, VideoId};
+use uuid::Uuid;
 
 /// Creates a user and returns the API key, which exists nowhere else after this returns.
 pub async fn create_user(db: &DbPool, name: &str) -> Result<(UserId, ApiKey), AppError> {
@@ -29,6 +30,14 @@ pub async fn create_user(db: &DbPool, name: &str) -> Result<(UserId, ApiKey), Ap
     }
 }
 
+/// Most upload contracts (with their videos and jobs), or outbox rows (with their
+/// deliveries), one transaction of a user's deletion locks and removes.
+pub const DELETE_PAGE: i64 = 500;
+
+/// How often the last step may find rows that arrived meanwhile before deletion gives up
+/// (the key is revoked first, so only requests already in flight can add any).
+const FINAL_TRIES: usize = 5;
+
 /// What deleting a user removed.
 #[derive(Debug, PartialEq, Eq)]
 pub struct DeletedUser {
@@ -36,34 +45,112 @@ pub struct DeletedUser {
     pub videos: usize,
     /// S3 objects removed after the rows.
     pub objects: usize,
+    /// Transactions that removed rows (pages, and the last one that removes the user).
+    pub transactions: usize,
 }
 
-/// Deletes a user and, by cascade, their uploads, videos, jobs, events, webhooks and
-/// deliveries, taking locks in the fixed order users -> videos -> jobs -> outbox -> webhook
-/// endpoints -> deliveries so that no finalizing worker or relay deadlocks with it; then
-/// deletes their objects.
+/// Deletes a user with their uploads, videos, jobs, events, webhooks and deliveries, in pages
+/// of [`DELETE_PAGE`] so that memory and the number of rows locked at once stay bounded
+/// whatever the user owns:
+///
+/// 1. the user's API key is revoked, so no new upload, webhook or resend arrives;
+/// 2. one transaction per page of upload contracts locks them, their videos and jobs (lock
+///    order users -> uploads -> videos -> jobs, see `db`) and deletes them; the page's
+///    objects are deleted after it commits;
+/// 3. one transaction per page of outbox rows deletes them with their deliveries;
+/// 4. a last transaction locks the user `FOR UPDATE` and deletes it with its endpoints.
+///
+/// A crash anywhere leaves a user without a key and with fewer rows, which a second
+/// `vidq user delete` finishes; objects whose rows are gone are orphans for the sweeper.
 #[tracing::instrument(skip_all, fields(user = name))]
 pub async fn delete_user(ctx: &AppContext, name: &str) -> Result<DeletedUser, AppError> {
+    let user = {
+        let mut conn = ctx.db.get().await?;
+        db::users::revoke_key_by_name(&mut conn, name, &ApiKey::generate().hash())
+            .await?
+            .ok_or(AppError::NotFound)?
+    };
+    let mut deleted = DeletedUser {
+        videos: 0,
+        objects: 0,
+        transactions: 0,
+    };
+    for _ in 0..FINAL_TRIES {
+        while let Some((originals, videos)) = delete_upload_page(ctx, user).await? {
+            deleted.transactions += 1;
+            deleted.videos += videos.len();
+            deleted.objects += delete_objects(ctx, &originals, &videos).await;
+        }
+        while delete_event_page(ctx, user).await? > 0 {
+            deleted.transactions += 1;
+        }
+        if delete_user_row(ctx, user).await? {
+            deleted.transactions += 1;
+            tracing::info!(
+                videos = deleted.videos,
+                objects = deleted.objects,
+                transactions = deleted.transactions,
+                "user deleted"
+            );
+            return Ok(deleted);
+        }
+    }
+    Err(AppError::BadRequest(
+        "the user kept receiving new uploads while being deleted; run the deletion again".into(),
+    ))
+}
+
+/// Deletes one page of the user's upload contracts with their videos and jobs; returns the
+/// page's original keys and video ids, or `None` when none is left.
+async fn delete_upload_page(
+    ctx: &AppContext,
+    user: Uuid,
+) -> Result<Option<(Vec<String>, Vec<VideoId>)>, AppError> {
     let mut conn = ctx.db.get().await?;
-    let (originals, videos) = conn
-        .transaction::<_, AppError, _>(async |conn| {
-            let user = db::users::lock_by_name_for_update(conn, name)
-                .await?
-                .ok_or(AppError::NotFound)?;
-            let videos = db::videos::lock_all_of_owner(conn, user).await?;
-            db::jobs::lock_for_videos(conn, &videos).await?;
-            db::deliveries::lock_of_owner(conn, user).await?;
-            let originals = db::uploads::object_keys_of_owner(conn, user).await?;
-            db::users::delete(conn, user).await?;
-            Ok((originals, videos))
-        })
-        .await?;
-    drop(conn);
-    let videos: Vec<VideoId> = videos.into_iter().map(VideoId).collect();
-    let objects = delete_objects(ctx, &originals, &videos).await;
-    tracing::info!(videos = videos.len(), objects, "user deleted");
-    Ok(DeletedUser {
-        videos: videos.len(),
-        objects,
+    conn.transaction::<_, AppError, _>(async |conn| {
+        if db::users::lock_for_key_share(conn, user).await?.is_none() {
+            return Ok(None);
+        }
+        let page = db::uploads::lock_page_of_owner(conn, user, DELETE_PAGE).await?;
+        if page.is_empty() {
+            return Ok(None);
+        }
+        let (uploads, originals): (Vec<Uuid>, Vec<String>) = page.into_iter().unzip();
+        let videos = db::videos::lock_for_uploads(conn, &uploads).await?;
+        db::jobs::lock_for_videos(conn, &videos).await?;
+        db::uploads::delete_many(conn, &uploads).await?;
+        Ok(Some((originals, videos.into_iter().map(VideoId).collect())))
     })
+    .await
+}
+
+/// Deletes one page of the user's events with their deliveries; returns how many events.
+async fn delete_event_page(ctx: &AppContext, user: Uuid) -> Result<usize, AppError> {
+    let mut conn = ctx.db.get().await?;
+    conn.transaction::<_, AppError, _>(async |conn| {
+        if db::users::lock_for_key_share(conn, user).await?.is_none() {
+            return Ok(0);
+        }
+        Ok(db::deliveries::delete_page_of_owner(conn, user, DELETE_PAGE).await?)
+    })
+    .await
+}
+
+/// Deletes the user row (its endpoints, and any event committed since the last page, cascade)
+/// unless an upload arrived meanwhile; returns whether it did.
+async fn delete_user_row(ctx: &AppContext, user: Uuid) -> Result<bool, AppError> {
+    let mut conn = ctx.db.get().await?;
+    conn.transaction::<_, AppError, _>(async |conn| {
+        if db::users::lock_for_update(conn, user).await?.is_none() {
+            // Another deletion finished first.
+            return Ok(true);
+        }
+        if db::uploads::any_of_owner(conn, user).await? {
+            return Ok(false);
+        }
+        db::deliveries::lock_of_owner(conn, user).await?;
+        db::users::delete(conn, user).await?;
+        Ok(true)
+    })
+    .await
 }

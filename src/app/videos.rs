@@ -25,11 +25,51 @@ pub struct Playback {
     pub thumbnail_url: Option<String>,
 }
 
+/// What the API shows of a video row, kept apart from the row so that a renamed or added
+/// column changes this mapping, never the wire.
+#[derive(Clone, Debug)]
+pub struct VideoFacts {
+    /// Video id.
+    pub id: uuid::Uuid,
+    /// The upload it was made from.
+    pub upload_id: uuid::Uuid,
+    /// Probed duration.
+    pub duration_ms: Option<i64>,
+    /// Probed width.
+    pub width: Option<i32>,
+    /// Probed height.
+    pub height: Option<i32>,
+    /// Stable failure code.
+    pub error_code: Option<String>,
+    /// Human-readable failure.
+    pub error_message: Option<String>,
+    /// Created (the confirm's transaction time).
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// When it became ready.
+    pub ready_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl From<VideoRow> for VideoFacts {
+    fn from(row: VideoRow) -> Self {
+        Self {
+            id: row.id,
+            upload_id: row.upload_id,
+            duration_ms: row.duration_ms,
+            width: row.width,
+            height: row.height,
+            error_code: row.error_code,
+            error_message: row.error_message,
+            created_at: row.created_at,
+            ready_at: row.ready_at,
+        }
+    }
+}
+
 /// A video as its owner sees it.
 #[derive(Clone, Debug)]
 pub struct VideoView {
-    /// The row.
-    pub video: VideoRow,
+    /// The video's facts.
+    pub video: VideoFacts,
     /// Parsed status.
     pub status: VideoStatus,
     /// Encoding attempts made so far.
@@ -54,7 +94,7 @@ pub async fn view(
         None
     };
     Ok(VideoView {
-        video,
+        video: video.into(),
         status,
         attempts: attempts.unwrap_or(0),
         playback,

@@ -11,6 +11,8 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::prepared::prepared;
+use crate::domain::sink::SinkKind;
+use crate::domain::upload::UnknownState;
 
 /// What one routing round did.
 #[derive(Debug, Clone, Copy, QueryableByName)]
@@ -47,6 +49,10 @@ pub async fn route(conn: &mut AsyncPgConnection, limit: i64, to_nats: bool) -> Q
               WHERE w.disabled_at IS NULL
                 AND w.created_at <= b.created_at
                 AND (w.event_types IS NULL OR b.event_type = ANY (w.event_types))
+                -- A resend before routing already queued this one: join it.
+                AND NOT EXISTS (SELECT 1 FROM event_deliveries d
+                                 WHERE d.outbox_id = b.id AND d.endpoint_id = w.id
+                                   AND d.status IN ('pending', 'sending'))
              UNION ALL
              SELECT b.id, 'nats', NULL FROM batch b WHERE $2
              RETURNING 1
@@ -59,48 +65,102 @@ pub async fn route(conn: &mut AsyncPgConnection, limit: i64, to_nats: bool) -> Q
     .await
 }
 
-/// A claimed delivery with everything needed to send it.
+/// A claimed delivery as the claim statement returns it.
 #[derive(Debug, Clone, QueryableByName)]
-pub struct ClaimedDelivery {
-    /// Delivery id.
+struct ClaimedRow {
     #[diesel(sql_type = BigInt)]
-    pub id: i64,
-    /// The fencing token of this claim.
+    id: i64,
     #[diesel(sql_type = SqlUuid)]
-    pub claim_token: Uuid,
-    /// `webhook` or `nats`.
+    claim_token: Uuid,
     #[diesel(sql_type = Text)]
-    pub sink: String,
-    /// This try's number (1-based).
+    sink: String,
     #[diesel(sql_type = Integer)]
-    pub attempt: i32,
-    /// The event id: `webhook-id`, `Nats-Msg-Id`.
+    attempt: i32,
     #[diesel(sql_type = SqlUuid)]
-    pub event_id: Uuid,
-    /// `video.ready`...
+    event_id: Uuid,
     #[diesel(sql_type = Text)]
-    pub event_type: String,
-    /// The event envelope, byte for byte what is sent.
+    event_type: String,
     #[diesel(sql_type = Text)]
-    pub body: String,
-    /// When the producing statement ran (for commit-to-delivery latency).
+    body: String,
     #[diesel(sql_type = Timestamptz)]
-    pub event_created_at: DateTime<Utc>,
-    /// Webhook endpoint id.
+    event_created_at: DateTime<Utc>,
     #[diesel(sql_type = Nullable<SqlUuid>)]
-    pub endpoint_id: Option<Uuid>,
-    /// Webhook URL.
+    endpoint_id: Option<Uuid>,
     #[diesel(sql_type = Nullable<Text>)]
-    pub url: Option<String>,
+    url: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    secret: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    previous_secret: Option<String>,
+    #[diesel(sql_type = Bool)]
+    endpoint_disabled: bool,
+}
+
+/// The webhook endpoint a delivery goes to, as it stood when the delivery was claimed.
+#[derive(Debug, Clone)]
+pub struct EndpointTarget {
+    /// Endpoint id.
+    pub id: Uuid,
+    /// Where to POST.
+    pub url: String,
     /// The current signing secret.
-    #[diesel(sql_type = Nullable<Text>)]
-    pub secret: Option<String>,
+    pub secret: String,
     /// The previous secret while a rotation is in progress.
-    #[diesel(sql_type = Nullable<Text>)]
     pub previous_secret: Option<String>,
     /// The endpoint was disabled (410) after this delivery was created: do not send.
-    #[diesel(sql_type = Bool)]
-    pub endpoint_disabled: bool,
+    pub disabled: bool,
+}
+
+/// A claimed delivery with everything needed to send it.
+#[derive(Debug, Clone)]
+pub struct ClaimedDelivery {
+    /// Delivery id.
+    pub id: i64,
+    /// The fencing token of this claim.
+    pub claim_token: Uuid,
+    /// Which sink sends it (chosen when it was routed).
+    pub sink: SinkKind,
+    /// This try's number (1-based).
+    pub attempt: i32,
+    /// The event id: `webhook-id`, `Nats-Msg-Id`.
+    pub event_id: Uuid,
+    /// `video.ready`...
+    pub event_type: String,
+    /// The event envelope, byte for byte what is sent.
+    pub body: String,
+    /// When the producing statement ran (for commit-to-delivery latency).
+    pub event_created_at: DateTime<Utc>,
+    /// The webhook endpoint, for webhook deliveries.
+    pub endpoint: Option<EndpointTarget>,
+}
+
+impl TryFrom<ClaimedRow> for ClaimedDelivery {
+    type Error = UnknownState;
+    fn try_from(row: ClaimedRow) -> Result<Self, Self::Error> {
+        // The schema ties `endpoint_id` to webhook deliveries and the endpoint's row cascades
+        // to them, so an endpoint id comes with its URL and secret.
+        let endpoint = match (row.endpoint_id, row.url, row.secret) {
+            (Some(id), Some(url), Some(secret)) => Some(EndpointTarget {
+                id,
+                url,
+                secret,
+                previous_secret: row.previous_secret,
+                disabled: row.endpoint_disabled,
+            }),
+            _ => None,
+        };
+        Ok(Self {
+            id: row.id,
+            claim_token: row.claim_token,
+            sink: row.sink.parse()?,
+            attempt: row.attempt,
+            event_id: row.event_id,
+            event_type: row.event_type,
+            body: row.body,
+            event_created_at: row.event_created_at,
+            endpoint,
+        })
+    }
 }
 
 /// Claims up to `limit` due deliveries (waiting and due, or sending with a lapsed lease), in
@@ -112,8 +172,8 @@ pub async fn claim(
     limit: i64,
     lease_secs: f64,
     with_nats: bool,
-) -> QueryResult<Vec<ClaimedDelivery>> {
-    prepared(
+) -> Result<Vec<ClaimedDelivery>, super::DbError> {
+    let rows: Vec<ClaimedRow> = prepared(
         "WITH due AS (
              SELECT d.id FROM event_deliveries d
               WHERE d.status IN ('pending', 'sending') AND d.next_attempt_at <= statement_timestamp()
@@ -146,7 +206,11 @@ pub async fn claim(
     .bind::<Double, _>(lease_secs)
     .bind::<Bool, _>(with_nats)
     .load(conn)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(ClaimedDelivery::try_from)
+        .collect::<Result<_, _>>()?)
 }
 
 /// Where a try left a delivery.
@@ -255,38 +319,112 @@ pub async fn ack(
     Ok(rows.into_iter().map(|r| r.id).collect())
 }
 
-/// Queues one more delivery of the owner's event to the owner's live endpoint, and wakes the
-/// relays. `None` when the event, the endpoint or the pairing is not the owner's, or the
-/// endpoint is disabled.
-pub async fn resend(
+/// The outbox row of an event a resend names.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct ResendableEvent {
+    /// Outbox row id.
+    #[diesel(sql_type = BigInt)]
+    pub outbox_id: i64,
+    /// `video.ready`...
+    #[diesel(sql_type = Text)]
+    pub event_type: String,
+}
+
+/// Finds the owner's event and locks its outbox row `FOR KEY SHARE` (so a resend takes the
+/// outbox before the endpoint, in the lock order); `None` if it is not the owner's.
+pub async fn lock_event_of_owner(
     conn: &mut AsyncPgConnection,
     owner: Uuid,
-    endpoint: Uuid,
     event: Uuid,
+) -> QueryResult<Option<ResendableEvent>> {
+    prepared(
+        "SELECT id AS outbox_id, event_type FROM notification_outbox
+          WHERE event_id = $1 AND owner_id = $2 FOR KEY SHARE",
+    )
+    .bind::<SqlUuid, _>(event)
+    .bind::<SqlUuid, _>(owner)
+    .get_result(conn)
+    .await
+    .optional()
+}
+
+#[derive(QueryableByName)]
+struct DeliveryId {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+/// The delivery of this event to this endpoint that waits for its next try, if any: a resend
+/// joins it rather than adding a second one. (One in flight is not joined: its try may
+/// already have reached the receiver, before the caller asked again.)
+pub async fn waiting(
+    conn: &mut AsyncPgConnection,
+    outbox_id: i64,
+    endpoint: Uuid,
 ) -> QueryResult<Option<i64>> {
+    prepared(
+        "SELECT id FROM event_deliveries
+          WHERE outbox_id = $1 AND endpoint_id = $2 AND status = 'pending'
+          ORDER BY id LIMIT 1",
+    )
+    .bind::<BigInt, _>(outbox_id)
+    .bind::<SqlUuid, _>(endpoint)
+    .get_result::<DeliveryId>(conn)
+    .await
+    .optional()
+    .map(|row| row.map(|r| r.id))
+}
+
+/// How many deliveries resends made for the endpoint in the last `window_secs`, by the
+/// database's clock. Routing makes a delivery in the statement that stamps its event's
+/// `routed_at`, so both carry the same timestamp; a delivery made at any other time was made
+/// by a resend. Only the endpoint's newest 10,000 deliveries are looked at, which keeps the
+/// count cheap and covers the window unless routing alone sent it more than that meanwhile.
+pub async fn resends_since(
+    conn: &mut AsyncPgConnection,
+    endpoint: Uuid,
+    window_secs: f64,
+) -> QueryResult<i64> {
     #[derive(QueryableByName)]
-    struct Id {
+    struct N {
         #[diesel(sql_type = BigInt)]
-        id: i64,
+        n: i64,
     }
+    let n: N = prepared(
+        "SELECT count(*) AS n
+           FROM (SELECT outbox_id, created_at FROM event_deliveries
+                  WHERE endpoint_id = $1 ORDER BY id DESC LIMIT 10000) d
+           JOIN notification_outbox o ON o.id = d.outbox_id
+          WHERE d.created_at > statement_timestamp() - make_interval(secs => $2)
+            AND (o.routed_at IS NULL OR d.created_at <> o.routed_at)",
+    )
+    .bind::<SqlUuid, _>(endpoint)
+    .bind::<Double, _>(window_secs)
+    .get_result(conn)
+    .await?;
+    Ok(n.n)
+}
+
+/// Queues one more delivery of an event to an endpoint, and wakes the relays when the
+/// caller's transaction commits.
+pub async fn insert_resend(
+    conn: &mut AsyncPgConnection,
+    outbox_id: i64,
+    endpoint: Uuid,
+) -> QueryResult<i64> {
     prepared(format!(
         "WITH created AS (
              INSERT INTO event_deliveries (outbox_id, sink, endpoint_id)
-             SELECT o.id, 'webhook', w.id
-               FROM notification_outbox o, webhook_endpoints w
-              WHERE o.event_id = $3 AND o.owner_id = $1
-                AND w.id = $2 AND w.owner_id = $1 AND w.disabled_at IS NULL
+             VALUES ($1, 'webhook', $2)
              RETURNING id)
          SELECT id FROM created, pg_notify('{}', '')",
         super::outbox::EVENTS_CHANNEL
     ))
-    .bind::<SqlUuid, _>(owner)
+    .bind::<BigInt, _>(outbox_id)
     .bind::<SqlUuid, _>(endpoint)
-    .bind::<SqlUuid, _>(event)
-    .get_result::<Id>(conn)
+    .get_result::<DeliveryId>(conn)
     .await
-    .optional()
-    .map(|row| row.map(|r| r.id))
+    .map(|r| r.id)
 }
 
 /// A delivery as its owner sees it.
@@ -390,6 +528,42 @@ pub async fn prune(
     .bind::<BigInt, _>(limit)
     .execute(conn)
     .await
+}
+
+/// Deletes up to `limit` of the owner's oldest outbox rows with their deliveries and tries,
+/// locking the rows and then their deliveries in id order (lock order); returns how many
+/// outbox rows went. One page of a user's deletion.
+pub async fn delete_page_of_owner(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    limit: i64,
+) -> QueryResult<usize> {
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+    let ids: Vec<i64> = prepared(
+        "SELECT id FROM notification_outbox WHERE owner_id = $1 ORDER BY id LIMIT $2 FOR UPDATE",
+    )
+    .bind::<SqlUuid, _>(owner)
+    .bind::<BigInt, _>(limit)
+    .load::<Id>(conn)
+    .await?
+    .into_iter()
+    .map(|r| r.id)
+    .collect();
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    prepared("SELECT 1 FROM event_deliveries WHERE outbox_id = ANY ($1) ORDER BY id FOR UPDATE")
+        .bind::<Array<BigInt>, _>(&ids)
+        .execute(conn)
+        .await?;
+    prepared("DELETE FROM notification_outbox WHERE id = ANY ($1)")
+        .bind::<Array<BigInt>, _>(&ids)
+        .execute(conn)
+        .await
 }
 
 /// Locks the owner's outbox rows, webhook endpoints and deliveries, each in id order, so that

@@ -22,7 +22,7 @@ pub async fn run_pending(url: &str) -> Result<usize, DbError> {
     // it runs on the blocking pool rather than on a runtime worker.
     tokio::task::spawn_blocking(move || {
         let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::establish(&url)
-            .map_err(|err| DbError::Connect(err.to_string()))?;
+            .map_err(|err| DbError::Connect(super::ConnectError::Establish(err)))?;
         conn.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))?;
         let applied = conn
             .run_pending_migrations(MIGRATIONS)

@@ -37,14 +37,43 @@ pub enum DbError {
     #[error("database query failed")]
     Query(#[from] diesel::result::Error),
     /// The URL is malformed or the server refused the connection at start-up.
-    #[error("cannot connect to the database: {0}")]
-    Connect(String),
+    #[error("cannot connect to the database")]
+    Connect(#[source] ConnectError),
     /// A row holds a state this code does not know (a newer schema, or a hand edit).
     #[error("unexpected value in the database")]
     UnknownState(#[from] crate::domain::upload::UnknownState),
     /// Applying migrations failed.
     #[error("database migration failed")]
     Migration(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Why no connection could be had, with the driver's or parser's error as the source.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// `DATABASE_URL` does not parse.
+    #[error("DATABASE_URL is not a valid URL")]
+    Url(#[source] url::ParseError),
+    /// `DATABASE_URL` is some other kind of URL.
+    #[error("DATABASE_URL must start with postgres:// or postgresql://")]
+    Scheme,
+    /// The URL cannot take the default user name.
+    #[error("DATABASE_URL cannot carry a user name")]
+    User,
+    /// The URL names no database.
+    #[error("DATABASE_URL names no database")]
+    NoDatabase,
+    /// The server refused or could not be reached.
+    #[error("opening a connection failed")]
+    Establish(#[source] diesel::ConnectionError),
+    /// The pool could not open its first connection.
+    #[error("opening a pooled connection failed")]
+    Pool(#[source] bb8::RunError<diesel_async::pooled_connection::PoolError>),
+}
+
+impl From<ConnectError> for DbError {
+    fn from(err: ConnectError) -> Self {
+        Self::Connect(err)
+    }
 }
 
 impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for DbError {

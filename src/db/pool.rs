@@ -5,7 +5,7 @@ use std::time::Duration;
 use diesel_async::AsyncPgConnection;
 use diesel_async::pooled_connection::AsyncDieselConnectionManager;
 
-use super::DbError;
+use super::{ConnectError, DbError};
 
 /// A pool of async PostgreSQL connections.
 pub type DbPool = bb8::Pool<AsyncDieselConnectionManager<AsyncPgConnection>>;
@@ -17,11 +17,7 @@ pub type DbConn<'a> = bb8::PooledConnection<'a, AsyncDieselConnectionManager<Asy
 /// wrong URL or a stopped database fails at start-up with its cause, not on the first request.
 pub async fn connect(url: &str, max_size: u32) -> Result<DbPool, DbError> {
     let pool = unchecked(url, max_size)?;
-    drop(
-        pool.get()
-            .await
-            .map_err(|err| DbError::Connect(err.to_string()))?,
-    );
+    drop(pool.get().await.map_err(ConnectError::Pool)?);
     Ok(pool)
 }
 
@@ -44,19 +40,16 @@ pub async fn dedicated(url: &str) -> Result<AsyncPgConnection, DbError> {
     use diesel_async::AsyncConnection;
     AsyncPgConnection::establish(&with_default_user(url)?)
         .await
-        .map_err(|err| DbError::Connect(err.to_string()))
+        .map_err(|err| ConnectError::Establish(err).into())
 }
 
 /// libpq (and so psql) connects as the OS user when a URL names none; tokio-postgres
 /// refuses such URLs. Filling in the same default keeps `postgres://localhost/vidq` working
 /// for a newcomer exactly as it does in psql.
 pub fn with_default_user(url: &str) -> Result<String, DbError> {
-    let mut parsed = url::Url::parse(url)
-        .map_err(|err| DbError::Connect(format!("DATABASE_URL is not a valid URL: {err}")))?;
+    let mut parsed = url::Url::parse(url).map_err(ConnectError::Url)?;
     if !matches!(parsed.scheme(), "postgres" | "postgresql") {
-        return Err(DbError::Connect(
-            "DATABASE_URL must start with postgres:// or postgresql://".to_owned(),
-        ));
+        return Err(ConnectError::Scheme.into());
     }
     if parsed.username().is_empty() {
         let user = std::env::var("USER")
@@ -64,7 +57,7 @@ pub fn with_default_user(url: &str) -> Result<String, DbError> {
             .unwrap_or_else(|_| "postgres".to_owned());
         parsed
             .set_username(&user)
-            .map_err(|()| DbError::Connect("DATABASE_URL cannot carry a user name".to_owned()))?;
+            .map_err(|()| ConnectError::User)?;
     }
     Ok(parsed.into())
 }
@@ -72,8 +65,7 @@ pub fn with_default_user(url: &str) -> Result<String, DbError> {
 /// The URL of another database on the same server (for creating `vidq dev`'s database and
 /// the tests' per-test databases).
 pub fn with_database(url: &str, database: &str) -> Result<String, DbError> {
-    let mut parsed = url::Url::parse(&with_default_user(url)?)
-        .map_err(|err| DbError::Connect(err.to_string()))?;
+    let mut parsed = url::Url::parse(&with_default_user(url)?).map_err(ConnectError::Url)?;
     parsed.set_path(database);
     Ok(parsed.into())
 }
@@ -98,6 +90,18 @@ mod tests {
             "postgres://app@db/vidq"
         );
         assert!(with_default_user("mysql://x/y").is_err());
+    }
+
+    #[test]
+    fn a_connect_error_keeps_its_cause() {
+        let err = with_default_user("not a url").unwrap_err();
+        let connect = std::error::Error::source(&err).expect("the connect error");
+        let cause = connect.source().expect("the parser's own error");
+        assert!(cause.downcast_ref::<url::ParseError>().is_some(), "{cause}");
+        assert!(matches!(
+            with_default_user("mysql://x/y"),
+            Err(DbError::Connect(ConnectError::Scheme))
+        ));
     }
 
     #[test]

@@ -3,8 +3,8 @@
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
-use super::DbError;
 use super::pool::{database_name, with_database, with_default_user};
+use super::{ConnectError, DbError};
 
 #[derive(diesel::QueryableByName)]
 struct Exists {
@@ -21,12 +21,11 @@ async fn maintenance_connection(url: &str) -> Result<AsyncPgConnection, DbError>
     let url = with_database(url, "postgres")?;
     AsyncPgConnection::establish(&url)
         .await
-        .map_err(|err| DbError::Connect(err.to_string()))
+        .map_err(|err| ConnectError::Establish(err).into())
 }
 
 fn name_of(url: &str) -> Result<String, DbError> {
-    database_name(&with_default_user(url)?)
-        .ok_or_else(|| DbError::Connect("DATABASE_URL names no database".to_owned()))
+    database_name(&with_default_user(url)?).ok_or(ConnectError::NoDatabase.into())
 }
 
 /// Creates the database `url` points at unless it exists; returns whether it created it.

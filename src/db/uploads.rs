@@ -108,14 +108,35 @@ pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize
         .await
 }
 
-/// Every original's key an owner has, for deleting their objects.
-pub async fn object_keys_of_owner(
+/// Locks up to `limit` of the owner's contracts `FOR UPDATE`, in id order, and returns their
+/// ids and object keys: one page of a user's deletion.
+pub async fn lock_page_of_owner(
     conn: &mut AsyncPgConnection,
     owner: Uuid,
-) -> QueryResult<Vec<String>> {
+    limit: i64,
+) -> QueryResult<Vec<(Uuid, String)>> {
     uploads::table
         .filter(uploads::owner_id.eq(owner))
-        .select(uploads::object_key)
+        .select((uploads::id, uploads::object_key))
+        .order(uploads::id)
+        .limit(limit)
+        .for_update()
         .load(conn)
         .await
+}
+
+/// Deletes contracts; their videos, jobs, artifacts and attempts cascade with them.
+pub async fn delete_many(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> QueryResult<usize> {
+    diesel::delete(uploads::table.filter(uploads::id.eq_any(ids)))
+        .execute(conn)
+        .await
+}
+
+/// Whether the owner has any contract left.
+pub async fn any_of_owner(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<bool> {
+    diesel::select(diesel::dsl::exists(
+        uploads::table.filter(uploads::owner_id.eq(owner)),
+    ))
+    .get_result(conn)
+    .await
 }

@@ -67,6 +67,22 @@ pub async fn lock_for_key_share(
         .optional()
 }
 
+/// Locks the user row `FOR NO KEY UPDATE`: the user's own writes that must see each other
+/// (the webhook cap's count and insert) queue behind it, while finalizations, which only take
+/// `FOR KEY SHARE`, go on. `None` if the user is gone.
+pub async fn lock_for_no_key_update(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+) -> QueryResult<Option<Uuid>> {
+    users::table
+        .filter(users::id.eq(id))
+        .select(users::id)
+        .for_no_key_update()
+        .first(conn)
+        .await
+        .optional()
+}
+
 /// Locks the owner of a video `FOR KEY SHARE` (found through the video in the same
 /// statement); `None` if the video or its owner is gone.
 pub async fn lock_owner_of_video(
@@ -88,13 +104,26 @@ pub async fn lock_owner_of_video(
     Ok(owner.map(|o| o.id))
 }
 
-/// Locks the user row for deletion (`FOR UPDATE`), found by name.
-pub async fn lock_by_name_for_update(
+/// Replaces the user's key hash with `hash` (of a key nobody holds), found by name, and
+/// returns the user: deleting a user starts by shutting them out, so nothing new arrives while
+/// their rows are removed page by page. `None` if there is no such user.
+pub async fn revoke_key_by_name(
     conn: &mut AsyncPgConnection,
     name: &str,
+    hash: &[u8],
 ) -> QueryResult<Option<Uuid>> {
+    diesel::update(users::table.filter(users::name.eq(name)))
+        .set(users::api_key_hash.eq(hash))
+        .returning(users::id)
+        .get_result(conn)
+        .await
+        .optional()
+}
+
+/// Locks the user row for deletion (`FOR UPDATE`); `None` if it is gone.
+pub async fn lock_for_update(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<Uuid>> {
     users::table
-        .filter(users::name.eq(name))
+        .filter(users::id.eq(id))
         .select(users::id)
         .for_update()
         .first(conn)

@@ -165,14 +165,14 @@ pub async fn lock_owned_for_update(
         .optional()
 }
 
-/// Locks every video of an owner `FOR UPDATE`, in id order (the fixed lock order within a
-/// table); returns their ids.
-pub async fn lock_all_of_owner(
+/// Locks the videos made from these contracts `FOR UPDATE`, in id order (the fixed lock order
+/// within a table); returns their ids.
+pub async fn lock_for_uploads(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
+    uploads: &[Uuid],
 ) -> QueryResult<Vec<Uuid>> {
     videos::table
-        .filter(videos::owner_id.eq(owner))
+        .filter(videos::upload_id.eq_any(uploads))
         .select(videos::id)
         .order(videos::id)
         .for_update()

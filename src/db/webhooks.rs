@@ -81,6 +81,22 @@ pub async fn find(
         .optional()
 }
 
+/// One of the owner's endpoints, locked `FOR NO KEY UPDATE`: resends to one endpoint queue
+/// behind each other, so each sees the deliveries the one before it made.
+pub async fn lock_owned(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    id: Uuid,
+) -> QueryResult<Option<EndpointRow>> {
+    w::table
+        .filter(w::owner_id.eq(owner).and(w::id.eq(id)))
+        .select(EndpointRow::as_select())
+        .for_no_key_update()
+        .first(conn)
+        .await
+        .optional()
+}
+
 /// Deletes one of the owner's endpoints (its deliveries and their log go with it).
 pub async fn delete(conn: &mut AsyncPgConnection, owner: Uuid, id: Uuid) -> QueryResult<usize> {
     diesel::delete(w::table.filter(w::owner_id.eq(owner).and(w::id.eq(id))))

@@ -14,5 +14,6 @@ pub mod media;
 pub mod playback_token;
 pub mod retry;
 pub mod signature;
+pub mod sink;
 pub mod upload;
 pub mod video;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::uploads::CreatedUpload;
 use crate::app::videos::VideoView;
+use crate::app::webhooks::{Delivery, DeliveryTry, Endpoint};
 use crate::domain::video::VideoStatus;
 
 /// `POST /v1/uploads`.
@@ -178,19 +179,19 @@ pub struct WebhookDto {
     pub previous_secret_expires_at: Option<DateTime<Utc>>,
 }
 
-impl From<crate::db::webhooks::EndpointRow> for WebhookDto {
-    fn from(row: crate::db::webhooks::EndpointRow) -> Self {
+impl From<Endpoint> for WebhookDto {
+    fn from(endpoint: Endpoint) -> Self {
         Self {
-            id: row.id.to_string(),
-            url: row.url,
-            event_types: row.event_types.map(|t| t.into_iter().flatten().collect()),
-            status: if row.disabled_at.is_some() {
+            id: endpoint.id.to_string(),
+            url: endpoint.url,
+            event_types: endpoint.event_types,
+            status: if endpoint.disabled_at.is_some() {
                 "disabled"
             } else {
                 "active"
             },
-            disabled_reason: row.disabled_reason,
-            created_at: row.created_at,
+            disabled_reason: endpoint.disabled_reason,
+            created_at: endpoint.created_at,
             secret: None,
             previous_secret_expires_at: None,
         }
@@ -265,41 +266,36 @@ pub struct DeliveryListDto {
     pub deliveries: Vec<DeliveryDto>,
 }
 
-impl DeliveryListDto {
-    /// Joins deliveries with their tries.
-    pub fn new(
-        rows: Vec<crate::db::deliveries::DeliveryRow>,
-        attempts: Vec<crate::db::deliveries::AttemptRow>,
-    ) -> Self {
-        let mut tries: BTreeMap<i64, Vec<DeliveryTryDto>> = BTreeMap::new();
-        for a in attempts {
-            tries
-                .entry(a.delivery_id)
-                .or_default()
-                .push(DeliveryTryDto {
-                    attempt: a.attempt,
-                    relay_id: a.relay_id,
-                    started_at: a.started_at,
-                    finished_at: a.finished_at,
-                    response_status: a.response_status,
-                    error: a.error,
-                });
-        }
-        let deliveries = rows
+impl From<Vec<Delivery>> for DeliveryListDto {
+    fn from(deliveries: Vec<Delivery>) -> Self {
+        let deliveries = deliveries
             .into_iter()
-            .map(|r| DeliveryDto {
-                tries: tries.remove(&r.id).unwrap_or_default(),
-                next_attempt_at: (r.status == "pending").then_some(r.next_attempt_at),
-                id: r.id,
-                event_id: r.event_id.to_string(),
-                event_type: r.event_type,
-                status: r.status,
-                attempts: r.attempt_count,
-                last_error: r.last_error,
-                delivered_at: r.delivered_at,
+            .map(|d| DeliveryDto {
+                id: d.id,
+                event_id: d.event_id.to_string(),
+                event_type: d.event_type,
+                status: d.status,
+                attempts: d.attempts,
+                next_attempt_at: d.next_attempt_at,
+                last_error: d.last_error,
+                delivered_at: d.delivered_at,
+                tries: d.tries.into_iter().map(DeliveryTryDto::from).collect(),
             })
             .collect();
         Self { deliveries }
+    }
+}
+
+impl From<DeliveryTry> for DeliveryTryDto {
+    fn from(t: DeliveryTry) -> Self {
+        Self {
+            attempt: t.attempt,
+            relay_id: t.relay_id,
+            started_at: t.started_at,
+            finished_at: t.finished_at,
+            response_status: t.response_status,
+            error: t.error,
+        }
     }
 }
 
@@ -324,4 +320,116 @@ pub struct EventPageDto {
     pub events: Vec<serde_json::Value>,
     /// Pass as `after` to continue; the same cursor when the page is empty.
     pub next_cursor: String,
+}
+
+#[cfg(test)]
+mod tests {
+    //! The wire keys are the contract: these tests pin them, whatever the rows behind them.
+
+    use super::*;
+    use crate::app::videos::VideoFacts;
+
+    fn keys(value: &impl Serialize) -> Vec<String> {
+        let json = serde_json::to_value(value).unwrap();
+        let mut keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn a_video_shows_the_documented_fields() {
+        let view = VideoView {
+            video: VideoFacts {
+                id: uuid::Uuid::now_v7(),
+                upload_id: uuid::Uuid::now_v7(),
+                duration_ms: Some(1000),
+                width: Some(640),
+                height: Some(360),
+                error_code: None,
+                error_message: None,
+                created_at: Utc::now(),
+                ready_at: None,
+            },
+            status: VideoStatus::Queued,
+            attempts: 0,
+            playback: None,
+        };
+        assert_eq!(
+            keys(&VideoDto::new(view, "http://vidq.test")),
+            [
+                "attempts",
+                "created_at",
+                "duration_ms",
+                "error",
+                "height",
+                "id",
+                "playback",
+                "ready_at",
+                "status",
+                "upload_id",
+                "width"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_endpoint_and_its_deliveries_show_the_documented_fields() {
+        let endpoint = Endpoint {
+            id: uuid::Uuid::now_v7(),
+            url: "https://example.com/hooks".into(),
+            event_types: Some(vec!["video.ready".into()]),
+            disabled_at: None,
+            disabled_reason: None,
+            created_at: Utc::now(),
+        };
+        let dto = WebhookDto::from(endpoint);
+        assert_eq!(dto.status, "active");
+        assert_eq!(
+            keys(&dto),
+            ["created_at", "event_types", "id", "status", "url"]
+        );
+        let list = DeliveryListDto::from(vec![Delivery {
+            id: 7,
+            event_id: uuid::Uuid::now_v7(),
+            event_type: "video.ready".into(),
+            status: "delivered".into(),
+            attempts: 1,
+            next_attempt_at: None,
+            last_error: None,
+            delivered_at: Some(Utc::now()),
+            tries: vec![DeliveryTry {
+                attempt: 1,
+                relay_id: "relay-a".into(),
+                started_at: Utc::now(),
+                finished_at: Utc::now(),
+                response_status: Some(200),
+                error: None,
+            }],
+        }]);
+        assert_eq!(
+            keys(&list.deliveries[0]),
+            [
+                "attempts",
+                "delivered_at",
+                "event_id",
+                "event_type",
+                "id",
+                "last_error",
+                "next_attempt_at",
+                "status",
+                "tries"
+            ]
+        );
+        assert_eq!(
+            keys(&list.deliveries[0].tries[0]),
+            [
+                "attempt",
+                "error",
+                "finished_at",
+                "relay_id",
+                "response_status",
+                "started_at"
+            ]
+        );
+    }
 }

@@ -189,6 +189,14 @@ impl From<AppError> for ApiError {
             }
             AppError::EventTypes(_) => Self::new(S::BAD_REQUEST, "invalid_event_types", message),
             AppError::EndpointDisabled(_) => Self::new(S::CONFLICT, "endpoint_disabled", message),
+            AppError::NotSubscribed(_) => Self::new(
+                S::UNPROCESSABLE_ENTITY,
+                "event_type_not_subscribed",
+                message,
+            ),
+            AppError::TooManyResends(_) => {
+                Self::new(S::TOO_MANY_REQUESTS, "too_many_resends", message)
+            }
             AppError::NameTaken(_) => Self::new(S::CONFLICT, "conflict", message),
             AppError::PlaybackToken(_) => Self::new(S::FORBIDDEN, "invalid_token", message),
             AppError::Database(DbError::Pool(_)) => {

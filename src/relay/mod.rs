@@ -9,6 +9,7 @@
 //!
 //! It wakes on LISTEN/NOTIFY from the producing transactions and polls as the safety net.
 
+pub mod sink;
 pub mod webhook;
 
 use std::sync::Arc;
@@ -20,12 +21,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::adapters::nats::NatsSink;
 use crate::db::deliveries::{Ack, ClaimedDelivery, Settled};
 use crate::db::wake::{Announce, WakeSession};
 use crate::db::{self, DbPool};
 use crate::domain::retry::{NextTry, RetrySchedule};
-use webhook::{TryOutcome, WebhookSender, WebhookTry};
+use crate::domain::sink::SinkKind;
+use sink::{Sinks, TryOutcome};
 
 /// How a relay paces itself.
 #[derive(Clone, Debug)]
@@ -55,10 +56,8 @@ pub struct Relay {
     pub listen_url: Option<String>,
     /// Pacing.
     pub settings: RelaySettings,
-    /// Webhook client.
-    pub webhooks: WebhookSender,
-    /// JetStream sink, when configured.
-    pub nats: Option<NatsSink>,
+    /// Where deliveries are sent, by the kind routing gave them.
+    pub sinks: Sinks,
 }
 
 /// A finished try on its way to the acknowledger.
@@ -73,17 +72,81 @@ const PRUNE_EVERY: Duration = Duration::from_secs(600);
 /// Most tries acknowledged in one statement.
 const ACK_BATCH: usize = 512;
 
+/// What the relay's loop carries from round to round.
+struct Rounds {
+    /// Wakes an idle relay: NOTIFY from a producer.
+    wake: Arc<Notify>,
+    /// One permit per try that may be in flight.
+    slots: Arc<Semaphore>,
+    /// The tries in flight.
+    sending: JoinSet<()>,
+    /// Finished tries on their way to the acknowledger.
+    settled: mpsc::Sender<Settlement>,
+    /// Whether producers know to wake this relay.
+    sentinel: WakeSession,
+}
+
+/// What one round found.
+struct Round {
+    /// Rows were routed or deliveries claimed: look again soon.
+    found: bool,
+    /// Free send slots when the round claimed.
+    free: usize,
+}
+
+/// Whether the loop goes on.
+#[derive(PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Stop,
+}
+
 impl Relay {
     /// Runs until `shutdown`; then stops claiming, lets tries in flight finish (each is bounded
     /// by the webhook timeout), acknowledges them and returns.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let wake = Arc::new(Notify::new());
-        let on_notify = {
-            let wake = wake.clone();
-            move || wake.notify_one()
+        let wake = self.listen(&shutdown).await;
+        // Bounded: an acknowledger that falls behind slows sending down, rather than letting
+        // finished tries pile up until their leases lapse and they are sent again.
+        let (settled, settled_rx) = mpsc::channel(ACK_BATCH * 2);
+        let acker = tokio::spawn(self.clone().acknowledge(settled_rx));
+        let pruner = tokio::spawn(self.clone().prune_periodically(shutdown.child_token()));
+        let mut rounds = Rounds {
+            wake,
+            slots: Arc::new(Semaphore::new(self.settings.concurrency as usize)),
+            sending: JoinSet::new(),
+            settled,
+            sentinel: WakeSession::new(self.listen_url.clone()),
         };
-        // LISTEN first, then route: a NOTIFY sent in between cannot be missed.
+        tracing::info!(
+            relay = %self.settings.relay_id,
+            nats = self.sinks.has(SinkKind::Nats),
+            concurrency = self.settings.concurrency,
+            "relay started"
+        );
+        while !shutdown.is_cancelled() {
+            let round = self.round(&mut rounds).await;
+            let flow = if round.found {
+                Self::after_busy_round(&mut rounds, &shutdown).await
+            } else {
+                self.idle(&mut rounds, round.free, &shutdown).await
+            };
+            if flow == Flow::Stop {
+                break;
+            }
+        }
+        self.finish(rounds, acker, pruner).await;
+    }
+
+    /// LISTENs (when the relay has a URL for it) before the first round routes, so a NOTIFY
+    /// sent in between cannot be missed; returns what a NOTIFY wakes.
+    async fn listen(&self, shutdown: &CancellationToken) -> Arc<Notify> {
+        let wake = Arc::new(Notify::new());
         if let Some(url) = &self.listen_url {
+            let on_notify = {
+                let wake = wake.clone();
+                move || wake.notify_one()
+            };
             crate::queue::listener::spawn(
                 url.clone(),
                 db::outbox::EVENTS_CHANNEL,
@@ -92,93 +155,114 @@ impl Relay {
             )
             .await;
         }
-        // Bounded: an acknowledger that falls behind slows sending down, rather than letting
-        // finished tries pile up until their leases lapse and they are sent again.
-        let (settled_tx, settled_rx) = mpsc::channel(ACK_BATCH * 2);
-        let acker = tokio::spawn(self.clone().acknowledge(settled_rx));
-        let slots = Arc::new(Semaphore::new(self.settings.concurrency as usize));
-        let mut sending = JoinSet::new();
-        let pruner = tokio::spawn(self.clone().prune_periodically(shutdown.child_token()));
-        let mut sentinel = WakeSession::new(self.listen_url.clone());
-        tracing::info!(
-            relay = %self.settings.relay_id,
-            nats = self.nats.is_some(),
-            concurrency = self.settings.concurrency,
-            "relay started"
-        );
-        while !shutdown.is_cancelled() {
-            while sending.try_join_next().is_some() {}
-            let routed = self.route().await;
-            let free = slots.available_permits().min(self.settings.batch as usize);
-            let claimed = if free > 0 {
-                self.claim(free).await
-            } else {
-                Vec::new()
-            };
-            let found = routed > 0 || !claimed.is_empty();
-            for delivery in claimed {
-                let permit = slots
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .expect("the semaphore is never closed");
-                let relay = self.clone();
-                let settled = settled_tx.clone();
-                sending.spawn(async move {
-                    let settlement = relay.try_once(delivery).await;
-                    let _ = settled.send(settlement).await;
-                    drop(permit);
-                });
-            }
-            if found {
-                if slots.available_permits() > 0 {
-                    // Busy: look again at once. While events keep coming, the relay never
-                    // sleeps and producers need not NOTIFY it.
-                    sentinel.withdraw().await;
-                    continue;
-                }
-                // Saturated: stay announced, so producers keep waking relays that have room,
-                // and go on as soon as one of this relay's own tries finishes.
-                if !sentinel.holds() {
-                    sentinel.announce().await;
-                }
-                tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    permit = slots.acquire() => drop(permit),
-                }
-                continue;
-            }
-            // Idle: make sure producers will wake us, then sleep.
-            let nap = match sentinel.announce().await {
-                // Now that producers NOTIFY, look once more for what committed before.
-                Announce::Announced => continue,
-                Announce::Busy => sentinel.busy_nap(),
-                Announce::Covered => self.settings.poll,
-            };
-            // Due deliveries may be waiting for a slot: then a finished try ends the nap. (An
-            // acquire, unlike a check, cannot miss a slot freed in between.)
-            let slot_freed = async {
-                if free == 0 {
-                    drop(slots.acquire().await);
-                } else {
-                    std::future::pending::<()>().await;
-                }
-            };
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                () = wake.notified() => {}
-                () = slot_freed => {}
-                () = tokio::time::sleep(nap) => {}
+        wake
+    }
+
+    /// Routes a batch, claims as many due deliveries as there are free slots and starts
+    /// sending each.
+    async fn round(self: &Arc<Self>, rounds: &mut Rounds) -> Round {
+        while rounds.sending.try_join_next().is_some() {}
+        let routed = self.route().await;
+        let free = rounds
+            .slots
+            .available_permits()
+            .min(self.settings.batch as usize);
+        let claimed = if free > 0 {
+            self.claim(free).await
+        } else {
+            Vec::new()
+        };
+        let found = routed > 0 || !claimed.is_empty();
+        for delivery in claimed {
+            self.dispatch(rounds, delivery).await;
+        }
+        Round { found, free }
+    }
+
+    /// Sends one delivery in its own task once a slot is free; the result goes to the
+    /// acknowledger.
+    async fn dispatch(self: &Arc<Self>, rounds: &mut Rounds, delivery: ClaimedDelivery) {
+        let permit = rounds
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let relay = self.clone();
+        let settled = rounds.settled.clone();
+        rounds.sending.spawn(async move {
+            let settlement = relay.try_once(delivery).await;
+            let _ = settled.send(settlement).await;
+            drop(permit);
+        });
+    }
+
+    /// After a round that found work: look again at once if a slot is free; if every slot is
+    /// busy, wait for one.
+    async fn after_busy_round(rounds: &mut Rounds, shutdown: &CancellationToken) -> Flow {
+        if rounds.slots.available_permits() > 0 {
+            // Busy: look again at once. While events keep coming, the relay never sleeps and
+            // producers need not NOTIFY it.
+            rounds.sentinel.withdraw().await;
+            return Flow::Continue;
+        }
+        // Saturated: stay announced, so producers keep waking relays that have room, and go
+        // on as soon as one of this relay's own tries finishes.
+        if !rounds.sentinel.holds() {
+            rounds.sentinel.announce().await;
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => Flow::Stop,
+            permit = rounds.slots.acquire() => {
+                drop(permit);
+                Flow::Continue
             }
         }
+    }
+
+    /// After a round that found nothing: make sure producers will wake us, then sleep until a
+    /// NOTIFY, a freed slot (when due deliveries waited for one) or the poll.
+    async fn idle(&self, rounds: &mut Rounds, free: usize, shutdown: &CancellationToken) -> Flow {
+        let nap = match rounds.sentinel.announce().await {
+            // Now that producers NOTIFY, look once more for what committed before.
+            Announce::Announced => return Flow::Continue,
+            Announce::Busy => rounds.sentinel.busy_nap(),
+            Announce::Covered => self.settings.poll,
+        };
+        // Due deliveries may be waiting for a slot: then a finished try ends the nap. (An
+        // acquire, unlike a check, cannot miss a slot freed in between.)
+        let slots = &rounds.slots;
+        let slot_freed = async {
+            if free == 0 {
+                drop(slots.acquire().await);
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => Flow::Stop,
+            () = rounds.wake.notified() => Flow::Continue,
+            () = slot_freed => Flow::Continue,
+            () = tokio::time::sleep(nap) => Flow::Continue,
+        }
+    }
+
+    /// Hands the wake-ups over, lets the tries in flight finish and be acknowledged, and stops
+    /// the pruner.
+    async fn finish(
+        &self,
+        mut rounds: Rounds,
+        acker: tokio::task::JoinHandle<()>,
+        pruner: tokio::task::JoinHandle<()>,
+    ) {
         // Relays that slept because this one was announced take over now.
-        sentinel.hand_over().await;
+        rounds.sentinel.hand_over().await;
         tracing::info!(
-            in_flight = sending.len(),
+            in_flight = rounds.sending.len(),
             "relay stopping; finishing tries in flight"
         );
-        while sending.join_next().await.is_some() {}
-        drop(settled_tx);
+        while rounds.sending.join_next().await.is_some() {}
+        drop(rounds.settled);
         let _ = acker.await;
         let _ = pruner.await;
         tracing::info!(relay = %self.settings.relay_id, "relay stopped");
@@ -192,7 +276,7 @@ impl Relay {
                 db::deliveries::route(
                     &mut conn,
                     i64::from(self.settings.batch),
-                    self.nats.is_some(),
+                    self.sinks.has(SinkKind::Nats),
                 )
                 .await?,
             )
@@ -219,16 +303,14 @@ impl Relay {
     async fn claim(&self, limit: usize) -> Vec<ClaimedDelivery> {
         let claimed = async {
             let mut conn = self.pool.get().await?;
-            Ok::<_, db::DbError>(
-                db::deliveries::claim(
-                    &mut conn,
-                    &self.settings.relay_id,
-                    limit as i64,
-                    self.settings.lease.as_secs_f64(),
-                    self.nats.is_some(),
-                )
-                .await?,
+            db::deliveries::claim(
+                &mut conn,
+                &self.settings.relay_id,
+                limit as i64,
+                self.settings.lease.as_secs_f64(),
+                self.sinks.has(SinkKind::Nats),
             )
+            .await
         }
         .await;
         claimed.unwrap_or_else(|error| {
@@ -237,58 +319,14 @@ impl Relay {
         })
     }
 
-    /// Sends one claimed delivery and decides where it goes next.
+    /// Sends one claimed delivery through the sink of its kind and decides where it goes next.
     async fn try_once(&self, delivery: ClaimedDelivery) -> Settlement {
         let started_at = Utc::now();
-        let event_id = delivery.event_id.to_string();
-        let outcome = match delivery.sink.as_str() {
-            // Disabled (410) while this delivery waited or was in flight elsewhere.
-            _ if delivery.endpoint_disabled => TryOutcome::Discard {
-                reason: "not sent: the endpoint was disabled".into(),
-            },
-            "nats" => match &self.nats {
-                Some(nats) => match nats
-                    .publish(
-                        &event_id,
-                        &delivery.event_type,
-                        delivery.body.clone().into_bytes(),
-                    )
-                    .await
-                {
-                    Ok(published) => {
-                        if published.duplicate {
-                            tracing::debug!(event = %event_id, "JetStream already had this event; the copy was dropped");
-                        }
-                        TryOutcome::Delivered { status: 200 }
-                    }
-                    Err(error) => TryOutcome::Failed {
-                        status: None,
-                        error,
-                        retry_after: None,
-                    },
-                },
-                None => TryOutcome::Failed {
-                    status: None,
-                    error: "this relay has no NATS connection (VIDQ_NATS_URL)".into(),
-                    retry_after: None,
-                },
-            },
-            _ => {
-                let secrets: Vec<&str> = delivery
-                    .secret
-                    .iter()
-                    .chain(delivery.previous_secret.iter())
-                    .map(String::as_str)
-                    .collect();
-                self.webhooks
-                    .send(&WebhookTry {
-                        url: delivery.url.as_deref().unwrap_or_default(),
-                        event_id: &event_id,
-                        body: &delivery.body,
-                        secrets,
-                    })
-                    .await
-            }
+        let outcome = match self.sinks.get(delivery.sink) {
+            Some(sink) => sink.send(&delivery).await,
+            // Claims only take kinds this relay has; this is a relay whose settings changed
+            // under a claim.
+            None => TryOutcome::failed(format!("this relay has no {} sink", delivery.sink)),
         };
         self.settle(&delivery, outcome, started_at)
     }
@@ -322,8 +360,8 @@ impl Relay {
                 ack.settled = Settled::Discarded;
                 ack.response_status = Some(410);
                 ack.error = Some("the receiver answered 410 Gone; endpoint disabled".into());
-                disable = delivery.endpoint_id;
-                tracing::warn!(endpoint = ?delivery.endpoint_id, "receiver answered 410 Gone; disabling the endpoint");
+                disable = delivery.endpoint.as_ref().map(|e| e.id);
+                tracing::warn!(endpoint = ?disable, "receiver answered 410 Gone; disabling the endpoint");
             }
             TryOutcome::Failed {
                 status,

@@ -6,39 +6,15 @@ use std::time::Duration;
 use chrono::Utc;
 use reqwest::StatusCode;
 
+use super::sink::{SendFuture, Sink, TryOutcome};
 use crate::adapters::destination::GuardedResolver;
+use crate::db::deliveries::ClaimedDelivery;
 use crate::domain::destination;
 use crate::domain::retry::parse_retry_after;
 use crate::domain::signature::{WebhookSecret, signature_header};
 
 /// Most of a response body the relay reads (then it stops; the body is never stored).
 const MAX_RESPONSE_BODY: usize = 64 * 1024;
-
-/// What one try came to.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TryOutcome {
-    /// A 2xx answer.
-    Delivered {
-        /// The status code.
-        status: u16,
-    },
-    /// `410 Gone`: the receiver asks never to be sent anything again.
-    Gone,
-    /// Not sent, and never will be (the endpoint was disabled meanwhile).
-    Discard {
-        /// Why, for the delivery log.
-        reason: String,
-    },
-    /// Anything else: retry on the schedule (or later, if `Retry-After` asks).
-    Failed {
-        /// The status code, if the receiver answered.
-        status: Option<u16>,
-        /// What went wrong, for the delivery log.
-        error: String,
-        /// The receiver's `Retry-After`.
-        retry_after: Option<Duration>,
-    },
-}
 
 /// Signs and POSTs webhook deliveries.
 #[derive(Clone, Debug)]
@@ -83,12 +59,8 @@ impl WebhookSender {
     }
 
     /// One try.
-    pub async fn send(&self, delivery: &WebhookTry<'_>) -> TryOutcome {
-        let failed = |error: String| TryOutcome::Failed {
-            status: None,
-            error,
-            retry_after: None,
-        };
+    pub async fn post(&self, delivery: &WebhookTry<'_>) -> TryOutcome {
+        let failed = TryOutcome::failed;
         let url = match destination::parse_url(delivery.url) {
             Ok(url) => url,
             Err(err) => return failed(err.to_string()),
@@ -142,6 +114,36 @@ impl WebhookSender {
             }
         }
         classify(status, retry_after)
+    }
+}
+
+impl Sink for WebhookSender {
+    fn send<'a>(&'a self, delivery: &'a ClaimedDelivery) -> SendFuture<'a> {
+        Box::pin(async move {
+            let Some(endpoint) = &delivery.endpoint else {
+                // Routing gives every webhook delivery an endpoint, and deleting the endpoint
+                // deletes its deliveries; nothing here can be sent.
+                return TryOutcome::Discard {
+                    reason: "not sent: the delivery has no webhook endpoint".into(),
+                };
+            };
+            // Disabled (410) while this delivery waited or was in flight elsewhere.
+            if endpoint.disabled {
+                return TryOutcome::Discard {
+                    reason: "not sent: the endpoint was disabled".into(),
+                };
+            }
+            let secrets: Vec<&str> = std::iter::once(endpoint.secret.as_str())
+                .chain(endpoint.previous_secret.as_deref())
+                .collect();
+            self.post(&WebhookTry {
+                url: &endpoint.url,
+                event_id: &delivery.event_id.to_string(),
+                body: &delivery.body,
+                secrets,
+            })
+            .await
+        })
     }
 }
 

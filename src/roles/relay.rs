@@ -12,6 +12,7 @@ use crate::adapters::nats::NatsSink;
 use crate::config::{Secret, WebhookArgs};
 use crate::db;
 use crate::domain::retry::RetrySchedule;
+use crate::relay::sink::Sinks;
 use crate::relay::webhook::WebhookSender;
 use crate::relay::{Relay, RelaySettings};
 
@@ -145,21 +146,18 @@ pub async fn build(database_url: &str, args: &RelayArgs) -> anyhow::Result<Relay
     let pool = db::connect(database_url, RELAY_POOL_SIZE)
         .await
         .context("connecting to the database (DATABASE_URL)")?;
-    let nats = match &args.nats_url {
-        Some(url) => {
-            Some(NatsSink::connect(url, &args.nats_stream, &args.nats_subject_prefix).await?)
-        }
-        None => None,
-    };
-    let webhooks = WebhookSender::new(
+    let mut sinks = Sinks::new(WebhookSender::new(
         Duration::from_millis(args.webhook_timeout_ms),
         args.webhooks.allow_private,
-    )?;
+    )?);
+    if let Some(url) = &args.nats_url {
+        sinks = sinks
+            .with_nats(NatsSink::connect(url, &args.nats_stream, &args.nats_subject_prefix).await?);
+    }
     Ok(Relay {
         pool,
         listen_url: Some(database_url.to_owned()),
         settings,
-        webhooks,
-        nats,
+        sinks,
     })
 }

@@ -1,7 +1,8 @@
 //! The relay against a real receiver: signed deliveries verified by an independent
 //! implementation, the same id on every try, the retry schedule, `Retry-After`, timeouts,
 //! `410 Gone`, exhaustion, secret rotation, resend, competing relays, and no event for a
-//! finalize that rolled back.
+//! finalize that rolled back. Endpoint registration and the destination policy are in
+//! `endpoints.rs`; the helpers here serve every relay test.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use vidq::domain::event::Event;
 use vidq::domain::ids::{UploadId, VideoId};
 use vidq::roles::relay::RelayArgs;
 
-use crate::harness::{TestApp, TestAppOptions};
+use crate::harness::TestApp;
 use crate::queue::wait_for_count;
 use crate::receiver::{Receiver, Reply, delivered};
 
@@ -106,133 +107,14 @@ fn tally(arrivals: &[&crate::receiver::Arrival]) -> HashMap<String, usize> {
     counts
 }
 
-async fn deliveries(app: &TestApp, key: &str, endpoint: &Value) -> Value {
+/// The endpoint's delivery log (`GET /v1/webhooks/{id}/deliveries`).
+pub async fn deliveries(app: &TestApp, key: &str, endpoint: &Value) -> Value {
     let id = endpoint["id"].as_str().unwrap();
     let response = app
         .get(key, &format!("/v1/webhooks/{id}/deliveries?limit=100"))
         .await;
     assert_eq!(response.status(), StatusCode::OK);
     response.json().await.unwrap()
-}
-
-#[tokio::test]
-async fn registration_checks_the_url_and_shows_the_secret_only_once() {
-    let strict = TestApp::spawn_with(TestAppOptions {
-        allow_private_webhooks: false,
-        ..TestAppOptions::default()
-    })
-    .await;
-    let key = strict.create_user("alice").await;
-    for url in [
-        "http://127.0.0.1:9/hooks",
-        "http://169.254.169.254/latest/meta-data",
-        "http://10.0.0.7/",
-        "http://[::1]/",
-        "http://localhost:8080/",
-    ] {
-        let response = strict
-            .post(&key, "/v1/webhooks", &json!({ "url": url }))
-            .await;
-        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{url}");
-        let body: Value = response.json().await.unwrap();
-        assert_eq!(body["error"]["code"], "invalid_webhook_url", "{url}");
-    }
-    for url in [
-        "ftp://example.com/",
-        "not a url",
-        "https://user:pw@example.com/",
-    ] {
-        let response = strict
-            .post(&key, "/v1/webhooks", &json!({ "url": url }))
-            .await;
-        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{url}");
-    }
-    let response = strict
-        .post(
-            &key,
-            "/v1/webhooks",
-            &json!({ "url": "http://127.0.0.1/", "event_types": ["video.exploded"] }),
-        )
-        .await;
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(
-        strict
-            .count("SELECT count(*) AS n FROM webhook_endpoints")
-            .await,
-        0
-    );
-
-    // With private destinations allowed (the default of these tests).
-    let app = TestApp::spawn().await;
-    let key = app.create_user("alice").await;
-    let stranger = app.create_user("mallory").await;
-    let created = app
-        .post(
-            &key,
-            "/v1/webhooks",
-            &json!({ "url": "http://127.0.0.1:9/hooks", "event_types": ["video.ready"] }),
-        )
-        .await;
-    assert_eq!(created.status(), StatusCode::CREATED);
-    let created: Value = created.json().await.unwrap();
-    let secret = created["secret"].as_str().unwrap();
-    assert!(secret.starts_with("whsec_"), "{secret}");
-    assert_eq!(created["status"], "active");
-    assert_eq!(created["event_types"], json!(["video.ready"]));
-    let id = created["id"].as_str().unwrap();
-
-    let listed: Value = app.get(&key, "/v1/webhooks").await.json().await.unwrap();
-    assert_eq!(listed["webhooks"].as_array().unwrap().len(), 1);
-    assert!(listed["webhooks"][0].get("secret").is_none());
-    let shown = app.get(&key, &format!("/v1/webhooks/{id}")).await;
-    assert_eq!(shown.status(), StatusCode::OK);
-    assert!(shown.json::<Value>().await.unwrap().get("secret").is_none());
-    for path in [
-        format!("/v1/webhooks/{id}"),
-        format!("/v1/webhooks/{id}/deliveries"),
-    ] {
-        assert_eq!(
-            app.get(&stranger, &path).await.status(),
-            StatusCode::NOT_FOUND
-        );
-    }
-    let stolen = app
-        .post(
-            &stranger,
-            &format!("/v1/webhooks/{id}/rotate-secret"),
-            &json!({}),
-        )
-        .await;
-    assert_eq!(stolen.status(), StatusCode::NOT_FOUND);
-
-    let rotated = app
-        .post(
-            &key,
-            &format!("/v1/webhooks/{id}/rotate-secret"),
-            &json!({}),
-        )
-        .await;
-    assert_eq!(rotated.status(), StatusCode::OK);
-    let rotated: Value = rotated.json().await.unwrap();
-    assert_ne!(rotated["secret"], created["secret"]);
-    assert!(rotated["previous_secret_expires_at"].is_string());
-
-    assert_eq!(
-        app.delete(&stranger, &format!("/v1/webhooks/{id}"))
-            .await
-            .status(),
-        StatusCode::NOT_FOUND
-    );
-    assert_eq!(
-        app.delete(&key, &format!("/v1/webhooks/{id}"))
-            .await
-            .status(),
-        StatusCode::NO_CONTENT
-    );
-    assert_eq!(
-        app.get(&key, &format!("/v1/webhooks/{id}")).await.status(),
-        StatusCode::NOT_FOUND
-    );
 }
 
 #[tokio::test]
@@ -400,12 +282,30 @@ async fn a_delivery_is_exhausted_after_its_last_try_and_gone_disables_the_endpoi
     assert_eq!(shown["status"], "disabled");
     assert!(shown["disabled_reason"].as_str().unwrap().contains("410"));
 
-    // Later events still go to the live endpoint, never to the disabled one.
-    produce(&app, owner, 1).await;
-    failing
-        .wait_until(Duration::from_secs(20), |a| a.len() >= 6)
-        .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Later events still go to the live endpoint, never to the disabled one: once the
+    // live endpoint's delivery of the second event is exhausted, that event was routed, and
+    // routing gave the disabled endpoint no delivery that could still be sent.
+    let second = produce(&app, owner, 1).await.remove(0);
+    wait_for_count(
+        &app,
+        &format!(
+            "SELECT count(*) AS n FROM event_deliveries d JOIN notification_outbox o
+              ON o.id = d.outbox_id WHERE o.event_id = '{second}' AND d.status = 'exhausted'"
+        ),
+        1,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) AS n FROM event_deliveries d JOIN notification_outbox o
+              ON o.id = d.outbox_id WHERE o.event_id = '{second}'"
+        ))
+        .await,
+        1,
+        "only the live endpoint got a delivery"
+    );
+    assert_eq!(failing.arrivals().len(), 6);
     assert_eq!(gone.arrivals().len(), 1);
     let resend = app
         .post(
@@ -515,10 +415,15 @@ async fn two_relays_deliver_each_event_exactly_once() {
     for batch in futures_util::future::join_all(producers).await {
         ids.extend(batch);
     }
-    receiver
-        .wait_for_delivered(200, Duration::from_secs(30))
-        .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every delivery settled, then both relays stopped (finishing any try in flight): a
+    // second copy of any event would have arrived by now.
+    wait_for_count(
+        &app,
+        "SELECT count(*) AS n FROM event_deliveries WHERE status = 'delivered'",
+        200,
+        Duration::from_secs(30),
+    )
+    .await;
     a.stop().await;
     b.stop().await;
     let arrivals = receiver.arrivals();
@@ -569,8 +474,22 @@ async fn a_finalize_that_rolled_back_sends_nothing() {
     receiver
         .wait_for_delivered(2, Duration::from_secs(20))
         .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every event routed and every delivery settled: nothing is left that could arrive late.
+    wait_for_count(
+        &app,
+        "SELECT (SELECT count(*) FROM notification_outbox WHERE routed_at IS NULL)
+              + (SELECT count(*) FROM event_deliveries WHERE status IN ('pending', 'sending')) AS n",
+        0,
+        Duration::from_secs(20),
+    )
+    .await;
     relay.stop().await;
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM notification_outbox")
+            .await,
+        2,
+        "the rolled-back finalize left no event"
+    );
     let arrivals = receiver.arrivals();
     let types: Vec<&str> = arrivals
         .iter()
@@ -587,78 +506,6 @@ async fn a_finalize_that_rolled_back_sends_nothing() {
     assert!(
         hls.contains("/a2/"),
         "the winner's outputs are announced: {hls}"
-    );
-}
-
-#[tokio::test]
-async fn the_relay_refuses_private_destinations_unless_allowed() {
-    // The API here allows them (so they can be registered); the relay does not.
-    let app = TestApp::spawn().await;
-    let key = app.create_user("alice").await;
-    let owner = user_id(&app, "alice").await;
-    let receiver = Receiver::start();
-    let port = receiver.url.rsplit(':').next().unwrap().to_owned();
-    let literal = register(&app, &key, &receiver.url).await;
-    let named = register(&app, &key, &format!("http://localhost:{port}")).await;
-    let mut args = relay_args("0");
-    args.webhooks.allow_private = false;
-    let relay = RelayRun::start(&app, &args).await;
-    produce(&app, owner, 1).await;
-    wait_for_count(
-        &app,
-        "SELECT count(*) AS n FROM event_deliveries WHERE status = 'exhausted'",
-        2,
-        Duration::from_secs(20),
-    )
-    .await;
-    relay.stop().await;
-    assert!(
-        receiver.arrivals().is_empty(),
-        "nothing reached the loopback receiver"
-    );
-    for endpoint in [literal, named] {
-        let log = deliveries(&app, &key, &endpoint).await;
-        let error = log["deliveries"][0]["tries"][0]["error"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        assert!(error.contains("private address"), "{error}");
-    }
-}
-
-#[tokio::test]
-async fn a_delivery_whose_endpoint_was_disabled_meanwhile_is_discarded_unsent() {
-    let app = TestApp::spawn().await;
-    let key = app.create_user("alice").await;
-    let owner = user_id(&app, "alice").await;
-    let receiver = Receiver::start();
-    let endpoint = register(&app, &key, &receiver.url).await;
-    produce(&app, owner, 1).await;
-    // Routed while the endpoint was live...
-    let mut conn = app.pool.get().await.unwrap();
-    vidq::db::deliveries::route(&mut conn, 10, false)
-        .await
-        .unwrap();
-    // ...then a 410 on another delivery disabled it (as if this one was in flight elsewhere).
-    assert_eq!(
-        app.count("WITH d AS (UPDATE webhook_endpoints SET disabled_at = now(), disabled_reason = '410' RETURNING 1) SELECT count(*) AS n FROM d")
-            .await,
-        1
-    );
-    let relay = RelayRun::start(&app, &relay_args("0,50ms")).await;
-    wait_for_count(
-        &app,
-        "SELECT count(*) AS n FROM event_deliveries WHERE status = 'discarded'",
-        1,
-        Duration::from_secs(20),
-    )
-    .await;
-    relay.stop().await;
-    assert!(receiver.arrivals().is_empty());
-    let log = deliveries(&app, &key, &endpoint).await;
-    assert_eq!(
-        log["deliveries"][0]["last_error"],
-        "not sent: the endpoint was disabled"
     );
 }
 

@@ -31,7 +31,7 @@ pub async fn list(
     }
     let wait = Duration::from_secs(query.wait.unwrap_or(0));
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
-    let (rows, next) = app::events::page(
+    let (events, next) = app::events::page(
         &ctx,
         caller.0,
         after,
@@ -41,7 +41,7 @@ pub async fn list(
     )
     .await?;
     Ok(HttpResponse::Ok().json(EventPageDto {
-        events: rows.into_iter().map(|row| row.body).collect(),
+        events,
         next_cursor: format_cursor(next),
     }))
 }

@@ -87,6 +87,6 @@ pub async fn deliveries(
     query: web::Query<DeliveriesQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let limit = query.limit.unwrap_or(20);
-    let (rows, attempts) = app::webhooks::deliveries(&ctx, caller.0, path_id(&id)?, limit).await?;
-    Ok(HttpResponse::Ok().json(DeliveryListDto::new(rows, attempts)))
+    let deliveries = app::webhooks::deliveries(&ctx, caller.0, path_id(&id)?, limit).await?;
+    Ok(HttpResponse::Ok().json(DeliveryListDto::from(deliveries)))
 }
