@@ -7,6 +7,7 @@
 
 pub mod artifacts;
 pub mod attempts;
+pub mod bench;
 pub mod deliveries;
 pub mod events;
 pub mod jobs;
@@ -18,6 +19,7 @@ pub mod provision;
 /// The tables as `diesel print-schema` generates them from `migrations/`.
 #[allow(missing_docs)]
 pub mod schema;
+pub mod session;
 pub mod synthetic;
 pub mod uploads;
 pub mod users;

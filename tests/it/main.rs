@@ -9,6 +9,7 @@ mod harness;
 mod health;
 mod idle_line;
 mod jobs_cli;
+mod layout;
 mod media;
 mod mp4;
 mod nats;
