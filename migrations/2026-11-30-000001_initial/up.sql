@@ -28,7 +28,7 @@ CREATE TABLE uploads (
     updated_at    timestamptz NOT NULL DEFAULT statement_timestamp()
 );
 CREATE INDEX uploads_owner_idx ON uploads (owner_id);
--- The sweeper walks pending contracts with a forward-moving cursor.
+-- For the future upload sweeper, which will walk pending contracts with a forward cursor.
 CREATE INDEX uploads_pending_idx ON uploads (id) WHERE state = 'pending';
 
 CREATE TABLE videos (

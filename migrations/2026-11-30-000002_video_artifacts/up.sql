@@ -1,7 +1,7 @@
 -- One row per output object of an encoding attempt, registered `pending` before its PUT and
 -- moved to `uploaded` by a compare-and-set on state and size once S3 holds it. Each axis has
--- its own rows, so a confirmed MP4 never hides a missing segment, and the sweeper re-drives
--- exactly the objects that are still pending.
+-- its own rows, so a confirmed MP4 never hides a missing segment, and a sweeper (not built
+-- yet; until then a crashed attempt's rows stay pending) can re-drive exactly those objects.
 CREATE TABLE video_artifacts (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     video_id    uuid NOT NULL REFERENCES videos (id) ON DELETE CASCADE,
@@ -16,5 +16,5 @@ CREATE TABLE video_artifacts (
     UNIQUE (video_id, attempt, axis, sequence),
     CHECK ((state = 'uploaded') = (uploaded_at IS NOT NULL))
 );
--- The sweeper's forward-moving cursor over what is still pending.
+-- For the future sweeper's forward-moving cursor over what is still pending.
 CREATE INDEX video_artifacts_pending_idx ON video_artifacts (id) WHERE state = 'pending';

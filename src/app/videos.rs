@@ -153,14 +153,15 @@ pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Resul
 
 /// Deletes originals and every object under the videos' prefixes, after their rows are gone.
 /// A failure is logged and not returned: the rows are already deleted, and an object without
-/// a row is an orphan for the sweeper, never a live object without its bytes.
+/// a row is an orphan, never a live object without its bytes. Nothing removes orphans yet
+/// (the upload-recovery sweeper will); the log line names the key for an operator.
 pub async fn delete_objects(ctx: &AppContext, originals: &[String], videos: &[VideoId]) -> usize {
     let mut deleted = 0;
     for key in originals {
         match ctx.storage.delete(key).await {
             Ok(()) => deleted += 1,
             Err(error) => {
-                tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete an original; left for the sweeper")
+                tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete an original; it stays in the bucket")
             }
         }
     }
@@ -168,7 +169,7 @@ pub async fn delete_objects(ctx: &AppContext, originals: &[String], videos: &[Vi
         match ctx.storage.delete_prefix(&keys::video_prefix(*video)).await {
             Ok(n) => deleted += n,
             Err(error) => {
-                tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete a video's outputs; left for the sweeper")
+                tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete a video's outputs; they stay in the bucket")
             }
         }
     }

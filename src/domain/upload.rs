@@ -2,7 +2,10 @@
 //!
 //! `pending -> confirmed` for a presigned PUT checked by HEAD at confirm time;
 //! `pending -> uploaded -> confirmed` when vidq itself moved the bytes; `rejected` and
-//! `expired` are terminal.
+//! `expired` are terminal. No code moves a contract to `uploaded`, `rejected` or `expired`
+//! yet (they come with upload recovery and its sweeper): today a contract that is never
+//! confirmed stays `pending`, its presigned URL lapses at `expires_at`, and an object PUT
+//! before then can still be confirmed.
 
 use std::fmt;
 use std::str::FromStr;

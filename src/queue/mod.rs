@@ -53,7 +53,7 @@ impl JobBody for Pipeline {
                     }
                     Err(error) => {
                         tracing::warn!(error = %crate::telemetry::error_chain(&error), %prefix,
-                        "could not remove a superseded attempt's outputs; the sweeper will")
+                        "could not remove a superseded attempt's outputs; they stay in the bucket")
                     }
                 }
             }
