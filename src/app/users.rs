@@ -39,9 +39,8 @@ pub struct DeletedUser {
 }
 
 /// Deletes a user and, by cascade, their uploads, videos, jobs, events, webhooks and
-/// deliveries, taking locks in the fixed order users -> videos -> jobs -> outbox -> webhook
-/// endpoints -> deliveries so that no finalizing worker or relay deadlocks with it; then
-/// deletes their objects.
+/// deliveries, taking locks in the lock order (`db`) so that no finalizing worker or relay
+/// deadlocks with it; then deletes their objects.
 #[tracing::instrument(skip_all, fields(user = name))]
 pub async fn delete_user(ctx: &AppContext, name: &str) -> Result<DeletedUser, AppError> {
     let mut conn = ctx.db.get().await?;

@@ -122,8 +122,9 @@ pub async fn list_videos(
     Ok((views, next))
 }
 
-/// Deletes a video, its job and its upload contract in one transaction (lock order users ->
-/// videos -> jobs), then its original and every output object. A worker still encoding it
+/// Deletes a video, its job and its upload contract in one transaction (in the lock order of
+/// `db`: users, videos, jobs; the confirmed contract last, which no path waits for), then
+/// its original and every output object. A worker still encoding it
 /// finds its claim gone and its results fenced out.
 #[tracing::instrument(skip_all, fields(owner = %owner, video_id = %id))]
 pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Result<(), AppError> {
