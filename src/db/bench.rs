@@ -9,7 +9,10 @@ use uuid::Uuid;
 
 /// Flushes dirty pages, so a measurement that follows a large insert does not pay for it.
 pub async fn checkpoint(conn: &mut AsyncPgConnection) -> QueryResult<()> {
-    diesel::sql_query("CHECKPOINT").execute(conn).await.map(drop)
+    diesel::sql_query("CHECKPOINT")
+        .execute(conn)
+        .await
+        .map(drop)
 }
 
 /// Where a READY video's time went, in seconds.

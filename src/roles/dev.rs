@@ -20,7 +20,6 @@ pub const DEV_SECRET_KEY: &str = "vidq-dev-secret";
 /// Bucket `vidq dev` creates and uses.
 pub const DEV_BUCKET: &str = "vidq";
 
-
 /// Runs every part of vidq in this process until `shutdown` is cancelled.
 pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     if db::provision::create_database_if_missing(&config.database_url)

@@ -16,7 +16,6 @@ use crate::relay::{Relay, RelaySettings};
 /// Connections a relay's pool holds (routing, claims and acks), plus the LISTEN connection.
 pub const RELAY_POOL_SIZE: u32 = 4;
 
-
 impl RelayArgs {
     /// Checks the combination and builds the settings.
     pub fn settings(&self) -> anyhow::Result<RelaySettings> {
@@ -44,7 +43,6 @@ impl RelayArgs {
         })
     }
 }
-
 
 /// Runs a relay until `shutdown`.
 pub async fn run(config: RelayConfig, shutdown: CancellationToken) -> anyhow::Result<()> {

@@ -20,7 +20,6 @@ use crate::queue::runner::{Runner, WorkerSettings};
 /// Most connections a worker's pool holds (claims, heartbeats, finalizes share them).
 pub const WORKER_POOL_SIZE: u32 = 2;
 
-
 impl QueueArgs {
     /// Checks the combination and builds the settings.
     pub fn settings(&self) -> anyhow::Result<WorkerSettings> {
@@ -45,7 +44,6 @@ impl QueueArgs {
         })
     }
 }
-
 
 /// Runs a worker until `shutdown`.
 pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
