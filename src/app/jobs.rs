@@ -7,11 +7,12 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::db::{self, DbError, DbPool, attempts::Outcome, jobs::AttemptEnd};
+use crate::db::{self, DbError, DbPool, jobs::AttemptEnd};
 use crate::domain::event::Event;
 use crate::domain::ids::VideoId;
-use crate::domain::job::MAX_ATTEMPTS;
+use crate::domain::job::{JobStatus, MAX_ATTEMPTS, Outcome};
 use crate::domain::media::MediaError;
+use crate::domain::video::VideoStatus;
 use crate::pipeline::AttemptOutput;
 
 /// How long a retried job waits before it can be claimed again (the seed's 5 s).
@@ -129,7 +130,7 @@ pub async fn finalize_ready(
             .await
             .map_err(video_gone)?;
         let data = json!({
-            "status": "ready",
+            "status": VideoStatus::Ready.as_str(),
             "duration_ms": media.duration_ms,
             "width": media.width,
             "height": media.height,
@@ -334,36 +335,44 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
             Err(err) => return Err(err.into()),
         };
         db::videos::lock_for_update(conn, video.0).await?;
-        let status = db::jobs::lock_status(conn, id)
+        let status: JobStatus = db::jobs::lock_status(conn, id)
             .await?
-            .ok_or(OperatorError::NotFound(id))?;
+            .ok_or(OperatorError::NotFound(id))?
+            .parse()
+            .map_err(|e| JobError::from(DbError::from(e)))?;
+        let video_status: VideoStatus = job
+            .video_status
+            .parse()
+            .map_err(|e| JobError::from(DbError::from(e)))?;
         let wrong = |hint| OperatorError::WrongState {
             id,
-            status: status.clone(),
-            video_status: job.video_status.clone(),
+            status: status.as_str().to_owned(),
+            video_status: video_status.as_str().to_owned(),
             hint,
         };
         let changed = match action {
             OperatorAction::Retry => {
-                if !(status == "DEAD" || (status == "COMPLETED" && job.video_status == "failed")) {
+                let retryable = status == JobStatus::Dead
+                    || (status == JobStatus::Completed && video_status == VideoStatus::Failed);
+                if !retryable {
                     return Err(wrong(
                         "only a DEAD job or the job of a failed video can be retried",
                     ));
                 }
                 db::videos::requeue(conn, video.0).await?;
-                let changed = db::jobs::requeue(conn, id, &status).await?;
+                let changed = db::jobs::requeue(conn, id, status.as_str()).await?;
                 db::jobs::notify_claimable(conn).await?;
                 changed
             }
             OperatorAction::Cancel => {
-                if status != "PENDING" && status != "PROCESSING" {
+                if !matches!(status, JobStatus::Pending | JobStatus::Processing) {
                     return Err(wrong("only a PENDING or PROCESSING job can be cancelled"));
                 }
                 let (code, message) = ("cancelled", "an operator cancelled the encoding");
                 let at = db::videos::set_failed(conn, video.0, code, message).await?;
                 db::outbox::insert(conn, owner, &Event::video_failed(video, at, code, message))
                     .await?;
-                db::jobs::cancel(conn, id, &status).await?
+                db::jobs::cancel(conn, id, status.as_str()).await?
             }
         };
         if changed == 0 {

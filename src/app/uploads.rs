@@ -12,6 +12,7 @@ use crate::adapters::storage::PresignedPut;
 use crate::db::{self, uploads::UploadRow, videos::VideoRow, videos::VideoWithAttempts};
 use crate::domain::event::Event;
 use crate::domain::ids::{UploadId, UserId, VideoId};
+use crate::domain::job::JobStatus;
 use crate::domain::keys;
 use crate::domain::upload::{NewUpload, UploadState};
 
@@ -131,7 +132,8 @@ pub async fn confirm_upload(
     let created: Option<VideoWithAttempts> = conn
         .transaction::<_, AppError, _>(async |conn| {
             let accepted = accept(conn, owner, upload_id, &upload.object_key).await?;
-            Ok(accepted.map(|accepted| (accepted.video, Some(0), Some("PENDING".to_owned()))))
+            let pending = JobStatus::Pending.as_str().to_owned();
+            Ok(accepted.map(|accepted| (accepted.video, Some(0), Some(pending))))
         })
         .await?;
     drop(conn);

@@ -10,6 +10,7 @@ use crate::db::{
     videos::{VideoRow, VideoWithAttempts},
 };
 use crate::domain::ids::{UploadId, UserId, VideoId};
+use crate::domain::job::JobStatus;
 use crate::domain::keys;
 use crate::domain::video::VideoStatus;
 
@@ -46,8 +47,13 @@ pub async fn view(
     (video, attempts, job): VideoWithAttempts,
 ) -> Result<VideoView, AppError> {
     let mut status: VideoStatus = video.status.parse().map_err(db::DbError::from)?;
+    let job: Option<JobStatus> = job
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(db::DbError::from)?;
     // Derived: a claimed job makes a queued video `processing` (the claim writes no video row).
-    if status == VideoStatus::Queued && job.as_deref() == Some("PROCESSING") {
+    if status == VideoStatus::Queued && job == Some(JobStatus::Processing) {
         status = VideoStatus::Processing;
     }
     let playback = if status == VideoStatus::Ready {

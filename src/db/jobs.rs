@@ -4,8 +4,8 @@ use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
-use super::attempts::Outcome;
 use super::schema::video_encoding_jobs;
+use crate::domain::job::{MAX_ATTEMPTS, Outcome};
 
 /// The channel workers LISTEN on; a transaction that makes a job claimable NOTIFYs it.
 pub const JOBS_CHANNEL: &str = "vidq_jobs";
@@ -64,7 +64,7 @@ pub struct ClaimedJob {
     /// The fencing token of this claim.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
     pub claim_token: Uuid,
-    /// This attempt's number (1-3).
+    /// This attempt's number (1 to `MAX_ATTEMPTS`).
     #[diesel(sql_type = diesel::sql_types::Integer)]
     pub attempt_count: i32,
     /// When the job was enqueued.
@@ -84,8 +84,8 @@ WITH clock AS (
     SELECT j.id
     FROM video_encoding_jobs j
     CROSS JOIN clock c
-    WHERE (j.status = 'PENDING'    AND j.available_at <= c.now AND j.attempt_count < 3)
-       OR (j.status = 'PROCESSING' AND j.lease_until  <= c.now AND j.attempt_count < 3)
+    WHERE (j.status = 'PENDING'    AND j.available_at <= c.now AND j.attempt_count < {MAX_ATTEMPTS})
+       OR (j.status = 'PROCESSING' AND j.lease_until  <= c.now AND j.attempt_count < {MAX_ATTEMPTS})
     ORDER BY j.available_at, j.id
     FOR UPDATE OF j SKIP LOCKED
     LIMIT 1
@@ -110,6 +110,10 @@ WITH clock AS (
 )
 SELECT id, video_id, original_s3_key, claim_token, attempt_count, enqueued_at FROM claimed";
 
+/// [`CLAIM_SQL`] with its attempt budget written in, made once.
+static CLAIM: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| with_max_attempts(CLAIM_SQL));
+
 /// Claims the next job for `node` with a lease of `lease_secs`; commits at once.
 pub async fn claim(
     conn: &mut AsyncPgConnection,
@@ -117,7 +121,7 @@ pub async fn claim(
     lease_secs: f64,
 ) -> QueryResult<Option<ClaimedJob>> {
     use diesel::sql_types::{Double, Text, Uuid as SqlUuid};
-    super::prepared::prepared(CLAIM_SQL)
+    super::prepared::prepared(CLAIM.as_str())
         .bind::<SqlUuid, _>(Uuid::now_v7())
         .bind::<Text, _>(node)
         .bind::<Double, _>(lease_secs)
@@ -160,10 +164,18 @@ struct Count {
     n: i64,
 }
 
+/// `sql` with `{MAX_ATTEMPTS}` replaced by [`MAX_ATTEMPTS`], written in as a literal rather
+/// than bound: the planner must see the number to use the last-attempt partial index
+/// (`attempt_count >= 3`) for the reaper and to rule it out for the claim.
+fn with_max_attempts(sql: &str) -> String {
+    sql.replace("{MAX_ATTEMPTS}", &MAX_ATTEMPTS.to_string())
+}
+
 /// One statement that applies `job_update` (fenced on `$1` id and `$2` claim token) and, only
 /// if it matched, closes the claim's attempt with `$3` outcome, `$4` code, `$5` message.
 /// Returns how many jobs it changed: 0 means the claim is no longer ours.
 fn fenced(job_update: &str) -> String {
+    let job_update = with_max_attempts(job_update);
     format!(
         "WITH done AS ({job_update} RETURNING id),
          closed AS (
@@ -220,7 +232,7 @@ pub async fn retry_later(
                   SET status = 'PENDING', available_at = statement_timestamp() + make_interval(secs => $6),
                       last_error = $4 || ': ' || $5, claim_token = NULL, claimed_by = NULL, lease_until = NULL
                 WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
-                  AND lease_until > statement_timestamp() AND attempt_count < 3";
+                  AND lease_until > statement_timestamp() AND attempt_count < {MAX_ATTEMPTS}";
     let query = fenced_query!(sql, id, token, end).bind::<diesel::sql_types::Double, _>(delay_secs);
     query.get_result(conn).await.map(rows)
 }
@@ -256,7 +268,7 @@ pub async fn mark_dead(
     let sql = "UPDATE video_encoding_jobs
                   SET status = 'DEAD', completed_at = statement_timestamp(), last_error = 'lease_expired'
                 WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
-                  AND attempt_count >= 3 AND lease_until <= statement_timestamp()";
+                  AND attempt_count >= {MAX_ATTEMPTS} AND lease_until <= statement_timestamp()";
     fenced_query!(sql, id, token, end)
         .get_result(conn)
         .await
@@ -282,13 +294,13 @@ pub async fn dead_candidates(
     conn: &mut AsyncPgConnection,
     limit: i64,
 ) -> QueryResult<Vec<DeadCandidate>> {
-    super::prepared::prepared(
+    super::prepared::prepared(with_max_attempts(
         "SELECT j.id, j.video_id, j.claim_token
            FROM video_encoding_jobs j
-          WHERE j.status = 'PROCESSING' AND j.attempt_count >= 3 AND j.lease_until <= statement_timestamp()
+          WHERE j.status = 'PROCESSING' AND j.attempt_count >= {MAX_ATTEMPTS} AND j.lease_until <= statement_timestamp()
           ORDER BY j.lease_until
           LIMIT $1",
-    )
+    ))
     .bind::<diesel::sql_types::BigInt, _>(limit)
     .load(conn)
     .await

@@ -2,7 +2,8 @@
 //!
 //! `PENDING -> PROCESSING -> COMPLETED`; `PROCESSING -> PENDING` (error with attempts left,
 //! or a graceful release); `PROCESSING -> DEAD` (died in its last attempt). The budget is
-//! also a CHECK in the schema, so no code path can exceed it.
+//! also a CHECK in the schema, so no code path can exceed it. Each attempt ends with one
+//! [`Outcome`], recorded in the attempt ledger.
 
 use std::str::FromStr;
 
@@ -25,6 +26,9 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
+    /// Every status, in the order of the life of a job.
+    pub const ALL: [Self; 4] = [Self::Pending, Self::Processing, Self::Completed, Self::Dead];
+
     /// The database spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -46,6 +50,37 @@ impl FromStr for JobStatus {
             "DEAD" => Self::Dead,
             other => return Err(UnknownState(other.to_owned())),
         })
+    }
+}
+
+/// How an attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Finalized READY.
+    Completed,
+    /// Finalized FAILED (permanent error, or the last retryable one).
+    Failed,
+    /// Went back to PENDING to be tried again.
+    Retry,
+    /// Its claim was lost (lease expired, cancelled, video deleted).
+    Lost,
+    /// Handed back on shutdown.
+    Released,
+    /// Died in the last attempt; the reaper closed it.
+    Dead,
+}
+
+impl Outcome {
+    /// The database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Retry => "retry",
+            Self::Lost => "lost",
+            Self::Released => "released",
+            Self::Dead => "dead",
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod api_key;
 pub mod artifact;
+pub mod delivery;
 pub mod destination;
 pub mod event;
 pub mod ids;

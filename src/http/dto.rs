@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::uploads::CreatedUpload;
 use crate::app::videos::VideoView;
+use crate::domain::delivery::DeliveryStatus;
 use crate::domain::video::VideoStatus;
 
 /// `POST /v1/uploads`.
@@ -286,7 +287,8 @@ impl DeliveryListDto {
             .into_iter()
             .map(|r| DeliveryDto {
                 tries: tries.remove(&r.id).unwrap_or_default(),
-                next_attempt_at: (r.status == "pending").then_some(r.next_attempt_at),
+                next_attempt_at: (r.status == DeliveryStatus::Pending.as_str())
+                    .then_some(r.next_attempt_at),
                 id: r.id,
                 event_id: r.event_id.to_string(),
                 event_type: r.event_type,

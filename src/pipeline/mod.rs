@@ -20,7 +20,7 @@ use crate::domain::media::{MediaError, MediaInfo};
 pub struct AttemptPlan {
     /// The video.
     pub video: VideoId,
-    /// The attempt number (1-3): it names the output prefix.
+    /// The attempt number (1 to `MAX_ATTEMPTS`): it names the output prefix.
     pub attempt: i32,
     /// Where the original is.
     pub original_key: String,

@@ -74,3 +74,37 @@ fn every_vidq_setting_is_declared_in_config() {
         found.join("\n")
     );
 }
+
+#[test]
+fn state_names_are_spelled_only_by_their_enums_and_the_db_module() {
+    // Job, upload, artifact and delivery states; the domain enums spell them once
+    // (`as_str`), `src/db/` writes them into SQL, everything else uses the enums.
+    let states = [
+        "\"PENDING\"",
+        "\"PROCESSING\"",
+        "\"COMPLETED\"",
+        "\"DEAD\"",
+        "\"pending\"",
+        "\"uploaded\"",
+        "\"confirmed\"",
+        "\"rejected\"",
+        "\"expired\"",
+        "\"sending\"",
+        "\"delivered\"",
+        "\"exhausted\"",
+        "\"discarded\"",
+    ];
+    let found: Vec<String> = offending(
+        |name| name.starts_with("src/db/") || name.starts_with("src/domain/"),
+        &states,
+    )
+    .into_iter()
+    // A log message may say "delivered"; it names no state.
+    .filter(|line| !line.contains("tracing::"))
+    .collect();
+    assert!(
+        found.is_empty(),
+        "state spelled as a string outside src/db/ and the domain enums:\n{}",
+        found.join("\n")
+    );
+}

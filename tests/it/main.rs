@@ -1,6 +1,7 @@
 //! vidq's integration tests: one binary, real PostgreSQL, a real S3-protocol server in the
 //! process, the real HTTP server on a loopback port.
 
+mod attempt_budget;
 mod cli;
 mod clips;
 mod confirm;
