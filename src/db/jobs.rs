@@ -5,7 +5,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::schema::video_encoding_jobs;
-use crate::domain::job::{MAX_ATTEMPTS, Outcome};
+use crate::domain::job::Outcome;
 
 /// The channel workers LISTEN on; a transaction that makes a job claimable NOTIFYs it.
 pub const JOBS_CHANNEL: &str = "vidq_jobs";
@@ -84,8 +84,8 @@ WITH clock AS (
     SELECT j.id
     FROM video_encoding_jobs j
     CROSS JOIN clock c
-    WHERE (j.status = 'PENDING'    AND j.available_at <= c.now AND j.attempt_count < {MAX_ATTEMPTS})
-       OR (j.status = 'PROCESSING' AND j.lease_until  <= c.now AND j.attempt_count < {MAX_ATTEMPTS})
+    WHERE (j.status = 'PENDING'    AND j.available_at <= c.now AND j.attempt_count < 3)
+       OR (j.status = 'PROCESSING' AND j.lease_until  <= c.now AND j.attempt_count < 3)
     ORDER BY j.available_at, j.id
     FOR UPDATE OF j SKIP LOCKED
     LIMIT 1
@@ -110,10 +110,6 @@ WITH clock AS (
 )
 SELECT id, video_id, original_s3_key, claim_token, attempt_count, enqueued_at FROM claimed";
 
-/// [`CLAIM_SQL`] with its attempt budget written in, made once.
-static CLAIM: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| with_max_attempts(CLAIM_SQL));
-
 /// Claims the next job for `node` with a lease of `lease_secs`; commits at once.
 pub async fn claim(
     conn: &mut AsyncPgConnection,
@@ -121,7 +117,7 @@ pub async fn claim(
     lease_secs: f64,
 ) -> QueryResult<Option<ClaimedJob>> {
     use diesel::sql_types::{Double, Text, Uuid as SqlUuid};
-    super::prepared::prepared(CLAIM.as_str())
+    super::prepared::prepared(CLAIM_SQL)
         .bind::<SqlUuid, _>(Uuid::now_v7())
         .bind::<Text, _>(node)
         .bind::<Double, _>(lease_secs)
@@ -164,18 +160,10 @@ struct Count {
     n: i64,
 }
 
-/// `sql` with `{MAX_ATTEMPTS}` replaced by [`MAX_ATTEMPTS`], written in as a literal rather
-/// than bound: the planner must see the number to use the last-attempt partial index
-/// (`attempt_count >= 3`) for the reaper and to rule it out for the claim.
-fn with_max_attempts(sql: &str) -> String {
-    sql.replace("{MAX_ATTEMPTS}", &MAX_ATTEMPTS.to_string())
-}
-
 /// One statement that applies `job_update` (fenced on `$1` id and `$2` claim token) and, only
 /// if it matched, closes the claim's attempt with `$3` outcome, `$4` code, `$5` message.
 /// Returns how many jobs it changed: 0 means the claim is no longer ours.
 fn fenced(job_update: &str) -> String {
-    let job_update = with_max_attempts(job_update);
     format!(
         "WITH done AS ({job_update} RETURNING id),
          closed AS (
@@ -232,7 +220,7 @@ pub async fn retry_later(
                   SET status = 'PENDING', available_at = statement_timestamp() + make_interval(secs => $6),
                       last_error = $4 || ': ' || $5, claim_token = NULL, claimed_by = NULL, lease_until = NULL
                 WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
-                  AND lease_until > statement_timestamp() AND attempt_count < {MAX_ATTEMPTS}";
+                  AND lease_until > statement_timestamp() AND attempt_count < 3";
     let query = fenced_query!(sql, id, token, end).bind::<diesel::sql_types::Double, _>(delay_secs);
     query.get_result(conn).await.map(rows)
 }
@@ -268,7 +256,7 @@ pub async fn mark_dead(
     let sql = "UPDATE video_encoding_jobs
                   SET status = 'DEAD', completed_at = statement_timestamp(), last_error = 'lease_expired'
                 WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
-                  AND attempt_count >= {MAX_ATTEMPTS} AND lease_until <= statement_timestamp()";
+                  AND attempt_count >= 3 AND lease_until <= statement_timestamp()";
     fenced_query!(sql, id, token, end)
         .get_result(conn)
         .await
@@ -294,13 +282,13 @@ pub async fn dead_candidates(
     conn: &mut AsyncPgConnection,
     limit: i64,
 ) -> QueryResult<Vec<DeadCandidate>> {
-    super::prepared::prepared(with_max_attempts(
+    super::prepared::prepared(
         "SELECT j.id, j.video_id, j.claim_token
            FROM video_encoding_jobs j
-          WHERE j.status = 'PROCESSING' AND j.attempt_count >= {MAX_ATTEMPTS} AND j.lease_until <= statement_timestamp()
+          WHERE j.status = 'PROCESSING' AND j.attempt_count >= 3 AND j.lease_until <= statement_timestamp()
           ORDER BY j.lease_until
           LIMIT $1",
-    ))
+    )
     .bind::<diesel::sql_types::BigInt, _>(limit)
     .load(conn)
     .await
@@ -466,4 +454,30 @@ pub async fn cancel(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> Qu
     .get_result(conn)
     .await
     .map(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::domain::job::MAX_ATTEMPTS;
+
+    /// The statements keep the budget as a literal (the planner must see it to use the
+    /// last-attempt partial index for the reaper and to rule it out for the claim), so this
+    /// checks every comparison of `attempt_count` in this file against [`MAX_ATTEMPTS`].
+    #[test]
+    fn every_attempt_count_comparison_uses_max_attempts() {
+        let source = include_str!("jobs.rs");
+        let mut seen = 0;
+        for op in ["attempt_count < ", "attempt_count >= "] {
+            for (at, _) in source.match_indices(op) {
+                let rest = &source[at + op.len()..];
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                if digits.is_empty() {
+                    continue;
+                }
+                assert_eq!(digits.parse::<i32>().unwrap(), MAX_ATTEMPTS, "{op}{digits}");
+                seen += 1;
+            }
+        }
+        assert!(seen >= 5, "found {seen} comparisons");
+    }
 }

@@ -1,6 +1,6 @@
-//! `MAX_ATTEMPTS` is the one source of the attempt budget: the job statements write it in
-//! (`db::jobs`), and the schema's CHECKs and the last-attempt index, which cannot read a Rust
-//! constant, are checked against it here.
+//! `MAX_ATTEMPTS` is the one source of the attempt budget. SQL cannot read a Rust constant:
+//! the job statements' literals are checked against it by a unit test in `db::jobs`, the
+//! schema's CHECKs and the last-attempt index here.
 
 use diesel::QueryableByName;
 use diesel::sql_types::Text;
