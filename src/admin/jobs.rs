@@ -29,7 +29,7 @@ pub enum JobsCommand {
 #[allow(missing_docs)]
 pub struct ListArgs {
     /// Only jobs in this status (PENDING, PROCESSING, COMPLETED, DEAD).
-    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(JobStatus::ALL.map(JobStatus::as_str)))]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(JobStatus::ALL.iter().map(|s| s.as_str())))]
     pub status: Option<String>,
     /// How many to list.
     #[arg(long, default_value_t = 50)]
