@@ -291,9 +291,9 @@ pub enum OperatorError {
         /// Job id.
         id: i64,
         /// Its status.
-        status: String,
+        status: JobStatus,
         /// Its video's status.
-        video_status: String,
+        video_status: VideoStatus,
         /// What the command needs.
         hint: &'static str,
     },
@@ -346,8 +346,8 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
             .map_err(|e| JobError::from(DbError::from(e)))?;
         let wrong = |hint| OperatorError::WrongState {
             id,
-            status: status.as_str().to_owned(),
-            video_status: video_status.as_str().to_owned(),
+            status,
+            video_status,
             hint,
         };
         let changed = match action {

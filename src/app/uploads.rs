@@ -101,9 +101,7 @@ pub async fn confirm_upload(
             .map(Confirmed::AlreadyConfirmed);
     }
     if !state.confirmable() {
-        return Err(AppError::UploadClosed {
-            state: state.to_string(),
-        });
+        return Err(AppError::UploadClosed { state });
     }
 
     // S3 is asked with no connection held and no transaction open.
