@@ -7,10 +7,13 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use clap::{Args, Parser};
 use url::Url;
+
+use crate::domain::retry::RetrySchedule;
 
 /// A value that must never be printed: `Debug` and `Display` show `[redacted]`.
 #[derive(Clone, PartialEq, Eq)]
@@ -415,6 +418,196 @@ pub struct ApiConfig {
     /// Do not apply pending migrations at start-up (run `vidq migrate` separately).
     #[arg(long = "no-migrate", env = "VIDQ_NO_MIGRATE", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
     pub no_migrate: bool,
+}
+
+/// How a worker claims and paces jobs.
+#[derive(Debug, Clone, Args)]
+pub struct QueueArgs {
+    /// Name written to each claim (`claimed_by`). Default: the host name.
+    #[arg(long = "node-id", env = "VIDQ_NODE_ID", value_name = "NAME")]
+    pub node_id: Option<String>,
+    /// Jobs this process encodes at once (one FFmpeg per small node is the usual shape).
+    #[arg(long, env = "VIDQ_SLOTS", value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub slots: u32,
+    /// Safety-net poll interval in milliseconds (NOTIFY wakes the worker sooner).
+    #[arg(long = "poll-ms", env = "VIDQ_POLL_MS", value_name = "MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub poll_ms: u64,
+    /// Lease of a claim in seconds: a node that dies loses its job after this long.
+    #[arg(long = "lease-secs", env = "VIDQ_LEASE_SECS", value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub lease_secs: u64,
+    /// Lease renewal interval in seconds; 0 turns the heartbeat off (then set the lease to
+    /// cover a whole attempt, e.g. 2100, as the seed did).
+    #[arg(
+        long = "heartbeat-secs",
+        env = "VIDQ_HEARTBEAT_SECS",
+        value_name = "SECS",
+        default_value_t = 15
+    )]
+    pub heartbeat_secs: u64,
+    /// Hard limit of one attempt in seconds (default 35 min = 3 FFmpeg calls x 10 min + 5 min S3).
+    #[arg(long = "deadline-secs", env = "VIDQ_DEADLINE_SECS", value_name = "SECS", default_value_t = 2100,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub deadline_secs: u64,
+    /// Scratch space for originals and outputs (one directory per attempt, removed after).
+    #[arg(long = "work-dir", env = "VIDQ_WORK_DIR", value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+}
+
+/// Settings of the `worker` role.
+#[derive(Debug, Clone, Args)]
+#[allow(missing_docs)] // flattened groups are documented on their own types
+pub struct WorkerConfig {
+    /// PostgreSQL URL.
+    #[arg(
+        long = "database-url",
+        env = "DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub database_url: Secret,
+    #[command(flatten)]
+    pub queue: QueueArgs,
+    /// Serve `/healthz` and `/metrics` on this loopback address (e.g. 127.0.0.1:9091). Off
+    /// by default; only loopback addresses are accepted.
+    #[arg(long = "health-listen", env = "VIDQ_HEALTH_LISTEN", value_name = "ADDR",
+          value_parser = crate::http::worker_health::loopback_addr)]
+    pub health_listen: Option<SocketAddr>,
+    #[command(flatten)]
+    pub storage: StorageConfig,
+    #[command(flatten)]
+    pub media: MediaArgs,
+}
+
+/// How a relay claims, sends and retries.
+#[derive(Debug, Clone, Args)]
+pub struct RelayArgs {
+    /// Name written to each claim and logged try. Default: host name and process id.
+    #[arg(long = "relay-id", env = "VIDQ_RELAY_ID", value_name = "NAME")]
+    pub relay_id: Option<String>,
+    /// Safety-net poll interval in milliseconds (NOTIFY wakes the relay sooner).
+    #[arg(long = "relay-poll-ms", env = "VIDQ_RELAY_POLL_MS", value_name = "MS", default_value_t = 500,
+          value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub relay_poll_ms: u64,
+    /// Lease of a claimed delivery in seconds: if this relay dies mid-send, another sends
+    /// the delivery again (same event id) after this long. At least twice the webhook timeout.
+    #[arg(long = "relay-lease-secs", env = "VIDQ_RELAY_LEASE_SECS", value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub relay_lease_secs: u64,
+    /// Most deliveries sent at once.
+    #[arg(long = "relay-concurrency", env = "VIDQ_RELAY_CONCURRENCY", value_name = "N", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub concurrency: u32,
+    /// Most outbox rows routed, and deliveries claimed, per statement.
+    #[arg(long = "relay-batch", env = "VIDQ_RELAY_BATCH", value_name = "N", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub batch: u32,
+    /// How long one webhook try may take, in milliseconds (connect, send, answer).
+    #[arg(long = "webhook-timeout-ms", env = "VIDQ_WEBHOOK_TIMEOUT_MS", value_name = "MS", default_value_t = 15_000,
+          value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub webhook_timeout_ms: u64,
+    /// Delay before each try, comma-separated (ms, s, m, h); a delivery is exhausted when
+    /// all are used. Each delay gets ±20% jitter; a longer Retry-After is honoured.
+    #[arg(long = "retry-schedule", env = "VIDQ_WEBHOOK_RETRY_SCHEDULE", value_name = "DELAYS",
+          default_value = crate::domain::retry::DEFAULT_SCHEDULE)]
+    pub schedule: RetrySchedule,
+    /// Hours delivered events are kept (the pull feed and resends reach back this far).
+    #[arg(long = "retention-hours", env = "VIDQ_EVENT_RETENTION_HOURS", value_name = "HOURS", default_value_t = 168,
+          value_parser = clap::value_parser!(u64).range(1..=87_600))]
+    pub retention_hours: u64,
+    /// NATS server URL; when set, every event is also published to JetStream.
+    #[arg(long = "nats-url", env = "VIDQ_NATS_URL", value_name = "URL")]
+    pub nats_url: Option<String>,
+    /// Subject prefix: events go to `<prefix>.video.ready` and so on.
+    #[arg(
+        long = "nats-subject-prefix",
+        env = "VIDQ_NATS_SUBJECT_PREFIX",
+        value_name = "PREFIX",
+        default_value = "vidq"
+    )]
+    pub nats_subject_prefix: String,
+    /// JetStream stream that captures `<prefix>.>` (created, with a 2-minute duplicate
+    /// window, if missing).
+    #[arg(
+        long = "nats-stream",
+        env = "VIDQ_NATS_STREAM",
+        value_name = "NAME",
+        default_value = "VIDQ"
+    )]
+    pub nats_stream: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub webhooks: WebhookArgs,
+}
+
+/// Settings of the `relay` role.
+#[derive(Debug, Clone, Args)]
+pub struct RelayConfig {
+    /// PostgreSQL URL.
+    #[arg(
+        long = "database-url",
+        env = "DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub database_url: Secret,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub relay: RelayArgs,
+}
+
+/// Settings of `vidq dev`.
+#[derive(Debug, Clone, Args)]
+// Flattened groups are documented on their own types.
+#[allow(missing_docs)]
+pub struct DevConfig {
+    /// PostgreSQL URL; the database is created if it does not exist.
+    #[arg(
+        long = "database-url",
+        env = "DATABASE_URL",
+        value_name = "URL",
+        default_value = "postgres://localhost/vidq",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+
+    #[command(flatten)]
+    pub http: HttpConfig,
+
+    /// Address of the embedded S3 server (presigned upload URLs point here).
+    #[arg(
+        long = "s3-addr",
+        env = "VIDQ_DEV_S3_ADDR",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:9000"
+    )]
+    pub s3_addr: SocketAddr,
+
+    /// Directory for local state; objects live in `<dir>/s3/<bucket>/`.
+    #[arg(
+        long = "data-dir",
+        env = "VIDQ_DEV_DATA_DIR",
+        value_name = "DIR",
+        default_value = "./.vidq-data"
+    )]
+    pub data_dir: PathBuf,
+
+    #[command(flatten)]
+    pub upload: UploadConfig,
+
+    #[command(flatten)]
+    pub playback: PlaybackArgs,
+
+    #[command(flatten)]
+    pub queue: QueueArgs,
+
+    #[command(flatten)]
+    pub media: MediaArgs,
+
+    #[command(flatten)]
+    pub relay: RelayArgs,
 }
 
 fn parse_bucket(name: &str) -> Result<String, String> {

@@ -94,3 +94,69 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Encode(args) => vidq::admin::media::encode(args).await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Names the README documents that are not `vidq`'s own settings: the test suite's.
+    const NOT_SETTINGS: &[&str] = &["VIDQ_TEST_DATABASE_URL"];
+
+    /// Every `VIDQ_*` variable any subcommand (at any depth) reads, from clap itself.
+    fn declared() -> BTreeSet<String> {
+        let mut names = BTreeSet::new();
+        let mut stack = vec![Cli::command()];
+        while let Some(command) = stack.pop() {
+            for arg in command.get_arguments() {
+                if let Some(env) = arg.get_env() {
+                    let env = env.to_string_lossy();
+                    if env.starts_with("VIDQ_") {
+                        names.insert(env.into_owned());
+                    }
+                }
+            }
+            stack.extend(command.get_subcommands().cloned());
+        }
+        names
+    }
+
+    /// Every `VIDQ_*` name in the first column of the README's settings table (the table
+    /// under `## Configuration`, up to the next heading).
+    fn documented(readme: &str) -> BTreeSet<String> {
+        let section = readme
+            .split("\n## Configuration")
+            .nth(1)
+            .expect("README has a `## Configuration` section");
+        let section = section.split("\n#").next().unwrap_or(section);
+        let mut names = BTreeSet::new();
+        for row in section.lines().filter(|l| l.starts_with('|')) {
+            let first = row.split('|').nth(1).unwrap_or_default();
+            for word in first.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("VIDQ_") && !NOT_SETTINGS.contains(&word) {
+                    names.insert(word.to_owned());
+                }
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn the_readme_settings_table_lists_exactly_the_declared_settings() {
+        let readme = include_str!("../README.md");
+        let declared = declared();
+        let documented = documented(readme);
+        let undocumented: Vec<_> = declared.difference(&documented).collect();
+        let stale: Vec<_> = documented.difference(&declared).collect();
+        assert!(
+            undocumented.is_empty() && stale.is_empty(),
+            "README's settings table (## Configuration) and src/config.rs disagree.\n\
+             declared in src/config.rs but missing from README: {undocumented:?}\n\
+             in README but declared nowhere: {stale:?}"
+        );
+        assert!(declared.len() > 30, "found only {declared:?}");
+    }
+}

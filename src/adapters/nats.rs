@@ -1,7 +1,10 @@
 //! The NATS JetStream sink: each event is published to `{prefix}.{type}` with `Nats-Msg-Id`
 //! set to the event id, and counts as sent only once the stream acknowledges it. A retry after
-//! a lost ack (or a relay that died after publishing) carries the same id, and the stream's
-//! duplicate window drops it, so consumers see each event once.
+//! a lost ack (or a relay that died after publishing) carries the same id, and the stream
+//! drops a message whose id it saw within its duplicate window ([`DUPLICATE_WINDOW`], 2
+//! minutes, on a stream vidq creates; an existing stream keeps its own). Delivery is at least
+//! once: a republish after the window (a later retry of the schedule) is stored again, so
+//! consumers drop `Nats-Msg-Id`s they have already handled.
 
 use std::time::Duration;
 

@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use crate::app::jobs::{OperatorAction, operator};
 use crate::config::DatabaseConfig;
 use crate::db;
+use crate::domain::job::JobStatus;
 
 /// `vidq jobs ...`.
 #[derive(Debug, Subcommand)]
@@ -28,7 +29,7 @@ pub enum JobsCommand {
 #[allow(missing_docs)]
 pub struct ListArgs {
     /// Only jobs in this status (PENDING, PROCESSING, COMPLETED, DEAD).
-    #[arg(long, value_parser = ["PENDING", "PROCESSING", "COMPLETED", "DEAD"])]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(JobStatus::ALL.iter().map(|s| s.as_str())))]
     pub status: Option<String>,
     /// How many to list.
     #[arg(long, default_value_t = 50)]

@@ -7,12 +7,13 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::db::{self, DbError, DbPool, attempts::Outcome, jobs::AttemptEnd};
+use crate::db::{self, DbError, DbPool, jobs::AttemptEnd};
 use crate::domain::event::Event;
 use crate::domain::failure;
 use crate::domain::ids::VideoId;
-use crate::domain::job::MAX_ATTEMPTS;
+use crate::domain::job::{JobStatus, MAX_ATTEMPTS, Outcome};
 use crate::domain::media::MediaError;
+use crate::domain::video::VideoStatus;
 use crate::pipeline::AttemptOutput;
 
 /// How long a retried job waits before it can be claimed again (the seed's 5 s).
@@ -224,7 +225,7 @@ async fn finalize_ready_once(
             .await
             .map_err(video_gone)?;
         let data = json!({
-            "status": "ready",
+            "status": VideoStatus::Ready.as_str(),
             "duration_ms": media.duration_ms,
             "width": media.width,
             "height": media.height,
@@ -399,9 +400,9 @@ pub enum OperatorError {
         /// Job id.
         id: i64,
         /// Its status.
-        status: String,
+        status: JobStatus,
         /// Its video's status.
-        video_status: String,
+        video_status: VideoStatus,
         /// What the command needs.
         hint: &'static str,
     },
@@ -447,26 +448,35 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
         let (status, run) = db::jobs::lock_status(conn, id)
             .await?
             .ok_or(OperatorError::NotFound(id))?;
+        let status: JobStatus = status
+            .parse()
+            .map_err(|e| JobError::from(DbError::from(e)))?;
+        let video_status: VideoStatus = job
+            .video_status
+            .parse()
+            .map_err(|e| JobError::from(DbError::from(e)))?;
         let wrong = |hint| OperatorError::WrongState {
             id,
-            status: status.clone(),
-            video_status: job.video_status.clone(),
+            status,
+            video_status,
             hint,
         };
         let changed = match action {
             OperatorAction::Retry => {
-                if !(status == "DEAD" || (status == "COMPLETED" && job.video_status == "failed")) {
+                let retryable = status == JobStatus::Dead
+                    || (status == JobStatus::Completed && video_status == VideoStatus::Failed);
+                if !retryable {
                     return Err(wrong(
                         "only a DEAD job or the job of a failed video can be retried",
                     ));
                 }
                 db::videos::requeue(conn, video.0).await?;
-                let changed = db::jobs::requeue(conn, id, &status).await?;
+                let changed = db::jobs::requeue(conn, id, status.as_str()).await?;
                 db::jobs::notify_claimable(conn).await?;
                 changed
             }
             OperatorAction::Cancel => {
-                if status != "PENDING" && status != "PROCESSING" {
+                if !matches!(status, JobStatus::Pending | JobStatus::Processing) {
                     return Err(wrong("only a PENDING or PROCESSING job can be cancelled"));
                 }
                 let code = "cancelled";
@@ -474,7 +484,7 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
                 let at = db::videos::set_failed(conn, video.0, code, message).await?;
                 let event = Event::video_failed(video, run, at, code, message);
                 db::outbox::insert(conn, owner, &event).await?;
-                db::jobs::cancel(conn, id, &status).await?
+                db::jobs::cancel(conn, id, status.as_str()).await?
             }
         };
         if changed == 0 {

@@ -61,7 +61,7 @@ pub enum AppError {
     #[error("the upload is {state} and can no longer be confirmed")]
     UploadClosed {
         /// Its state.
-        state: String,
+        state: crate::domain::upload::UploadState,
     },
     /// A webhook URL that is malformed or points somewhere vidq does not send to.
     #[error(transparent)]

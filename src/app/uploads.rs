@@ -4,14 +4,15 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use diesel_async::AsyncConnection;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 use super::videos::{VideoView, view};
 use super::{AppContext, AppError};
 use crate::adapters::storage::PresignedPut;
-use crate::db::{self, videos::VideoWithAttempts};
+use crate::db::{self, videos::VideoRow, videos::VideoWithAttempts};
 use crate::domain::event::Event;
 use crate::domain::ids::{UploadId, UserId, VideoId};
+use crate::domain::job::JobStatus;
 use crate::domain::keys;
 use crate::domain::upload::{NewUpload, UploadState};
 
@@ -116,9 +117,7 @@ pub async fn confirm_upload(
             .map(Confirmed::AlreadyConfirmed);
     }
     if !state.confirmable() {
-        return Err(AppError::UploadClosed {
-            state: state.to_string(),
-        });
+        return Err(AppError::UploadClosed { state });
     }
 
     // S3 is asked with no connection held and no transaction open.
@@ -146,24 +145,9 @@ pub async fn confirm_upload(
     let mut conn = ctx.db.get().await?;
     let created: Option<VideoWithAttempts> = conn
         .transaction::<_, AppError, _>(async |conn| {
-            // Lock order: users first, so a concurrent user deletion waits or wins cleanly.
-            if db::users::lock_for_key_share(conn, owner.0)
-                .await?
-                .is_none()
-            {
-                return Err(AppError::NotFound);
-            }
-            if db::uploads::mark_confirmed(conn, upload.id).await? == 0 {
-                // A concurrent confirm committed first; its video is the answer.
-                return Ok(None);
-            }
-            let video_id = VideoId::new();
-            let video = db::videos::insert(conn, video_id.0, owner.0, upload.id).await?;
-            db::jobs::insert(conn, video_id.0, &upload.object_key).await?;
-            db::jobs::notify_claimable(conn).await?;
-            let event = Event::video_accepted(video_id, upload_id, video.created_at);
-            db::outbox::insert(conn, owner.0, &event).await?;
-            Ok(Some((video, Some(0), Some("PENDING".to_owned()))))
+            let accepted = accept(conn, owner, upload_id, &upload.object_key).await?;
+            let pending = JobStatus::Pending.as_str().to_owned();
+            Ok(accepted.map(|accepted| (accepted.video, Some(0), Some(pending))))
         })
         .await?;
     drop(conn);
@@ -177,6 +161,45 @@ pub async fn confirm_upload(
             .await
             .map(Confirmed::AlreadyConfirmed),
     }
+}
+
+/// What [`accept`] wrote.
+#[derive(Debug)]
+pub struct Accepted {
+    /// The new, queued video.
+    pub video: VideoRow,
+    /// Its PENDING encoding job.
+    pub job_id: i64,
+}
+
+/// The confirm's writes, inside the caller's transaction (after the HEAD and size check):
+/// lock the uploader, CAS the contract to `confirmed`, insert the video, its PENDING job and
+/// the `video.accepted` outbox row, and wake a worker. `None` when the contract was no longer
+/// open (a concurrent confirm committed first; its video is the answer). `vidq bench queue`
+/// enqueues through this too, so it measures the same transaction.
+pub async fn accept(
+    conn: &mut AsyncPgConnection,
+    owner: UserId,
+    upload_id: UploadId,
+    object_key: &str,
+) -> Result<Option<Accepted>, AppError> {
+    // Lock order: users first, so a concurrent user deletion waits or wins cleanly.
+    if db::users::lock_for_key_share(conn, owner.0)
+        .await?
+        .is_none()
+    {
+        return Err(AppError::NotFound);
+    }
+    if db::uploads::mark_confirmed(conn, upload_id.0).await? == 0 {
+        return Ok(None);
+    }
+    let video_id = VideoId::new();
+    let video = db::videos::insert(conn, video_id.0, owner.0, upload_id.0).await?;
+    let job_id = db::jobs::insert(conn, video_id.0, object_key).await?;
+    db::jobs::notify_claimable(conn).await?;
+    let event = Event::video_accepted(video_id, upload_id, video.created_at);
+    db::outbox::insert(conn, owner.0, &event).await?;
+    Ok(Some(Accepted { video, job_id }))
 }
 
 async fn existing_video(ctx: &AppContext, upload_id: UploadId) -> Result<VideoView, AppError> {

@@ -61,7 +61,8 @@ pub struct DeletedUser {
 /// 4. a last transaction locks the user `FOR UPDATE` and deletes it with its endpoints.
 ///
 /// A crash anywhere leaves a user without a key and with fewer rows, which a second
-/// `vidq user delete` finishes; objects whose rows are gone are orphans for the sweeper.
+/// `vidq user delete` finishes; objects whose rows are gone stay in the bucket
+/// (`vidq reconcile` will find them once it exists).
 #[tracing::instrument(skip_all, fields(user = name))]
 pub async fn delete_user(ctx: &AppContext, name: &str) -> Result<DeletedUser, AppError> {
     let user = {

@@ -8,6 +8,7 @@ use crate::db::{
     videos::{VideoRow, VideoWithAttempts},
 };
 use crate::domain::ids::{UploadId, UserId, VideoId};
+use crate::domain::job::JobStatus;
 use crate::domain::keys;
 use crate::domain::video::VideoStatus;
 
@@ -84,8 +85,13 @@ pub async fn view(
     (video, attempts, job): VideoWithAttempts,
 ) -> Result<VideoView, AppError> {
     let mut status: VideoStatus = video.status.parse().map_err(db::DbError::from)?;
+    let job: Option<JobStatus> = job
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(db::DbError::from)?;
     // Derived: a claimed job makes a queued video `processing` (the claim writes no video row).
-    if status == VideoStatus::Queued && job.as_deref() == Some("PROCESSING") {
+    if status == VideoStatus::Queued && job == Some(JobStatus::Processing) {
         status = VideoStatus::Processing;
     }
     let playback = if status == VideoStatus::Ready {
@@ -151,8 +157,9 @@ pub async fn list_videos(
     Ok((views, next))
 }
 
-/// Deletes a video, its job and its upload contract in one transaction (lock order users ->
-/// videos -> jobs), then its original and every output object. A worker still encoding it
+/// Deletes a video, its job and its upload contract in one transaction (in the lock order of
+/// `db`: users, videos, jobs; the confirmed contract last, which no path waits for), then
+/// its original and every output object. A worker still encoding it
 /// finds its claim gone and its results fenced out.
 #[tracing::instrument(skip_all, fields(owner = %owner, video_id = %id))]
 pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Result<(), AppError> {
@@ -182,14 +189,15 @@ pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Resul
 
 /// Deletes originals and every object under the videos' prefixes, after their rows are gone.
 /// A failure is logged and not returned: the rows are already deleted, and an object without
-/// a row is an orphan for the sweeper, never a live object without its bytes.
+/// a row is an orphan, never a live object without its bytes. Nothing removes orphans yet
+/// (the upload-recovery sweeper will); the log line names the key for an operator.
 pub async fn delete_objects(ctx: &AppContext, originals: &[String], videos: &[VideoId]) -> usize {
     let mut deleted = 0;
     for key in originals {
         match ctx.storage.delete(key).await {
             Ok(()) => deleted += 1,
             Err(error) => {
-                tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete an original; left for the sweeper")
+                tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete an original; it stays in the bucket")
             }
         }
     }
@@ -197,7 +205,7 @@ pub async fn delete_objects(ctx: &AppContext, originals: &[String], videos: &[Vi
         match ctx.storage.delete_prefix(&keys::video_prefix(*video)).await {
             Ok(n) => deleted += n,
             Err(error) => {
-                tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete a video's outputs; left for the sweeper")
+                tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete a video's outputs; they stay in the bucket")
             }
         }
     }

@@ -13,8 +13,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use clap::Args;
-use diesel::QueryableByName;
-use diesel_async::RunQueryDsl;
 use tokio_util::sync::CancellationToken;
 
 use super::Scratch;
@@ -111,14 +109,6 @@ async fn plain_ffmpeg_seconds(clip: &Path) -> anyhow::Result<f64> {
         ensure!(status.success(), "plain {} failed", program.display());
     }
     Ok(started.elapsed().as_secs_f64())
-}
-
-#[derive(QueryableByName)]
-struct Timing {
-    #[diesel(sql_type = diesel::sql_types::Double)]
-    wait: f64,
-    #[diesel(sql_type = diesel::sql_types::Double)]
-    processing: f64,
 }
 
 /// One video of one round.
@@ -306,16 +296,7 @@ async fn run_nodes(
         for result in confirms {
             let (clip, video, polled) = result?;
             let mut conn = ctx.db.get().await?;
-            let timing: Timing = diesel::sql_query(
-                "SELECT extract(epoch FROM a.started_at - v.created_at)::float8 AS wait,
-                        extract(epoch FROM v.ready_at - a.started_at)::float8 AS processing
-                   FROM videos v JOIN video_encoding_jobs j ON j.video_id = v.id
-                   JOIN job_attempts a ON a.job_id = j.id AND a.outcome = 'completed'
-                  WHERE v.id = $1",
-            )
-            .bind::<diesel::sql_types::Uuid, _>(video)
-            .get_result(&mut conn)
-            .await?;
+            let timing = crate::db::bench::timing(&mut conn, video).await?;
             samples.push(Sample {
                 clip,
                 polled,
@@ -351,34 +332,9 @@ async fn run_nodes(
     Ok(samples)
 }
 
-#[derive(QueryableByName)]
-struct Checks {
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    videos: i64,
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    ready_and_completed: i64,
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    unfinished: i64,
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    duplicate_notifications: i64,
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    missing_notifications: i64,
-}
-
 async fn check(ctx: &AppContext) -> anyhow::Result<String> {
     let mut conn = ctx.db.get().await?;
-    let c: Checks = diesel::sql_query(
-        "SELECT (SELECT count(*) FROM videos) AS videos,
-                (SELECT count(*) FROM videos v JOIN video_encoding_jobs j ON j.video_id = v.id
-                  WHERE v.status = 'ready' AND j.status = 'COMPLETED') AS ready_and_completed,
-                (SELECT count(*) FROM video_encoding_jobs WHERE status <> 'COMPLETED') AS unfinished,
-                (SELECT count(*) FROM (SELECT video_id FROM notification_outbox WHERE event_type = 'video.ready'
-                  GROUP BY video_id HAVING count(*) > 1) d) AS duplicate_notifications,
-                (SELECT count(*) FROM videos v WHERE NOT EXISTS (SELECT 1 FROM notification_outbox o
-                  WHERE o.video_id = v.id AND o.event_type = 'video.ready')) AS missing_notifications",
-    )
-    .get_result(&mut conn)
-    .await?;
+    let c = crate::db::bench::checks(&mut conn).await?;
     let lost = c.videos - c.ready_and_completed;
     Ok(format!(
         "{}/{} READY and COMPLETED, {lost} lost jobs, {} duplicate notifications, {} missing notifications, {} unfinished jobs after the workers stopped",

@@ -23,8 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::Scratch;
 use super::stats::{median, ms, percentile};
 use crate::db;
-use crate::domain::event::Event;
-use crate::domain::ids::{UploadId, VideoId};
+use crate::domain::ids::{UploadId, UserId, VideoId};
 use crate::domain::media::MediaError;
 use crate::pipeline::{AttemptOutput, AttemptPlan};
 use crate::queue::JobBody;
@@ -128,7 +127,7 @@ async fn throughput(server: &str, jobs: i64, workers: u32, backlog: i64) -> anyh
     {
         let mut conn = pool.get().await?;
         db::synthetic::backlog(&mut conn, owner.0, jobs + backlog).await?;
-        diesel_async::RunQueryDsl::execute(diesel::sql_query("CHECKPOINT"), &mut conn).await?;
+        db::bench::checkpoint(&mut conn).await?;
     }
     let body = Arc::new(Noop {
         ready: AtomicUsize::new(0),
@@ -209,7 +208,7 @@ async fn pickups(
     let mut committed = HashMap::new();
     let mut conn = pool.get().await?;
     for _ in 0..samples {
-        let job = enqueue(&mut conn, owner.0).await?;
+        let job = enqueue(&mut conn, owner).await?;
         committed.insert(job, Instant::now());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -238,44 +237,31 @@ async fn pickups(
     })
 }
 
-/// The confirm's transaction (minus the S3 HEAD): upload CAS, video, job, NOTIFY, outbox.
-async fn enqueue(
-    conn: &mut diesel_async::AsyncPgConnection,
-    owner: uuid::Uuid,
-) -> anyhow::Result<i64> {
+/// A confirm without the S3 HEAD: a contract, then the application's own confirm
+/// transaction ([`crate::app::uploads::accept`]). Returns the job's id.
+async fn enqueue(conn: &mut diesel_async::AsyncPgConnection, owner: UserId) -> anyhow::Result<i64> {
     let upload = UploadId::new();
     let key = crate::domain::keys::original(upload);
-    let job = conn
-        .transaction::<_, anyhow::Error, _>(async |conn| {
-            db::uploads::insert(
-                conn,
-                &db::uploads::NewUploadRow {
-                    id: upload.0,
-                    owner_id: owner,
-                    object_key: &key,
-                    filename: "bench.mp4",
-                    content_type: "video/mp4",
-                    declared_size: 1,
-                    expires_at: chrono::Utc::now(),
-                },
-            )
-            .await?;
-            db::users::lock_for_key_share(conn, owner).await?;
-            db::uploads::mark_confirmed(conn, upload.0).await?;
-            let video = VideoId::new();
-            let row = db::videos::insert(conn, video.0, owner, upload.0).await?;
-            let job = db::jobs::insert(conn, video.0, &key).await?;
-            db::jobs::notify_claimable(conn).await?;
-            db::outbox::insert(
-                conn,
-                owner,
-                &Event::video_accepted(video, upload, row.created_at),
-            )
-            .await?;
-            Ok(job)
+    db::uploads::insert(
+        conn,
+        &db::uploads::NewUploadRow {
+            id: upload.0,
+            owner_id: owner.0,
+            object_key: &key,
+            filename: "bench.mp4",
+            content_type: "video/mp4",
+            declared_size: 1,
+            expires_at: chrono::Utc::now(),
+        },
+    )
+    .await?;
+    let accepted = conn
+        .transaction::<_, crate::app::AppError, _>(async |conn| {
+            crate::app::uploads::accept(conn, owner, upload, &key).await
         })
-        .await?;
-    Ok(job)
+        .await?
+        .context("the fresh contract was not confirmable")?;
+    Ok(accepted.job_id)
 }
 
 /// jobs/s of the pgbench ceiling at `clients`, or why it could not be measured.

@@ -7,6 +7,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::schema::video_artifacts;
+use crate::domain::artifact::ArtifactState;
 
 /// A `video_artifacts` row.
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -92,7 +93,7 @@ pub async fn register_pending(
             .do_update()
             .set((
                 video_artifacts::size_bytes.eq(excluded(video_artifacts::size_bytes)),
-                video_artifacts::state.eq("pending"),
+                video_artifacts::state.eq(ArtifactState::Pending.as_str()),
                 video_artifacts::uploaded_at.eq(None::<DateTime<Utc>>),
             ))
             .execute(conn)
@@ -133,12 +134,12 @@ pub async fn mark_uploaded(
         video_artifacts::table.filter(
             video_artifacts::object_key
                 .eq(key)
-                .and(video_artifacts::state.eq("pending"))
+                .and(video_artifacts::state.eq(ArtifactState::Pending.as_str()))
                 .and(video_artifacts::size_bytes.eq(size)),
         ),
     )
     .set((
-        video_artifacts::state.eq("uploaded"),
+        video_artifacts::state.eq(ArtifactState::Uploaded.as_str()),
         video_artifacts::uploaded_at.eq(diesel::dsl::sql::<
             diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>,
         >("clock_timestamp()")),

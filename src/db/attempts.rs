@@ -4,36 +4,7 @@
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
-/// How an attempt ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Finalized READY.
-    Completed,
-    /// Finalized FAILED (permanent error, or the last retryable one).
-    Failed,
-    /// Went back to PENDING to be tried again.
-    Retry,
-    /// Its claim was lost (lease expired, cancelled, video deleted).
-    Lost,
-    /// Handed back on shutdown.
-    Released,
-    /// Died in the last attempt; the reaper closed it.
-    Dead,
-}
-
-impl Outcome {
-    /// The database spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Completed => "completed",
-            Self::Failed => "failed",
-            Self::Retry => "retry",
-            Self::Lost => "lost",
-            Self::Released => "released",
-            Self::Dead => "dead",
-        }
-    }
-}
+use crate::domain::job::Outcome;
 
 /// Closes the attempt opened by the claim with this token (once: an attempt already closed
 /// keeps its first outcome).

@@ -4,8 +4,8 @@ use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
-use super::attempts::Outcome;
 use super::schema::video_encoding_jobs;
+use crate::domain::job::Outcome;
 
 /// The channel workers LISTEN on; a transaction that makes a job claimable NOTIFYs it.
 pub const JOBS_CHANNEL: &str = "vidq_jobs";
@@ -64,7 +64,7 @@ pub struct ClaimedJob {
     /// The fencing token of this claim.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
     pub claim_token: Uuid,
-    /// This attempt's number within its run (1-3).
+    /// This attempt's number within its run (1 to `MAX_ATTEMPTS`).
     #[diesel(sql_type = diesel::sql_types::Integer)]
     pub attempt_count: i32,
     /// The run (1, then one more for each operator retry).
@@ -471,4 +471,30 @@ pub async fn cancel(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> Qu
     .get_result(conn)
     .await
     .map(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::domain::job::MAX_ATTEMPTS;
+
+    /// The statements keep the budget as a literal (the planner must see it to use the
+    /// last-attempt partial index for the reaper and to rule it out for the claim), so this
+    /// checks every comparison of `attempt_count` in this file against [`MAX_ATTEMPTS`].
+    #[test]
+    fn every_attempt_count_comparison_uses_max_attempts() {
+        let source = include_str!("jobs.rs");
+        let mut seen = 0;
+        for op in ["attempt_count < ", "attempt_count >= "] {
+            for (at, _) in source.match_indices(op) {
+                let rest = &source[at + op.len()..];
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                if digits.is_empty() {
+                    continue;
+                }
+                assert_eq!(digits.parse::<i32>().unwrap(), MAX_ATTEMPTS, "{op}{digits}");
+                seen += 1;
+            }
+        }
+        assert!(seen >= 5, "found {seen} comparisons");
+    }
 }

@@ -1,12 +1,47 @@
 //! The only code that knows SQL. Query functions take `&mut AsyncPgConnection`, so the caller
 //! decides which transaction they join (a confirm's video, job and outbox inserts share one).
 //!
-//! Lock order, everywhere: `users -> uploads -> videos -> video_encoding_jobs ->
-//! notification_outbox -> webhook_endpoints -> event_deliveries`, rows of one table in id
-//! order. User deletion takes the same order, so no two paths wait on each other.
+//! # Lock order
+//!
+//! This is the one statement of vidq's lock order; README, DESIGN and comments point here.
+//! Every transaction takes the row locks it may wait for in this order, skips tables it does
+//! not touch and never goes back to an earlier table; rows of one table in id order:
+//!
+//! 1. `users`: `FOR KEY SHARE` first, by every transaction that writes an uploader's rows
+//!    (confirm, finalize READY/FAILED, the reaper, an operator's retry/cancel, video
+//!    deletion; a plain insert such as a new upload contract or webhook endpoint takes it
+//!    through its foreign key); `FOR UPDATE` by user deletion only. So a user deletion and
+//!    that user's other writes meet at this first row, and one simply waits for the other.
+//! 2. `uploads`: the confirm's compare-and-set `pending|uploaded -> confirmed`.
+//! 3. `videos`: `FOR UPDATE` or an UPDATE (finalize, reaper, operator, video and user deletion).
+//! 4. `video_encoding_jobs`, then that job's `job_attempts` (the claim and every fenced job
+//!    update write the attempt row in the same statement).
+//! 5. `notification_outbox`: `FOR UPDATE` by user deletion; relays route and prune with
+//!    `SKIP LOCKED`, so they never wait here.
+//! 6. `webhook_endpoints`: user deletion, and a relay disabling an endpoint (410).
+//! 7. `event_deliveries`, then their `delivery_attempts`: user deletion, a relay's
+//!    acknowledgement, a disabled endpoint's discards.
+//!
+//! What looks out of order but cannot wait on anyone:
+//! - A new row locks nothing another transaction can see or wait for. The confirm inserts
+//!   its video, job and outbox row after the upload's CAS; finalize and the reaper insert
+//!   their outbox row before their LAST statement, the fenced job update (DESIGN, finalize),
+//!   so the job row is the last existing row they lock.
+//! - Video deletion deletes the video's upload contract after the video: that contract is
+//!   `confirmed`, and no path locks a confirmed contract (the confirm's CAS does not match
+//!   it, so it does not wait for it).
+//! - User deletion locks users, videos, jobs, outbox, endpoints and deliveries in order, and
+//!   its `DELETE FROM users` then cascades to every table, uploads included. Every writer of
+//!   those rows holds the user's `KEY SHARE` (step 1) while it writes, which the deletion's
+//!   `FOR UPDATE` excludes; relays, which do not lock users, only take outbox, endpoint and
+//!   delivery rows in the order above.
+//! - Advisory locks are never waited for inside these transactions: a producer's outbox
+//!   insert only tries the wake-up lock (`wake`), and the idle line's lock lives on a
+//!   session of its own (`session`).
 
 pub mod artifacts;
 pub mod attempts;
+pub mod bench;
 pub mod deliveries;
 pub mod events;
 pub mod jobs;
@@ -18,6 +53,7 @@ pub mod provision;
 /// The tables as `diesel print-schema` generates them from `migrations/`.
 #[allow(missing_docs)]
 pub mod schema;
+pub mod session;
 pub mod synthetic;
 pub mod uploads;
 pub mod users;

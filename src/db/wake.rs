@@ -132,9 +132,7 @@ impl WakeSession {
     pub async fn announce(&mut self) -> Announce {
         if self.held {
             let alive = match self.conn.as_mut() {
-                Some(conn) => step(diesel::sql_query("SELECT 1").execute(conn))
-                    .await
-                    .is_ok(),
+                Some(conn) => step(super::session::ping(conn)).await.is_ok(),
                 None => false,
             };
             if alive {

@@ -1,43 +1,41 @@
 //! Output objects ("artifacts") and their axes. Each axis is confirmed on its own, so a
 //! stored MP4 can never hide a missing segment.
 
-/// What an output object is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Axis {
-    /// The client's upload.
-    Original,
-    /// fMP4 initialization segment (`EXT-X-MAP`).
-    Init,
-    /// One media segment.
-    Segment,
-    /// The HLS playlist; uploaded last.
-    Playlist,
-    /// Poster frame.
-    Thumbnail,
-    /// Progressive MP4.
-    Mp4,
+spelled_states! {
+    /// What an output object is.
+    pub enum Axis {
+        /// fMP4 initialization segment (`EXT-X-MAP`).
+        Init = "init",
+        /// One media segment.
+        Segment = "segment",
+        /// The HLS playlist; uploaded last.
+        Playlist = "playlist",
+        /// Poster frame.
+        Thumbnail = "thumbnail",
+        /// Progressive MP4.
+        Mp4 = "mp4",
+    }
 }
 
 impl Axis {
-    /// The database spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Original => "original",
-            Self::Init => "init",
-            Self::Segment => "segment",
-            Self::Playlist => "playlist",
-            Self::Thumbnail => "thumbnail",
-            Self::Mp4 => "mp4",
-        }
-    }
-
     /// The `Content-Type` the object is stored with.
     pub fn content_type(self) -> &'static str {
         match self {
-            Self::Original | Self::Init | Self::Mp4 => "video/mp4",
+            Self::Init | Self::Mp4 => "video/mp4",
             Self::Segment => "video/iso.segment",
             Self::Playlist => "application/vnd.apple.mpegurl",
             Self::Thumbnail => "image/jpeg",
         }
+    }
+}
+
+spelled_states! {
+    /// Where an output object is in the ledger: registered before its PUT, then confirmed by
+    /// a compare-and-set on state and the size S3 reports.
+    pub enum ArtifactState {
+        /// Registered; the object may be missing or partial.
+        Pending = "pending",
+        /// S3 holds it with the registered size.
+        Uploaded = "uploaded",
     }
 }

@@ -64,14 +64,3 @@ uuid_id!(
     /// A webhook endpoint an uploader registered.
     WebhookId
 );
-
-/// An encoding job (internal; operators see it in `vidq jobs`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct JobId(pub i64);
-
-impl fmt::Display for JobId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}

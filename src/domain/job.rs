@@ -2,11 +2,8 @@
 //!
 //! `PENDING -> PROCESSING -> COMPLETED`; `PROCESSING -> PENDING` (error with attempts left,
 //! or a graceful release); `PROCESSING -> DEAD` (died in its last attempt). The budget is
-//! also a CHECK in the schema, so no code path can exceed it.
-
-use std::str::FromStr;
-
-use super::upload::UnknownState;
+//! also a CHECK in the schema, so no code path can exceed it. Each attempt ends with one
+//! [`Outcome`], recorded in the attempt ledger.
 
 /// Most attempts one run of a job may make (invariant I6; the schema's CHECK agrees). An
 /// operator retry starts a new run with a fresh budget.
@@ -15,41 +12,35 @@ pub const MAX_ATTEMPTS: i32 = 3;
 /// The run a confirmed upload's job starts in; each operator retry adds one.
 pub const FIRST_RUN: i32 = 1;
 
-/// Where an encoding job is in the queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum JobStatus {
-    /// Waiting to be claimed once `available_at` has passed.
-    Pending,
-    /// Claimed by a worker under a lease.
-    Processing,
-    /// Finalized (READY or FAILED) by the claim holder.
-    Completed,
-    /// Its last attempt's lease ran out.
-    Dead,
-}
-
-impl JobStatus {
-    /// The database spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "PENDING",
-            Self::Processing => "PROCESSING",
-            Self::Completed => "COMPLETED",
-            Self::Dead => "DEAD",
-        }
+spelled_states! {
+    /// Where an encoding job is in the queue.
+    pub enum JobStatus {
+        /// Waiting to be claimed once `available_at` has passed.
+        Pending = "PENDING",
+        /// Claimed by a worker under a lease.
+        Processing = "PROCESSING",
+        /// Finalized (READY or FAILED) by the claim holder.
+        Completed = "COMPLETED",
+        /// Its last attempt's lease ran out.
+        Dead = "DEAD",
     }
 }
 
-impl FromStr for JobStatus {
-    type Err = UnknownState;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(match s {
-            "PENDING" => Self::Pending,
-            "PROCESSING" => Self::Processing,
-            "COMPLETED" => Self::Completed,
-            "DEAD" => Self::Dead,
-            other => return Err(UnknownState(other.to_owned())),
-        })
+spelled_states! {
+    /// How an attempt ended.
+    pub enum Outcome {
+        /// Finalized READY.
+        Completed = "completed",
+        /// Finalized FAILED (permanent error, or the last retryable one).
+        Failed = "failed",
+        /// Went back to PENDING to be tried again.
+        Retry = "retry",
+        /// Its claim was lost (lease expired, cancelled, video deleted).
+        Lost = "lost",
+        /// Handed back on shutdown.
+        Released = "released",
+        /// Died in the last attempt; the reaper closed it.
+        Dead = "dead",
     }
 }
 

@@ -2,10 +2,10 @@
 //!
 //! `pending -> confirmed` for a presigned PUT checked by HEAD at confirm time;
 //! `pending -> uploaded -> confirmed` when vidq itself moved the bytes; `rejected` and
-//! `expired` are terminal.
-
-use std::fmt;
-use std::str::FromStr;
+//! `expired` are terminal. No code moves a contract to `uploaded`, `rejected` or `expired`
+//! yet (they come with upload recovery and its sweeper): today a contract that is never
+//! confirmed stays `pending`, its presigned URL lapses at `expires_at`, and an object PUT
+//! before then can still be confirmed.
 
 /// Container types the media pipeline accepts (the probe's demuxer allow-list matches).
 pub const ACCEPTED_CONTENT_TYPES: &[&str] = &[
@@ -18,50 +18,26 @@ pub const ACCEPTED_CONTENT_TYPES: &[&str] = &[
     "video/x-m4v",
 ];
 
-/// Where an upload contract is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UploadState {
-    /// Contract issued; the object may or may not be in S3 yet.
-    Pending,
-    /// vidq wrote the object and checked its size; not yet turned into a video.
-    Uploaded,
-    /// A video and its encoding job exist for it.
-    Confirmed,
-    /// Refused for good (reason recorded).
-    Rejected,
-    /// Never completed before its deadline.
-    Expired,
+spelled_states! {
+    /// Where an upload contract is in its life.
+    pub enum UploadState {
+        /// Contract issued; the object may or may not be in S3 yet.
+        Pending = "pending",
+        /// vidq wrote the object and checked its size; not yet turned into a video.
+        Uploaded = "uploaded",
+        /// A video and its encoding job exist for it.
+        Confirmed = "confirmed",
+        /// Refused for good (reason recorded).
+        Rejected = "rejected",
+        /// Never completed before its deadline.
+        Expired = "expired",
+    }
 }
 
 impl UploadState {
-    /// The database spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Uploaded => "uploaded",
-            Self::Confirmed => "confirmed",
-            Self::Rejected => "rejected",
-            Self::Expired => "expired",
-        }
-    }
-
     /// States from which a confirm may turn the contract into a video.
     pub fn confirmable(self) -> bool {
         matches!(self, Self::Pending | Self::Uploaded)
-    }
-}
-
-impl FromStr for UploadState {
-    type Err = UnknownState;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(match s {
-            "pending" => Self::Pending,
-            "uploaded" => Self::Uploaded,
-            "confirmed" => Self::Confirmed,
-            "rejected" => Self::Rejected,
-            "expired" => Self::Expired,
-            other => return Err(UnknownState(other.to_owned())),
-        })
     }
 }
 
@@ -144,12 +120,6 @@ impl NewUpload {
             content_type: media_type,
             size_bytes: size,
         })
-    }
-}
-
-impl fmt::Display for UploadState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

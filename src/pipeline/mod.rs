@@ -24,7 +24,7 @@ pub struct AttemptPlan {
     pub video: VideoId,
     /// The run (1, then one more per operator retry): with the attempt, it names the prefix.
     pub run: i32,
-    /// The attempt number within the run (1-3).
+    /// The attempt number within the run (1 to `MAX_ATTEMPTS`).
     pub attempt: i32,
     /// Where the original is.
     pub original_key: String,

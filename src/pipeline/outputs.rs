@@ -130,7 +130,10 @@ async fn register(
             size: i64::try_from(size).unwrap_or(i64::MAX),
         });
     }
-    // The ledger first: a crash from here on leaves `pending` rows that say what to re-drive.
+    // The ledger first: a crash from here on leaves `pending` rows that say which objects may
+    // be missing or partial. Nothing re-drives them yet: the lease expires and the job's next
+    // attempt encodes again and uploads under its own prefix (or, after a graceful release,
+    // under this one, re-registering these rows as `pending`).
     let rows: Vec<NewArtifact<'_>> = all
         .iter()
         .map(|o| NewArtifact {

@@ -18,11 +18,11 @@
 //!   in line takes over. Every worker's poll tick stays the safety net, also for a head that
 //!   hangs with its connection open.
 
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::listener::{ListenError, Reconnect, pump};
+use crate::db::session;
 
 /// The advisory lock key of the idle line ("vidqidle"). Advisory locks are per database, so
 /// deployments sharing a server do not share a line.
@@ -87,7 +87,8 @@ impl Line<'_> {
         let channel = self.channel;
         let exclusive = self.listeners == Listeners::HeadOfLine;
         let mut conn = crate::db::pool::dedicated(&with_keepalives(self.url)?).await?;
-        prepare_session(&mut conn).await?;
+        // The line's waits are long and silent on purpose; see `allow_long_waits`.
+        session::allow_long_waits(&mut conn).await?;
         retry.connected();
         loop {
             tokio::select! {
@@ -97,11 +98,11 @@ impl Line<'_> {
             if exclusive {
                 tokio::select! {
                     () = stop.cancelled() => return Ok(()),
-                    locked = execute(&mut conn, format!("SELECT pg_advisory_lock({IDLE_LINE_LOCK})")) => locked?,
+                    locked = session::advisory_lock(&mut conn, IDLE_LINE_LOCK) => locked?,
                 }
             }
             if *idle.borrow() {
-                execute(&mut conn, format!("LISTEN {channel}")).await?;
+                session::listen(&mut conn, channel).await?;
                 tracing::debug!("head of the idle line");
                 wake();
                 // Until the runner is busy; a runner that is gone ends the loop above.
@@ -111,40 +112,13 @@ impl Line<'_> {
                 if !pump(&mut conn, wake, stop, busy).await? {
                     return Ok(());
                 }
-                execute(&mut conn, format!("UNLISTEN {channel}")).await?;
+                session::unlisten(&mut conn, channel).await?;
             }
             if exclusive {
-                execute(
-                    &mut conn,
-                    format!("SELECT pg_advisory_unlock({IDLE_LINE_LOCK})"),
-                )
-                .await?;
+                session::advisory_unlock(&mut conn, IDLE_LINE_LOCK).await?;
             }
         }
     }
-}
-
-/// The line's waits are meant to be long and silent, so no server-wide timeout may end them,
-/// and the server must notice a worker host that vanished (its keepalives, and while queued
-/// the connection check), or the lock would stay with a dead session for hours.
-async fn prepare_session(conn: &mut AsyncPgConnection) -> Result<(), ListenError> {
-    execute(conn, "SET statement_timeout = 0".to_owned()).await?;
-    execute(conn, "SET lock_timeout = 0".to_owned()).await?;
-    // Settings older servers do not know (idle_session_timeout 14+, transaction_timeout 17+,
-    // client_connection_check_interval 14+) or managed services pin.
-    for setting in [
-        "SET idle_session_timeout = 0",
-        "SET transaction_timeout = 0",
-        "SET client_connection_check_interval = '2s'",
-        "SET tcp_keepalives_idle = 30",
-        "SET tcp_keepalives_interval = 10",
-        "SET tcp_keepalives_count = 3",
-    ] {
-        if let Err(error) = execute(conn, setting.to_owned()).await {
-            tracing::debug!(%error, setting, "session setting not applied");
-        }
-    }
-    Ok(())
 }
 
 /// The connection URL with client-side TCP keepalives after 30 s of silence (unless the URL
@@ -163,10 +137,6 @@ fn with_keepalives(url: &str) -> Result<String, ListenError> {
     .collect();
     parsed.query_pairs_mut().extend_pairs(missing);
     Ok(parsed.into())
-}
-
-async fn execute(conn: &mut AsyncPgConnection, sql: String) -> diesel::QueryResult<()> {
-    diesel::sql_query(sql).execute(conn).await.map(drop)
 }
 
 #[cfg(test)]

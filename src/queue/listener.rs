@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use diesel_async::AsyncPgConnection;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -114,8 +114,6 @@ pub(super) async fn pump(
 
 async fn listen(url: &str, channel: &str) -> Result<AsyncPgConnection, ListenError> {
     let mut conn = crate::db::pool::dedicated(url).await?;
-    diesel::sql_query(format!("LISTEN {channel}"))
-        .execute(&mut conn)
-        .await?;
+    crate::db::session::listen(&mut conn, channel).await?;
     Ok(conn)
 }

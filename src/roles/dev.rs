@@ -3,17 +3,14 @@
 //! bucket and runs the API, a worker and a relay. Not the production shape: there, each role is its own process
 //! and S3 is S3.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
-
 use anyhow::Context;
-use clap::Args;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use crate::adapters::s3_server::EmbeddedS3;
 use crate::adapters::storage::StaticCredentials;
-use crate::config::{DatabaseConfig, HttpConfig, Secret, StorageConfig, UploadConfig};
+pub use crate::config::DevConfig;
+use crate::config::{DatabaseConfig, Secret, StorageConfig};
 use crate::db;
 
 /// Access key of the embedded S3 server (it listens on loopback only).
@@ -22,58 +19,6 @@ pub const DEV_ACCESS_KEY: &str = "vidq-dev";
 pub const DEV_SECRET_KEY: &str = "vidq-dev-secret";
 /// Bucket `vidq dev` creates and uses.
 pub const DEV_BUCKET: &str = "vidq";
-
-/// Settings of `vidq dev`.
-#[derive(Debug, Clone, Args)]
-// Flattened groups are documented on their own types.
-#[allow(missing_docs)]
-pub struct DevConfig {
-    /// PostgreSQL URL; the database is created if it does not exist.
-    #[arg(
-        long = "database-url",
-        env = "DATABASE_URL",
-        value_name = "URL",
-        default_value = "postgres://localhost/vidq",
-        hide_env_values = true
-    )]
-    pub database_url: String,
-
-    #[command(flatten)]
-    pub http: HttpConfig,
-
-    /// Address of the embedded S3 server (presigned upload URLs point here).
-    #[arg(
-        long = "s3-addr",
-        env = "VIDQ_DEV_S3_ADDR",
-        value_name = "ADDR",
-        default_value = "127.0.0.1:9000"
-    )]
-    pub s3_addr: SocketAddr,
-
-    /// Directory for local state; objects live in `<dir>/s3/<bucket>/`.
-    #[arg(
-        long = "data-dir",
-        env = "VIDQ_DEV_DATA_DIR",
-        value_name = "DIR",
-        default_value = "./.vidq-data"
-    )]
-    pub data_dir: PathBuf,
-
-    #[command(flatten)]
-    pub upload: UploadConfig,
-
-    #[command(flatten)]
-    pub playback: crate::config::PlaybackArgs,
-
-    #[command(flatten)]
-    pub queue: super::worker::QueueArgs,
-
-    #[command(flatten)]
-    pub media: crate::config::MediaArgs,
-
-    #[command(flatten)]
-    pub relay: super::relay::RelayArgs,
-}
 
 /// Runs every part of vidq in this process until `shutdown` is cancelled.
 pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Result<()> {

@@ -3,17 +3,15 @@
 //! pool of at most 2 connections, one more for heartbeats, and the idle line's connection.
 //! Any number of workers on any number of hosts share one database.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use crate::adapters::storage::Storage;
-use crate::config::{MediaArgs, Secret, StorageConfig};
+use crate::config::MediaArgs;
+pub use crate::config::{QueueArgs, WorkerConfig};
 use crate::db;
 use crate::pipeline::Pipeline;
 use crate::queue::health::WorkerHealth;
@@ -21,42 +19,6 @@ use crate::queue::runner::{Runner, WorkerSettings};
 
 /// Most connections a worker's pool holds (claims, heartbeats, finalizes share them).
 pub const WORKER_POOL_SIZE: u32 = 2;
-
-/// How a worker claims and paces jobs.
-#[derive(Debug, Clone, Args)]
-pub struct QueueArgs {
-    /// Name written to each claim (`claimed_by`). Default: the host name.
-    #[arg(long = "node-id", env = "VIDQ_NODE_ID", value_name = "NAME")]
-    pub node_id: Option<String>,
-    /// Jobs this process encodes at once (one FFmpeg per small node is the usual shape).
-    #[arg(long, env = "VIDQ_SLOTS", value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub slots: u32,
-    /// Safety-net poll interval in milliseconds (NOTIFY wakes the worker sooner).
-    #[arg(long = "poll-ms", env = "VIDQ_POLL_MS", value_name = "MS", default_value_t = 1000,
-          value_parser = clap::value_parser!(u64).range(10..=60_000))]
-    pub poll_ms: u64,
-    /// Lease of a claim in seconds: a node that dies loses its job after this long.
-    #[arg(long = "lease-secs", env = "VIDQ_LEASE_SECS", value_name = "SECS", default_value_t = 60,
-          value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub lease_secs: u64,
-    /// Lease renewal interval in seconds; 0 turns the heartbeat off (then set the lease to
-    /// cover a whole attempt, e.g. 2100, as the seed did).
-    #[arg(
-        long = "heartbeat-secs",
-        env = "VIDQ_HEARTBEAT_SECS",
-        value_name = "SECS",
-        default_value_t = 15
-    )]
-    pub heartbeat_secs: u64,
-    /// Hard limit of one attempt in seconds (default 35 min = 3 FFmpeg calls x 10 min + 5 min S3).
-    #[arg(long = "deadline-secs", env = "VIDQ_DEADLINE_SECS", value_name = "SECS", default_value_t = 2100,
-          value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub deadline_secs: u64,
-    /// Scratch space for originals and outputs (one directory per attempt, removed after).
-    #[arg(long = "work-dir", env = "VIDQ_WORK_DIR", value_name = "DIR")]
-    pub work_dir: Option<PathBuf>,
-}
 
 impl QueueArgs {
     /// Checks the combination and builds the settings.
@@ -81,31 +43,6 @@ impl QueueArgs {
             listeners: crate::queue::line::Listeners::HeadOfLine,
         })
     }
-}
-
-/// Settings of the `worker` role.
-#[derive(Debug, Clone, Args)]
-#[allow(missing_docs)] // flattened groups are documented on their own types
-pub struct WorkerConfig {
-    /// PostgreSQL URL.
-    #[arg(
-        long = "database-url",
-        env = "DATABASE_URL",
-        value_name = "URL",
-        hide_env_values = true
-    )]
-    pub database_url: Secret,
-    #[command(flatten)]
-    pub queue: QueueArgs,
-    /// Serve `/healthz` and `/metrics` on this loopback address (e.g. 127.0.0.1:9091). Off
-    /// by default; only loopback addresses are accepted.
-    #[arg(long = "health-listen", env = "VIDQ_HEALTH_LISTEN", value_name = "ADDR",
-          value_parser = crate::http::worker_health::loopback_addr)]
-    pub health_listen: Option<SocketAddr>,
-    #[command(flatten)]
-    pub storage: StorageConfig,
-    #[command(flatten)]
-    pub media: MediaArgs,
 }
 
 /// Runs a worker until `shutdown`.

@@ -2,6 +2,7 @@
 //! process, the real HTTP server on a loopback port.
 
 mod attempt_faults;
+mod attempt_budget;
 mod cli;
 mod clips;
 mod confirm;
@@ -14,6 +15,7 @@ mod http_edges;
 mod idle_line;
 mod jobs_cli;
 mod leftovers;
+mod layout;
 mod media;
 mod mp4;
 mod nats;

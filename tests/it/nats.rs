@@ -1,5 +1,6 @@
 //! The NATS JetStream sink against the NATS server on 127.0.0.1:4222: a republished event is
-//! dropped by the stream's duplicate window, so a relay retry is invisible to consumers.
+//! dropped by the stream's duplicate window, so a relay retry within it is invisible to
+//! consumers (after the window, delivery is at least once and consumers dedupe by id).
 
 use std::time::Duration;
 

@@ -135,8 +135,8 @@ fn hardened_input(config: &MediaConfig, input: &Path, seek_seconds: Option<f64>)
     args
 }
 
-/// One rung's command line: H.264 high/yuv420p CRF 23 veryfast, keyframes on segment
-/// boundaries, AAC stereo, metadata stripped, at most the rung's short side.
+/// One rung's command line: the hardened input, then `stream_selection`, `video_encoding`,
+/// `audio_encoding`, and the tee muxer writing the rung's `tee_outputs`.
 pub fn encode_args(
     config: &MediaConfig,
     info: &MediaInfo,
@@ -144,19 +144,95 @@ pub fn encode_args(
     out: &Path,
     rung: &Rung,
 ) -> Vec<OsString> {
-    let mut args = hardened_input(config, input, None);
     let segment = config.segment_seconds.max(1);
+    let mut args = hardened_input(config, input, None);
+    for part in [
+        stream_selection(),
+        video_encoding(info, rung.short_side, segment),
+        audio_encoding(),
+    ] {
+        args.extend(part.into_iter().map(OsString::from));
+    }
+    // Both outputs of the tee share the encoders, so the codec headers must be global.
+    let muxer = [
+        "-flags".to_owned(),
+        "+global_header".to_owned(),
+        "-threads".to_owned(),
+        config.threads.to_string(),
+        "-f".to_owned(),
+        "tee".to_owned(),
+        tee_outputs(out, rung, segment),
+    ];
+    args.extend(muxer.into_iter().map(OsString::from));
+    args
+}
+
+/// The first video stream and the first audio stream if there is one; no metadata,
+/// chapters, subtitles or data streams reach the outputs.
+fn stream_selection() -> Vec<String> {
+    [
+        "-map",
+        "0:v:0",
+        "-map",
+        "0:a:0?",
+        "-map_metadata",
+        "-1",
+        "-map_chapters",
+        "-1",
+        "-sn",
+        "-dn",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// H.264 high/yuv420p CRF 23 veryfast, at most `short_side`, with a keyframe on every
+/// segment boundary (fixed GOP, no scene-cut keyframes) so each HLS segment starts with one.
+fn video_encoding(info: &MediaInfo, short_side: i32, segment: u32) -> Vec<String> {
     let gop = if info.fps > 0.0 {
         ((info.fps * f64::from(segment)).round() as i64).max(1)
     } else {
         250
     };
-    let short_side = rung.short_side;
     // Landscape: cap the height; portrait: cap the width. -2 keeps the aspect ratio with an
     // even size, which yuv420p needs.
     let scale = format!(
         "scale=w='if(gte(iw,ih),-2,min({short_side},iw))':h='if(gte(iw,ih),min({short_side},ih),-2)',format=yuv420p"
     );
+    vec![
+        "-vf".to_owned(),
+        scale,
+        "-c:v".to_owned(),
+        "libx264".to_owned(),
+        "-preset".to_owned(),
+        "veryfast".to_owned(),
+        "-crf".to_owned(),
+        "23".to_owned(),
+        "-profile:v".to_owned(),
+        "high".to_owned(),
+        "-pix_fmt".to_owned(),
+        "yuv420p".to_owned(),
+        "-g".to_owned(),
+        gop.to_string(),
+        "-keyint_min".to_owned(),
+        gop.to_string(),
+        "-sc_threshold".to_owned(),
+        "0".to_owned(),
+        "-force_key_frames".to_owned(),
+        format!("expr:gte(t,n_forced*{segment})"),
+    ]
+}
+
+/// AAC stereo 128 kb/s at 48 kHz.
+fn audio_encoding() -> Vec<String> {
+    ["-c:a", "aac", "-b:a", "128k", "-ac", "2", "-ar", "48000"]
+        .map(str::to_owned)
+        .to_vec()
+}
+
+/// The tee muxer's output list: the rung's HLS rendition (fMP4 segments, VOD playlist) and,
+/// for the top rung, the progressive MP4 with `moov` first.
+fn tee_outputs(out: &Path, rung: &Rung, segment: u32) -> String {
     let hls_dir = out.join("hls").join(&rung.prefix);
     let mut tee = format!(
         "[f=hls:hls_time={segment}:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:\
@@ -170,65 +246,7 @@ pub fn encode_args(
             tee_escape(&out.join(outputs::MP4))
         ));
     }
-    let mut push = |s: &str| args.push(s.into());
-    for s in [
-        "-map",
-        "0:v:0",
-        "-map",
-        "0:a:0?",
-        "-map_metadata",
-        "-1",
-        "-map_chapters",
-        "-1",
-        "-sn",
-        "-dn",
-    ] {
-        push(s);
-    }
-    for s in [
-        "-vf",
-        &scale,
-        "-c:v",
-        "libx264",
-        "-preset",
-        "veryfast",
-        "-crf",
-        "23",
-        "-profile:v",
-        "high",
-    ] {
-        push(s);
-    }
-    for s in [
-        "-pix_fmt",
-        "yuv420p",
-        "-g",
-        &gop.to_string(),
-        "-keyint_min",
-        &gop.to_string(),
-        "-sc_threshold",
-        "0",
-    ] {
-        push(s);
-    }
-    push("-force_key_frames");
-    push(&format!("expr:gte(t,n_forced*{segment})"));
-    for s in ["-c:a", "aac", "-b:a", "128k", "-ac", "2", "-ar", "48000"] {
-        push(s);
-    }
-    // Both outputs of the tee share the encoders, so the codec headers must be global.
-    for s in [
-        "-flags",
-        "+global_header",
-        "-threads",
-        &config.threads.to_string(),
-        "-f",
-        "tee",
-        &tee,
-    ] {
-        push(s);
-    }
-    args
+    tee
 }
 
 /// Escapes a path for the tee muxer's output list.
@@ -402,4 +420,59 @@ async fn collect(
         }
     }
     Ok(rendition)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> MediaInfo {
+        MediaInfo {
+            container: "mov,mp4,m4a,3gp,3g2,mj2".into(),
+            duration_ms: 10_000,
+            video_codec: "h264".into(),
+            width: 1920,
+            height: 1080,
+            fps: 25.0,
+            audio_codec: Some("aac".into()),
+        }
+    }
+
+    fn line(args: &[OsString]) -> String {
+        args.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// The whole command line of a top rung and of a lower one, as FFmpeg receives it (the
+    /// parts are built separately; their order and content must not drift).
+    #[test]
+    fn a_rung_command_line_is_input_streams_video_audio_then_the_tee_outputs() {
+        let config = MediaConfig::default();
+        let top = Rung {
+            short_side: 720,
+            prefix: String::new(),
+            with_mp4: true,
+        };
+        let lower = Rung {
+            short_side: 720,
+            prefix: "v1/".into(),
+            with_mp4: false,
+        };
+        let run = |rung: &Rung| {
+            line(&encode_args(
+                &config,
+                &info(),
+                Path::new("/in/orig"),
+                Path::new("/out"),
+                rung,
+            ))
+        };
+        assert_eq!(run(&top), TOP);
+        assert_eq!(run(&lower), LOWER);
+    }
+
+    const TOP: &str = r#"-nostdin -hide_banner -loglevel error -y -protocol_whitelist file -format_whitelist mov,mp4,m4a,3gp,3g2,mj2,matroska,webm -max_pixels 8294400 -i /in/orig -map 0:v:0 -map 0:a:0? -map_metadata -1 -map_chapters -1 -sn -dn -vf scale=w='if(gte(iw,ih),-2,min(720,iw))':h='if(gte(iw,ih),min(720,ih),-2)',format=yuv420p -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/index.m3u8|[f=mp4:movflags=+faststart]/out/video.mp4"#;
+    const LOWER: &str = r#"-nostdin -hide_banner -loglevel error -y -protocol_whitelist file -format_whitelist mov,mp4,m4a,3gp,3g2,mj2,matroska,webm -max_pixels 8294400 -i /in/orig -map 0:v:0 -map 0:a:0? -map_metadata -1 -map_chapters -1 -sn -dn -vf scale=w='if(gte(iw,ih),-2,min(720,iw))':h='if(gte(iw,ih),min(720,ih),-2)',format=yuv420p -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/v1/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/v1/index.m3u8"#;
 }

@@ -2,7 +2,6 @@
 //! bucket answer too), for load balancers and orchestrators.
 
 use actix_web::{HttpResponse, web};
-use diesel_async::RunQueryDsl;
 use serde_json::json;
 
 use crate::app::AppContext;
@@ -16,10 +15,8 @@ pub async fn healthz() -> HttpResponse {
 pub async fn readyz(ctx: web::Data<AppContext>) -> HttpResponse {
     let database = async {
         let mut conn = ctx.db.get().await.map_err(|e| e.to_string())?;
-        diesel::sql_query("SELECT 1")
-            .execute(&mut conn)
+        crate::db::session::ping(&mut conn)
             .await
-            .map(drop)
             .map_err(|e| e.to_string())
     };
     let storage = async {

@@ -1,0 +1,77 @@
+//! What the benchmarks read back and do to the server between measurements; nothing the
+//! service itself runs.
+
+use diesel::QueryResult;
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Double};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+/// Flushes dirty pages, so a measurement that follows a large insert does not pay for it.
+pub async fn checkpoint(conn: &mut AsyncPgConnection) -> QueryResult<()> {
+    diesel::sql_query("CHECKPOINT")
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Where a READY video's time went, in seconds.
+#[derive(Debug, QueryableByName)]
+pub struct Timing {
+    /// From the video's creation (confirm) to the start of its completed attempt.
+    #[diesel(sql_type = Double)]
+    pub wait: f64,
+    /// From that start to READY.
+    #[diesel(sql_type = Double)]
+    pub processing: f64,
+}
+
+/// The timing of `video`, which must be READY with a completed attempt.
+pub async fn timing(conn: &mut AsyncPgConnection, video: Uuid) -> QueryResult<Timing> {
+    diesel::sql_query(
+        "SELECT extract(epoch FROM a.started_at - v.created_at)::float8 AS wait,
+                extract(epoch FROM v.ready_at - a.started_at)::float8 AS processing
+           FROM videos v JOIN video_encoding_jobs j ON j.video_id = v.id
+           JOIN job_attempts a ON a.job_id = j.id AND a.outcome = 'completed'
+          WHERE v.id = $1",
+    )
+    .bind::<diesel::sql_types::Uuid, _>(video)
+    .get_result(conn)
+    .await
+}
+
+/// The end-to-end benchmark's checks over the whole database.
+#[derive(Debug, QueryableByName)]
+pub struct Checks {
+    /// Videos.
+    #[diesel(sql_type = BigInt)]
+    pub videos: i64,
+    /// Videos READY whose job is COMPLETED.
+    #[diesel(sql_type = BigInt)]
+    pub ready_and_completed: i64,
+    /// Jobs not COMPLETED.
+    #[diesel(sql_type = BigInt)]
+    pub unfinished: i64,
+    /// Videos with more than one `video.ready`.
+    #[diesel(sql_type = BigInt)]
+    pub duplicate_notifications: i64,
+    /// Videos without a `video.ready`.
+    #[diesel(sql_type = BigInt)]
+    pub missing_notifications: i64,
+}
+
+/// Counts what [`Checks`] describes.
+pub async fn checks(conn: &mut AsyncPgConnection) -> QueryResult<Checks> {
+    diesel::sql_query(
+        "SELECT (SELECT count(*) FROM videos) AS videos,
+                (SELECT count(*) FROM videos v JOIN video_encoding_jobs j ON j.video_id = v.id
+                  WHERE v.status = 'ready' AND j.status = 'COMPLETED') AS ready_and_completed,
+                (SELECT count(*) FROM video_encoding_jobs WHERE status <> 'COMPLETED') AS unfinished,
+                (SELECT count(*) FROM (SELECT video_id FROM notification_outbox WHERE event_type = 'video.ready'
+                  GROUP BY video_id HAVING count(*) > 1) d) AS duplicate_notifications,
+                (SELECT count(*) FROM videos v WHERE NOT EXISTS (SELECT 1 FROM notification_outbox o
+                  WHERE o.video_id = v.id AND o.event_type = 'video.ready')) AS missing_notifications",
+    )
+    .get_result(conn)
+    .await
+}
