@@ -7,7 +7,8 @@ use chrono::Utc;
 use diesel_async::AsyncConnection;
 
 use super::{AppContext, AppError};
-use crate::db::{self, deliveries::AttemptRow, deliveries::DeliveryRow, webhooks::EndpointRow};
+use crate::db::{self, DbError, deliveries::AttemptRow, deliveries::DeliveryRow, webhooks::EndpointRow};
+use crate::domain::delivery::DeliveryStatus;
 use crate::domain::ids::{EventId, UserId, WebhookId};
 use crate::domain::signature::WebhookSecret;
 use chrono::DateTime;
@@ -86,8 +87,8 @@ pub struct Delivery {
     pub event_id: Uuid,
     /// Its type.
     pub event_type: String,
-    /// pending, sending, delivered, exhausted, discarded.
-    pub status: String,
+    /// Where the delivery stands.
+    pub status: DeliveryStatus,
     /// Tries started.
     pub attempts: i32,
     /// When the next try is due, while pending.
@@ -101,7 +102,10 @@ pub struct Delivery {
 }
 
 /// Joins deliveries (in their order) with their logged tries.
-fn join_tries(rows: Vec<DeliveryRow>, attempts: Vec<AttemptRow>) -> Vec<Delivery> {
+fn join_tries(
+    rows: Vec<DeliveryRow>,
+    attempts: Vec<AttemptRow>,
+) -> Result<Vec<Delivery>, DbError> {
     let mut tries: std::collections::BTreeMap<i64, Vec<DeliveryTry>> = Default::default();
     for a in attempts {
         tries.entry(a.delivery_id).or_default().push(DeliveryTry {
@@ -114,16 +118,19 @@ fn join_tries(rows: Vec<DeliveryRow>, attempts: Vec<AttemptRow>) -> Vec<Delivery
         });
     }
     rows.into_iter()
-        .map(|r| Delivery {
-            tries: tries.remove(&r.id).unwrap_or_default(),
-            next_attempt_at: (r.status == "pending").then_some(r.next_attempt_at),
-            id: r.id,
-            event_id: r.event_id,
-            event_type: r.event_type,
-            status: r.status,
-            attempts: r.attempt_count,
-            last_error: r.last_error,
-            delivered_at: r.delivered_at,
+        .map(|r| {
+            let status: DeliveryStatus = r.status.parse()?;
+            Ok(Delivery {
+                tries: tries.remove(&r.id).unwrap_or_default(),
+                next_attempt_at: (status == DeliveryStatus::Pending).then_some(r.next_attempt_at),
+                id: r.id,
+                event_id: r.event_id,
+                event_type: r.event_type,
+                status,
+                attempts: r.attempt_count,
+                last_error: r.last_error,
+                delivered_at: r.delivered_at,
+            })
         })
         .collect()
 }
@@ -283,5 +290,5 @@ pub async fn deliveries(
         return Err(AppError::NotFound);
     }
     let (rows, attempts) = db::deliveries::of_endpoint(&mut conn, id.0, limit).await?;
-    Ok(join_tries(rows, attempts))
+    Ok(join_tries(rows, attempts)?)
 }

@@ -376,10 +376,7 @@ pub async fn waiting(
 }
 
 /// How many deliveries resends made for the endpoint in the last `window_secs`, by the
-/// database's clock. Routing makes a delivery in the statement that stamps its event's
-/// `routed_at`, so both carry the same timestamp; a delivery made at any other time was made
-/// by a resend. Only the endpoint's newest 10,000 deliveries are looked at, which keeps the
-/// count cheap and covers the window unless routing alone sent it more than that meanwhile.
+/// database's clock (read through the partial index on resent deliveries).
 pub async fn resends_since(
     conn: &mut AsyncPgConnection,
     endpoint: Uuid,
@@ -391,12 +388,9 @@ pub async fn resends_since(
         n: i64,
     }
     let n: N = prepared(
-        "SELECT count(*) AS n
-           FROM (SELECT outbox_id, created_at FROM event_deliveries
-                  WHERE endpoint_id = $1 ORDER BY id DESC LIMIT 10000) d
-           JOIN notification_outbox o ON o.id = d.outbox_id
-          WHERE d.created_at > statement_timestamp() - make_interval(secs => $2)
-            AND (o.routed_at IS NULL OR d.created_at <> o.routed_at)",
+        "SELECT count(*) AS n FROM event_deliveries
+          WHERE endpoint_id = $1 AND resent
+            AND created_at > statement_timestamp() - make_interval(secs => $2)",
     )
     .bind::<SqlUuid, _>(endpoint)
     .bind::<Double, _>(window_secs)
@@ -414,8 +408,8 @@ pub async fn insert_resend(
 ) -> QueryResult<i64> {
     prepared(format!(
         "WITH created AS (
-             INSERT INTO event_deliveries (outbox_id, sink, endpoint_id)
-             VALUES ($1, 'webhook', $2)
+             INSERT INTO event_deliveries (outbox_id, sink, endpoint_id, resent)
+             VALUES ($1, 'webhook', $2, true)
              RETURNING id)
          SELECT id FROM created, pg_notify('{}', '')",
         super::outbox::EVENTS_CHANNEL

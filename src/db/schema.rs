@@ -32,6 +32,7 @@ diesel::table! {
         last_error -> Nullable<Text>,
         delivered_at -> Nullable<Timestamptz>,
         created_at -> Timestamptz,
+        resent -> Bool,
     }
 }
 

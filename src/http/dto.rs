@@ -246,7 +246,7 @@ pub struct DeliveryDto {
     /// Its type.
     pub event_type: String,
     /// pending, sending, delivered, exhausted or discarded.
-    pub status: String,
+    pub status: &'static str,
     /// Tries started.
     pub attempts: i32,
     /// When the next try is due, while pending.
@@ -274,7 +274,7 @@ impl From<Vec<Delivery>> for DeliveryListDto {
                 id: d.id,
                 event_id: d.event_id.to_string(),
                 event_type: d.event_type,
-                status: d.status,
+                status: d.status.as_str(),
                 attempts: d.attempts,
                 next_attempt_at: d.next_attempt_at,
                 last_error: d.last_error,
@@ -392,7 +392,7 @@ mod tests {
             id: 7,
             event_id: uuid::Uuid::now_v7(),
             event_type: "video.ready".into(),
-            status: "delivered".into(),
+            status: crate::domain::delivery::DeliveryStatus::Delivered,
             attempts: 1,
             next_attempt_at: None,
             last_error: None,

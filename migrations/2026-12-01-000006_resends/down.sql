@@ -1,0 +1,2 @@
+DROP INDEX event_deliveries_resent_idx;
+ALTER TABLE event_deliveries DROP COLUMN resent;
