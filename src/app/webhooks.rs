@@ -7,7 +7,9 @@ use chrono::Utc;
 use diesel_async::AsyncConnection;
 
 use super::{AppContext, AppError};
-use crate::db::{self, DbError, deliveries::AttemptRow, deliveries::DeliveryRow, webhooks::EndpointRow};
+use crate::db::{
+    self, DbError, deliveries::AttemptRow, deliveries::DeliveryRow, webhooks::EndpointRow,
+};
 use crate::domain::delivery::DeliveryStatus;
 use crate::domain::ids::{EventId, UserId, WebhookId};
 use crate::domain::signature::WebhookSecret;
@@ -102,10 +104,7 @@ pub struct Delivery {
 }
 
 /// Joins deliveries (in their order) with their logged tries.
-fn join_tries(
-    rows: Vec<DeliveryRow>,
-    attempts: Vec<AttemptRow>,
-) -> Result<Vec<Delivery>, DbError> {
+fn join_tries(rows: Vec<DeliveryRow>, attempts: Vec<AttemptRow>) -> Result<Vec<Delivery>, DbError> {
     let mut tries: std::collections::BTreeMap<i64, Vec<DeliveryTry>> = Default::default();
     for a in attempts {
         tries.entry(a.delivery_id).or_default().push(DeliveryTry {

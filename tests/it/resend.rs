@@ -43,10 +43,11 @@ async fn many_resends_of_a_pending_event_make_one_delivery() {
 
     // A burst from one client, 64 at a time (the per-address connection cap is above that).
     use futures_util::StreamExt;
-    let answers: Vec<_> = futures_util::stream::iter((0..300).map(|_| resend(&app, &key, &id, &event)))
-        .buffer_unordered(64)
-        .collect()
-        .await;
+    let answers: Vec<_> =
+        futures_util::stream::iter((0..300).map(|_| resend(&app, &key, &id, &event)))
+            .buffer_unordered(64)
+            .collect()
+            .await;
     let mut joined = Vec::new();
     for answer in answers {
         assert_eq!(answer.status(), StatusCode::ACCEPTED);
