@@ -67,6 +67,19 @@ pub struct DatabaseConfig {
     pub pool_size: u32,
 }
 
+/// The database URL alone, for the roles whose pool size is fixed in code (worker, relay).
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseUrl {
+    /// PostgreSQL URL.
+    #[arg(
+        long = "database-url",
+        env = "DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub url: Secret,
+}
+
 /// The S3 bucket that holds originals and encoded outputs.
 ///
 /// Credentials come from the standard AWS chain: `AWS_ACCESS_KEY_ID` and
@@ -460,14 +473,8 @@ pub struct QueueArgs {
 #[derive(Debug, Clone, Args)]
 #[allow(missing_docs)] // flattened groups are documented on their own types
 pub struct WorkerConfig {
-    /// PostgreSQL URL.
-    #[arg(
-        long = "database-url",
-        env = "DATABASE_URL",
-        value_name = "URL",
-        hide_env_values = true
-    )]
-    pub database_url: Secret,
+    #[command(flatten)]
+    pub database: DatabaseUrl,
     #[command(flatten)]
     pub queue: QueueArgs,
     /// Serve `/healthz` and `/metrics` on this loopback address (e.g. 127.0.0.1:9091). Off
@@ -545,14 +552,9 @@ pub struct RelayArgs {
 /// Settings of the `relay` role.
 #[derive(Debug, Clone, Args)]
 pub struct RelayConfig {
-    /// PostgreSQL URL.
-    #[arg(
-        long = "database-url",
-        env = "DATABASE_URL",
-        value_name = "URL",
-        hide_env_values = true
-    )]
-    pub database_url: Secret,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub database: DatabaseUrl,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub relay: RelayArgs,

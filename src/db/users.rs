@@ -1,6 +1,7 @@
 //! Uploaders and their hashed API keys.
 
 use chrono::{DateTime, Utc};
+use diesel::dsl;
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
@@ -19,6 +20,12 @@ pub struct UserRow {
     pub api_key_hash: Vec<u8>,
     /// When the user was created.
     pub created_at: DateTime<Utc>,
+}
+
+/// The user with this id: the row the locks and the delete below take.
+#[dsl::auto_type]
+fn by_id(id: Uuid) -> _ {
+    users::table.filter(users::id.eq(id))
 }
 
 /// Inserts a user; a taken name is a unique violation the caller maps.
@@ -58,8 +65,7 @@ pub async fn lock_for_key_share(
     conn: &mut AsyncPgConnection,
     id: Uuid,
 ) -> QueryResult<Option<Uuid>> {
-    users::table
-        .filter(users::id.eq(id))
+    by_id(id)
         .select(users::id)
         .for_key_share()
         .first(conn)
@@ -74,8 +80,7 @@ pub async fn lock_for_no_key_update(
     conn: &mut AsyncPgConnection,
     id: Uuid,
 ) -> QueryResult<Option<Uuid>> {
-    users::table
-        .filter(users::id.eq(id))
+    by_id(id)
         .select(users::id)
         .for_no_key_update()
         .first(conn)
@@ -122,8 +127,7 @@ pub async fn revoke_key_by_name(
 
 /// Locks the user row for deletion (`FOR UPDATE`); `None` if it is gone.
 pub async fn lock_for_update(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<Uuid>> {
-    users::table
-        .filter(users::id.eq(id))
+    by_id(id)
         .select(users::id)
         .for_update()
         .first(conn)
@@ -133,7 +137,5 @@ pub async fn lock_for_update(conn: &mut AsyncPgConnection, id: Uuid) -> QueryRes
 
 /// Deletes the user; uploads, videos, jobs and outbox rows go with it (ON DELETE CASCADE).
 pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
-    diesel::delete(users::table.filter(users::id.eq(id)))
-        .execute(conn)
-        .await
+    diesel::delete(by_id(id)).execute(conn).await
 }

@@ -2,6 +2,7 @@
 //! triggers.
 
 use chrono::{DateTime, Utc};
+use diesel::dsl;
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
@@ -24,6 +25,13 @@ pub struct EndpointRow {
     pub disabled_reason: Option<String>,
     /// When it was registered.
     pub created_at: DateTime<Utc>,
+}
+
+/// The endpoint `id` if `owner` registered it: every read and write of one endpoint on its
+/// owner's behalf goes through this, so another owner's id finds nothing.
+#[dsl::auto_type]
+fn owned(owner: Uuid, id: Uuid) -> _ {
+    w::table.filter(w::owner_id.eq(owner).and(w::id.eq(id)))
 }
 
 /// Registers an endpoint.
@@ -73,8 +81,7 @@ pub async fn find(
     owner: Uuid,
     id: Uuid,
 ) -> QueryResult<Option<EndpointRow>> {
-    w::table
-        .filter(w::owner_id.eq(owner).and(w::id.eq(id)))
+    owned(owner, id)
         .select(EndpointRow::as_select())
         .first(conn)
         .await
@@ -88,8 +95,7 @@ pub async fn lock_owned(
     owner: Uuid,
     id: Uuid,
 ) -> QueryResult<Option<EndpointRow>> {
-    w::table
-        .filter(w::owner_id.eq(owner).and(w::id.eq(id)))
+    owned(owner, id)
         .select(EndpointRow::as_select())
         .for_no_key_update()
         .first(conn)
@@ -99,9 +105,7 @@ pub async fn lock_owned(
 
 /// Deletes one of the owner's endpoints (its deliveries and their log go with it).
 pub async fn delete(conn: &mut AsyncPgConnection, owner: Uuid, id: Uuid) -> QueryResult<usize> {
-    diesel::delete(w::table.filter(w::owner_id.eq(owner).and(w::id.eq(id))))
-        .execute(conn)
-        .await
+    diesel::delete(owned(owner, id)).execute(conn).await
 }
 
 /// Makes `secret` the signing secret; the old one keeps signing until `old_expires_at`.
@@ -112,7 +116,7 @@ pub async fn rotate(
     secret: &str,
     old_expires_at: DateTime<Utc>,
 ) -> QueryResult<Option<EndpointRow>> {
-    diesel::update(w::table.filter(w::owner_id.eq(owner).and(w::id.eq(id))))
+    diesel::update(owned(owner, id))
         .set((
             w::previous_secret.eq(w::secret.nullable()),
             w::previous_secret_expires_at.eq(old_expires_at),

@@ -47,7 +47,7 @@ impl RelayArgs {
 
 /// Runs a relay until `shutdown`.
 pub async fn run(config: RelayConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    run_with(config.database_url.expose(), &config.relay, shutdown).await
+    run_with(config.database.url.expose(), &config.relay, shutdown).await
 }
 
 /// Builds and runs a relay against `database_url` (`vidq dev` and the benchmarks call this).

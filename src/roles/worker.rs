@@ -63,7 +63,7 @@ pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::R
         tokio::spawn(server);
     }
     run_with(
-        config.database_url.expose(),
+        config.database.url.expose(),
         &config.queue,
         &config.media,
         storage,

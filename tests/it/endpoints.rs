@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::harness::{TestApp, TestAppOptions};
 use crate::queue::wait_for_count;
 use crate::receiver::Receiver;
-use crate::relay::{RelayRun, deliveries, produce, register, relay_args, user_id};
+use crate::relay::{RelayRun, deliveries, produce, register, register_for, relay_args, user_id};
 
 #[tokio::test]
 async fn registration_checks_the_url_and_shows_the_secret_only_once() {
@@ -62,15 +62,7 @@ async fn registration_checks_the_url_and_shows_the_secret_only_once() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let stranger = app.create_user("mallory").await;
-    let created = app
-        .post(
-            &key,
-            "/v1/webhooks",
-            &json!({ "url": "http://127.0.0.1:9/hooks", "event_types": ["video.ready"] }),
-        )
-        .await;
-    assert_eq!(created.status(), StatusCode::CREATED);
-    let created: Value = created.json().await.unwrap();
+    let created = register_for(&app, &key, "http://127.0.0.1:9/hooks", &["video.ready"]).await;
     let secret = created["secret"].as_str().unwrap();
     assert!(secret.starts_with("whsec_"), "{secret}");
     assert_eq!(created["status"], "active");

@@ -9,6 +9,7 @@ use std::time::Duration;
 use diesel::QueryableByName;
 use diesel_async::RunQueryDsl;
 use vidq::adapters::ffmpeg::MediaConfig;
+use vidq::domain::failure::strip_paths;
 
 use crate::harness::TestApp;
 use crate::pipeline::pipeline;
@@ -23,6 +24,14 @@ fn has_path(text: &str) -> bool {
         let name = rest.len() - rest.trim_start_matches(named).len();
         name > 0 && rest[name..].starts_with('/')
     })
+}
+
+#[test]
+fn the_path_check_sees_paths_and_none_are_left_after_strip_paths() {
+    assert!(has_path("at /tmp/x/y"));
+    assert!(!has_path(&strip_paths(
+        "a /usr/bin/ffprobe b ./rel/x c ../up/y d ~/home/z e out/hls/v0/init.mp4"
+    )));
 }
 
 /// Where `ffprobe` is on PATH, as an operator would write it in `VIDQ_FFPROBE`.

@@ -68,7 +68,16 @@ impl RelayRun {
 
 /// Registers `url` for the user behind `key`; returns the endpoint JSON (with its secret).
 pub async fn register(app: &TestApp, key: &str, url: &str) -> Value {
-    let response = app.post(key, "/v1/webhooks", &json!({ "url": url })).await;
+    register_body(app, key, &json!({ "url": url })).await
+}
+
+/// Registers an endpoint that receives only `event_types`.
+pub async fn register_for(app: &TestApp, key: &str, url: &str, event_types: &[&str]) -> Value {
+    register_body(app, key, &json!({ "url": url, "event_types": event_types })).await
+}
+
+async fn register_body(app: &TestApp, key: &str, body: &Value) -> Value {
+    let response = app.post(key, "/v1/webhooks", body).await;
     assert_eq!(response.status(), StatusCode::CREATED);
     response.json().await.unwrap()
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::harness::{TestApp, assert_error};
 use crate::queue::wait_for_count;
 use crate::receiver::Receiver;
-use crate::relay::{RelayRun, produce, register, relay_args, user_id};
+use crate::relay::{RelayRun, produce, register, register_for, relay_args, user_id};
 use vidq::app::webhooks::MAX_RESENDS_PER_MINUTE;
 
 async fn resend(app: &TestApp, key: &str, endpoint: &str, event: &str) -> reqwest::Response {
@@ -81,15 +81,7 @@ async fn a_resend_of_a_type_the_endpoint_does_not_take_is_refused() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let owner = user_id(&app, "alice").await;
-    let created = app
-        .post(
-            &key,
-            "/v1/webhooks",
-            &json!({ "url": "http://127.0.0.1:9/hooks", "event_types": ["video.ready"] }),
-        )
-        .await;
-    assert_eq!(created.status(), StatusCode::CREATED);
-    let endpoint: Value = created.json().await.unwrap();
+    let endpoint = register_for(&app, &key, "http://127.0.0.1:9/hooks", &["video.ready"]).await;
     let accepted = produce(&app, owner, 1).await.remove(0);
     assert_error(
         resend(&app, &key, endpoint["id"].as_str().unwrap(), &accepted).await,
