@@ -80,7 +80,7 @@ pub async fn delete_user(ctx: &AppContext, name: &str) -> Result<DeletedUser, Ap
         while let Some((originals, videos)) = delete_upload_page(ctx, user).await? {
             deleted.transactions += 1;
             deleted.videos += videos.len();
-            deleted.objects += delete_objects(ctx, &originals, &videos).await;
+            deleted.objects += delete_objects(&ctx.storage, &originals, &videos).await;
         }
         while delete_event_page(ctx, user).await? > 0 {
             deleted.transactions += 1;

@@ -3,6 +3,7 @@
 use diesel_async::AsyncConnection;
 
 use super::{AppContext, AppError};
+use crate::adapters::storage::Storage;
 use crate::db::{
     self,
     videos::{VideoRow, VideoWithAttempts},
@@ -182,19 +183,37 @@ pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Resul
         })
         .await?;
     drop(conn);
-    delete_objects(ctx, &[keys::original(upload)], &[id]).await;
-    tracing::info!("video deleted");
+    // The objects go in a task of their own: an S3 that does not answer must not hold the
+    // client for the calls' whole timeouts. Past the budget the deletion goes on unwatched.
+    let storage = ctx.storage.clone();
+    let objects =
+        tokio::spawn(
+            async move { delete_objects(&storage, &[keys::original(upload)], &[id]).await },
+        );
+    if tokio::time::timeout(OBJECT_DELETION_BUDGET, objects)
+        .await
+        .is_err()
+    {
+        tracing::warn!(budget = ?OBJECT_DELETION_BUDGET,
+            "video deleted; its objects are still being deleted in the background");
+    } else {
+        tracing::info!("video deleted");
+    }
     Ok(())
 }
+
+/// How long `DELETE /v1/videos/{id}` waits for the video's objects to be deleted before it
+/// answers; the rows are already gone, so the answer does not depend on it.
+pub const OBJECT_DELETION_BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Deletes originals and every object under the videos' prefixes, after their rows are gone.
 /// A failure is logged and not returned: the rows are already deleted, and an object without
 /// a row is an orphan, never a live object without its bytes. Nothing removes orphans yet
 /// (the upload-recovery sweeper will); the log line names the key for an operator.
-pub async fn delete_objects(ctx: &AppContext, originals: &[String], videos: &[VideoId]) -> usize {
+pub async fn delete_objects(storage: &Storage, originals: &[String], videos: &[VideoId]) -> usize {
     let mut deleted = 0;
     for key in originals {
-        match ctx.storage.delete(key).await {
+        match storage.delete(key).await {
             Ok(()) => deleted += 1,
             Err(error) => {
                 tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete an original; it stays in the bucket")
@@ -202,7 +221,7 @@ pub async fn delete_objects(ctx: &AppContext, originals: &[String], videos: &[Vi
         }
     }
     for video in videos {
-        match ctx.storage.delete_prefix(&keys::video_prefix(*video)).await {
+        match storage.delete_prefix(&keys::video_prefix(*video)).await {
             Ok(n) => deleted += n,
             Err(error) => {
                 tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete a video's outputs; they stay in the bucket")

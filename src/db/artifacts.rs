@@ -75,6 +75,17 @@ pub async fn register_pending(
             .collect();
         attempts.sort_unstable();
         attempts.dedup();
+        // The video row first (lock order, `db`): a video deletion locks it `FOR UPDATE` and
+        // then cascades to these rows, so taking the artifact rows first could deadlock.
+        let mut owners: Vec<Uuid> = attempts.iter().map(|(video, _, _)| *video).collect();
+        owners.dedup();
+        super::schema::videos::table
+            .filter(super::schema::videos::id.eq_any(&owners))
+            .select(super::schema::videos::id)
+            .order(super::schema::videos::id)
+            .for_key_share()
+            .load::<Uuid>(conn)
+            .await?;
         for (video, run, attempt) in attempts {
             diesel::delete(
                 video_artifacts::table.filter(

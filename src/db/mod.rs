@@ -9,16 +9,24 @@
 //!
 //! 1. `users`: `FOR KEY SHARE` first, by every transaction that writes an uploader's rows
 //!    (confirm, finalize READY/FAILED, the reaper, an operator's retry/cancel, video
-//!    deletion; a plain insert such as a new upload contract or webhook endpoint takes it
-//!    through its foreign key); `FOR UPDATE` by user deletion only. So a user deletion and
-//!    that user's other writes meet at this first row, and one simply waits for the other.
-//! 2. `uploads`: the confirm's compare-and-set `pending|uploaded -> confirmed`.
-//! 3. `videos`: `FOR UPDATE` or an UPDATE (finalize, reaper, operator, video and user deletion).
+//!    deletion, each page of a user deletion; a plain insert such as a new upload contract
+//!    takes it through its foreign key); `FOR NO KEY UPDATE` by a webhook registration (it
+//!    counts the user's endpoints against the cap, so two registrations take turns) and by
+//!    revoking the key when a user deletion starts; `FOR UPDATE` by the last step of a user
+//!    deletion only. So a user deletion and that user's other writes meet at this first row.
+//! 2. `uploads`: the confirm's compare-and-set `pending|uploaded -> confirmed`; a user
+//!    deletion's page locks a page of the owner's contracts `FOR UPDATE`.
+//! 3. `videos`: `FOR UPDATE` or an UPDATE (finalize, reaper, operator, video deletion, a user
+//!    deletion's page); `FOR KEY SHARE` by an attempt registering its outputs.
 //! 4. `video_encoding_jobs`, then that job's `job_attempts` (the claim and every fenced job
-//!    update write the attempt row in the same statement).
-//! 5. `notification_outbox`: `FOR UPDATE` by user deletion; relays route and prune with
-//!    `SKIP LOCKED`, so they never wait here.
-//! 6. `webhook_endpoints`: user deletion, and a relay disabling an endpoint (410).
+//!    update write the attempt row in the same statement). `video_artifacts` sit beside
+//!    them, after `videos`: the output ledger's writes (register, CAS, forget) take no other
+//!    row lock after them, and register locks its video first.
+//! 5. `notification_outbox`: `FOR UPDATE` by a user deletion's event pages and its last
+//!    step; `FOR KEY SHARE` by a resend (the event must stay while its delivery is added);
+//!    relays route and prune with `SKIP LOCKED`, so they never wait here.
+//! 6. `webhook_endpoints`: `FOR NO KEY UPDATE` by a resend (per-endpoint limit), `FOR UPDATE`
+//!    by a user deletion's last step, an UPDATE by a relay disabling an endpoint (410).
 //! 7. `event_deliveries`, then their `delivery_attempts`: user deletion, a relay's
 //!    acknowledgement, a disabled endpoint's discards.
 //!
@@ -30,11 +38,14 @@
 //! - Video deletion deletes the video's upload contract after the video: that contract is
 //!   `confirmed`, and no path locks a confirmed contract (the confirm's CAS does not match
 //!   it, so it does not wait for it).
-//! - User deletion locks users, videos, jobs, outbox, endpoints and deliveries in order, and
-//!   its `DELETE FROM users` then cascades to every table, uploads included. Every writer of
-//!   those rows holds the user's `KEY SHARE` (step 1) while it writes, which the deletion's
-//!   `FOR UPDATE` excludes; relays, which do not lock users, only take outbox, endpoint and
-//!   delivery rows in the order above.
+//! - A user deletion works in pages, each its own transaction in this order: a page of
+//!   contracts with their videos and jobs (deleting the contracts cascades to videos, jobs,
+//!   attempts and artifacts, rows it locked or that hang below them), then pages of outbox
+//!   rows with their deliveries, then the user row itself (`FOR UPDATE`), its remaining
+//!   outbox rows, endpoints and deliveries, and `DELETE FROM users`, which cascades to what
+//!   is left. Every writer of a user's rows holds the user's `KEY SHARE` (step 1) while it
+//!   writes, which that last `FOR UPDATE` excludes; relays, which do not lock users, only take
+//!   outbox, endpoint and delivery rows in the order above.
 //! - Advisory locks are never waited for inside these transactions: a producer's outbox
 //!   insert only tries the wake-up lock (`wake`), and the idle line's lock lives on a
 //!   session of its own (`session`).

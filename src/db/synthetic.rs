@@ -39,7 +39,7 @@ pub async fn backlog(
 }
 
 /// Inserts `n` unrouted `video.ready` outbox rows for `owner` in one statement, each with an
-/// envelope the size of a real one. Returns `n`.
+/// envelope shaped and sized like a real one (run 1, attempt 1). Returns `n`.
 pub async fn events(
     conn: &mut AsyncPgConnection,
     owner: Uuid,
@@ -55,11 +55,12 @@ pub async fn events(
                     'id', event_id, 'type', 'video.ready', 'occurred_at', statement_timestamp(),
                     'video_id', video_id,
                     'data', jsonb_build_object(
-                        'status', 'ready', 'duration_ms', 10080, 'width', 1280, 'height', 720,
+                        'status', 'ready', 'run', 1, 'duration_ms', 10080, 'width', 1280,
+                        'height', 720,
                         'playback', jsonb_build_object(
-                            'hls_key', 'videos/' || video_id || '/a1/hls/index.m3u8',
-                            'mp4_key', 'videos/' || video_id || '/a1/video.mp4',
-                            'thumbnail_key', 'videos/' || video_id || '/a1/thumbnail.jpg')))
+                            'hls_key', 'videos/' || video_id || '/r1/a1/hls/index.m3u8',
+                            'mp4_key', 'videos/' || video_id || '/r1/a1/video.mp4',
+                            'thumbnail_key', 'videos/' || video_id || '/r1/a1/thumb.jpg')))
            FROM rows",
     )
     .bind::<diesel::sql_types::Uuid, _>(owner)

@@ -42,6 +42,14 @@ pub const SENTENCES: &[(&str, &str)] = &[
         "every encoding attempt stopped without finishing",
     ),
     ("cancelled", "the encoding was cancelled"),
+    (
+        "lease_expired",
+        "the processing node stopped answering during the attempt",
+    ),
+    (
+        "internal_error",
+        "the processing node stopped the attempt on an internal error",
+    ),
 ];
 
 /// The sentence for a code vidq does not list.

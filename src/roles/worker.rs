@@ -17,7 +17,8 @@ use crate::pipeline::Pipeline;
 use crate::queue::health::WorkerHealth;
 use crate::queue::runner::{Runner, WorkerSettings};
 
-/// Most connections a worker's pool holds (claims, heartbeats, finalizes share them).
+/// Most connections a worker's pool holds (claims, ledger writes and finalizes share them;
+/// heartbeats have one connection of their own).
 pub const WORKER_POOL_SIZE: u32 = 2;
 
 impl QueueArgs {

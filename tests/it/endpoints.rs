@@ -1,10 +1,12 @@
 //! Webhook endpoints: registration (URL policy, secrets shown once, owners only), the
-//! destination policy again at send time, and an endpoint disabled under a waiting delivery.
+//! destination policy again at send time, an endpoint disabled under a waiting delivery, and
+//! secret rotation with a resend.
 
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use uuid::Uuid;
 
 use crate::harness::{TestApp, TestAppOptions};
 use crate::queue::wait_for_count;
@@ -193,4 +195,77 @@ async fn a_delivery_whose_endpoint_was_disabled_meanwhile_is_discarded_unsent() 
         log["deliveries"][0]["last_error"],
         "not sent: the endpoint was disabled"
     );
+}
+
+#[tokio::test]
+async fn during_a_rotation_both_secrets_sign_and_a_resend_carries_the_same_id() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let stranger = app.create_user("mallory").await;
+    let owner = user_id(&app, "alice").await;
+    let receiver = Receiver::start();
+    let endpoint = register(&app, &key, &receiver.url).await;
+    let id = endpoint["id"].as_str().unwrap();
+    let old = endpoint["secret"].as_str().unwrap().to_owned();
+    let rotated: Value = app
+        .post(
+            &key,
+            &format!("/v1/webhooks/{id}/rotate-secret"),
+            &json!({}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let new = rotated["secret"].as_str().unwrap().to_owned();
+    receiver.trust(&old);
+    receiver.trust(&new);
+    let relay = RelayRun::start(&app, &relay_args("0,100ms")).await;
+    let event = produce(&app, owner, 1).await.remove(0);
+    receiver
+        .wait_for_delivered(1, Duration::from_secs(20))
+        .await;
+    let first = receiver.arrivals().remove(0);
+    assert_eq!(first.signatures, 2);
+    assert_eq!(
+        first.verified,
+        [true, true],
+        "each secret verifies on its own"
+    );
+
+    // Resend: the same event id again, through the same signing.
+    let resent = app
+        .post(
+            &key,
+            &format!("/v1/webhooks/{id}/resend/{event}"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(resent.status(), StatusCode::ACCEPTED);
+    receiver
+        .wait_for_delivered(2, Duration::from_secs(20))
+        .await;
+    let arrivals = receiver.arrivals();
+    assert_eq!(arrivals[1].id, event);
+    assert_eq!(
+        arrivals[1].body, first.body,
+        "byte-for-byte the same envelope"
+    );
+    let stolen = app
+        .post(
+            &stranger,
+            &format!("/v1/webhooks/{id}/resend/{event}"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(stolen.status(), StatusCode::NOT_FOUND);
+    let unknown = app
+        .post(
+            &key,
+            &format!("/v1/webhooks/{id}/resend/{}", Uuid::now_v7()),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    relay.stop().await;
 }

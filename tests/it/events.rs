@@ -199,11 +199,6 @@ async fn a_long_poll_answers_as_soon_as_an_event_commits() {
             (body, started.elapsed())
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !waiting.is_finished(),
-        "nothing to return yet, so the request waits"
-    );
     // While it waits, the API holds the waiting lock, so producers NOTIFY it.
     let feed_lock = format!(
         "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND granted
@@ -211,7 +206,11 @@ async fn a_long_poll_answers_as_soon_as_an_event_commits() {
             AND classid = ({key} >> 32)::oid AND objid = ({key} & 4294967295)::oid",
         key = vidq::db::wake::WAITING_LOCK
     );
-    assert_eq!(app.count(&feed_lock).await, 1);
+    crate::queue::wait_for_count(&app, &feed_lock, 1, Duration::from_secs(10)).await;
+    assert!(
+        !waiting.is_finished(),
+        "nothing to return yet, so the request waits"
+    );
     let ids = produce(&app, owner, 1).await;
     let (body, elapsed) = waiting.await.unwrap();
     assert_eq!(body["events"][0]["id"], ids[0].as_str());

@@ -39,13 +39,17 @@ async fn black_hole() -> String {
 }
 
 async fn silent_storage(endpoint: &str) -> Storage {
+    silent_storage_with(endpoint, SHORT).await
+}
+
+async fn silent_storage_with(endpoint: &str, timeouts: S3Timeouts) -> Storage {
     let config = StorageConfig {
         endpoint: Some(endpoint.parse().unwrap()),
         public_endpoint: None,
         bucket: TEST_BUCKET.to_owned(),
         region: "us-east-1".to_owned(),
         force_path_style: true,
-        timeouts: SHORT,
+        timeouts,
     };
     let credentials = StaticCredentials {
         access_key_id: "test-access".to_owned(),
@@ -113,7 +117,7 @@ async fn an_s3_that_never_answers_makes_readyz_confirm_and_delete_answer_promptl
         "a confirm S3 could not check made no video"
     );
 
-    // The rows go; the objects S3 could not delete are left for the sweeper.
+    // The rows go; the objects S3 could not delete stay in the bucket (logged with their keys).
     let video_id = video["id"].as_str().unwrap();
     let response = promptly(
         "DELETE video",
@@ -125,6 +129,49 @@ async fn an_s3_that_never_answers_makes_readyz_confirm_and_delete_answer_promptl
     .await
     .unwrap();
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    assert_eq!(app.count("SELECT count(*) AS n FROM videos").await, 0);
+}
+
+/// With the default S3 limits (whose small calls may take 30 s), readiness and a video's
+/// deletion still answer within their own budgets.
+#[tokio::test]
+async fn with_the_default_limits_readyz_and_delete_answer_within_their_budgets() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let video = app.uploaded_video(&key).await;
+    let mut ctx = app.ctx.clone();
+    ctx.storage = silent_storage_with(&black_hole().await, S3Timeouts::default()).await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let shutdown = CancellationToken::new();
+    let _stop = shutdown.clone().drop_guard();
+    tokio::spawn(vidq::http::serve(listener, ctx, shutdown).unwrap());
+    let slack = Duration::from_secs(3);
+
+    let started = Instant::now();
+    let response = app.http.get(format!("{base}/readyz")).send().await.unwrap();
+    let waited = started.elapsed();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        waited < vidq::http::routes::health::READINESS_BUDGET + slack,
+        "readyz took {waited:?}"
+    );
+
+    let video_id = video["id"].as_str().unwrap();
+    let started = Instant::now();
+    let response = app
+        .http
+        .delete(format!("{base}/v1/videos/{video_id}"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    assert!(
+        waited < vidq::app::videos::OBJECT_DELETION_BUDGET + slack,
+        "DELETE took {waited:?}"
+    );
     assert_eq!(app.count("SELECT count(*) AS n FROM videos").await, 0);
 }
 

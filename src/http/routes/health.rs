@@ -1,10 +1,27 @@
 //! Liveness (`/healthz`: the process answers) and readiness (`/readyz`: the database and the
 //! bucket answer too), for load balancers and orchestrators.
 
+use std::time::Duration;
+
 use actix_web::{HttpResponse, web};
 use serde_json::json;
 
 use crate::app::AppContext;
+
+/// How long readiness waits for the database and the bucket. A probe must answer well inside
+/// an orchestrator's probe timeout, whatever the storage call's own (longer) bounds are.
+pub const READINESS_BUDGET: Duration = Duration::from_secs(3);
+
+/// `check` within [`READINESS_BUDGET`], its error as text.
+async fn within_budget<E>(
+    check: impl std::future::Future<Output = Result<(), E>>,
+    describe: impl Fn(E) -> String,
+) -> Result<(), String> {
+    match tokio::time::timeout(READINESS_BUDGET, check).await {
+        Ok(result) => result.map_err(describe),
+        Err(_) => Err(format!("no answer within {READINESS_BUDGET:?}")),
+    }
+}
 
 /// `200` while the process serves requests.
 pub async fn healthz() -> HttpResponse {
@@ -13,18 +30,18 @@ pub async fn healthz() -> HttpResponse {
 
 /// `200` when the database and the bucket both answer, else `503` naming what does not.
 pub async fn readyz(ctx: web::Data<AppContext>) -> HttpResponse {
-    let database = async {
-        let mut conn = ctx.db.get().await.map_err(|e| e.to_string())?;
-        crate::db::session::ping(&mut conn)
-            .await
-            .map_err(|e| e.to_string())
-    };
-    let storage = async {
-        ctx.storage
-            .check_bucket()
-            .await
-            .map_err(|e| crate::telemetry::error_chain(&e))
-    };
+    let database = within_budget(
+        async {
+            let mut conn = ctx.db.get().await.map_err(|e| e.to_string())?;
+            crate::db::session::ping(&mut conn)
+                .await
+                .map_err(|e| e.to_string())
+        },
+        |e| e,
+    );
+    let storage = within_budget(ctx.storage.check_bucket(), |e| {
+        crate::telemetry::error_chain(&e)
+    });
     let (database, storage) = tokio::join!(database, storage);
     // Details (hosts, users, buckets) go to the log only: this route needs no credentials.
     let verdict = |r: &Result<(), String>| match r {
