@@ -265,7 +265,8 @@ pub struct UploadConfig {
     )]
     pub upload_url_ttl_secs: u64,
 
-    /// How long a presigned playback URL in a video's status stays valid, in seconds.
+    /// How long playback URLs stay valid, in seconds (60 to 604800): the `hls_url` token
+    /// and the presigned MP4, thumbnail and segment URLs.
     #[arg(
         long = "playback-url-ttl-secs",
         env = "VIDQ_PLAYBACK_URL_TTL_SECS",

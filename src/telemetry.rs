@@ -18,8 +18,11 @@ pub fn init_with_default(default: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         // actix-http logs every malformed request it answers 400 or 431 at ERROR ("stream
         // error"): a client's mistake, not the server's, and a free way to flood the log.
+        // The embedded S3 server of `vidq dev` (s3s) logs every refused request (a bad
+        // signature, an expired presigned URL) at ERROR, twice: the client gets the S3 error
+        // and the log stays for the server's own failures.
         EnvFilter::new(format!(
-            "{default},aws_config=warn,aws_smithy_runtime=warn,actix_http::h1::dispatcher=off"
+            "{default},aws_config=warn,aws_smithy_runtime=warn,actix_http::h1::dispatcher=off,s3s::ops=off"
         ))
     });
     let _ = tracing_subscriber::fmt()

@@ -29,6 +29,9 @@ pub const MAX_ENDPOINTS: i64 = 20;
 /// Most deliveries resends may add to one endpoint in a minute.
 pub const MAX_RESENDS_PER_MINUTE: i64 = 60;
 
+/// The window [`MAX_RESENDS_PER_MINUTE`] counts over; a refused resend is told to wait it.
+pub const RESEND_WINDOW: Duration = Duration::from_secs(60);
+
 /// How long a registration waits for DNS.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -261,7 +264,9 @@ pub async fn resend(
         if let Some(waiting) = db::deliveries::waiting(conn, event.outbox_id, endpoint.id).await? {
             return Ok(waiting);
         }
-        if db::deliveries::resends_since(conn, endpoint.id, 60.0).await? >= MAX_RESENDS_PER_MINUTE {
+        if db::deliveries::resends_since(conn, endpoint.id, RESEND_WINDOW.as_secs_f64()).await?
+            >= MAX_RESENDS_PER_MINUTE
+        {
             return Err(AppError::TooManyResends(MAX_RESENDS_PER_MINUTE));
         }
         Ok(db::deliveries::insert_resend(conn, event.outbox_id, endpoint.id).await?)

@@ -17,6 +17,8 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    /// Seconds for a `Retry-After` header, when the client should wait before trying again.
+    retry_after: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -36,6 +38,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -146,11 +149,11 @@ impl ResponseError for ApiError {
         let mut response = HttpResponse::build(self.status);
         // The client may still be sending (a stalled body) or opening connections: end this
         // one rather than read what follows.
-        if matches!(
-            self.status,
-            StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS
-        ) {
+        if self.status == StatusCode::REQUEST_TIMEOUT || self.code == "too_many_connections" {
             response.force_close();
+        }
+        if let Some(seconds) = self.retry_after {
+            response.insert_header((actix_web::http::header::RETRY_AFTER, seconds.to_string()));
         }
         response.json(Body {
             error: Detail {
@@ -194,9 +197,10 @@ impl From<AppError> for ApiError {
                 "event_type_not_subscribed",
                 message,
             ),
-            AppError::TooManyResends(_) => {
-                Self::new(S::TOO_MANY_REQUESTS, "too_many_resends", message)
-            }
+            AppError::TooManyResends(_) => Self {
+                retry_after: Some(crate::app::webhooks::RESEND_WINDOW.as_secs()),
+                ..Self::new(S::TOO_MANY_REQUESTS, "too_many_resends", message)
+            },
             AppError::NameTaken(_) => Self::new(S::CONFLICT, "conflict", message),
             AppError::PlaybackToken(_) => Self::new(S::FORBIDDEN, "invalid_token", message),
             AppError::Database(DbError::Pool(_)) => {

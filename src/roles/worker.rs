@@ -84,6 +84,11 @@ pub async fn run_with(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let settings = queue.settings()?;
+    let media = media.to_media_config();
+    media
+        .check_tools()
+        .await
+        .context("the media tools do not run (VIDQ_FFMPEG, VIDQ_FFPROBE; is FFmpeg installed?)")?;
     let pool = db::connect(database_url, WORKER_POOL_SIZE)
         .await
         .context("connecting to the database (DATABASE_URL)")?;
@@ -99,7 +104,7 @@ pub async fn run_with(
     let body = Pipeline {
         storage,
         db: pool.clone(),
-        media: media.to_media_config(),
+        media,
         work_root,
     };
     let runner = Arc::new(Runner {

@@ -129,6 +129,26 @@ async fn a_bad_setting_fails_at_start_naming_its_variable() {
 }
 
 #[tokio::test]
+async fn a_worker_without_its_media_tools_refuses_to_start() {
+    let out = vidq(
+        &["worker"],
+        &[
+            ("DATABASE_URL", "postgres://localhost/x"),
+            ("VIDQ_S3_BUCKET", "media"),
+            ("VIDQ_S3_ENDPOINT", "http://127.0.0.1:9"),
+            ("VIDQ_FFMPEG", "/nonexistent/vidq-tools/ffmpeg"),
+        ],
+    )
+    .await;
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("VIDQ_FFMPEG") && stderr(&out).contains("not found"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test]
 async fn migrate_applies_the_schema_to_an_empty_database() {
     let db = TestDb::new().await;
     // The template already carries the schema: check migrate is a no-op there, then run it on

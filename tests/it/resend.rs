@@ -112,12 +112,16 @@ async fn resends_over_the_per_endpoint_limit_answer_429() {
             StatusCode::ACCEPTED
         );
     }
-    assert_error(
-        resend(&app, &key, id, last).await,
-        StatusCode::TOO_MANY_REQUESTS,
-        "too_many_resends",
-    )
-    .await;
+    let refused = resend(&app, &key, id, last).await;
+    assert_eq!(
+        refused
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap()),
+        Some("60"),
+        "told to wait out the window"
+    );
+    assert_error(refused, StatusCode::TOO_MANY_REQUESTS, "too_many_resends").await;
     // Joining a delivery still waiting adds nothing, so the limit does not refuse it.
     assert_eq!(
         resend(&app, &key, id, &within[0]).await.status(),

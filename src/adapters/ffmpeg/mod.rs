@@ -51,3 +51,15 @@ impl Default for MediaConfig {
         }
     }
 }
+
+impl MediaConfig {
+    /// Runs `ffmpeg -version` and `ffprobe -version`, so a node without its tools refuses to
+    /// start instead of claiming jobs and failing every video it takes.
+    pub async fn check_tools(&self) -> Result<(), process::ProcessError> {
+        let cancel = tokio_util::sync::CancellationToken::new();
+        for tool in [&self.ffmpeg, &self.ffprobe] {
+            process::run(tool, &["-version".into()], Duration::from_secs(10), &cancel).await?;
+        }
+        Ok(())
+    }
+}

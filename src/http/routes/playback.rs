@@ -32,7 +32,48 @@ impl FromRequest for ApiBase {
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let info = req.connection_info();
-        std::future::ready(Ok(Self(format!("{}://{}", info.scheme(), info.host()))))
+        std::future::ready(api_base(info.scheme(), info.host()).ok_or_else(|| {
+            ApiError::bad_request(
+                "the Host or forwarding headers do not name an http(s) address vidq can point back to",
+            )
+        }))
+    }
+}
+
+/// `scheme://host` when the scheme is http(s) and the host is a bare authority (a name or
+/// address and a port): any client may send these headers, and what it sends must not turn
+/// into another scheme, a path or a query in the URLs vidq hands back.
+fn api_base(scheme: &str, host: &str) -> Option<ApiBase> {
+    if !matches!(scheme, "http" | "https") {
+        return None;
+    }
+    let base = format!("{scheme}://{host}");
+    let url = url::Url::parse(&base).ok()?;
+    let bare = url.host_str().is_some()
+        && url.username().is_empty()
+        && url.password().is_none()
+        && url.path() == "/"
+        && url.query().is_none()
+        && url.fragment().is_none()
+        && !host.contains(['/', '?', '#', '@', '\\']);
+    bare.then_some(ApiBase(base))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::api_base;
+
+    #[test]
+    fn only_an_http_scheme_and_a_bare_authority_make_a_base() {
+        assert_eq!(
+            api_base("https", "media.example.com:8443").map(|b| b.0),
+            Some("https://media.example.com:8443".to_owned())
+        );
+        assert!(api_base("http", "[::1]:8080").is_some());
+        assert!(api_base("javascript", "localhost:8080").is_none());
+        assert!(api_base("http", "a/b?c#d").is_none());
+        assert!(api_base("http", "user@evil.example").is_none());
+        assert!(api_base("http", "").is_none());
     }
 }
 
