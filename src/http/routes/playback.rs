@@ -59,24 +59,6 @@ fn api_base(scheme: &str, host: &str) -> Option<ApiBase> {
     bare.then_some(ApiBase(base))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::api_base;
-
-    #[test]
-    fn only_an_http_scheme_and_a_bare_authority_make_a_base() {
-        assert_eq!(
-            api_base("https", "media.example.com:8443").map(|b| b.0),
-            Some("https://media.example.com:8443".to_owned())
-        );
-        assert!(api_base("http", "[::1]:8080").is_some());
-        assert!(api_base("javascript", "localhost:8080").is_none());
-        assert!(api_base("http", "a/b?c#d").is_none());
-        assert!(api_base("http", "user@evil.example").is_none());
-        assert!(api_base("http", "").is_none());
-    }
-}
-
 /// The top playlist: a ladder's master (its variants point back here) or the only media
 /// playlist.
 pub async fn top_playlist(
@@ -111,4 +93,22 @@ fn playlist_response(text: String) -> HttpResponse {
             CacheDirective::MaxAge(app::playback::PLAYLIST_MAX_AGE.as_secs() as u32),
         ]))
         .body(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::api_base;
+
+    #[test]
+    fn only_an_http_scheme_and_a_bare_authority_make_a_base() {
+        assert_eq!(
+            api_base("https", "media.example.com:8443").map(|b| b.0),
+            Some("https://media.example.com:8443".to_owned())
+        );
+        assert!(api_base("http", "[::1]:8080").is_some());
+        assert!(api_base("javascript", "localhost:8080").is_none());
+        assert!(api_base("http", "a/b?c#d").is_none());
+        assert!(api_base("http", "user@evil.example").is_none());
+        assert!(api_base("http", "").is_none());
+    }
 }
