@@ -82,6 +82,15 @@ diesel::table! {
         expires_at -> Timestamptz,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        via -> Text,
+        received_bytes -> Int8,
+        spool_path -> Nullable<Text>,
+        node_id -> Nullable<Text>,
+        checksum -> Nullable<Text>,
+        tries -> Int4,
+        next_try_at -> Nullable<Timestamptz>,
+        last_error -> Nullable<Text>,
+        claimed_until -> Nullable<Timestamptz>,
     }
 }
 

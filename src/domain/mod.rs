@@ -62,5 +62,6 @@ pub mod playback_token;
 pub mod retry;
 pub mod signature;
 pub mod sink;
+pub mod sweep;
 pub mod upload;
 pub mod video;

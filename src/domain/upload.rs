@@ -1,11 +1,14 @@
 //! Upload contracts: what a client may ask to upload, and the states a contract moves through.
 //!
-//! `pending -> confirmed` for a presigned PUT checked by HEAD at confirm time;
-//! `pending -> uploaded -> confirmed` when vidq itself moved the bytes; `rejected` and
-//! `expired` are terminal. No code moves a contract to `uploaded`, `rejected` or `expired`
-//! yet (they come with upload recovery and its sweeper): today a contract that is never
-//! confirmed stays `pending`, its presigned URL lapses at `expires_at`, and an object PUT
-//! before then can still be confirmed.
+//! `pending -> confirmed` for a presigned PUT checked by HEAD at confirm time; the sweeper
+//! moves a presigned contract still `pending` after `expires_at` to `expired` (and deletes
+//! its object), so a confirm that comes later answers `409 upload_closed`.
+//!
+//! An upload through vidq ([`UploadVia::Vidq`]) is `receiving` while its bytes arrive in a
+//! node's spool, then `pending`: the ledger row the node's sweeper re-drives until it PUTs
+//! the contracted key and confirms (`pending -> confirmed` in the confirm's one
+//! transaction), or refuses it for good (`rejected`, with a [`RejectReason`]). `rejected`
+//! and `expired` are terminal.
 
 /// Container types the media pipeline accepts (the probe's demuxer allow-list matches).
 pub const ACCEPTED_CONTENT_TYPES: &[&str] = &[
@@ -21,6 +24,8 @@ pub const ACCEPTED_CONTENT_TYPES: &[&str] = &[
 spelled_states! {
     /// Where an upload contract is in its life.
     pub enum UploadState {
+        /// An upload through vidq whose bytes are still arriving in the node's spool.
+        Receiving = "receiving",
         /// Contract issued; the object may or may not be in S3 yet.
         Pending = "pending",
         /// vidq wrote the object and checked its size; not yet turned into a video.
@@ -38,6 +43,30 @@ impl UploadState {
     /// States from which a confirm may turn the contract into a video.
     pub fn confirmable(self) -> bool {
         matches!(self, Self::Pending | Self::Uploaded)
+    }
+}
+
+spelled_states! {
+    /// How a contract's bytes reach S3.
+    pub enum UploadVia {
+        /// The client PUTs a presigned URL straight to S3.
+        Presigned = "presigned",
+        /// The client sends the bytes to vidq (tus or a single PUT); vidq PUTs them from
+        /// its spool.
+        Vidq = "vidq",
+    }
+}
+
+spelled_states! {
+    /// Why the sweeper refused an upload through vidq for good (shown in the API).
+    pub enum RejectReason {
+        /// The spool path is absolute, holds `..`, or resolves (through a symlink) outside
+        /// `VIDQ_SPOOL_DIR`: never read, never PUT.
+        OutsideSpoolRoot = "outside_spool_root",
+        /// The spool file is gone (a lost disk, an operator's cleanup): nothing to PUT.
+        SpoolMissing = "spool_missing",
+        /// The spool file does not have the declared size.
+        SpoolSizeMismatch = "spool_size_mismatch",
     }
 }
 
@@ -181,6 +210,7 @@ mod tests {
     #[test]
     fn states_round_trip_through_their_database_spelling() {
         for s in [
+            UploadState::Receiving,
             UploadState::Pending,
             UploadState::Uploaded,
             UploadState::Confirmed,

@@ -84,6 +84,7 @@ fn state_names_are_spelled_only_by_their_enums_and_the_db_module() {
         "\"PROCESSING\"",
         "\"COMPLETED\"",
         "\"DEAD\"",
+        "\"receiving\"",
         "\"pending\"",
         "\"uploaded\"",
         "\"confirmed\"",
