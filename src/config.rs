@@ -561,6 +561,65 @@ pub struct RelayConfig {
     pub relay: RelayArgs,
 }
 
+/// How the upload sweeper pages, queues, retries and protects S3 (DESIGN, "Upload
+/// recovery"). The database row is the ledger; the queue is only a throttle.
+#[derive(Debug, Clone, Args)]
+pub struct SweeperArgs {
+    /// The allowed root of spool files (uploads through vidq land here before S3). A row
+    /// whose path leaves it (absolute, `..`, a symlink out) is rejected, never read or PUT.
+    /// Default: `./spool` (`vidq dev`: `<VIDQ_DEV_DATA_DIR>/spool`).
+    #[arg(long = "spool-dir", env = "VIDQ_SPOOL_DIR", value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
+    /// Capacity of the in-memory queue between the ledger reader and the upload workers; a
+    /// full queue leaves rows for a later round (counted as saturation).
+    #[arg(long = "sweeper-queue", env = "VIDQ_SWEEPER_QUEUE", value_name = "N", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub queue: u32,
+    /// Upload workers (concurrent PUTs).
+    #[arg(long = "sweeper-workers", env = "VIDQ_SWEEPER_WORKERS", value_name = "N", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub workers: u32,
+    /// Pending rows read per round through the forward cursor.
+    #[arg(long = "sweeper-page", env = "VIDQ_SWEEPER_PAGE", value_name = "N",
+          default_value_t = crate::domain::sweep::DEFAULT_PAGE,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub page: u32,
+    /// Pause between rounds, in milliseconds (a round that read a full page and queued all
+    /// of it is followed at once).
+    #[arg(long = "sweeper-interval-ms", env = "VIDQ_SWEEPER_INTERVAL_MS", value_name = "MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub interval_ms: u64,
+    /// How long a sweeper holds a row it queued (its claim); a sweeper that dies loses its
+    /// rows to the others after this long. Longer than one PUT of the largest upload.
+    #[arg(long = "sweeper-claim-secs", env = "VIDQ_SWEEPER_CLAIM_SECS", value_name = "SECS", default_value_t = 900,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub claim_secs: u64,
+    /// Consecutive S3 failures that open the circuit breaker (PUTs stop).
+    #[arg(long = "sweeper-breaker-failures", env = "VIDQ_SWEEPER_BREAKER_FAILURES", value_name = "N", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub breaker_failures: u32,
+    /// How long the breaker stays open before one probe PUT, in milliseconds.
+    #[arg(long = "sweeper-breaker-cooldown-ms", env = "VIDQ_SWEEPER_BREAKER_COOLDOWN_MS", value_name = "MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub breaker_cooldown_ms: u64,
+}
+
+/// Settings of the `sweeper` role.
+#[derive(Debug, Clone, Args)]
+#[allow(missing_docs)] // flattened groups are documented on their own types
+pub struct SweeperConfig {
+    #[command(flatten)]
+    pub database: DatabaseUrl,
+    /// This node's name: the sweeper re-drives only rows whose spool is on this node.
+    /// Default: the host name.
+    #[arg(long = "node-id", env = "VIDQ_NODE_ID", value_name = "NAME")]
+    pub node_id: Option<String>,
+    #[command(flatten)]
+    pub sweeper: SweeperArgs,
+    #[command(flatten)]
+    pub storage: StorageConfig,
+}
+
 /// Settings of `vidq dev`.
 #[derive(Debug, Clone, Args)]
 // Flattened groups are documented on their own types.
@@ -611,6 +670,9 @@ pub struct DevConfig {
 
     #[command(flatten)]
     pub relay: RelayArgs,
+
+    #[command(flatten)]
+    pub sweeper: SweeperArgs,
 }
 
 fn parse_bucket(name: &str) -> Result<String, String> {

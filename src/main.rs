@@ -26,7 +26,10 @@ enum Command {
     /// Deliver events from the outbox: signed webhooks with retries, and NATS JetStream when
     /// VIDQ_NATS_URL is set. Run one or more; they share the work.
     Relay(vidq::roles::relay::RelayConfig),
-    /// Run everything on this machine: the API, a worker, a relay and an embedded S3 server over a
+    /// Re-drive this node's pending uploads from its spool to S3 (forward cursor, bounded
+    /// queue, backoff, circuit breaker) and expire presigned uploads never confirmed.
+    Sweeper(vidq::roles::sweeper::SweeperConfig),
+    /// Run everything on this machine: the API, a worker, a relay, a sweeper and an embedded S3 server over a
     /// local directory, against a local PostgreSQL (database created if missing). For laptops.
     Dev(DevConfig),
     /// Apply pending database migrations and exit.
@@ -84,6 +87,9 @@ async fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Relay(config) => {
             vidq::roles::relay::run(config, vidq::shutdown::on_signals()).await
+        }
+        Command::Sweeper(config) => {
+            vidq::roles::sweeper::run(config, vidq::shutdown::on_signals()).await
         }
         Command::Dev(config) => vidq::roles::dev::run(config, vidq::shutdown::on_signals()).await,
         Command::Migrate(args) => vidq::roles::api::migrate(&args.database).await,

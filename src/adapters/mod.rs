@@ -5,4 +5,5 @@ pub mod destination;
 pub mod ffmpeg;
 pub mod nats;
 pub mod s3_server;
+pub mod spool;
 pub mod storage;

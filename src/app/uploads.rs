@@ -174,8 +174,9 @@ pub struct Accepted {
 
 /// The confirm's writes, inside the caller's transaction (after the HEAD and size check):
 /// lock the uploader, CAS the contract to `confirmed`, insert the video, its PENDING job and
-/// the `video.accepted` outbox row, and wake a worker. `None` when the contract was no longer
-/// open (a concurrent confirm committed first; its video is the answer). `vidq bench queue`
+/// the `video.accepted` outbox row, and wake a worker. `None` when a concurrent confirm
+/// committed first (its video is the answer); `UploadClosed` when the contract was expired
+/// or rejected in between. The sweeper confirms an upload through vidq through this too. `vidq bench queue`
 /// enqueues through this too, so it measures the same transaction.
 pub async fn accept(
     conn: &mut AsyncPgConnection,
@@ -191,7 +192,16 @@ pub async fn accept(
         return Err(AppError::NotFound);
     }
     if db::uploads::mark_confirmed(conn, upload_id.0).await? == 0 {
-        return Ok(None);
+        // Lost: to a concurrent confirm (its video is the answer), or to the sweeper, which
+        // expired or rejected the contract after this confirm read it (409 upload_closed).
+        let state = db::uploads::state_of(conn, upload_id.0)
+            .await?
+            .ok_or(AppError::NotFound)?;
+        let state: UploadState = state.parse().map_err(db::DbError::from)?;
+        return match state {
+            UploadState::Confirmed => Ok(None),
+            state => Err(AppError::UploadClosed { state }),
+        };
     }
     let video_id = VideoId::new();
     let video = db::videos::insert(conn, video_id.0, owner.0, upload_id.0).await?;

@@ -14,8 +14,13 @@
 //!    counts the user's endpoints against the cap, so two registrations take turns) and by
 //!    revoking the key when a user deletion starts; `FOR UPDATE` by the last step of a user
 //!    deletion only. So a user deletion and that user's other writes meet at this first row.
-//! 2. `uploads`: the confirm's compare-and-set `pending|uploaded -> confirmed`; a user
-//!    deletion's page locks a page of the owner's contracts `FOR UPDATE`.
+//! 2. `uploads`: the confirm's compare-and-set `pending|uploaded -> confirmed` (also taken
+//!    by the sweeper's confirm of an upload through vidq, the same transaction); a user
+//!    deletion's page locks a page of the owner's contracts `FOR UPDATE`. The sweeper's own
+//!    ledger statements (`ledger`: claim a page `FOR UPDATE SKIP LOCKED`, record a failure,
+//!    reject, release, expire presigned contracts `FOR UPDATE SKIP LOCKED`) are single
+//!    statements that lock `uploads` rows only, in id order, and hold no lock across a PUT
+//!    (the claim is a lease column, `claimed_until`, committed before the transfer).
 //! 3. `videos`: `FOR UPDATE` or an UPDATE (finalize, reaper, operator, video deletion, a user
 //!    deletion's page); `FOR KEY SHARE` by an attempt registering its outputs.
 //! 4. `video_encoding_jobs`, then that job's `job_attempts` (the claim and every fenced job
@@ -56,6 +61,7 @@ pub mod bench;
 pub mod deliveries;
 pub mod events;
 pub mod jobs;
+pub mod ledger;
 pub mod migrations;
 pub mod outbox;
 pub mod pool;

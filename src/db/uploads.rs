@@ -101,6 +101,16 @@ pub async fn mark_confirmed(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResu
     .await
 }
 
+/// The contract's state, if it still exists (a confirm whose CAS matched nothing asks why).
+pub async fn state_of(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<String>> {
+    uploads::table
+        .filter(uploads::id.eq(id))
+        .select(uploads::state)
+        .first(conn)
+        .await
+        .optional()
+}
+
 /// Deletes a contract (its video and job cascade with it).
 pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
     diesel::delete(uploads::table.filter(uploads::id.eq(id)))

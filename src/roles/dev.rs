@@ -1,6 +1,6 @@
 //! The `dev` role: everything on one machine for a laptop. Creates the database if needed,
 //! migrates, starts an embedded S3-compatible server over a local directory, creates the
-//! bucket and runs the API, a worker and a relay. Not the production shape: there, each role is its own process
+//! bucket and runs the API, a worker, a relay and an upload sweeper. Not the production shape: there, each role is its own process
 //! and S3 is S3.
 
 use anyhow::Context;
@@ -74,6 +74,7 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
     let listener = std::net::TcpListener::bind(config.http.addr)
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
     let storage = ctx.storage.clone();
+    let sweeper_storage = ctx.storage.clone();
     let server = crate::http::serve_with(listener, ctx, config.http.limits(), shutdown.clone())?;
     let worker = super::worker::run_with(
         &config.database_url,
@@ -85,24 +86,45 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
     );
     let mut relay_args = config.relay.clone();
     relay_args.webhooks.allow_private = true;
-    let relay = super::relay::run_with(&config.database_url, &relay_args, shutdown);
+    let relay = super::relay::run_with(&config.database_url, &relay_args, shutdown.clone());
+    let spool_dir = config
+        .sweeper
+        .spool_dir
+        .clone()
+        .unwrap_or_else(|| config.data_dir.join("spool"));
+    let node_id = config
+        .queue
+        .node_id
+        .clone()
+        .or_else(super::host_name)
+        .unwrap_or_else(|| "dev".to_owned());
+    let sweeper = super::sweeper::run_with(
+        &config.database_url,
+        &config.sweeper,
+        node_id,
+        &spool_dir,
+        sweeper_storage,
+        shutdown,
+    );
     eprintln!(
-        "\nvidq dev is running\n  API         http://{api}\n  worker      1 slot, FFmpeg from PATH\n  relay       webhooks (private addresses allowed){nats}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
+        "\nvidq dev is running\n  API         http://{api}\n  worker      1 slot, FFmpeg from PATH\n  relay       webhooks (private addresses allowed){nats}\n  sweeper     spool {spool}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
          Get an API key (in another terminal):\n  DATABASE_URL={db} cargo run -- user create --name me\n\
          Then follow the curl walk-through in README.md. Ctrl-C stops everything.\n",
         api = config.http.addr,
         s3 = s3.endpoint(),
         root = s3_root.display(),
+        spool = spool_dir.display(),
         db = config.database_url,
         nats = match &config.relay.nats_url {
             Some(url) => format!(", NATS {url}"),
             None => String::new(),
         },
     );
-    let (served, worked, relayed) = tokio::join!(server, worker, relay);
+    let (served, worked, relayed, swept) = tokio::join!(server, worker, relay, sweeper);
     served?;
     worked?;
     relayed?;
+    swept?;
     s3.stop().await;
     tracing::info!("vidq dev stopped");
     Ok(())

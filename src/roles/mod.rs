@@ -3,6 +3,7 @@
 pub mod api;
 pub mod dev;
 pub mod relay;
+pub mod sweeper;
 pub mod worker;
 
 /// This machine's host name, if it has one.
