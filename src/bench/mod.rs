@@ -6,6 +6,7 @@ pub mod e2e;
 pub mod queue;
 pub mod relay;
 pub mod stats;
+pub mod sweeper;
 
 use clap::Subcommand;
 
@@ -21,6 +22,10 @@ pub enum BenchCommand {
     /// Commit-to-delivery latency to a local webhook receiver, and sustained deliveries per
     /// relay process to webhooks and to NATS JetStream.
     Relay(relay::RelayBenchArgs),
+    /// The seed's sweeper acceptance table (rounds until all pending uploads are queued,
+    /// queue saturation), with and without failing rows ahead, and the time until all are
+    /// confirmed in the in-process S3; real sweeper code, real PostgreSQL.
+    Sweeper(sweeper::SweeperBenchArgs),
 }
 
 /// Runs a benchmark.
@@ -29,6 +34,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Queue(args) => queue::run(args).await,
         BenchCommand::E2e(args) => e2e::run(args).await,
         BenchCommand::Relay(args) => relay::run(args).await,
+        BenchCommand::Sweeper(args) => sweeper::run(args).await,
     }
 }
 

@@ -75,3 +75,29 @@ pub async fn checks(conn: &mut AsyncPgConnection) -> QueryResult<Checks> {
     .get_result(conn)
     .await
 }
+
+/// Empties the upload ledger and everything made from it (`vidq bench sweeper`, between
+/// measurements).
+pub async fn clear_uploads(conn: &mut AsyncPgConnection) -> QueryResult<()> {
+    diesel::sql_query("TRUNCATE uploads, notification_outbox CASCADE")
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// How many of `ids` are confirmed uploads.
+pub async fn confirmed_among(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> QueryResult<usize> {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let found: Count = diesel::sql_query(format!(
+        "SELECT count(*) AS n FROM uploads WHERE id = ANY($1) AND state = '{}'",
+        crate::domain::upload::UploadState::Confirmed.as_str()
+    ))
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(ids)
+    .get_result(conn)
+    .await?;
+    Ok(usize::try_from(found.n).unwrap_or(0))
+}

@@ -136,6 +136,16 @@ pub struct SweepStats {
     pub breaker_transitions: AtomicU64,
     /// Presigned contracts expired.
     pub expired: AtomicU64,
+    /// Queued rows the workers finished with (any outcome).
+    pub done: AtomicU64,
+}
+
+impl SweepStats {
+    /// Whether every queued row has been dealt with (the queue is empty and no worker
+    /// holds a row).
+    pub fn settled(&self) -> bool {
+        self.done.load(Ordering::SeqCst) == self.queued.load(Ordering::SeqCst)
+    }
 }
 
 /// What one round did.
@@ -268,7 +278,7 @@ impl<S: SweepStore> Sweeper<S> {
         shared
             .stats
             .queued
-            .fetch_add(round.queued.len() as u64, Ordering::Relaxed);
+            .fetch_add(round.queued.len() as u64, Ordering::SeqCst);
         self.cursor
             .advance(round.read, last_read, round.queued.last().copied());
         Ok(round)
@@ -342,10 +352,11 @@ impl<S: SweepStore> Shared<S> {
             let Some(row) = row else { return };
             if shutdown.is_cancelled() {
                 self.release(row.id).await;
-                continue;
+            } else {
+                let outcome = self.upload(&row, &shutdown).await;
+                tracing::debug!(upload_id = %row.id, ?outcome, "sweeper row done");
             }
-            let outcome = self.upload(&row, &shutdown).await;
-            tracing::debug!(upload_id = %row.id, ?outcome, "sweeper row done");
+            self.stats.done.fetch_add(1, Ordering::SeqCst);
         }
     }
 
