@@ -74,9 +74,10 @@ impl SpoolRoot {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
                 // A dangling symlink pointing outside is still outside; say which.
                 return match std::fs::read_link(self.root.join(relative)) {
-                    Ok(target) if !self.root.join(relative).parent().is_some_and(|p| {
-                        p.join(&target).starts_with(&self.root) && !target.is_absolute()
-                    }) =>
+                    Ok(target)
+                        if !self.root.join(relative).parent().is_some_and(|p| {
+                            p.join(&target).starts_with(&self.root) && !target.is_absolute()
+                        }) =>
                     {
                         SpoolCheck::Refused(RejectReason::OutsideSpoolRoot)
                     }
@@ -114,14 +115,19 @@ mod tests {
         let root = SpoolRoot::open(&dir.path().join("spool")).unwrap();
         std::fs::create_dir(root.path().join("a")).unwrap();
         std::fs::write(root.path().join("a/ok.bin"), b"hello").unwrap();
-        std::os::unix::fs::symlink(outside.path().join("secret"), root.path().join("out"))
-            .unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), root.path().join("out")).unwrap();
         std::os::unix::fs::symlink("ok.bin", root.path().join("a/in")).unwrap();
         std::os::unix::fs::symlink(outside.path().join("gone"), root.path().join("dangling"))
             .unwrap();
 
-        assert!(matches!(root.check(Some("a/ok.bin")), SpoolCheck::File { size: 5, .. }));
-        assert!(matches!(root.check(Some("a/in")), SpoolCheck::File { size: 5, .. }));
+        assert!(matches!(
+            root.check(Some("a/ok.bin")),
+            SpoolCheck::File { size: 5, .. }
+        ));
+        assert!(matches!(
+            root.check(Some("a/in")),
+            SpoolCheck::File { size: 5, .. }
+        ));
         for bad in ["out", "dangling", "/etc/passwd", "../spool/a/ok.bin", "a"] {
             let found = root.check(Some(bad));
             let expected = if bad == "a" {

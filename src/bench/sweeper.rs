@@ -267,7 +267,8 @@ async fn measure(
     for id in &bad {
         store.fail_puts_of(&keys::original(UploadId(*id)));
     }
-    let targets = register_pending(pool, root.path(), owner, NODE, pending, args.file_bytes).await?;
+    let targets =
+        register_pending(pool, root.path(), owner, NODE, pending, args.file_bytes).await?;
     let wanted: HashSet<Uuid> = targets.iter().copied().collect();
 
     let shutdown = CancellationToken::new();
@@ -293,7 +294,10 @@ async fn measure(
     let mut round = 0;
     while accepted.len() < wanted.len() {
         round += 1;
-        anyhow::ensure!(round <= 10_000, "not all rows were accepted after 10,000 rounds");
+        anyhow::ensure!(
+            round <= 10_000,
+            "not all rows were accepted after 10,000 rounds"
+        );
         let r = sweeper.round().await?;
         saturation += r.saturated;
         accepted.extend(r.queued.into_iter().filter(|id| wanted.contains(id)));

@@ -238,10 +238,8 @@ pub struct LedgerEntry {
 
 /// The ledger fields of one contract.
 pub async fn entry(conn: &mut AsyncPgConnection, id: Uuid) -> diesel::QueryResult<LedgerEntry> {
-    diesel::sql_query(
-        "SELECT state, reject_reason, tries, last_error FROM uploads WHERE id = $1",
-    )
-    .bind::<diesel::sql_types::Uuid, _>(id)
-    .get_result(conn)
-    .await
+    diesel::sql_query("SELECT state, reject_reason, tries, last_error FROM uploads WHERE id = $1")
+        .bind::<diesel::sql_types::Uuid, _>(id)
+        .get_result(conn)
+        .await
 }

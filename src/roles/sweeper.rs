@@ -470,8 +470,11 @@ impl<S: SweepStore> Shared<S> {
                 Outcome::AlreadyClosed
             }
             Err(error) => {
-                self.fail(row, &format!("confirm failed: {}", crate::telemetry::error_chain(&error)))
-                    .await
+                self.fail(
+                    row,
+                    &format!("confirm failed: {}", crate::telemetry::error_chain(&error)),
+                )
+                .await
             }
         }
     }
@@ -490,11 +493,13 @@ impl<S: SweepStore> Shared<S> {
     async fn fail(&self, row: &ClaimedUpload, error: &str) -> Outcome {
         self.stats.failed.fetch_add(1, Ordering::Relaxed);
         let failures = u32::try_from(row.tries).unwrap_or(0).saturating_add(1);
-        let delay = self
-            .settings
-            .backoff
-            .delay(failures, rand::random::<f64>());
-        tracing::info!(failures, delay_ms = delay.as_millis() as u64, error, "upload try failed; backing off");
+        let delay = self.settings.backoff.delay(failures, rand::random::<f64>());
+        tracing::info!(
+            failures,
+            delay_ms = delay.as_millis() as u64,
+            error,
+            "upload try failed; backing off"
+        );
         let stored = async {
             let mut conn = self.pool.get().await?;
             db::ledger::record_failure(&mut conn, row.id, delay.as_secs_f64(), error)
@@ -554,7 +559,10 @@ impl<S: SweepStore> Shared<S> {
             self.stats
                 .expired
                 .fetch_add(expired.len() as u64, Ordering::Relaxed);
-            tracing::info!(count = expired.len(), "expired presigned uploads never confirmed");
+            tracing::info!(
+                count = expired.len(),
+                "expired presigned uploads never confirmed"
+            );
         }
         Ok(expired.len())
     }
@@ -601,7 +609,13 @@ pub async fn run_with(
         .await
         .context("connecting to the database (DATABASE_URL)")?;
     tracing::info!(node = %node_id, spool = %root.path().display(), "sweeper started");
-    let sweeper = Sweeper::start(pool, storage, root, args.settings(node_id), shutdown.clone());
+    let sweeper = Sweeper::start(
+        pool,
+        storage,
+        root,
+        args.settings(node_id),
+        shutdown.clone(),
+    );
     sweeper.run(shutdown).await;
     tracing::info!("sweeper stopped");
     Ok(())

@@ -31,6 +31,7 @@ mod runs;
 mod s3_timeouts;
 mod schema;
 mod scripted;
+mod sweeper;
 mod uploads;
 mod user_delete;
 mod users;
