@@ -331,6 +331,7 @@ enum Outcome {
     Rejected,
     Failed,
     HeldByBreaker,
+    Stopped,
 }
 
 impl<S: SweepStore> Shared<S> {
@@ -426,6 +427,12 @@ impl<S: SweepStore> Shared<S> {
                     .await
                 {
                     Ok(_) => true,
+                    // Stopped by a shutdown, not failed by S3: the row is given back as it
+                    // was (no try counted, the breaker untouched).
+                    Err(_) if cancel.is_cancelled() => {
+                        self.release(row.id).await;
+                        return Outcome::Stopped;
+                    }
                     Err(error) => return self.storage_failed(row, &error).await,
                 }
             }
