@@ -387,3 +387,50 @@ async fn two_sweepers_on_the_same_rows_put_each_row_once() {
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test]
+async fn a_confirm_that_loses_to_expiry_after_its_head_answers_upload_closed() {
+    // The confirm read the contract as pending and HEADed its object; the sweeper expired
+    // it before the confirm's transaction. The CAS matches nothing: upload_closed, not a
+    // video and not "already confirmed".
+    let fx = Fixture::new().await;
+    let (bob, key) = vidq::app::users::create_user(&fx.app.pool, "bob")
+        .await
+        .unwrap();
+    let upload = fx.app.create_upload(key.reveal(), 8).await;
+    assert!(
+        fx.app
+            .put_to(&upload, vec![1; 8])
+            .await
+            .status()
+            .is_success()
+    );
+    let id: Uuid = upload["upload_id"].as_str().unwrap().parse().unwrap();
+    let mut conn = fx.app.pool.get().await.unwrap();
+    diesel::sql_query(format!(
+        "UPDATE uploads SET expires_at = now() - interval '1 second' WHERE id = '{id}'"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        db::ledger::expire_presigned(&mut conn, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let result =
+        vidq::app::uploads::accept(&mut conn, bob, UploadId(id), &keys::original(UploadId(id)))
+            .await;
+    assert!(
+        matches!(
+            result,
+            Err(vidq::app::AppError::UploadClosed {
+                state: vidq::domain::upload::UploadState::Expired
+            })
+        ),
+        "{result:?}"
+    );
+    assert_eq!(fx.app.count("SELECT count(*) AS n FROM videos").await, 0);
+}
