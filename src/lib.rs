@@ -12,7 +12,8 @@
 //! - [`pipeline`]: one encoding attempt: download, probe, encode, outputs to S3.
 //! - [`queue`]: the worker engine: claim loop, heartbeat lease, fenced outcomes.
 //! - [`relay`]: the outbox relay: routing, webhook and NATS delivery, fenced acks.
-//! - [`roles`]: the long-running processes (`api`, `worker`, `relay`, `dev`) and their wiring.
+//! - [`sweeper`]: the upload sweeper: forward cursor, bounded queue, breaker, re-driven PUTs.
+//! - [`roles`]: the long-running processes (`api`, `worker`, `relay`, `sweeper`, `dev`) and their wiring.
 //! - [`admin`]: one-shot operator commands (`user create`, `user delete`).
 //! - [`bench`]: `vidq bench queue`, `vidq bench e2e` and `vidq bench relay`.
 //! - [`telemetry`]: logging set-up.
@@ -30,4 +31,5 @@ pub mod queue;
 pub mod relay;
 pub mod roles;
 pub mod shutdown;
+pub mod sweeper;
 pub mod telemetry;

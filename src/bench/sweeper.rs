@@ -28,7 +28,7 @@ use crate::db::{self, DbPool};
 use crate::domain::ids::{UploadId, UserId};
 use crate::domain::keys;
 use crate::domain::sweep::{Backoff, BreakerSettings};
-use crate::roles::sweeper::{SweepStore, Sweeper, SweeperSettings};
+use crate::sweeper::{SweepStore, Sweeper, SweeperSettings};
 
 /// `vidq bench sweeper`.
 #[derive(Debug, Args)]

@@ -18,7 +18,7 @@ use vidq::db;
 use vidq::domain::ids::{UploadId, UserId};
 use vidq::domain::keys;
 use vidq::domain::sweep::{Backoff, BreakerSettings};
-use vidq::roles::sweeper::{Sweeper, SweeperSettings};
+use vidq::sweeper::{Sweeper, SweeperSettings};
 
 use crate::harness::{TestApp, assert_error};
 

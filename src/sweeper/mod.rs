@@ -1,0 +1,585 @@
+//! The upload sweeper: re-drives this node's pending uploads from the ledger to S3 and
+//! expires lapsed presigned contracts (DESIGN, "Upload recovery"). `roles::sweeper` runs it.
+//!
+//! One loop reads a page of due rows through the forward cursor (claiming them), offers
+//! them to a bounded queue with `try_send` (a full queue is saturation: counted, the rest of
+//! the page released for a later round), and N upload workers take rows off it: check the
+//! spool file at the file boundary, ask the circuit breaker, HEAD the contracted key (an
+//! object of the right size means the PUT landed before a crash) or PUT it, then confirm in
+//! the confirm's one transaction (`app::uploads::accept`). A failed try stores its backoff
+//! on the row. The database row is the ledger; the queue is only a throttle.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use diesel_async::AsyncConnection;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::adapters::spool::{SpoolCheck, SpoolRoot};
+use crate::adapters::storage::{ObjectHead, Storage, StorageError};
+use crate::app::AppError;
+use crate::config::SweeperArgs;
+use crate::db::{self, DbPool, ledger::ClaimedUpload};
+use crate::domain::ids::{UploadId, UserId};
+use crate::domain::sweep::{Admission, Backoff, Breaker, BreakerSettings, Cursor, Transition};
+use crate::domain::upload::RejectReason;
+
+/// Presigned contracts expired per statement.
+const EXPIRE_BATCH: i64 = 256;
+
+/// The S3 calls the sweeper makes, so tests and `vidq bench sweeper` can wrap the real
+/// client (count PUTs, fail some) without changing the code under test.
+pub trait SweepStore: Clone + Send + Sync + 'static {
+    /// The object's size, or `None`.
+    fn head(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<ObjectHead>, StorageError>> + Send;
+    /// PUTs a file (multipart when large); the byte count sent.
+    fn put_file(
+        &self,
+        key: &str,
+        path: &Path,
+        content_type: &str,
+        cancel: &CancellationToken,
+    ) -> impl Future<Output = Result<u64, StorageError>> + Send;
+    /// Deletes an object (absent is fine).
+    fn delete(&self, key: &str) -> impl Future<Output = Result<(), StorageError>> + Send;
+}
+
+impl SweepStore for Storage {
+    async fn head(&self, key: &str) -> Result<Option<ObjectHead>, StorageError> {
+        Storage::head(self, key).await
+    }
+    async fn put_file(
+        &self,
+        key: &str,
+        path: &Path,
+        content_type: &str,
+        cancel: &CancellationToken,
+    ) -> Result<u64, StorageError> {
+        self.put_file_until(key, path, content_type, cancel).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        Storage::delete(self, key).await
+    }
+}
+
+/// The sweeper's settings, checked.
+#[derive(Clone, Debug)]
+pub struct SweeperSettings {
+    /// Rows of this node only.
+    pub node_id: String,
+    /// Rows read per round.
+    pub page: u32,
+    /// Queue capacity.
+    pub queue: usize,
+    /// Upload workers.
+    pub workers: usize,
+    /// Pause between rounds.
+    pub interval: Duration,
+    /// How long a queued row stays claimed.
+    pub claim: Duration,
+    /// Per-row retry delays.
+    pub backoff: Backoff,
+    /// The breaker in front of S3.
+    pub breaker: BreakerSettings,
+}
+
+impl SweeperArgs {
+    /// The settings for `node_id`.
+    pub fn settings(&self, node_id: String) -> SweeperSettings {
+        SweeperSettings {
+            node_id,
+            page: self.page,
+            queue: self.queue as usize,
+            workers: self.workers as usize,
+            interval: Duration::from_millis(self.interval_ms),
+            claim: Duration::from_secs(self.claim_secs),
+            backoff: Backoff::default(),
+            breaker: BreakerSettings {
+                failures_to_open: self.breaker_failures,
+                cool_down: Duration::from_millis(self.breaker_cooldown_ms),
+            },
+        }
+    }
+}
+
+/// Counters of one sweeper (tracing logs them; metrics are another issue).
+#[derive(Debug, Default)]
+pub struct SweepStats {
+    /// Rounds run.
+    pub rounds: AtomicU64,
+    /// Rows the queue took.
+    pub queued: AtomicU64,
+    /// Rows a full queue refused (left for a later round).
+    pub saturated: AtomicU64,
+    /// PUTs sent.
+    pub puts: AtomicU64,
+    /// Rows found already in S3 with the right size (no PUT).
+    pub found_by_head: AtomicU64,
+    /// Rows confirmed by this sweeper.
+    pub confirmed: AtomicU64,
+    /// Failed tries (backoff stored on the row).
+    pub failed: AtomicU64,
+    /// Rows rejected for good.
+    pub rejected: AtomicU64,
+    /// Rows released without a PUT because the breaker was open.
+    pub held_by_breaker: AtomicU64,
+    /// Breaker state changes.
+    pub breaker_transitions: AtomicU64,
+    /// Presigned contracts expired.
+    pub expired: AtomicU64,
+    /// Queued rows the workers finished with (any outcome).
+    pub done: AtomicU64,
+}
+
+impl SweepStats {
+    /// Whether every queued row has been dealt with (the queue is empty and no worker
+    /// holds a row).
+    pub fn settled(&self) -> bool {
+        self.done.load(Ordering::SeqCst) == self.queued.load(Ordering::SeqCst)
+    }
+}
+
+/// What one round did.
+#[derive(Debug, Default)]
+pub struct Round {
+    /// Rows read (and claimed).
+    pub read: usize,
+    /// Ids the queue took, in id order.
+    pub queued: Vec<Uuid>,
+    /// Rows the full queue refused.
+    pub saturated: usize,
+    /// The breaker was open: nothing was read.
+    pub skipped_by_breaker: bool,
+}
+
+struct Shared<S> {
+    pool: DbPool,
+    store: S,
+    root: SpoolRoot,
+    settings: SweeperSettings,
+    breaker: Mutex<Breaker>,
+    stats: Arc<SweepStats>,
+}
+
+/// A running sweeper: the reader side ([`Sweeper::round`]) and its upload workers.
+pub struct Sweeper<S: SweepStore> {
+    shared: Arc<Shared<S>>,
+    cursor: Cursor<Uuid>,
+    queue: mpsc::Sender<ClaimedUpload>,
+    workers: tokio::task::JoinSet<()>,
+    /// Whether the last round found the queue full (its warning is said once).
+    saturated_before: bool,
+}
+
+impl<S: SweepStore> Sweeper<S> {
+    /// Starts the upload workers; rounds are driven by [`Sweeper::run`] or, in tests and
+    /// the bench, by [`Sweeper::round`]. `shutdown` stops the workers (rows still queued are
+    /// released).
+    pub fn start(
+        pool: DbPool,
+        store: S,
+        root: SpoolRoot,
+        settings: SweeperSettings,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let (tx, rx) = mpsc::channel(settings.queue.max(1));
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        let shared = Arc::new(Shared {
+            pool,
+            store,
+            root,
+            breaker: Mutex::new(Breaker::new(settings.breaker)),
+            settings,
+            stats: Arc::default(),
+        });
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..shared.settings.workers.max(1) {
+            let shared = shared.clone();
+            let rx = rx.clone();
+            let shutdown = shutdown.clone();
+            workers.spawn(async move { shared.work(rx, shutdown).await });
+        }
+        Self {
+            cursor: Cursor::new(shared.settings.page),
+            shared,
+            queue: tx,
+            workers,
+            saturated_before: false,
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Arc<SweepStats> {
+        self.shared.stats.clone()
+    }
+
+    /// Rows waiting in the queue.
+    pub fn queued_now(&self) -> usize {
+        self.queue.max_capacity() - self.queue.capacity()
+    }
+
+    /// One round: claim a page of due rows through the cursor and offer them to the queue.
+    #[tracing::instrument(skip_all, fields(node = %self.shared.settings.node_id))]
+    pub async fn round(&mut self) -> Result<Round, db::DbError> {
+        let shared = &self.shared;
+        shared.stats.rounds.fetch_add(1, Ordering::Relaxed);
+        let mut round = Round::default();
+        if shared.breaker_is_shut() {
+            // Reading would only claim rows the workers must give back.
+            round.skipped_by_breaker = true;
+            return Ok(round);
+        }
+        let rows = {
+            let mut conn = shared.pool.get().await?;
+            db::ledger::claim_page(
+                &mut conn,
+                &shared.settings.node_id,
+                self.cursor.after(),
+                i64::from(self.cursor.page()),
+                shared.settings.claim.as_secs_f64(),
+            )
+            .await?
+        };
+        round.read = rows.len();
+        let last_read = rows.last().map(|r| r.id);
+        let mut refused = Vec::new();
+        for row in rows {
+            if !refused.is_empty() {
+                refused.push(row.id);
+                continue;
+            }
+            let id = row.id;
+            match self.queue.try_send(row) {
+                Ok(()) => round.queued.push(id),
+                Err(mpsc::error::TrySendError::Full(_)) => refused.push(id),
+                Err(mpsc::error::TrySendError::Closed(_)) => refused.push(id),
+            }
+        }
+        round.saturated = refused.len();
+        let saturated_before = std::mem::replace(&mut self.saturated_before, !refused.is_empty());
+        if !refused.is_empty() {
+            shared
+                .stats
+                .saturated
+                .fetch_add(refused.len() as u64, Ordering::Relaxed);
+            // Said once when saturation starts, then per round at DEBUG: a long backlog would
+            // otherwise write a WARN line every round.
+            if saturated_before {
+                tracing::debug!(refused = refused.len(), "sweeper queue still saturated");
+            } else {
+                tracing::warn!(
+                    refused = refused.len(),
+                    capacity = self.queue.max_capacity(),
+                    "sweeper queue saturated; the rest of the page waits for a later round"
+                );
+            }
+            let mut conn = shared.pool.get().await?;
+            db::ledger::release(&mut conn, &refused).await?;
+        }
+        shared
+            .stats
+            .queued
+            .fetch_add(round.queued.len() as u64, Ordering::SeqCst);
+        self.cursor
+            .advance(round.read, last_read, round.queued.last().copied());
+        Ok(round)
+    }
+
+    /// Expires presigned contracts past their deadline and deletes their objects.
+    pub async fn expire(&self) -> Result<usize, db::DbError> {
+        self.shared.expire().await
+    }
+
+    /// Rounds until `shutdown`, then waits for the workers.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let interval = self.shared.settings.interval;
+        while !shutdown.is_cancelled() {
+            let pause = match self.round().await {
+                // A full page all queued: more may be waiting right behind it.
+                Ok(r) if r.read == self.cursor.page() as usize && r.saturated == 0 => {
+                    Duration::ZERO
+                }
+                Ok(_) => interval,
+                Err(error) => {
+                    tracing::warn!(error = %crate::telemetry::error_chain(&error), "sweeper round failed");
+                    interval
+                }
+            };
+            if let Err(error) = self.expire().await {
+                tracing::warn!(error = %crate::telemetry::error_chain(&error), "expiring presigned uploads failed");
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+        self.stop().await;
+    }
+
+    /// Closes the queue and waits for the workers to finish what they hold.
+    pub async fn stop(self) {
+        drop(self.queue);
+        let mut workers = self.workers;
+        while workers.join_next().await.is_some() {}
+    }
+}
+
+/// How one row ended, for the counters and the log.
+#[derive(Debug)]
+enum Outcome {
+    Confirmed,
+    AlreadyClosed,
+    Rejected,
+    Failed,
+    HeldByBreaker,
+    Stopped,
+}
+
+impl<S: SweepStore> Shared<S> {
+    /// An upload worker: rows off the queue until it closes; after `shutdown`, rows still
+    /// queued are released instead of PUT.
+    async fn work(
+        &self,
+        rx: Arc<tokio::sync::Mutex<mpsc::Receiver<ClaimedUpload>>>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            let row = {
+                let mut rx = rx.lock().await;
+                tokio::select! {
+                    row = rx.recv() => row,
+                    () = shutdown.cancelled() => rx.try_recv().ok(),
+                }
+            };
+            let Some(row) = row else { return };
+            if shutdown.is_cancelled() {
+                self.release(row.id).await;
+            } else {
+                let outcome = self.upload(&row, &shutdown).await;
+                tracing::debug!(upload_id = %row.id, ?outcome, "sweeper row done");
+            }
+            self.stats.done.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn breaker_is_shut(&self) -> bool {
+        let breaker = self.breaker.lock().expect("breaker lock");
+        // Open and still cooling down: a probe would be refused too.
+        let mut probe = breaker.clone();
+        matches!(probe.admit(Instant::now()), Admission::Refused)
+    }
+
+    fn note(&self, transition: Option<Transition>) {
+        if let Some(t) = transition {
+            self.stats
+                .breaker_transitions
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                from = t.from.as_str(),
+                to = t.to.as_str(),
+                "sweeper circuit breaker changed state"
+            );
+        }
+    }
+
+    /// One row, from the file boundary to the confirm.
+    #[tracing::instrument(skip_all, fields(upload_id = %row.id))]
+    async fn upload(&self, row: &ClaimedUpload, cancel: &CancellationToken) -> Outcome {
+        let file = match self.root.check(row.spool_path.as_deref()) {
+            SpoolCheck::File { path, size } => {
+                if i64::try_from(size).ok() != Some(row.declared_size) {
+                    return self.reject(row, RejectReason::SpoolSizeMismatch).await;
+                }
+                path
+            }
+            SpoolCheck::Refused(reason) => return self.reject(row, reason).await,
+            SpoolCheck::Unreadable(error) => {
+                return self
+                    .fail(row, &format!("spool file unreadable: {error}"))
+                    .await;
+            }
+        };
+        let admission = self
+            .breaker
+            .lock()
+            .expect("breaker lock")
+            .admit(Instant::now());
+        match admission {
+            Admission::Allowed => {}
+            Admission::Probe(t) => self.note(Some(t)),
+            Admission::Refused => {
+                self.stats.held_by_breaker.fetch_add(1, Ordering::Relaxed);
+                self.release(row.id).await;
+                return Outcome::HeldByBreaker;
+            }
+        }
+        // The PUT may have landed before a crash (or its answer was lost): the same key
+        // with the right size needs no second PUT. Never a second key.
+        let put = match self.store.head(&row.object_key).await {
+            Ok(Some(head)) if head.size == row.declared_size => {
+                self.stats.found_by_head.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            Ok(_) => {
+                self.stats.puts.fetch_add(1, Ordering::Relaxed);
+                match self
+                    .store
+                    .put_file(&row.object_key, &file, &row.content_type, cancel)
+                    .await
+                {
+                    Ok(_) => true,
+                    // Stopped by a shutdown, not failed by S3: the row is given back as it
+                    // was (no try counted, the breaker untouched).
+                    Err(_) if cancel.is_cancelled() => {
+                        self.release(row.id).await;
+                        return Outcome::Stopped;
+                    }
+                    Err(error) => return self.storage_failed(row, &error).await,
+                }
+            }
+            Err(error) => return self.storage_failed(row, &error).await,
+        };
+        let transition = self.breaker.lock().expect("breaker lock").on_success();
+        self.note(transition);
+        self.confirm(row, &file, put).await
+    }
+
+    /// The confirm's one transaction (upload CAS, video, job, `video.accepted`).
+    async fn confirm(&self, row: &ClaimedUpload, file: &Path, put: bool) -> Outcome {
+        let owner = UserId(row.owner_id);
+        let upload = UploadId(row.id);
+        let key = row.object_key.clone();
+        let accepted = async {
+            let mut conn = self.pool.get().await.map_err(db::DbError::from)?;
+            conn.transaction::<_, AppError, _>(async |conn| {
+                crate::app::uploads::accept(conn, owner, upload, &key).await
+            })
+            .await
+        }
+        .await;
+        match accepted {
+            Ok(accepted) => {
+                if accepted.is_some() {
+                    self.stats.confirmed.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(put, "upload through vidq landed in S3 and confirmed");
+                }
+                // The bytes are in S3 and the contract is closed: the spool copy is done.
+                if let Err(error) = tokio::fs::remove_file(file).await {
+                    tracing::warn!(%error, "could not remove the spool file");
+                }
+                if accepted.is_some() {
+                    Outcome::Confirmed
+                } else {
+                    Outcome::AlreadyClosed
+                }
+            }
+            Err(AppError::UploadClosed { state }) => {
+                tracing::info!(%state, "upload closed before the sweeper confirmed it");
+                Outcome::AlreadyClosed
+            }
+            Err(error) => {
+                self.fail(
+                    row,
+                    &format!("confirm failed: {}", crate::telemetry::error_chain(&error)),
+                )
+                .await
+            }
+        }
+    }
+
+    async fn storage_failed(&self, row: &ClaimedUpload, error: &StorageError) -> Outcome {
+        let transition = self
+            .breaker
+            .lock()
+            .expect("breaker lock")
+            .on_failure(Instant::now());
+        self.note(transition);
+        self.fail(row, &crate::telemetry::error_chain(error)).await
+    }
+
+    /// Stores the failure and the row's next try on the row.
+    async fn fail(&self, row: &ClaimedUpload, error: &str) -> Outcome {
+        self.stats.failed.fetch_add(1, Ordering::Relaxed);
+        let failures = u32::try_from(row.tries).unwrap_or(0).saturating_add(1);
+        let delay = self.settings.backoff.delay(failures, rand::random::<f64>());
+        tracing::info!(
+            failures,
+            delay_ms = delay.as_millis() as u64,
+            error,
+            "upload try failed; backing off"
+        );
+        let stored = async {
+            let mut conn = self.pool.get().await?;
+            db::ledger::record_failure(&mut conn, row.id, delay.as_secs_f64(), error)
+                .await
+                .map_err(db::DbError::from)
+        }
+        .await;
+        if let Err(error) = stored {
+            // The claim lapses on its own; the row is tried again then.
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not record the failed try");
+        }
+        Outcome::Failed
+    }
+
+    async fn reject(&self, row: &ClaimedUpload, reason: RejectReason) -> Outcome {
+        self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(reason = reason.as_str(), spool_path = ?row.spool_path, "upload rejected at the file boundary");
+        let stored = async {
+            let mut conn = self.pool.get().await?;
+            db::ledger::reject(&mut conn, row.id, reason)
+                .await
+                .map_err(db::DbError::from)
+        }
+        .await;
+        if let Err(error) = stored {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not record the rejection");
+        }
+        Outcome::Rejected
+    }
+
+    async fn release(&self, id: Uuid) {
+        let released = async {
+            let mut conn = self.pool.get().await?;
+            db::ledger::release(&mut conn, &[id])
+                .await
+                .map_err(db::DbError::from)
+        }
+        .await;
+        if let Err(error) = released {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not release a claim");
+        }
+    }
+
+    async fn expire(&self) -> Result<usize, db::DbError> {
+        let expired = {
+            let mut conn = self.pool.get().await?;
+            db::ledger::expire_presigned(&mut conn, EXPIRE_BATCH).await?
+        };
+        for row in &expired {
+            // The contract is closed first, so no confirm can turn this object into a video
+            // once it is gone. A failed delete leaves an orphan for `vidq reconcile`.
+            if let Err(error) = self.store.delete(&row.object_key).await {
+                tracing::warn!(upload_id = %row.id, error = %crate::telemetry::error_chain(&error), "could not delete an expired upload's object");
+            }
+        }
+        if !expired.is_empty() {
+            self.stats
+                .expired
+                .fetch_add(expired.len() as u64, Ordering::Relaxed);
+            tracing::info!(
+                count = expired.len(),
+                "expired presigned uploads never confirmed"
+            );
+        }
+        Ok(expired.len())
+    }
+}
