@@ -65,6 +65,17 @@ pub struct ObjectHead {
     pub size: i64,
 }
 
+/// One object of a listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedObject {
+    /// Its key.
+    pub key: String,
+    /// Size in bytes.
+    pub size: i64,
+    /// When it was last written, by the storage's clock.
+    pub last_modified: chrono::DateTime<chrono::Utc>,
+}
+
 /// A presigned PUT: the URL and the headers the client must send with it.
 #[derive(Clone, Debug)]
 pub struct PresignedPut {
@@ -491,6 +502,37 @@ impl Storage {
             );
         }
         Ok(keys)
+    }
+
+    /// Every object under a prefix with its size and last-modified time (`vidq reconcile`
+    /// compares these with the ledger).
+    pub async fn list_with_sizes(&self, prefix: &str) -> Result<Vec<ListedObject>, StorageError> {
+        let mut objects = Vec::new();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| StorageError::new("ListObjectsV2", prefix, e))?;
+            for object in page.contents() {
+                let Some(key) = object.key() else { continue };
+                // An object without a time counts as just written: never old enough to be
+                // called an orphan.
+                let last_modified = object
+                    .last_modified()
+                    .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos()))
+                    .unwrap_or_else(chrono::Utc::now);
+                objects.push(ListedObject {
+                    key: key.to_owned(),
+                    size: object.size().unwrap_or_default(),
+                    last_modified,
+                });
+            }
+        }
+        Ok(objects)
     }
 
     /// Deletes every object under a prefix, 1,000 keys a request; returns how many.
