@@ -620,6 +620,31 @@ pub struct SweeperConfig {
     pub storage: StorageConfig,
 }
 
+/// Settings of `vidq reconcile`.
+#[derive(Debug, Clone, Args)]
+#[allow(missing_docs)] // flattened groups are documented on their own types
+pub struct ReconcileConfig {
+    #[command(flatten)]
+    pub database: DatabaseUrl,
+    #[command(flatten)]
+    pub storage: StorageConfig,
+    /// Objects no row owns are called orphans only once they are this old (seconds, by
+    /// their last-modified time): younger ones may be uploads or encodes in flight.
+    #[arg(long = "grace-secs", env = "VIDQ_RECONCILE_GRACE_SECS", value_name = "SECS",
+          default_value_t = 3600, value_parser = clap::value_parser!(u64).range(0..=31_536_000))]
+    pub grace_secs: u64,
+    /// Where this node's spool files are (`--fix` re-drives uploads through vidq whose
+    /// spool file is still there). Default: `./spool`.
+    #[arg(long = "spool-dir", env = "VIDQ_SPOOL_DIR", value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
+    /// Delete the orphans and re-drive the rows that can be re-driven.
+    #[arg(long)]
+    pub fix: bool,
+    /// Print the report as one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Settings of `vidq dev`.
 #[derive(Debug, Clone, Args)]
 // Flattened groups are documented on their own types.

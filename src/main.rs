@@ -40,6 +40,11 @@ enum Command {
     /// Inspect the encoding queue, retry or cancel a job.
     #[command(subcommand)]
     Jobs(vidq::admin::jobs::JobsCommand),
+    /// Compare the ledger (uploads, artifacts) with a listing of the bucket: rows whose object
+    /// is missing or of another size, objects no live row owns (past --grace-secs). Exit 0
+    /// when they agree, 1 on any difference, 2 when it cannot run. --fix deletes the orphans
+    /// and re-drives uploads through vidq whose spool file is still there.
+    Reconcile(vidq::admin::reconcile::ReconcileConfig),
     /// Benchmarks to run on your own machine and database.
     #[command(subcommand)]
     Bench(vidq::bench::BenchCommand),
@@ -70,6 +75,18 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    if let Command::Reconcile(config) = cli.command {
+        // Its own statuses: 1 means "they differ", so a failure to compare is 2 (as clap's
+        // usage errors are).
+        return match runtime.block_on(vidq::admin::reconcile::run(config)) {
+            Ok(true) => std::process::ExitCode::SUCCESS,
+            Ok(false) => std::process::ExitCode::from(1),
+            Err(err) => {
+                eprintln!("error: {err:#}");
+                std::process::ExitCode::from(2)
+            }
+        };
+    }
     match runtime.block_on(run(cli.command)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
@@ -95,6 +112,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Migrate(args) => vidq::roles::api::migrate(&args.database).await,
         Command::User(command) => vidq::admin::user(command).await,
         Command::Jobs(command) => vidq::admin::jobs::run(command).await,
+        Command::Reconcile(_) => unreachable!("reconcile is run by main for its exit status"),
         Command::Bench(command) => vidq::bench::run(command).await,
         Command::Probe(args) => vidq::admin::media::probe(args).await,
         Command::Encode(args) => vidq::admin::media::encode(args).await,

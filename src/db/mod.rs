@@ -21,6 +21,8 @@
 //!    reject, release, expire presigned contracts `FOR UPDATE SKIP LOCKED`) are single
 //!    statements that lock `uploads` rows only, in id order, and hold no lock across a PUT
 //!    (the claim is a lease column, `claimed_until`, committed before the transfer).
+//!    `vidq reconcile` reads without locks (one read-only snapshot) and its `--fix` re-queue
+//!    is one such single statement; it deletes objects outside any transaction.
 //! 3. `videos`: `FOR UPDATE` or an UPDATE (finalize, reaper, operator, video deletion, a user
 //!    deletion's page); `FOR KEY SHARE` by an attempt registering its outputs.
 //! 4. `video_encoding_jobs`, then that job's `job_attempts` (the claim and every fenced job
@@ -67,6 +69,7 @@ pub mod outbox;
 pub mod pool;
 pub mod prepared;
 pub mod provision;
+pub mod reconcile;
 /// The tables as `diesel print-schema` generates them from `migrations/`.
 #[allow(missing_docs)]
 pub mod schema;

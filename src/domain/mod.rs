@@ -59,6 +59,7 @@ pub mod job;
 pub mod keys;
 pub mod media;
 pub mod playback_token;
+pub mod reconcile;
 pub mod retry;
 pub mod signature;
 pub mod sink;

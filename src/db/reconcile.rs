@@ -1,0 +1,142 @@
+//! What `vidq reconcile` reads of the ledger (plain reads in one read-only snapshot, no row
+//! locks, so it never waits on or blocks the lock order in `db/mod.rs`) and its one write:
+//! giving an `uploaded` upload through vidq back to the sweeper (a single-statement CAS on
+//! `uploads`, lock order step 2).
+
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Int4, Nullable, Text};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use crate::domain::artifact::ArtifactState;
+use crate::domain::upload::{UploadState, UploadVia};
+
+/// An upload contract that owns its key (every state but `rejected` and `expired`).
+#[derive(Debug, Clone, QueryableByName)]
+pub struct UploadKey {
+    /// The contract.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub id: Uuid,
+    /// The contracted key.
+    #[diesel(sql_type = Text)]
+    pub object_key: String,
+    /// Size the object must have.
+    #[diesel(sql_type = BigInt)]
+    pub declared_size: i64,
+    /// Its state (spelled as [`UploadState`]).
+    #[diesel(sql_type = Text)]
+    pub state: String,
+    /// How its bytes reach S3 (spelled as [`UploadVia`]).
+    #[diesel(sql_type = Text)]
+    pub via: String,
+    /// Spool file, relative to the root (uploads through vidq).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub spool_path: Option<String>,
+    /// Content type of the PUT.
+    #[diesel(sql_type = Text)]
+    pub content_type: String,
+}
+
+/// An artifact S3 is said to hold.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct ArtifactKey {
+    /// Owning video.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub video_id: Uuid,
+    /// The key.
+    #[diesel(sql_type = Text)]
+    pub object_key: String,
+    /// Registered size.
+    #[diesel(sql_type = BigInt)]
+    pub size_bytes: i64,
+}
+
+/// A video, its live attempt and its job's current attempt.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct VideoAttempts {
+    /// The video.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub id: Uuid,
+    /// Its status (spelled as `VideoStatus`).
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    /// Run of the attempt that made it READY.
+    #[diesel(sql_type = Nullable<Int4>)]
+    pub live_run: Option<i32>,
+    /// That attempt.
+    #[diesel(sql_type = Nullable<Int4>)]
+    pub live_attempt: Option<i32>,
+    /// The job's current run.
+    #[diesel(sql_type = Nullable<Int4>)]
+    pub job_run: Option<i32>,
+    /// The job's current attempt within that run (0 before the first claim).
+    #[diesel(sql_type = Nullable<Int4>)]
+    pub job_attempt: Option<i32>,
+}
+
+/// Everything the ledger says S3 should hold, read from one snapshot.
+#[derive(Debug, Default)]
+pub struct LedgerSnapshot {
+    /// Contracts that own their key.
+    pub uploads: Vec<UploadKey>,
+    /// Artifacts in state `uploaded`.
+    pub artifacts: Vec<ArtifactKey>,
+    /// Every video.
+    pub videos: Vec<VideoAttempts>,
+}
+
+/// Reads the snapshot in one `REPEATABLE READ, READ ONLY` transaction: the three reads see
+/// one moment, and take no row lock.
+pub async fn snapshot(conn: &mut AsyncPgConnection) -> diesel::QueryResult<LedgerSnapshot> {
+    conn.build_transaction()
+        .repeatable_read()
+        .read_only()
+        .run::<_, diesel::result::Error, _>(async |conn| {
+            let uploads = diesel::sql_query(format!(
+                "SELECT id, object_key, declared_size, state, via, spool_path, content_type
+                       FROM uploads WHERE state NOT IN ('{rejected}', '{expired}') ORDER BY id",
+                rejected = UploadState::Rejected.as_str(),
+                expired = UploadState::Expired.as_str(),
+            ))
+            .load(conn)
+            .await?;
+            let artifacts = diesel::sql_query(format!(
+                "SELECT video_id, object_key, size_bytes FROM video_artifacts
+                      WHERE state = '{}' ORDER BY id",
+                ArtifactState::Uploaded.as_str()
+            ))
+            .load(conn)
+            .await?;
+            let videos = diesel::sql_query(
+                "SELECT v.id, v.status, v.live_run, v.live_attempt,
+                            j.run AS job_run, j.attempt_count AS job_attempt
+                       FROM videos v LEFT JOIN video_encoding_jobs j ON j.video_id = v.id
+                      ORDER BY v.id",
+            )
+            .load(conn)
+            .await?;
+            Ok(LedgerSnapshot {
+                uploads,
+                artifacts,
+                videos,
+            })
+        })
+        .await
+}
+
+/// CAS `uploaded -> pending` for an upload through vidq whose object is missing: the sweeper
+/// PUTs it again from the spool at its next round (`next_try_at` cleared, claim dropped).
+/// 0 when the row moved on meanwhile.
+pub async fn requeue_upload(conn: &mut AsyncPgConnection, id: Uuid) -> diesel::QueryResult<usize> {
+    diesel::sql_query(format!(
+        "UPDATE uploads SET state = '{pending}', next_try_at = NULL, claimed_until = NULL,
+                updated_at = statement_timestamp()
+          WHERE id = $1 AND state = '{uploaded}' AND via = '{vidq}'",
+        pending = UploadState::Pending.as_str(),
+        uploaded = UploadState::Uploaded.as_str(),
+        vidq = UploadVia::Vidq.as_str(),
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(id)
+    .execute(conn)
+    .await
+}

@@ -1,0 +1,360 @@
+//! `vidq reconcile`'s judgement, pure: given what the ledger says (uploads, artifacts,
+//! videos and their attempts) and a listing of the bucket, which rows lack their object or
+//! have one of another size, and which objects no live row owns (DESIGN, "Upload recovery":
+//! recovery is judged on the object at the contracted key with the right size, not on an
+//! empty queue).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::upload::UploadState;
+use super::video::VideoStatus;
+
+/// An upload contract that owns its key.
+#[derive(Debug, Clone)]
+pub struct UploadRecord {
+    /// The contract.
+    pub id: Uuid,
+    /// Its key.
+    pub key: String,
+    /// Declared size.
+    pub size: i64,
+    /// Its state: `uploaded` and `confirmed` claim the object is there; the others only
+    /// reserve the key.
+    pub state: UploadState,
+}
+
+/// An artifact the ledger says is `uploaded`.
+#[derive(Debug, Clone)]
+pub struct ArtifactRecord {
+    /// Owning video.
+    pub video: Uuid,
+    /// Its key.
+    pub key: String,
+    /// Registered size.
+    pub size: i64,
+}
+
+/// A video with the attempts that may own keys under its prefix.
+#[derive(Debug, Clone)]
+pub struct VideoRecord {
+    /// The video.
+    pub id: Uuid,
+    /// Its status.
+    pub status: VideoStatus,
+    /// `(run, attempt)` that made it READY.
+    pub live: Option<(i32, i32)>,
+    /// Its job's current `(run, attempt)`.
+    pub current: Option<(i32, i32)>,
+}
+
+/// One object of the listing.
+#[derive(Debug, Clone)]
+pub struct BucketObject {
+    /// Key.
+    pub key: String,
+    /// Size.
+    pub size: i64,
+    /// Last written.
+    pub last_modified: DateTime<Utc>,
+}
+
+/// What kind of difference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// A row says its object is in S3; it is not.
+    Missing,
+    /// The object is there with another size than the row's.
+    SizeMismatch,
+    /// An object no live row owns, older than the grace period.
+    Orphan,
+}
+
+impl Kind {
+    /// Every kind, in report order.
+    pub const ALL: [Kind; 3] = [Kind::Missing, Kind::SizeMismatch, Kind::Orphan];
+
+    /// How the report spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Missing => "missing",
+            Kind::SizeMismatch => "size_mismatch",
+            Kind::Orphan => "orphan",
+        }
+    }
+}
+
+/// Which row a difference is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// An upload contract.
+    Upload(Uuid),
+    /// An artifact of this video.
+    Artifact(Uuid),
+    /// No row: an orphan.
+    Nobody,
+}
+
+/// One difference between the ledger and the bucket.
+#[derive(Debug, Clone)]
+pub struct Difference {
+    /// Its kind.
+    pub kind: Kind,
+    /// The key.
+    pub key: String,
+    /// Why, in words.
+    pub reason: String,
+    /// The row concerned.
+    pub owner: Owner,
+}
+
+/// The comparison.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Every difference, missing and mismatched rows first, then orphans, by key.
+    pub differences: Vec<Difference>,
+    /// Objects no row owns but younger than the grace period (uploads or encodes that may
+    /// be in flight): not differences.
+    pub young: usize,
+    /// Objects listed.
+    pub objects: usize,
+    /// Rows that claim an object (uploads `uploaded|confirmed`, `uploaded` artifacts).
+    pub rows: usize,
+}
+
+impl Report {
+    /// How many differences of this kind.
+    pub fn count(&self, kind: Kind) -> usize {
+        self.differences.iter().filter(|d| d.kind == kind).count()
+    }
+}
+
+/// Compares the ledger with the listing. Objects outside `originals/` and `videos/` are not
+/// vidq's and are left alone.
+pub fn compare(
+    uploads: &[UploadRecord],
+    artifacts: &[ArtifactRecord],
+    videos: &[VideoRecord],
+    objects: &[BucketObject],
+    now: DateTime<Utc>,
+    grace_secs: u64,
+) -> Report {
+    let listed: HashMap<&str, &BucketObject> =
+        objects.iter().map(|o| (o.key.as_str(), o)).collect();
+    let mut report = Report {
+        objects: objects.len(),
+        ..Report::default()
+    };
+    let mut check = |key: &str, size: i64, owner: Owner, what: String| {
+        report.rows += 1;
+        match listed.get(key) {
+            None => report.differences.push(Difference {
+                kind: Kind::Missing,
+                key: key.to_owned(),
+                reason: format!("{what} has no object; expected {size} bytes"),
+                owner,
+            }),
+            Some(object) if object.size != size => report.differences.push(Difference {
+                kind: Kind::SizeMismatch,
+                key: key.to_owned(),
+                reason: format!("object has {} bytes, {what} declares {size}", object.size),
+                owner,
+            }),
+            Some(_) => {}
+        }
+    };
+    for upload in uploads {
+        if matches!(upload.state, UploadState::Uploaded | UploadState::Confirmed) {
+            check(
+                &upload.key,
+                upload.size,
+                Owner::Upload(upload.id),
+                format!("upload {} ({})", upload.id, upload.state.as_str()),
+            );
+        }
+    }
+    for artifact in artifacts {
+        check(
+            &artifact.key,
+            artifact.size,
+            Owner::Artifact(artifact.video),
+            format!("artifact of video {} (uploaded)", artifact.video),
+        );
+    }
+
+    let contracted: std::collections::HashSet<&str> =
+        uploads.iter().map(|u| u.key.as_str()).collect();
+    let videos: HashMap<Uuid, &VideoRecord> = videos.iter().map(|v| (v.id, v)).collect();
+    let grace = chrono::Duration::seconds(i64::try_from(grace_secs).unwrap_or(i64::MAX));
+    let mut orphans = Vec::new();
+    for object in objects {
+        let reason = if object.key.starts_with("originals/") {
+            (!contracted.contains(object.key.as_str())).then(|| "no live upload owns it".to_owned())
+        } else if let Some(rest) = object.key.strip_prefix("videos/") {
+            video_orphan(rest, &videos)
+        } else {
+            None
+        };
+        let Some(reason) = reason else { continue };
+        // `checked_sub` fails only for absurd graces: then nothing is old enough.
+        let old = now
+            .checked_sub_signed(grace)
+            .is_some_and(|limit| object.last_modified <= limit);
+        if old {
+            orphans.push(Difference {
+                kind: Kind::Orphan,
+                key: object.key.clone(),
+                reason,
+                owner: Owner::Nobody,
+            });
+        } else {
+            report.young += 1;
+        }
+    }
+    report
+        .differences
+        .sort_by(|a, b| (a.kind, &a.key).cmp(&(b.kind, &b.key)));
+    orphans.sort_by(|a, b| a.key.cmp(&b.key));
+    report.differences.extend(orphans);
+    report
+}
+
+/// Why a key under `videos/` (without that prefix) is an orphan, or `None` if a live video
+/// owns it: a READY video owns its live attempt's prefix; any other video owns its job's
+/// current attempt's prefix (an encode may be writing there).
+fn video_orphan(rest: &str, videos: &HashMap<Uuid, &VideoRecord>) -> Option<String> {
+    let (id, rest) = rest.split_once('/').unwrap_or((rest, ""));
+    let Ok(id) = id.parse::<Uuid>() else {
+        return Some("not under a video's prefix".to_owned());
+    };
+    let Some(video) = videos.get(&id) else {
+        return Some(format!("video {id} does not exist"));
+    };
+    let Some(attempt) = attempt_of(rest) else {
+        return Some("not under an attempt prefix (videos/{id}/r{run}/a{attempt}/)".to_owned());
+    };
+    let (run, n) = attempt;
+    if video.status == VideoStatus::Ready {
+        return match video.live {
+            Some(live) if live == attempt => None,
+            Some((lr, la)) => Some(format!(
+                "attempt r{run}/a{n} is not the live attempt r{lr}/a{la} of a ready video"
+            )),
+            None => Some("a ready video without a live attempt".to_owned()),
+        };
+    }
+    match video.current {
+        Some(current) if current == attempt => None,
+        Some((cr, ca)) => Some(format!(
+            "attempt r{run}/a{n} is not the job's current attempt r{cr}/a{ca} ({} video)",
+            video.status.as_str()
+        )),
+        None => Some(format!("{} video without a job", video.status.as_str())),
+    }
+}
+
+/// `(run, attempt)` of `r{run}/a{attempt}/...`.
+fn attempt_of(rest: &str) -> Option<(i32, i32)> {
+    let mut parts = rest.splitn(3, '/');
+    let run = parts.next()?.strip_prefix('r')?.parse().ok()?;
+    let attempt = parts.next()?.strip_prefix('a')?.parse().ok()?;
+    parts.next()?;
+    Some((run, attempt))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(key: &str, size: i64, age_secs: i64) -> BucketObject {
+        BucketObject {
+            key: key.to_owned(),
+            size,
+            last_modified: Utc::now() - chrono::Duration::seconds(age_secs),
+        }
+    }
+
+    #[test]
+    fn rows_and_objects_are_judged_and_young_orphans_are_left_out() {
+        let ready = Uuid::now_v7();
+        let queued = Uuid::now_v7();
+        let gone = Uuid::now_v7();
+        let up = Uuid::now_v7();
+        let uploads = [
+            UploadRecord {
+                id: up,
+                key: format!("originals/{up}"),
+                size: 10,
+                state: UploadState::Confirmed,
+            },
+            UploadRecord {
+                id: Uuid::now_v7(),
+                key: "originals/p".into(),
+                size: 5,
+                state: UploadState::Pending,
+            },
+            UploadRecord {
+                id: Uuid::now_v7(),
+                key: "originals/m".into(),
+                size: 5,
+                state: UploadState::Uploaded,
+            },
+        ];
+        let artifacts = [ArtifactRecord {
+            video: ready,
+            key: format!("videos/{ready}/r1/a2/thumb.jpg"),
+            size: 7,
+        }];
+        let videos = [
+            VideoRecord {
+                id: ready,
+                status: VideoStatus::Ready,
+                live: Some((1, 2)),
+                current: Some((1, 2)),
+            },
+            VideoRecord {
+                id: queued,
+                status: VideoStatus::Processing,
+                live: None,
+                current: Some((2, 1)),
+            },
+        ];
+        let objects = [
+            object(&format!("originals/{up}"), 11, 9999),
+            object("originals/p", 5, 9999),
+            object("originals/stray", 5, 9999),
+            object("originals/young", 5, 10),
+            object(&format!("videos/{ready}/r1/a2/thumb.jpg"), 7, 9999),
+            object(&format!("videos/{ready}/r1/a1/thumb.jpg"), 7, 9999),
+            object(&format!("videos/{queued}/r2/a1/hls/init.mp4"), 7, 9999),
+            object(&format!("videos/{queued}/r1/a3/hls/init.mp4"), 7, 9999),
+            object(&format!("videos/{gone}/r1/a1/video.mp4"), 7, 9999),
+            object("elsewhere/file", 1, 9999),
+        ];
+        let report = compare(&uploads, &artifacts, &videos, &objects, Utc::now(), 3600);
+        let got: Vec<(Kind, String)> = report
+            .differences
+            .iter()
+            .map(|d| (d.kind, d.key.clone()))
+            .collect();
+        let mut orphans = vec![
+            "originals/stray".to_owned(),
+            format!("videos/{queued}/r1/a3/hls/init.mp4"),
+            format!("videos/{ready}/r1/a1/thumb.jpg"),
+            format!("videos/{gone}/r1/a1/video.mp4"),
+        ];
+        orphans.sort();
+        let mut want = vec![
+            (Kind::Missing, "originals/m".to_owned()),
+            (Kind::SizeMismatch, format!("originals/{up}")),
+        ];
+        want.extend(orphans.into_iter().map(|k| (Kind::Orphan, k)));
+        assert_eq!(got, want);
+        assert_eq!(report.young, 1);
+        assert_eq!(report.rows, 3);
+        let zero = compare(&uploads, &artifacts, &videos, &objects, Utc::now(), 0);
+        assert_eq!(zero.count(Kind::Orphan), 5);
+    }
+}
