@@ -24,6 +24,7 @@ mod playback;
 mod proxy;
 mod queue;
 mod receiver;
+mod reconcile;
 mod relay;
 mod relay_process;
 mod resend;
