@@ -162,14 +162,13 @@ async fn strays_are_orphans_only_past_the_grace_period_and_fix_deletes_them() {
     expect(&reconcile(&app, &["--grace-secs", "0"]).await, 0);
 }
 
-#[tokio::test]
-async fn fix_gives_an_upload_through_vidq_whose_object_is_missing_back_to_the_sweeper() {
-    let app = TestApp::spawn().await;
+/// An upload through vidq of 1,000 bytes whose spool file is in `spool` and whose ledger
+/// row says `state` (the object was never PUT, or was lost since); returns its id and key.
+async fn vidq_upload(app: &TestApp, spool: &std::path::Path, state: &str) -> (UploadId, String) {
     let (owner, _) = vidq::app::users::create_user(&app.pool, "alice")
         .await
         .unwrap();
-    let spool = tempfile::tempdir().unwrap();
-    std::fs::write(spool.path().join("clip"), vec![7u8; 1000]).unwrap();
+    std::fs::write(spool.join("clip"), vec![7u8; 1000]).unwrap();
     let id = UploadId::new();
     let key = keys::original(id);
     let mut conn = app.pool.get().await.unwrap();
@@ -189,15 +188,22 @@ async fn fix_gives_an_upload_through_vidq_whose_object_is_missing_back_to_the_sw
     )
     .await
     .unwrap();
-    // The ledger says `uploaded`, but the object never reached the bucket (or was lost).
-    let uploaded = app
+    let moved = app
         .count(&format!(
-            "WITH u AS (UPDATE uploads SET state = 'uploaded', next_try_at = now() + interval '1 day'
+            "WITH u AS (UPDATE uploads SET state = '{state}', next_try_at = now() + interval '1 day'
                          WHERE id = '{}' RETURNING 1) SELECT count(*) AS n FROM u",
             id.0
         ))
         .await;
-    assert_eq!(uploaded, 1);
+    assert_eq!(moved, 1);
+    (id, key)
+}
+
+#[tokio::test]
+async fn fix_gives_an_uploaded_upload_through_vidq_whose_object_is_missing_back_to_the_sweeper() {
+    let app = TestApp::spawn().await;
+    let spool = tempfile::tempdir().unwrap();
+    let (id, key) = vidq_upload(&app, spool.path(), "uploaded").await;
 
     let report = expect(&reconcile(&app, &[]).await, 1);
     assert!(line_of(&report, "missing", &key).contains("(uploaded)"));
@@ -208,6 +214,7 @@ async fn fix_gives_an_upload_through_vidq_whose_object_is_missing_back_to_the_sw
         0,
     );
     assert!(fixed.contains("fix: re-queued"), "{fixed}");
+    let mut conn = app.pool.get().await.unwrap();
     let entry = db::ledger::entry(&mut conn, id.0).await.unwrap();
     assert_eq!(entry.state, "pending");
     let due = app
@@ -217,6 +224,46 @@ async fn fix_gives_an_upload_through_vidq_whose_object_is_missing_back_to_the_sw
         ))
         .await;
     assert_eq!(due, 1, "due at once for the sweeper");
+}
+
+#[tokio::test]
+async fn fix_puts_a_confirmed_upload_through_vidq_again_from_its_spool_and_not_without_it() {
+    let app = TestApp::spawn().await;
+    let spool = tempfile::tempdir().unwrap();
+    let (id, key) = vidq_upload(&app, spool.path(), "confirmed").await;
+    let spool_dir = spool.path().to_str().unwrap();
+
+    // Without its spool file on this node, nothing can be re-driven.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let report = expect(
+        &reconcile(
+            &app,
+            &["--fix", "--spool-dir", elsewhere.path().to_str().unwrap()],
+        )
+        .await,
+        1,
+    );
+    assert!(
+        report.contains("cannot be re-driven: spool_missing"),
+        "{report}"
+    );
+
+    let fixed = expect(
+        &reconcile(&app, &["--fix", "--spool-dir", spool_dir]).await,
+        0,
+    );
+    assert!(
+        fixed.contains("fix: PUT again from the spool file"),
+        "{fixed}"
+    );
+    assert_eq!(app.storage.head(&key).await.unwrap().unwrap().size, 1000);
+    // The contract stays confirmed (its video must not be confirmed twice).
+    let mut conn = app.pool.get().await.unwrap();
+    assert_eq!(
+        db::ledger::entry(&mut conn, id.0).await.unwrap().state,
+        "confirmed"
+    );
+    expect(&reconcile(&app, &[]).await, 0);
 }
 
 #[tokio::test]
