@@ -485,23 +485,12 @@ impl Storage {
 
     /// Every key under a prefix.
     pub async fn list_prefix(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
-        let mut keys = Vec::new();
-        let mut pages = self
-            .client
-            .list_objects_v2()
-            .bucket(&self.bucket)
-            .prefix(prefix)
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| StorageError::new("ListObjectsV2", prefix, e))?;
-            keys.extend(
-                page.contents()
-                    .iter()
-                    .filter_map(|o| o.key().map(str::to_owned)),
-            );
-        }
-        Ok(keys)
+        Ok(self
+            .list_with_sizes(prefix)
+            .await?
+            .into_iter()
+            .map(|object| object.key)
+            .collect())
     }
 
     /// Every object under a prefix with its size and last-modified time (`vidq reconcile`

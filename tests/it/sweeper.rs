@@ -332,14 +332,7 @@ async fn a_presigned_contract_past_its_expiry_is_expired_its_object_deleted_and_
     // A second contract, not yet expired, is left alone.
     let live = fx.app.create_upload(&key, 64).await;
 
-    let mut conn = fx.app.pool.get().await.unwrap();
-    diesel::sql_query(format!(
-        "UPDATE uploads SET expires_at = now() - interval '1 second' WHERE id = '{id}'"
-    ))
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    drop(conn);
+    backdate_expiry(&fx.app, &id).await;
 
     let sweeper = fx.sweeper(settings());
     assert_eq!(sweeper.expire().await.unwrap(), 1);
@@ -406,13 +399,8 @@ async fn a_confirm_that_loses_to_expiry_after_its_head_answers_upload_closed() {
             .is_success()
     );
     let id: Uuid = upload["upload_id"].as_str().unwrap().parse().unwrap();
+    backdate_expiry(&fx.app, &id.to_string()).await;
     let mut conn = fx.app.pool.get().await.unwrap();
-    diesel::sql_query(format!(
-        "UPDATE uploads SET expires_at = now() - interval '1 second' WHERE id = '{id}'"
-    ))
-    .execute(&mut conn)
-    .await
-    .unwrap();
     assert_eq!(
         db::ledger::expire_presigned(&mut conn, 10)
             .await
@@ -433,4 +421,16 @@ async fn a_confirm_that_loses_to_expiry_after_its_head_answers_upload_closed() {
         "{result:?}"
     );
     assert_eq!(fx.app.count("SELECT count(*) AS n FROM videos").await, 0);
+}
+
+/// Moves a contract's expiry into the past, as if its client never came back.
+async fn backdate_expiry(app: &TestApp, id: &str) {
+    let mut conn = app.pool.get().await.unwrap();
+    let changed = diesel::sql_query(format!(
+        "UPDATE uploads SET expires_at = now() - interval '1 second' WHERE id = '{id}'"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(changed, 1);
 }
