@@ -150,15 +150,17 @@ pub async fn register_pending(
         db::ledger::insert_pending(
             &mut conn,
             &db::ledger::NewVidqUpload {
-                id: id.0,
-                owner_id: owner.0,
-                object_key: &key,
-                filename: "bench.mp4",
-                content_type: "video/mp4",
-                declared_size: i64::try_from(bytes)?,
+                contract: db::uploads::NewUploadRow {
+                    id: id.0,
+                    owner_id: owner.0,
+                    object_key: &key,
+                    filename: "bench.mp4",
+                    content_type: "video/mp4",
+                    declared_size: i64::try_from(bytes)?,
+                    expires_at: chrono::Utc::now() + chrono::Duration::days(1),
+                },
                 spool_path: &relative,
                 node_id: node,
-                expires_at: chrono::Utc::now() + chrono::Duration::days(1),
             },
         )
         .await?;

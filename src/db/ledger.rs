@@ -2,12 +2,12 @@
 //! cursor, record a failed try, reject for good, release claims, expire lapsed presigned
 //! contracts. Only `uploads` rows are locked here (lock order step 2 in `db/mod.rs`).
 
-use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
-use diesel::sql_types::{BigInt, Double, Int4, Nullable, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Double, Int4, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
+use super::uploads::NewUploadRow;
 use crate::domain::upload::{RejectReason, UploadState, UploadVia};
 
 /// A pending row claimed by this node's sweeper.
@@ -169,28 +169,16 @@ pub async fn expire_presigned(
     .await
 }
 
-/// The fields of a new upload through vidq, as tus or the single PUT will register them
-/// (today: tests and `vidq bench sweeper`).
-#[derive(Debug, Clone)]
+/// A new upload through vidq, as tus or the single PUT will register it (today: tests and
+/// `vidq bench sweeper`): a contract like any other, plus where its bytes are spooled.
+#[derive(Debug)]
 pub struct NewVidqUpload<'a> {
-    /// Primary key (UUIDv7).
-    pub id: Uuid,
-    /// The uploader.
-    pub owner_id: Uuid,
-    /// The contracted key.
-    pub object_key: &'a str,
-    /// Label.
-    pub filename: &'a str,
-    /// Checked media type.
-    pub content_type: &'a str,
-    /// Declared size.
-    pub declared_size: i64,
+    /// The contract's own fields (its `expires_at`: when an unfinished upload may be dropped).
+    pub contract: NewUploadRow<'a>,
     /// Spool file, relative to the root.
     pub spool_path: &'a str,
     /// Node holding the spool.
     pub node_id: &'a str,
-    /// When an unfinished upload may be dropped.
-    pub expires_at: DateTime<Utc>,
 }
 
 /// Registers a complete upload through vidq as a `pending` ledger row (all bytes received):
@@ -199,24 +187,19 @@ pub async fn insert_pending(
     conn: &mut AsyncPgConnection,
     new: &NewVidqUpload<'_>,
 ) -> diesel::QueryResult<usize> {
-    diesel::sql_query(format!(
-        "INSERT INTO uploads (id, owner_id, object_key, filename, content_type, declared_size,
-                              expires_at, state, via, received_bytes, spool_path, node_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, '{pending}', '{vidq}', $6, $8, $9)",
-        pending = UploadState::Pending.as_str(),
-        vidq = UploadVia::Vidq.as_str(),
-    ))
-    .bind::<diesel::sql_types::Uuid, _>(new.id)
-    .bind::<diesel::sql_types::Uuid, _>(new.owner_id)
-    .bind::<Text, _>(new.object_key)
-    .bind::<Text, _>(new.filename)
-    .bind::<Text, _>(new.content_type)
-    .bind::<BigInt, _>(new.declared_size)
-    .bind::<Timestamptz, _>(new.expires_at)
-    .bind::<Text, _>(new.spool_path)
-    .bind::<Text, _>(new.node_id)
-    .execute(conn)
-    .await
+    use super::schema::uploads::dsl;
+    use diesel::ExpressionMethods;
+    diesel::insert_into(dsl::uploads)
+        .values((
+            &new.contract,
+            dsl::state.eq(UploadState::Pending.as_str()),
+            dsl::via.eq(UploadVia::Vidq.as_str()),
+            dsl::received_bytes.eq(new.contract.declared_size),
+            dsl::spool_path.eq(new.spool_path),
+            dsl::node_id.eq(new.node_id),
+        ))
+        .execute(conn)
+        .await
 }
 
 /// What the ledger says of one row (tests, the bench, and later the status API).

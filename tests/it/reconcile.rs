@@ -175,15 +175,17 @@ async fn vidq_upload(app: &TestApp, spool: &std::path::Path, state: &str) -> (Up
     db::ledger::insert_pending(
         &mut conn,
         &db::ledger::NewVidqUpload {
-            id: id.0,
-            owner_id: owner.0,
-            object_key: &key,
-            filename: "clip.mp4",
-            content_type: "video/mp4",
-            declared_size: 1000,
+            contract: db::uploads::NewUploadRow {
+                id: id.0,
+                owner_id: owner.0,
+                object_key: &key,
+                filename: "clip.mp4",
+                content_type: "video/mp4",
+                declared_size: 1000,
+                expires_at: chrono::Utc::now() + chrono::Duration::days(1),
+            },
             spool_path: "clip",
             node_id: "node-a",
-            expires_at: chrono::Utc::now() + chrono::Duration::days(1),
         },
     )
     .await

@@ -82,15 +82,17 @@ impl Fixture {
         db::ledger::insert_pending(
             &mut conn,
             &db::ledger::NewVidqUpload {
-                id: id.0,
-                owner_id: self.owner.0,
-                object_key: &key,
-                filename: "clip.mp4",
-                content_type: "video/mp4",
-                declared_size: size,
+                contract: db::uploads::NewUploadRow {
+                    id: id.0,
+                    owner_id: self.owner.0,
+                    object_key: &key,
+                    filename: "clip.mp4",
+                    content_type: "video/mp4",
+                    declared_size: size,
+                    expires_at: chrono::Utc::now() + chrono::Duration::days(1),
+                },
                 spool_path,
                 node_id: NODE,
-                expires_at: chrono::Utc::now() + chrono::Duration::days(1),
             },
         )
         .await
