@@ -212,6 +212,17 @@ pub struct HttpConfig {
           default_value_t = HttpLimits::default().max_connections_per_ip,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections_per_ip: u32,
+
+    /// Origins a browser may call `/v1` from (CORS), comma-separated, or `*` for any. The
+    /// API authenticates by the `Authorization` header, never by cookie, so cross-origin
+    /// calls never carry credentials whatever this says. Empty: none.
+    #[arg(
+        long = "cors-allow-origins",
+        env = "VIDQ_CORS_ALLOW_ORIGINS",
+        value_name = "ORIGINS",
+        default_value = "*"
+    )]
+    pub cors_allow_origins: CorsOrigins,
 }
 
 impl HttpConfig {
@@ -220,17 +231,20 @@ impl HttpConfig {
         HttpLimits {
             body_idle: std::time::Duration::from_secs(self.body_idle_secs),
             max_connections_per_ip: self.max_connections_per_ip,
+            cors: self.cors_allow_origins.clone(),
         }
     }
 }
 
 /// What the HTTP server allows one client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpLimits {
     /// Longest a request body may send nothing.
     pub body_idle: std::time::Duration,
     /// Most open connections per client address.
     pub max_connections_per_ip: u32,
+    /// Origins browsers may call from.
+    pub cors: CorsOrigins,
 }
 
 impl Default for HttpLimits {
@@ -238,7 +252,52 @@ impl Default for HttpLimits {
         Self {
             body_idle: std::time::Duration::from_secs(15),
             max_connections_per_ip: 256,
+            cors: CorsOrigins::Any,
         }
+    }
+}
+
+/// `VIDQ_CORS_ALLOW_ORIGINS`: any origin, or a list (possibly empty) of exact origins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CorsOrigins {
+    /// `*`.
+    Any,
+    /// Exactly these `scheme://host[:port]` origins.
+    Listed(Vec<String>),
+}
+
+impl CorsOrigins {
+    /// Whether a browser page at `origin` may call.
+    pub fn allows(&self, origin: &str) -> bool {
+        match self {
+            Self::Any => true,
+            Self::Listed(origins) => origins.iter().any(|o| o == origin),
+        }
+    }
+}
+
+impl std::str::FromStr for CorsOrigins {
+    type Err = String;
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        if raw.trim() == "*" {
+            return Ok(Self::Any);
+        }
+        let mut origins = Vec::new();
+        for origin in raw.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+            let url = Url::parse(origin).map_err(|_| format!("{origin:?} is not an origin"))?;
+            let bare = matches!(url.scheme(), "http" | "https")
+                && url.path() == "/"
+                && !origin.ends_with('/')
+                && url.query().is_none()
+                && url.username().is_empty();
+            if !bare {
+                return Err(format!(
+                    "{origin:?} is not an origin: write scheme://host[:port], no path"
+                ));
+            }
+            origins.push(origin.to_owned());
+        }
+        Ok(Self::Listed(origins))
     }
 }
 
@@ -429,6 +488,14 @@ pub struct ApiConfig {
     pub webhooks: WebhookArgs,
     #[command(flatten)]
     pub playback: PlaybackArgs,
+    #[command(flatten)]
+    pub spool: SpoolArgs,
+    #[command(flatten)]
+    pub ingest: IngestArgs,
+    /// This node's name: uploads through vidq are spooled here under it, and the sweeper
+    /// run with the same name and `VIDQ_SPOOL_DIR` lands them in S3. Default: the host name.
+    #[arg(long = "node-id", env = "VIDQ_NODE_ID", value_name = "NAME")]
+    pub node_id: Option<String>,
     /// Do not apply pending migrations at start-up (run `vidq migrate` separately).
     #[arg(long = "no-migrate", env = "VIDQ_NO_MIGRATE", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
     pub no_migrate: bool,
@@ -565,11 +632,6 @@ pub struct RelayConfig {
 /// recovery"). The database row is the ledger; the queue is only a throttle.
 #[derive(Debug, Clone, Args)]
 pub struct SweeperArgs {
-    /// The allowed root of spool files (uploads through vidq land here before S3). A row
-    /// whose path leaves it (absolute, `..`, a symlink out) is rejected, never read or PUT.
-    /// Default: `./spool` (`vidq dev`: `<VIDQ_DEV_DATA_DIR>/spool`).
-    #[arg(long = "spool-dir", env = "VIDQ_SPOOL_DIR", value_name = "DIR")]
-    pub spool_dir: Option<PathBuf>,
     /// Capacity of the in-memory queue between the ledger reader and the upload workers; a
     /// full queue leaves rows for a later round (counted as saturation).
     #[arg(long = "sweeper-queue", env = "VIDQ_SWEEPER_QUEUE", value_name = "N", default_value_t = 256,
@@ -604,6 +666,43 @@ pub struct SweeperArgs {
     pub breaker_cooldown_ms: u64,
 }
 
+/// Where a node keeps the bytes of uploads through vidq until the ledger says they are in S3.
+#[derive(Debug, Clone, Args)]
+pub struct SpoolArgs {
+    /// The allowed root of spool files: uploads through vidq (tus, the single PUT) are
+    /// written here by the API and PUT to S3 from here by the sweeper of the same node. A
+    /// row whose path leaves it (absolute, `..`, a symlink out) is rejected, never read or
+    /// PUT. Default: `./spool` (`vidq dev`: `<VIDQ_DEV_DATA_DIR>/spool`).
+    #[arg(long = "spool-dir", env = "VIDQ_SPOOL_DIR", value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
+}
+
+impl SpoolArgs {
+    /// The configured root, or `default`.
+    pub fn dir_or(&self, default: impl Into<PathBuf>) -> PathBuf {
+        self.spool_dir.clone().unwrap_or_else(|| default.into())
+    }
+}
+
+/// Uploads through vidq (tus at `/v1/tus/`, `PUT /v1/uploads/{id}/content`).
+#[derive(Debug, Clone, Args)]
+pub struct IngestArgs {
+    /// How long an upload through vidq may take to arrive, in seconds, from its creation
+    /// (tus `Upload-Expires`); after that it is `expired`, its spool file removed, and its
+    /// requests answer 410.
+    #[arg(long = "resumable-ttl-secs", env = "VIDQ_RESUMABLE_TTL_SECS", value_name = "SECS",
+          default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(60..=2_592_000))]
+    pub resumable_ttl_secs: u64,
+}
+
+impl Default for IngestArgs {
+    fn default() -> Self {
+        Self {
+            resumable_ttl_secs: 86_400,
+        }
+    }
+}
+
 /// Settings of the `sweeper` role.
 #[derive(Debug, Clone, Args)]
 #[allow(missing_docs)] // flattened groups are documented on their own types
@@ -614,6 +713,8 @@ pub struct SweeperConfig {
     /// Default: the host name.
     #[arg(long = "node-id", env = "VIDQ_NODE_ID", value_name = "NAME")]
     pub node_id: Option<String>,
+    #[command(flatten)]
+    pub spool: SpoolArgs,
     #[command(flatten)]
     pub sweeper: SweeperArgs,
     #[command(flatten)]
@@ -698,6 +799,12 @@ pub struct DevConfig {
 
     #[command(flatten)]
     pub sweeper: SweeperArgs,
+
+    #[command(flatten)]
+    pub spool: SpoolArgs,
+
+    #[command(flatten)]
+    pub ingest: IngestArgs,
 }
 
 fn parse_bucket(name: &str) -> Result<String, String> {

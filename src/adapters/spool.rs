@@ -2,11 +2,29 @@
 //! `VIDQ_SPOOL_DIR`, or refuses it before anything is read. A path that is absolute, holds
 //! `..`, or resolves (through a symlink anywhere along it) outside the root is refused as
 //! `outside_spool_root`; a path that resolves to nothing is `spool_missing`.
+//!
+//! Bytes a client sends through vidq are written here too ([`SpoolRoot::create`],
+//! [`SpoolRoot::append`]): streamed to the file from a blocking thread through a small
+//! bounded channel (constant memory whatever the upload's size), hashed on the way when the
+//! client gave a checksum, and fsynced before the caller records the new length in the
+//! ledger, so the ledger never counts a byte the disk could still lose.
 
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
+use sha1::Digest;
+use tokio::sync::mpsc;
+
 use crate::domain::sweep::relative_spool_path;
+use crate::domain::tus::{Checksum, ChecksumAlgorithm};
 use crate::domain::upload::RejectReason;
+
+/// Chunks in flight between the request and the writer thread: with a 1 MiB write buffer
+/// behind them, an upload holds a few MiB at most, whatever its size.
+const CHANNEL_CHUNKS: usize = 16;
+/// Writes are gathered into this much before they reach the file.
+const WRITE_BUFFER: usize = 1 << 20;
 
 /// The allowed root, resolved once (symlinks in the root itself are the operator's choice).
 #[derive(Clone, Debug)]
@@ -100,6 +118,198 @@ impl SpoolRoot {
             }
             Err(err) => SpoolCheck::Unreadable(err),
         }
+    }
+}
+
+/// How an append ended, as the caller saw its request body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppendEnd {
+    /// The body arrived whole: keep it if the checksum (if any) matches.
+    Complete,
+    /// The body stopped early (the connection dropped, another request took the upload
+    /// over): keep what arrived, unless a checksum was promised for the whole chunk.
+    Interrupted,
+    /// Throw this chunk away (it ran past the upload's length).
+    Discard,
+}
+
+/// What an append left on disk (fsynced).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    /// Bytes kept after the starting offset.
+    pub kept: u64,
+    /// The chunk was whole but its digest was not the client's: nothing was kept.
+    pub checksum_mismatch: bool,
+}
+
+/// Why an append could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    /// The file is gone or shorter than the ledger's offset: its bytes were lost.
+    #[error("the spool file is missing or shorter than the {offset} bytes the ledger holds")]
+    Lost {
+        /// The ledger's offset.
+        offset: u64,
+    },
+    /// The path is not a file under the root.
+    #[error("the spool path is refused: {0}")]
+    Refused(RejectReason),
+    /// The disk failed.
+    #[error("writing the spool file failed")]
+    Io(#[from] std::io::Error),
+}
+
+enum Message {
+    Data(Bytes),
+    End(AppendEnd),
+}
+
+/// A running append: feed it the body's chunks, then [`SpoolAppend::finish`].
+pub struct SpoolAppend {
+    tx: mpsc::Sender<Message>,
+    writer: tokio::task::JoinHandle<Result<Appended, AppendError>>,
+}
+
+impl SpoolAppend {
+    /// Hands one chunk to the writer (waits while the channel is full: backpressure on the
+    /// client). An error means the writer stopped; [`SpoolAppend::finish`] says why.
+    pub async fn write(&mut self, data: Bytes) -> Result<(), ()> {
+        self.tx.send(Message::Data(data)).await.map_err(|_| ())
+    }
+
+    /// Ends the append and waits until what is kept is on disk.
+    pub async fn finish(self, end: AppendEnd) -> Result<Appended, AppendError> {
+        // A writer that already stopped has its own answer.
+        let _ = self.tx.send(Message::End(end)).await;
+        drop(self.tx);
+        self.writer
+            .await
+            .map_err(|e| AppendError::Io(std::io::Error::other(e)))?
+    }
+}
+
+enum Hasher {
+    Sha1(sha1::Sha1),
+    Sha256(sha2::Sha256),
+}
+
+impl Hasher {
+    fn new(algorithm: ChecksumAlgorithm) -> Self {
+        match algorithm {
+            ChecksumAlgorithm::Sha1 => Self::Sha1(sha1::Sha1::new()),
+            ChecksumAlgorithm::Sha256 => Self::Sha256(sha2::Sha256::new()),
+        }
+    }
+    fn update(&mut self, data: &[u8]) {
+        match self {
+            Self::Sha1(h) => h.update(data),
+            Self::Sha256(h) => h.update(data),
+        }
+    }
+    fn finish(self) -> Vec<u8> {
+        match self {
+            Self::Sha1(h) => h.finalize().to_vec(),
+            Self::Sha256(h) => h.finalize().to_vec(),
+        }
+    }
+}
+
+impl SpoolRoot {
+    /// The path a relative spool path names, checked lexically (it must stay under the
+    /// root) without touching the disk.
+    fn join(&self, relative: &str) -> Result<PathBuf, AppendError> {
+        let relative = relative_spool_path(relative).map_err(AppendError::Refused)?;
+        Ok(self.root.join(relative))
+    }
+
+    /// Creates an empty spool file (and its directory), both fsynced, so the ledger row that
+    /// names it never points at a file a crash could undo. An existing file is emptied.
+    pub async fn create(&self, relative: &str) -> Result<(), AppendError> {
+        let path = self.join(relative)?;
+        tokio::task::spawn_blocking(move || -> Result<(), AppendError> {
+            let dir = path.parent().expect("a spool path has a directory");
+            std::fs::create_dir_all(dir)?;
+            std::fs::File::create(&path)?.sync_all()?;
+            std::fs::File::open(dir)?.sync_all()?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| AppendError::Io(std::io::Error::other(e)))?
+    }
+
+    /// Removes a spool file (gone already is fine).
+    pub async fn remove(&self, relative: &str) -> Result<(), AppendError> {
+        let path = self.join(relative)?;
+        match tokio::fs::remove_file(path).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Starts appending at `offset` (the ledger's count of bytes kept): whatever lies past it
+    /// (the tail of a write a crash interrupted before the ledger counted it) is cut first.
+    /// `expected` is the client's digest of exactly this chunk.
+    pub fn append(
+        &self,
+        relative: &str,
+        offset: u64,
+        expected: Option<Checksum>,
+    ) -> Result<SpoolAppend, AppendError> {
+        let path = self.join(relative)?;
+        let (tx, mut rx) = mpsc::channel::<Message>(CHANNEL_CHUNKS);
+        let writer = tokio::task::spawn_blocking(move || -> Result<Appended, AppendError> {
+            let file = match std::fs::OpenOptions::new().write(true).open(&path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(AppendError::Lost { offset });
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if file.metadata()?.len() < offset {
+                return Err(AppendError::Lost { offset });
+            }
+            file.set_len(offset)?;
+            let mut out = std::io::BufWriter::with_capacity(WRITE_BUFFER, file);
+            out.seek(SeekFrom::Start(offset))?;
+            let mut hasher = expected.as_ref().map(|c| Hasher::new(c.algorithm));
+            let mut written = 0u64;
+            let end = loop {
+                match rx.blocking_recv() {
+                    Some(Message::Data(data)) => {
+                        out.write_all(&data)?;
+                        if let Some(h) = hasher.as_mut() {
+                            h.update(&data);
+                        }
+                        written += data.len() as u64;
+                    }
+                    Some(Message::End(end)) => break end,
+                    // The request went away without a word: what arrived may be kept.
+                    None => break AppendEnd::Interrupted,
+                }
+            };
+            let file = out.into_inner().map_err(|e| e.into_error())?;
+            let had_checksum = expected.is_some();
+            let checksum_mismatch = end == AppendEnd::Complete
+                && expected
+                    .zip(hasher)
+                    .is_some_and(|(want, h)| h.finish() != want.digest);
+            // A chunk whose checksum could not be checked (cut short) or did not match is
+            // not kept; neither is a discarded one.
+            let keep = match end {
+                AppendEnd::Complete => !checksum_mismatch,
+                AppendEnd::Interrupted => !had_checksum,
+                AppendEnd::Discard => false,
+            };
+            if !keep {
+                file.set_len(offset)?;
+            }
+            file.sync_data()?;
+            Ok(Appended {
+                kept: if keep { written } else { 0 },
+                checksum_mismatch,
+            })
+        });
+        Ok(SpoolAppend { tx, writer })
     }
 }
 

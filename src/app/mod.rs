@@ -4,8 +4,10 @@
 
 pub mod auth;
 pub mod events;
+pub mod ingest;
 pub mod jobs;
 pub mod playback;
+pub mod upload_locks;
 pub mod uploads;
 pub mod users;
 pub mod videos;
@@ -31,6 +33,8 @@ pub struct AppContext {
     pub events: events::EventSignal,
     /// How playback URLs are made and playback tokens checked.
     pub playback: playback::PlaybackSettings,
+    /// Where this node spools uploads through vidq (`None`: this process takes none).
+    pub ingest: Option<ingest::Ingest>,
 }
 
 /// Why a use-case did not do what was asked. `http::error` maps each kind to one status and
@@ -63,6 +67,62 @@ pub enum AppError {
         /// Its state.
         state: crate::domain::upload::UploadState,
     },
+    /// This process takes no uploads through vidq (no spool configured).
+    #[error("this server takes no uploads through vidq; use a presigned upload")]
+    IngestDisabled,
+    /// The id names a presigned upload, whose bytes go to S3, not to vidq.
+    #[error(
+        "this upload was created for a presigned PUT: send its bytes to its upload_url, or create one with \"via\": \"vidq\""
+    )]
+    NotThroughVidq,
+    /// The upload's bytes are spooled on another node.
+    #[error("this upload's bytes are on node {node:?}; send its requests to that node")]
+    WrongNode {
+        /// The node holding the spool file.
+        node: String,
+    },
+    /// Another request holds the upload and did not let go.
+    #[error("another request is sending this upload's bytes; retry shortly")]
+    UploadBusy,
+    /// The upload expired or was refused; its bytes cannot be resumed.
+    #[error("the upload is {state} and takes no more bytes; create a new one")]
+    UploadGone {
+        /// Its state.
+        state: crate::domain::upload::UploadState,
+    },
+    /// Every byte has arrived already.
+    #[error(
+        "all bytes of this upload have arrived; it takes no more and can no longer be terminated"
+    )]
+    UploadComplete,
+    /// A tus PATCH at another offset than the one vidq holds.
+    #[error(
+        "vidq holds {expected} bytes of this upload; send Upload-Offset: {expected} (HEAD tells the offset)"
+    )]
+    OffsetMismatch {
+        /// The offset vidq holds.
+        expected: u64,
+    },
+    /// More bytes than the upload's length.
+    #[error(
+        "the bytes sent run past the upload's length of {length}; nothing of this request was kept"
+    )]
+    PastUploadLength {
+        /// The declared length.
+        length: u64,
+    },
+    /// The client's checksum of the bytes does not match what arrived.
+    #[error("the checksum does not match the bytes received; nothing of this request was kept")]
+    ChecksumMismatch,
+    /// The request body stopped early.
+    #[error("the request body ended early; resume from the offset HEAD reports")]
+    BodyInterrupted(ingest::BodyError),
+    /// The spool file of an upload in progress is gone.
+    #[error("the bytes received so far were lost; create a new upload")]
+    SpoolLost,
+    /// The spool disk failed.
+    #[error("the spool disk failed")]
+    Spool(#[source] crate::adapters::spool::AppendError),
     /// A webhook URL that is malformed or points somewhere vidq does not send to.
     #[error(transparent)]
     WebhookUrl(#[from] crate::domain::destination::DestinationError),

@@ -224,6 +224,7 @@ async fn run_nodes(
         webhooks: crate::config::WebhookArgs::default(),
         events: app::events::EventSignal::default(),
         playback: app::playback::PlaybackSettings::generated(),
+        ingest: None,
     };
     ctx.storage.ensure_bucket().await?;
     let (owner, _) = app::users::create_user(&ctx.db, "bench").await?;

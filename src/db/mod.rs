@@ -62,6 +62,7 @@ pub mod attempts;
 pub mod bench;
 pub mod deliveries;
 pub mod events;
+pub mod ingest;
 pub mod jobs;
 pub mod ledger;
 pub mod migrations;

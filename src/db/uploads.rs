@@ -34,6 +34,16 @@ pub struct UploadRow {
     pub created_at: DateTime<Utc>,
     /// Last state change.
     pub updated_at: DateTime<Utc>,
+    /// `presigned` or `vidq` (see [`crate::domain::upload::UploadVia`]).
+    pub via: String,
+    /// Bytes of an upload through vidq received and fsynced so far.
+    pub received_bytes: i64,
+    /// Spool file of an upload through vidq, relative to the node's spool root.
+    pub spool_path: Option<String>,
+    /// The node whose spool holds it.
+    pub node_id: Option<String>,
+    /// The client's whole-file checksum (`sha256:<hex>`), if it gave one.
+    pub checksum: Option<String>,
 }
 
 /// Values for a new contract.
@@ -106,6 +116,17 @@ pub async fn state_of(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Opt
     uploads::table
         .filter(uploads::id.eq(id))
         .select(uploads::state)
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// The id of the video made from the contract, if one was.
+pub async fn video_of(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<Uuid>> {
+    use super::schema::videos;
+    videos::table
+        .filter(videos::upload_id.eq(id))
+        .select(videos::id)
         .first(conn)
         .await
         .optional()

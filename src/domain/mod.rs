@@ -64,5 +64,6 @@ pub mod retry;
 pub mod signature;
 pub mod sink;
 pub mod sweep;
+pub mod tus;
 pub mod upload;
 pub mod video;

@@ -20,6 +20,14 @@ pub struct CreateUploadRequest {
     pub content_type: String,
     /// Exact size of the file in bytes.
     pub size_bytes: i64,
+    /// `presigned` (default): PUT the bytes straight to S3. `vidq`: PUT them to vidq
+    /// (`PUT /v1/uploads/{upload_id}/content`), which lands them in S3 and confirms.
+    #[serde(default)]
+    pub via: Option<String>,
+    /// For `"via": "vidq"`: `sha256:<hex>` (or `sha1:<hex>`) of the whole file; a PUT
+    /// whose bytes do not match is refused and nothing is kept.
+    #[serde(default)]
+    pub checksum: Option<String>,
 }
 
 /// `201` answer to `POST /v1/uploads`.
@@ -45,6 +53,73 @@ impl From<CreatedUpload> for CreateUploadResponse {
             method: "PUT",
             headers: created.presigned.headers.into_iter().collect(),
             expires_at: created.upload.expires_at,
+        }
+    }
+}
+
+/// `201` answer to `POST /v1/uploads` with `"via": "vidq"`.
+#[derive(Debug, Serialize)]
+pub struct CreateVidqUploadResponse {
+    /// `GET /v1/uploads/{upload_id}` shows its progress.
+    pub upload_id: String,
+    /// Always `vidq`.
+    pub via: &'static str,
+    /// PUT the whole file here, with the API key; vidq confirms it when it is in S3.
+    pub upload_url: String,
+    /// Always `PUT`.
+    pub method: &'static str,
+    /// Headers the PUT must carry besides `Authorization`.
+    pub headers: BTreeMap<String, String>,
+    /// After this the upload is `expired` if its bytes have not all arrived.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// `GET /v1/uploads/{upload_id}`.
+#[derive(Debug, Serialize)]
+pub struct UploadStatusDto {
+    /// The upload.
+    pub upload_id: String,
+    /// `receiving | pending | uploaded | confirmed | rejected | expired`.
+    pub state: String,
+    /// `presigned` or `vidq`.
+    pub via: String,
+    /// The client's filename.
+    pub filename: String,
+    /// The media type.
+    pub content_type: String,
+    /// Declared size.
+    pub size_bytes: i64,
+    /// Bytes vidq holds (uploads through vidq), or the size once in S3.
+    pub received_bytes: i64,
+    /// Why it was rejected, if it was.
+    pub reject_reason: Option<String>,
+    /// The video made from it, once confirmed.
+    pub video_id: Option<String>,
+    /// When an unfinished upload expires.
+    pub expires_at: DateTime<Utc>,
+    /// Created.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<crate::app::ingest::UploadStatus> for UploadStatusDto {
+    fn from(status: crate::app::ingest::UploadStatus) -> Self {
+        let received_bytes = status.received_bytes();
+        let row = status.row;
+        Self {
+            upload_id: row.id.to_string(),
+            state: status.state.as_str().to_owned(),
+            via: status.via.as_str().to_owned(),
+            filename: row.filename,
+            content_type: row.content_type,
+            size_bytes: row.declared_size,
+            received_bytes,
+            reject_reason: row.reject_reason,
+            video_id: status.video_id.map(|v| v.to_string()),
+            expires_at: row.expires_at,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
         }
     }
 }

@@ -11,6 +11,12 @@ use crate::app::AppError;
 use crate::db::DbError;
 use crate::domain::upload::UploadRequestError;
 
+/// tus's status for a checksum that does not match (not an IANA status; the tus checksum
+/// extension defines it).
+fn checksum_mismatch_status() -> StatusCode {
+    StatusCode::from_u16(460).expect("460 is a valid status code")
+}
+
 /// An error response: status, stable code and a message safe to show the client.
 #[derive(Debug)]
 pub struct ApiError {
@@ -68,6 +74,25 @@ impl ApiError {
             StatusCode::REQUEST_TIMEOUT,
             "request_timeout",
             "the request body stopped arriving; send it again",
+        )
+    }
+
+    /// 412 `unsupported_version`: a tus request of another protocol version.
+    pub fn precondition_failed(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::PRECONDITION_FAILED,
+            "unsupported_version",
+            message,
+        )
+    }
+
+    /// 403 `origin_not_allowed`: a browser preflight from an origin not in
+    /// `VIDQ_CORS_ALLOW_ORIGINS`.
+    pub fn forbidden_origin(origin: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "origin_not_allowed",
+            format!("pages at {origin} may not call this API (VIDQ_CORS_ALLOW_ORIGINS)"),
         )
     }
 
@@ -187,6 +212,40 @@ impl From<AppError> for ApiError {
                 Self::new(S::UNPROCESSABLE_ENTITY, "size_mismatch", message)
             }
             AppError::UploadClosed { .. } => Self::new(S::CONFLICT, "upload_closed", message),
+            AppError::IngestDisabled => {
+                Self::new(S::SERVICE_UNAVAILABLE, "ingest_disabled", message)
+            }
+            AppError::NotThroughVidq => Self::new(S::CONFLICT, "presigned_upload", message),
+            AppError::WrongNode { .. } => Self::new(S::MISDIRECTED_REQUEST, "wrong_node", message),
+            AppError::UploadBusy => Self {
+                retry_after: Some(1),
+                ..Self::new(S::LOCKED, "upload_busy", message)
+            },
+            AppError::UploadGone { .. } | AppError::SpoolLost => {
+                Self::new(S::GONE, "upload_gone", message)
+            }
+            AppError::UploadComplete => Self::new(S::CONFLICT, "upload_complete", message),
+            AppError::OffsetMismatch { .. } => Self::new(S::CONFLICT, "offset_mismatch", message),
+            AppError::PastUploadLength { .. } => {
+                Self::new(S::PAYLOAD_TOO_LARGE, "too_large", message)
+            }
+            AppError::ChecksumMismatch => {
+                Self::new(checksum_mismatch_status(), "checksum_mismatch", message)
+            }
+            AppError::BodyInterrupted(crate::app::ingest::BodyError::Idle) => {
+                Self::request_timeout()
+            }
+            AppError::BodyInterrupted(crate::app::ingest::BodyError::Broken) => {
+                Self::new(S::BAD_REQUEST, "body_interrupted", message)
+            }
+            AppError::Spool(_) => {
+                log_internal(&err);
+                Self::new(
+                    S::SERVICE_UNAVAILABLE,
+                    "spool_unavailable",
+                    "the upload spool is temporarily unavailable; retry",
+                )
+            }
             AppError::WebhookUrl(_) => {
                 Self::new(S::UNPROCESSABLE_ENTITY, "invalid_webhook_url", message)
             }

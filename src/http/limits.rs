@@ -23,7 +23,6 @@ use futures_util::Stream;
 use tokio::time::{Instant, Sleep};
 
 use super::error::ApiError;
-use crate::config::HttpLimits;
 
 /// A body counts as progressing when this many bytes (or its end) arrive within the idle
 /// limit. One byte is not progress: a client dribbling a byte a second would hold its
@@ -95,7 +94,8 @@ pub fn on_connect(
 /// Middleware: refuses requests on a connection over its address's limit (429, and the
 /// connection is closed), and bounds the idle time of every request body.
 pub async fn enforce(
-    limits: HttpLimits,
+    body_idle: Duration,
+    max_connections_per_ip: u32,
     mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody + 'static>, actix_web::Error> {
@@ -103,13 +103,13 @@ pub async fn enforce(
         .conn_data::<ConnectionSlot>()
         .is_some_and(|slot| slot.over_limit)
     {
-        return Err(ApiError::too_many_connections(limits.max_connections_per_ip).into());
+        return Err(ApiError::too_many_connections(max_connections_per_ip).into());
     }
     let (_, payload) = req.parts_mut();
     let inner = std::mem::replace(payload, Payload::None);
     if !matches!(inner, Payload::None) {
         let bounded: Pin<Box<dyn Stream<Item = Result<Bytes, PayloadError>>>> =
-            Box::pin(IdleBody::new(inner, limits.body_idle));
+            Box::pin(IdleBody::new(inner, body_idle));
         *payload = Payload::from(bounded);
     }
     next.call(req).await

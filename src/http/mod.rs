@@ -6,6 +6,7 @@
 
 pub mod access_log;
 pub mod auth;
+pub mod cors;
 pub mod dto;
 pub mod error;
 pub mod json;
@@ -43,6 +44,8 @@ pub fn serve_with(
 ) -> std::io::Result<actix_web::dev::Server> {
     let data = web::Data::new(ctx);
     let connections = limits::ConnectionCounter::default();
+    let (body_idle, max_connections) = (limits.body_idle, limits.max_connections_per_ip);
+    let cors_origins = limits.cors.clone();
     let server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
@@ -50,17 +53,20 @@ pub fn serve_with(
                 ApiError::bad_request(describe_query_error(req.query_string())).into()
             }))
             .wrap(ErrorHandlers::new().default_handler(json_body_for_bare_errors))
-            .wrap(from_fn(move |req, next| limits::enforce(limits, req, next)))
+            .wrap(from_fn(move |req, next| {
+                limits::enforce(body_idle, max_connections, req, next)
+            }))
+            .wrap({
+                let origins = cors_origins.clone();
+                from_fn(move |req, next| cors::cors(origins.clone(), req, next))
+            })
             .wrap(from_fn(access_log::log))
             .configure(routes::configure)
             .default_service(web::to(|| async {
                 Err::<actix_web::HttpResponse, _>(ApiError::not_found())
             }))
     })
-    .on_connect(limits::on_connect(
-        connections,
-        limits.max_connections_per_ip,
-    ))
+    .on_connect(limits::on_connect(connections, max_connections))
     .listen(listener)?
     .disable_signals()
     .shutdown_timeout(10)

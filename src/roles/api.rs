@@ -21,6 +21,15 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     let mut ctx = context(&config.database, &config.storage, &config.upload, None).await?;
     ctx.webhooks = config.webhooks;
     ctx.playback = playback;
+    let node_id = super::spool_node(config.node_id.as_deref());
+    let ingest = ingest(&config.spool.dir_or("spool"), node_id, &config.ingest)?;
+    tracing::info!(
+        spool = %ingest.spool.path().display(),
+        node = %ingest.node_id,
+        "uploads through vidq (tus, PUT) spool here; run `vidq sweeper` on this node with the \
+         same VIDQ_SPOOL_DIR and VIDQ_NODE_ID to land them in S3"
+    );
+    ctx.ingest = Some(ingest);
     if config.playback.secret.is_none() && config.playback.public_base_url.is_none() {
         tracing::warn!(
             "VIDQ_PLAYBACK_SECRET is not set: this process signs hls_url tokens with a key of \
@@ -45,6 +54,20 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     crate::http::serve_with(listener, ctx, config.http.limits(), shutdown)?.await?;
     tracing::info!("API stopped");
     Ok(())
+}
+
+/// This node's spool for uploads through vidq.
+pub fn ingest(
+    spool_dir: &std::path::Path,
+    node_id: String,
+    args: &crate::config::IngestArgs,
+) -> anyhow::Result<crate::app::ingest::Ingest> {
+    Ok(crate::app::ingest::Ingest {
+        spool: crate::adapters::spool::SpoolRoot::open(spool_dir).context("VIDQ_SPOOL_DIR")?,
+        node_id,
+        ttl: std::time::Duration::from_secs(args.resumable_ttl_secs),
+        locks: Default::default(),
+    })
 }
 
 /// Applies pending migrations, logging how many ran.
@@ -93,5 +116,6 @@ pub async fn context(
         webhooks: crate::config::WebhookArgs::default(),
         events: crate::app::events::EventSignal::default(),
         playback: PlaybackSettings::generated(),
+        ingest: None,
     })
 }

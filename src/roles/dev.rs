@@ -65,6 +65,13 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
     ctx.webhooks.allow_private = true;
     // One API node: a generated playback key is fine unless one is given.
     ctx.playback = playback;
+    let spool_dir = config.spool.dir_or(config.data_dir.join("spool"));
+    let node_id = super::spool_node(config.queue.node_id.as_deref());
+    ctx.ingest = Some(super::api::ingest(
+        &spool_dir,
+        node_id.clone(),
+        &config.ingest,
+    )?);
     super::api::listen_for_events(&ctx, &config.database_url, &shutdown).await;
     ctx.storage
         .ensure_bucket()
@@ -87,17 +94,6 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
     let mut relay_args = config.relay.clone();
     relay_args.webhooks.allow_private = true;
     let relay = super::relay::run_with(&config.database_url, &relay_args, shutdown.clone());
-    let spool_dir = config
-        .sweeper
-        .spool_dir
-        .clone()
-        .unwrap_or_else(|| config.data_dir.join("spool"));
-    let node_id = config
-        .queue
-        .node_id
-        .clone()
-        .or_else(super::host_name)
-        .unwrap_or_else(|| "dev".to_owned());
     let sweeper = super::sweeper::run_with(
         &config.database_url,
         &config.sweeper,

@@ -13,3 +13,13 @@ pub(crate) fn host_name() -> Option<String> {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
 }
+
+/// The node name that ties spool files to the sweeper that lands them: the configured one,
+/// else the host name, else `vidq` (the API and the sweeper of one node must agree, so no
+/// process id goes into it).
+pub(crate) fn spool_node(configured: Option<&str>) -> String {
+    configured
+        .map(str::to_owned)
+        .or_else(host_name)
+        .unwrap_or_else(|| "vidq".to_owned())
+}

@@ -21,14 +21,8 @@ pub fn pool_size(args: &SweeperArgs) -> u32 {
 /// Runs the sweeper role until `shutdown`.
 pub async fn run(config: SweeperConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     let storage = Storage::connect(&config.storage, None).await;
-    let node_id = config.node_id.clone().unwrap_or_else(|| {
-        super::host_name().unwrap_or_else(|| format!("sweeper-{}", std::process::id()))
-    });
-    let spool = config
-        .sweeper
-        .spool_dir
-        .clone()
-        .unwrap_or_else(|| "spool".into());
+    let node_id = super::spool_node(config.node_id.as_deref());
+    let spool = config.spool.dir_or("spool");
     run_with(
         config.database.url.expose(),
         &config.sweeper,
@@ -61,6 +55,14 @@ pub async fn run_with(
         args.settings(node_id),
         shutdown.clone(),
     );
+    let wake = sweeper.waker();
+    crate::queue::listener::spawn(
+        database_url.to_owned(),
+        db::ingest::SWEEP_CHANNEL,
+        move || wake.notify_one(),
+        shutdown.child_token(),
+    )
+    .await;
     sweeper.run(shutdown).await;
     tracing::info!("sweeper stopped");
     Ok(())

@@ -175,6 +175,9 @@ pub struct Sweeper<S: SweepStore> {
     cursor: Cursor<Uuid>,
     queue: mpsc::Sender<ClaimedUpload>,
     workers: tokio::task::JoinSet<()>,
+    /// Ticked when an upload through vidq completes (NOTIFY on `vidq_sweep`): the next
+    /// round starts at once instead of after the interval.
+    wake: Arc<tokio::sync::Notify>,
     /// Whether the last round found the queue full (its warning is said once).
     saturated_before: bool,
 }
@@ -212,6 +215,7 @@ impl<S: SweepStore> Sweeper<S> {
             shared,
             queue: tx,
             workers,
+            wake: Arc::default(),
             saturated_before: false,
         }
     }
@@ -219,6 +223,11 @@ impl<S: SweepStore> Sweeper<S> {
     /// The counters.
     pub fn stats(&self) -> Arc<SweepStats> {
         self.shared.stats.clone()
+    }
+
+    /// What starts a round early (the role ticks it on every `vidq_sweep` NOTIFY).
+    pub fn waker(&self) -> Arc<tokio::sync::Notify> {
+        self.wake.clone()
     }
 
     /// Rows waiting in the queue.
@@ -293,7 +302,8 @@ impl<S: SweepStore> Sweeper<S> {
         Ok(round)
     }
 
-    /// Expires presigned contracts past their deadline and deletes their objects.
+    /// Expires presigned contracts past their deadline (deleting their objects) and this
+    /// node's uploads through vidq that never finished arriving (removing their spool files).
     pub async fn expire(&self) -> Result<usize, db::DbError> {
         self.shared.expire().await
     }
@@ -319,6 +329,7 @@ impl<S: SweepStore> Sweeper<S> {
             tokio::select! {
                 () = shutdown.cancelled() => {}
                 () = tokio::time::sleep(pause) => {}
+                () = self.wake.notified() => {}
             }
         }
         self.stop().await;
@@ -560,6 +571,26 @@ impl<S: SweepStore> Shared<S> {
     }
 
     async fn expire(&self) -> Result<usize, db::DbError> {
+        let unfinished = {
+            let mut conn = self.pool.get().await?;
+            db::ingest::expire_receiving(&mut conn, &self.settings.node_id, EXPIRE_BATCH).await?
+        };
+        for row in &unfinished {
+            if let Some(path) = row.spool_path.as_deref()
+                && let Err(error) = self.root.remove(path).await
+            {
+                tracing::warn!(upload_id = %row.id, error = %crate::telemetry::error_chain(&error), "could not remove an expired upload's spool file");
+            }
+        }
+        if !unfinished.is_empty() {
+            self.stats
+                .expired
+                .fetch_add(unfinished.len() as u64, Ordering::Relaxed);
+            tracing::info!(
+                count = unfinished.len(),
+                "expired uploads through vidq that never finished arriving"
+            );
+        }
         let expired = {
             let mut conn = self.pool.get().await?;
             db::ledger::expire_presigned(&mut conn, EXPIRE_BATCH).await?
@@ -580,6 +611,6 @@ impl<S: SweepStore> Shared<S> {
                 "expired presigned uploads never confirmed"
             );
         }
-        Ok(expired.len())
+        Ok(expired.len() + unfinished.len())
     }
 }

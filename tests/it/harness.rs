@@ -4,6 +4,7 @@
 //! `VIDQ_TEST_DATABASE_URL` points at the server to use (default
 //! `postgres://postgres@127.0.0.1:5432/postgres`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::QueryableByName;
@@ -21,6 +22,8 @@ use vidq::config::{DatabaseConfig, Secret, StorageConfig, UploadConfig};
 use vidq::db::{self, DbPool};
 
 pub const TEST_BUCKET: &str = "vidq-test";
+/// The node name the test API spools uploads through vidq under.
+pub const SPOOL_NODE: &str = "test-node";
 const S3_ACCESS_KEY: &str = "test-access";
 const S3_SECRET_KEY: &str = "test-secret";
 
@@ -206,6 +209,8 @@ pub struct TestApp {
     pub ctx: AppContext,
     shutdown: CancellationToken,
     _s3_dir: tempfile::TempDir,
+    /// The API's spool root for uploads through vidq (node [`SPOOL_NODE`]).
+    pub spool: tempfile::TempDir,
     // Last: the database is dropped after everything that uses it.
     pub db: TestDb,
 }
@@ -247,6 +252,15 @@ impl TestApp {
                 .await
                 .unwrap();
         ctx.webhooks.allow_private = options.allow_private_webhooks;
+        let spool = tempfile::tempdir().unwrap();
+        ctx.ingest = Some(
+            vidq::roles::api::ingest(
+                spool.path(),
+                SPOOL_NODE.to_owned(),
+                &vidq::config::IngestArgs::default(),
+            )
+            .unwrap(),
+        );
         ctx.playback.public_base = options.public_base_url.map(|u| u.parse().unwrap());
         ctx.storage.ensure_bucket().await.unwrap();
         let shutdown = CancellationToken::new();
@@ -267,8 +281,36 @@ impl TestApp {
             ctx,
             shutdown,
             _s3_dir: s3_dir,
+            spool,
             db,
         }
+    }
+
+    /// Runs this node's sweeper (the real one, woken by NOTIFY like `vidq sweeper`) until
+    /// the app is dropped; `store` wraps the app's S3 (faults, counts).
+    pub async fn start_sweeper<S: vidq::sweeper::SweepStore>(
+        &self,
+        store: S,
+        settings: vidq::sweeper::SweeperSettings,
+    ) -> Arc<vidq::sweeper::SweepStats> {
+        let sweeper = vidq::sweeper::Sweeper::start(
+            self.pool.clone(),
+            store,
+            vidq::adapters::spool::SpoolRoot::open(self.spool.path()).unwrap(),
+            settings,
+            self.shutdown.clone(),
+        );
+        let stats = sweeper.stats();
+        let wake = sweeper.waker();
+        vidq::queue::listener::spawn(
+            self.db.url.clone(),
+            vidq::db::ingest::SWEEP_CHANNEL,
+            move || wake.notify_one(),
+            self.shutdown.child_token(),
+        )
+        .await;
+        tokio::spawn(sweeper.run(self.shutdown.clone()));
+        stats
     }
 
     /// Where the embedded S3 keeps its files (to see what a protocol client cannot list,

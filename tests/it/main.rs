@@ -33,6 +33,7 @@ mod s3_timeouts;
 mod schema;
 mod scripted;
 mod sweeper;
+mod tus;
 mod uploads;
 mod user_delete;
 mod users;

@@ -4,6 +4,7 @@
 pub mod events;
 pub mod health;
 pub mod playback;
+pub mod tus;
 pub mod uploads;
 pub mod videos;
 pub mod webhooks;
@@ -13,7 +14,8 @@ use actix_web::web;
 /// Registers every route. Each path is one resource carrying all its methods, so a known
 /// path called with another method answers 405 with `Allow`, not 404.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    use web::{delete, get, head, post, resource};
+    use web::{delete, get, head, patch, post, put, resource};
+    let tus_options = || web::route().method(actix_web::http::Method::OPTIONS);
     cfg.service(
         resource("/healthz")
             .route(get().to(health::healthz))
@@ -27,7 +29,25 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(
         web::scope("/v1")
             .service(resource("/uploads").route(post().to(uploads::create)))
+            .service(resource("/uploads/{upload_id}").route(get().to(uploads::status)))
+            .service(resource("/uploads/{upload_id}/content").route(put().to(uploads::put_content)))
             .service(resource("/uploads/{upload_id}/confirm").route(post().to(uploads::confirm)))
+            .service(
+                web::scope("/tus")
+                    .wrap(actix_web::middleware::from_fn(tus::protocol))
+                    .service(
+                        resource(["", "/"])
+                            .route(tus_options().to(tus::options))
+                            .route(post().to(tus::create)),
+                    )
+                    .service(
+                        resource("/{upload_id}")
+                            .route(tus_options().to(tus::options))
+                            .route(head().to(tus::head))
+                            .route(patch().to(tus::patch))
+                            .route(delete().to(tus::terminate)),
+                    ),
+            )
             .service(resource("/videos").route(get().to(videos::list)))
             .service(
                 resource("/videos/{video_id}")

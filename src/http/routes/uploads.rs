@@ -1,21 +1,67 @@
-//! `POST /v1/uploads` and `POST /v1/uploads/{id}/confirm`.
+//! `POST /v1/uploads`, `GET /v1/uploads/{id}`, `PUT /v1/uploads/{id}/content` and
+//! `POST /v1/uploads/{id}/confirm`.
 
-use actix_web::{HttpResponse, web};
+use std::collections::BTreeMap;
+
+use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::path_id;
 use super::playback::ApiBase;
-use crate::app::{self, AppContext, uploads::Confirmed};
+use crate::app::{self, AppContext, ingest::Receive, uploads::Confirmed};
+use crate::domain::tus::Checksum;
+use crate::domain::upload::UploadVia;
 use crate::http::auth::Caller;
-use crate::http::dto::{CreateUploadRequest, CreateUploadResponse, VideoDto};
+use crate::http::dto::{
+    CreateUploadRequest, CreateUploadResponse, CreateVidqUploadResponse, UploadStatusDto, VideoDto,
+};
 use crate::http::error::ApiError;
 use crate::http::json::JsonBody;
 
-/// Issues an upload contract: `201` with a presigned PUT URL to a server-chosen key.
+/// Issues an upload contract: `201` with a presigned PUT URL to a server-chosen key, or
+/// with `"via": "vidq"`, vidq's own URL to PUT the file to.
 pub async fn create(
     ctx: web::Data<AppContext>,
     caller: Caller,
+    base: ApiBase,
     body: JsonBody<CreateUploadRequest>,
 ) -> Result<HttpResponse, ApiError> {
+    let via = match body.via.as_deref() {
+        None => UploadVia::Presigned,
+        Some(raw) => raw
+            .parse()
+            .map_err(|_| ApiError::bad_request("`via` must be \"presigned\" or \"vidq\""))?,
+    };
+    if via == UploadVia::Vidq {
+        let checksum = body
+            .checksum
+            .as_deref()
+            .map(Checksum::from_ledger)
+            .transpose()
+            .map_err(|e| ApiError::bad_request(format!("`checksum`: {e}")))?;
+        let created = app::ingest::create(
+            &ctx,
+            caller.0,
+            &body.filename,
+            &body.content_type,
+            body.size_bytes,
+            checksum,
+        )
+        .await?;
+        let headers = BTreeMap::from([("content-type".to_owned(), body.content_type.clone())]);
+        return Ok(HttpResponse::Created().json(CreateVidqUploadResponse {
+            upload_id: created.id.to_string(),
+            via: UploadVia::Vidq.as_str(),
+            upload_url: format!("{}/v1/uploads/{}/content", base.0, created.id),
+            method: "PUT",
+            headers,
+            expires_at: created.expires_at,
+        }));
+    }
+    if body.checksum.is_some() {
+        return Err(ApiError::bad_request(
+            "`checksum` is taken with \"via\": \"vidq\" only",
+        ));
+    }
     let created = app::uploads::create_upload(
         &ctx,
         caller.0,
@@ -46,4 +92,43 @@ pub async fn confirm(
             }
         },
     )
+}
+
+/// Where an upload stands: state, bytes received, why it was rejected, its video.
+pub async fn status(
+    ctx: web::Data<AppContext>,
+    caller: Caller,
+    upload_id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let upload_id = path_id(&upload_id)?;
+    let status = app::ingest::status(&ctx, caller.0, upload_id).await?;
+    Ok(HttpResponse::Ok().json(UploadStatusDto::from(status)))
+}
+
+/// The single-request upload of a `"via": "vidq"` contract: the whole file, streamed to
+/// the spool and fsynced; `200` with the upload's status once it is all there (vidq lands
+/// it in S3 and confirms it without the client).
+pub async fn put_content(
+    ctx: web::Data<AppContext>,
+    caller: Caller,
+    req: HttpRequest,
+    upload_id: web::Path<String>,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let upload_id = path_id(&upload_id)?;
+    let receive = Receive {
+        offset: None,
+        length: super::tus::content_length(&req)?,
+        checksum: None,
+    };
+    app::ingest::receive(
+        &ctx,
+        caller.0,
+        upload_id,
+        receive,
+        super::tus::body_stream(body),
+    )
+    .await?;
+    let status = app::ingest::status(&ctx, caller.0, upload_id).await?;
+    Ok(HttpResponse::Ok().json(UploadStatusDto::from(status)))
 }

@@ -1,0 +1,424 @@
+//! Uploads through vidq: a contract whose bytes the client sends to vidq (tus at
+//! `/v1/tus/`, or one `PUT /v1/uploads/{id}/content`) instead of to a presigned S3 URL.
+//!
+//! The bytes stream into a spool file under the node's allowed root (DESIGN, "Upload
+//! recovery"); each request's bytes are fsynced before the ledger counts them (a CAS on the
+//! previous count), and the request that completes the file moves the row
+//! `receiving -> pending` and wakes this node's sweeper, which PUTs the contracted key and
+//! confirms. Nothing more is asked of the client.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use futures_util::{Stream, StreamExt};
+
+use super::upload_locks::{UploadGuard, UploadLocks};
+use super::{AppContext, AppError};
+use crate::adapters::spool::{AppendEnd, AppendError, SpoolRoot};
+use crate::db::{self, uploads::UploadRow};
+use crate::domain::ids::{UploadId, UserId};
+use crate::domain::keys;
+use crate::domain::tus::Checksum;
+use crate::domain::upload::{NewUpload, RejectReason, UploadState, UploadVia};
+
+/// How long a new request waits for one that holds the same upload to let go.
+const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
+
+/// Where this node keeps uploads through vidq.
+#[derive(Clone, Debug)]
+pub struct Ingest {
+    /// The allowed root.
+    pub spool: SpoolRoot,
+    /// The node the rows are written under (the sweeper of the same name lands them).
+    pub node_id: String,
+    /// How long an upload may take to arrive.
+    pub ttl: Duration,
+    /// One request at a time per upload.
+    pub locks: UploadLocks,
+}
+
+/// A new upload through vidq waiting for its bytes.
+#[derive(Debug, Clone)]
+pub struct ReceivingUpload {
+    /// The contract's id.
+    pub id: UploadId,
+    /// Bytes it must receive.
+    pub size: u64,
+    /// When it expires if not complete.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Where an upload stands, as the status endpoint and tus `HEAD` show it.
+#[derive(Debug, Clone)]
+pub struct UploadStatus {
+    /// The row.
+    pub row: UploadRow,
+    /// Its state.
+    pub state: UploadState,
+    /// How its bytes reach S3.
+    pub via: UploadVia,
+    /// The video made from it, once confirmed.
+    pub video_id: Option<uuid::Uuid>,
+}
+
+impl UploadStatus {
+    /// Bytes vidq holds of an upload through vidq (a presigned upload's are in S3 or not:
+    /// the declared size once confirmed, else 0).
+    pub fn received_bytes(&self) -> i64 {
+        match (self.via, self.state) {
+            (UploadVia::Vidq, _) => self.row.received_bytes,
+            (_, UploadState::Uploaded | UploadState::Confirmed) => self.row.declared_size,
+            _ => 0,
+        }
+    }
+}
+
+/// A request body's failure, as the HTTP layer saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyError {
+    /// The body stopped arriving (the idle limit).
+    Idle,
+    /// The connection broke.
+    Broken,
+}
+
+/// How the bytes of one request are to be taken.
+#[derive(Debug, Clone)]
+pub struct Receive {
+    /// tus: the `Upload-Offset` the client claims; `None`: the single PUT, always the whole
+    /// file from byte 0.
+    pub offset: Option<u64>,
+    /// The body's `Content-Length`, when the client said it.
+    pub length: Option<u64>,
+    /// The client's digest of this request's bytes (tus `Upload-Checksum`).
+    pub checksum: Option<Checksum>,
+}
+
+/// What a request's bytes did.
+#[derive(Debug, Clone, Copy)]
+pub struct Received {
+    /// Bytes held now (the next tus offset).
+    pub offset: u64,
+    /// The whole file has arrived; the sweeper takes it from here.
+    pub complete: bool,
+}
+
+fn ingest(ctx: &AppContext) -> Result<&Ingest, AppError> {
+    ctx.ingest.as_ref().ok_or(AppError::IngestDisabled)
+}
+
+/// Checks the request like a presigned one, creates the empty spool file, then records the
+/// `receiving` contract under this node (file first: a row never names a file a crash
+/// could leave missing).
+#[tracing::instrument(skip_all, fields(owner = %owner))]
+pub async fn create(
+    ctx: &AppContext,
+    owner: UserId,
+    filename: &str,
+    content_type: &str,
+    size_bytes: i64,
+    checksum: Option<Checksum>,
+) -> Result<ReceivingUpload, AppError> {
+    let ingest = ingest(ctx)?;
+    let request = NewUpload::parse(
+        filename,
+        content_type,
+        size_bytes,
+        ctx.upload.max_upload_bytes,
+    )?;
+    let id = UploadId::new();
+    let key = keys::original(id);
+    let spool_path = format!("uploads/{id}");
+    let size = i64::try_from(request.size_bytes).expect("size was checked against the limit");
+    ingest
+        .spool
+        .create(&spool_path)
+        .await
+        .map_err(spool_error)?;
+    let expires_at =
+        Utc::now() + chrono::Duration::from_std(ingest.ttl).expect("the TTL is at most 30 days");
+    let checksum = checksum.map(|c| c.to_ledger());
+    let mut conn = ctx.db.get().await?;
+    db::ingest::insert_receiving(
+        &mut conn,
+        &db::ledger::NewVidqUpload {
+            contract: db::uploads::NewUploadRow {
+                id: id.0,
+                owner_id: owner.0,
+                object_key: &key,
+                filename: &request.filename,
+                content_type: &request.content_type,
+                declared_size: size,
+                expires_at,
+            },
+            spool_path: &spool_path,
+            node_id: &ingest.node_id,
+        },
+        checksum.as_deref(),
+    )
+    .await?;
+    tracing::info!(upload_id = %id, size, node = %ingest.node_id, "upload through vidq created");
+    Ok(ReceivingUpload {
+        id,
+        size: request.size_bytes,
+        expires_at,
+    })
+}
+
+/// The contract and what became of it; `None` for an unknown id or a stranger's.
+pub async fn status(
+    ctx: &AppContext,
+    owner: UserId,
+    id: UploadId,
+) -> Result<UploadStatus, AppError> {
+    let mut conn = ctx.db.get().await?;
+    let row = db::uploads::find_owned(&mut conn, owner.0, id.0)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    let video_id = db::uploads::video_of(&mut conn, id.0).await?;
+    let state = row.state.parse().map_err(db::DbError::from)?;
+    let via = row.via.parse().map_err(db::DbError::from)?;
+    Ok(UploadStatus {
+        row,
+        state,
+        via,
+        video_id,
+    })
+}
+
+/// Takes the upload over from any request that holds it (which keeps what it received),
+/// then reads it: the tus `HEAD`, so the offset it answers is the one on disk.
+pub async fn resume_point(
+    ctx: &AppContext,
+    owner: UserId,
+    id: UploadId,
+) -> Result<UploadStatus, AppError> {
+    let (status, _guard) = take(ctx, owner, id).await?;
+    Ok(status)
+}
+
+/// Locks the upload on this node and reads it: only an upload through vidq of this caller,
+/// spooled on this node, still open.
+async fn take(
+    ctx: &AppContext,
+    owner: UserId,
+    id: UploadId,
+) -> Result<(UploadStatus, UploadGuard), AppError> {
+    let ingest = ingest(ctx)?;
+    let guard = ingest
+        .locks
+        .acquire(id.0, TAKEOVER_WAIT)
+        .await
+        .ok_or(AppError::UploadBusy)?;
+    let status = status(ctx, owner, id).await?;
+    if status.via != UploadVia::Vidq {
+        return Err(AppError::NotThroughVidq);
+    }
+    if status.row.node_id.as_deref() != Some(&ingest.node_id) {
+        return Err(AppError::WrongNode {
+            node: status.row.node_id.clone().unwrap_or_default(),
+        });
+    }
+    match status.state {
+        UploadState::Expired | UploadState::Rejected => {
+            return Err(AppError::UploadGone {
+                state: status.state,
+            });
+        }
+        UploadState::Receiving if status.row.expires_at < Utc::now() => {
+            return Err(AppError::UploadGone {
+                state: UploadState::Expired,
+            });
+        }
+        _ => {}
+    }
+    Ok((status, guard))
+}
+
+/// Streams one request's bytes into the spool file (see the module doc). tus (`offset`
+/// given): appends at the ledger's offset, keeps what arrived of a body cut short (unless a
+/// checksum was promised), refuses a checksum mismatch with nothing kept. The single PUT:
+/// the whole file from byte 0 or nothing.
+#[tracing::instrument(skip_all, fields(owner = %owner, upload_id = %id))]
+pub async fn receive<S>(
+    ctx: &AppContext,
+    owner: UserId,
+    id: UploadId,
+    receive: Receive,
+    mut body: S,
+) -> Result<Received, AppError>
+where
+    S: Stream<Item = Result<Bytes, BodyError>> + Unpin,
+{
+    let ingest = ingest(ctx)?;
+    let (status, guard) = take(ctx, owner, id).await?;
+    let row = &status.row;
+    let declared = row.declared_size as u64;
+    let held = row.received_bytes as u64;
+    let whole_file = receive.offset.is_none();
+    let offset = receive.offset.unwrap_or(0);
+    if status.state != UploadState::Receiving {
+        // Complete already: a repeat of the last PATCH whose answer was lost is fine.
+        return match (receive.offset, receive.length) {
+            (Some(o), Some(0) | None) if o == declared => Ok(Received {
+                offset: declared,
+                complete: true,
+            }),
+            _ => Err(AppError::UploadComplete),
+        };
+    }
+    if !whole_file && offset != held {
+        return Err(AppError::OffsetMismatch { expected: held });
+    }
+    match receive.length {
+        Some(length) if whole_file && length != declared => {
+            return Err(AppError::SizeMismatch {
+                declared: row.declared_size,
+                actual: length as i64,
+            });
+        }
+        Some(length) if offset + length > declared => {
+            return Err(AppError::PastUploadLength { length: declared });
+        }
+        _ => {}
+    }
+    let spool_path = row.spool_path.as_deref().unwrap_or_default();
+    // The single PUT's whole body is the whole file: the contract's checksum covers it.
+    let checksum =
+        match (&receive.checksum, whole_file, &row.checksum) {
+            (Some(c), _, _) => Some(c.clone()),
+            (None, true, Some(ledger)) => Some(Checksum::from_ledger(ledger).map_err(|_| {
+                db::DbError::from(crate::domain::upload::UnknownState(ledger.clone()))
+            })?),
+            _ => None,
+        };
+    let mut append = ingest
+        .spool
+        .append(spool_path, offset, checksum)
+        .map_err(spool_error)?;
+
+    let mut sent = 0u64;
+    let mut failure = None;
+    let end = loop {
+        let next = tokio::select! {
+            next = body.next() => next,
+            () = guard.stop.cancelled() => {
+                failure = Some(AppError::UploadBusy);
+                break AppendEnd::Interrupted;
+            }
+        };
+        match next {
+            Some(Ok(chunk)) => {
+                sent += chunk.len() as u64;
+                if offset + sent > declared {
+                    failure = Some(AppError::PastUploadLength { length: declared });
+                    break AppendEnd::Discard;
+                }
+                if append.write(chunk).await.is_err() {
+                    break AppendEnd::Interrupted;
+                }
+            }
+            Some(Err(error)) => {
+                failure = Some(AppError::BodyInterrupted(error));
+                break AppendEnd::Interrupted;
+            }
+            None if whole_file && sent != declared => {
+                failure = Some(AppError::SizeMismatch {
+                    declared: row.declared_size,
+                    actual: sent as i64,
+                });
+                break AppendEnd::Discard;
+            }
+            None => break AppendEnd::Complete,
+        }
+    };
+    // The single PUT is all or nothing: a body cut short leaves nothing behind.
+    let end = if whole_file && end == AppendEnd::Interrupted {
+        AppendEnd::Discard
+    } else {
+        end
+    };
+    let appended = append.finish(end).await.map_err(spool_error);
+    let appended = match appended {
+        Ok(appended) => appended,
+        Err(AppError::SpoolLost) => {
+            lose(ctx, id).await?;
+            return Err(AppError::UploadGone {
+                state: UploadState::Rejected,
+            });
+        }
+        Err(error) => return Err(error),
+    };
+    let now_held = offset + appended.kept;
+    let complete = now_held == declared;
+    if now_held != held {
+        let mut conn = ctx.db.get().await?;
+        let moved =
+            db::ingest::advance(&mut conn, id.0, held as i64, now_held as i64, complete).await?;
+        if moved == 0 {
+            // Expired or terminated while the bytes arrived.
+            return Err(AppError::UploadGone {
+                state: UploadState::Expired,
+            });
+        }
+    }
+    tracing::info!(
+        from = offset,
+        kept = appended.kept,
+        held = now_held,
+        declared,
+        complete,
+        "upload bytes received and fsynced"
+    );
+    if appended.checksum_mismatch {
+        return Err(AppError::ChecksumMismatch);
+    }
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
+    Ok(Received {
+        offset: now_held,
+        complete,
+    })
+}
+
+/// tus termination: drops a `receiving` upload and its spool file.
+#[tracing::instrument(skip_all, fields(owner = %owner, upload_id = %id))]
+pub async fn terminate(ctx: &AppContext, owner: UserId, id: UploadId) -> Result<(), AppError> {
+    let ingest = ingest(ctx)?;
+    let (status, _guard) = take(ctx, owner, id).await?;
+    if status.state != UploadState::Receiving {
+        return Err(AppError::UploadComplete);
+    }
+    let deleted = {
+        let mut conn = ctx.db.get().await?;
+        db::ingest::delete_receiving(&mut conn, id.0).await?
+    };
+    if deleted == 0 {
+        return Err(AppError::UploadComplete);
+    }
+    if let Some(path) = status.row.spool_path.as_deref()
+        && let Err(error) = ingest.spool.remove(path).await
+    {
+        tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not remove a terminated upload's spool file");
+    }
+    tracing::info!("upload through vidq terminated");
+    Ok(())
+}
+
+/// The spool file is gone or shorter than the ledger's count: the bytes cannot be
+/// resumed. The row is rejected (`spool_missing`) so the client sees why.
+async fn lose(ctx: &AppContext, id: UploadId) -> Result<(), AppError> {
+    tracing::warn!(upload_id = %id, "the spool file of an upload in progress is lost");
+    let mut conn = ctx.db.get().await?;
+    db::ingest::reject_receiving(&mut conn, id.0, RejectReason::SpoolMissing).await?;
+    Ok(())
+}
+
+fn spool_error(error: AppendError) -> AppError {
+    match error {
+        AppendError::Lost { .. } => AppError::SpoolLost,
+        other => AppError::Spool(other),
+    }
+}

@@ -1,0 +1,280 @@
+//! tus 1.0.0 at `/v1/tus/`: `OPTIONS` (discovery), `POST` (creation, with the first bytes if
+//! the client sends them), `HEAD` (the offset), `PATCH` (bytes at the offset), `DELETE`
+//! (termination). Every request but `OPTIONS` carries `Tus-Resumable: 1.0.0` (412
+//! otherwise) and the API key; every answer carries `Tus-Resumable`.
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::Method;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
+use futures_util::{Stream, StreamExt};
+
+use super::path_id;
+use super::playback::ApiBase;
+use crate::app::ingest::{BodyError, Receive, UploadStatus};
+use crate::app::{self, AppContext, AppError};
+use crate::domain::tus;
+use crate::domain::upload::UploadState;
+use crate::http::auth::Caller;
+use crate::http::error::ApiError;
+use crate::http::limits::BodyIdle;
+
+const TUS_RESUMABLE: &str = "Tus-Resumable";
+
+/// Middleware for the tus routes: refuses another protocol version (412 with
+/// `Tus-Version`) and stamps `Tus-Resumable` on every answer, errors included.
+pub async fn protocol(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody + 'static>, actix_web::Error> {
+    let version_ok = req.method() == Method::OPTIONS
+        || req
+            .headers()
+            .get(TUS_RESUMABLE)
+            .is_some_and(|v| v.as_bytes() == tus::VERSION.as_bytes());
+    let mut res = if version_ok {
+        next.call(req).await?.map_into_left_body()
+    } else {
+        let answer = ApiError::precondition_failed(format!(
+            "send `Tus-Resumable: {}`: it is the only tus version this server speaks",
+            tus::VERSION
+        ))
+        .error_response();
+        req.into_response(answer).map_into_right_body()
+    };
+    let headers = res.headers_mut();
+    headers.insert(
+        header::HeaderName::from_static("tus-resumable"),
+        HeaderValue::from_static(tus::VERSION),
+    );
+    if !version_ok {
+        headers.insert(
+            header::HeaderName::from_static("tus-version"),
+            HeaderValue::from_static(tus::VERSION),
+        );
+    }
+    Ok(res)
+}
+
+/// `OPTIONS`: what this server speaks and the largest upload it takes.
+pub async fn options(ctx: web::Data<AppContext>) -> HttpResponse {
+    HttpResponse::NoContent()
+        .insert_header(("Tus-Version", tus::VERSION))
+        .insert_header(("Tus-Extension", tus::EXTENSIONS))
+        .insert_header(("Tus-Max-Size", ctx.upload.max_upload_bytes.to_string()))
+        .insert_header(("Tus-Checksum-Algorithm", tus::CHECKSUM_ALGORITHMS))
+        .finish()
+}
+
+/// `POST`: a new upload from `Upload-Length` and `Upload-Metadata` (`filename`,
+/// `filetype`); `201` with its `Location`. A body (creation-with-upload) is the first
+/// chunk, taken like a PATCH at offset 0.
+pub async fn create(
+    ctx: web::Data<AppContext>,
+    caller: Caller,
+    base: ApiBase,
+    req: HttpRequest,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let headers = req.headers();
+    if headers.contains_key("Upload-Defer-Length") {
+        return Err(ApiError::bad_request(
+            "Upload-Defer-Length is not supported: send Upload-Length",
+        ));
+    }
+    let length = tus::parse_bytes("Upload-Length", text(&req, "Upload-Length")?)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if length > ctx.upload.max_upload_bytes {
+        return Err(ApiError::too_large(format!(
+            "Upload-Length {length} is over Tus-Max-Size {}",
+            ctx.upload.max_upload_bytes
+        )));
+    }
+    let metadata = tus::parse_metadata(text(&req, "Upload-Metadata")?)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let Some(filetype) = metadata.filetype.as_deref() else {
+        return Err(ApiError::unsupported_media_type(
+            "Upload-Metadata must name the video's media type as `filetype` (e.g. video/mp4)",
+        ));
+    };
+    let filename = metadata.filename.as_deref().unwrap_or("upload");
+    let first_chunk = content_length(&req)?.is_some_and(|n| n > 0)
+        || headers.contains_key(header::TRANSFER_ENCODING);
+    if first_chunk {
+        patch_content_type(&req)?;
+    }
+    let checksum = upload_checksum(&req)?;
+    let size =
+        i64::try_from(length).map_err(|_| ApiError::too_large("Upload-Length is too large"))?;
+    let created = app::ingest::create(&ctx, caller.0, filename, filetype, size, None).await?;
+    let location = format!("{}/v1/tus/{}", base.0, created.id);
+    let mut answer = HttpResponse::Created();
+    answer
+        .insert_header((header::LOCATION, location))
+        .insert_header(("Upload-Expires", tus::http_date(created.expires_at)));
+    if first_chunk {
+        let receive = Receive {
+            offset: Some(0),
+            length: content_length(&req)?,
+            checksum,
+        };
+        // The upload exists whatever happens to its first bytes: the client resumes it
+        // from the offset HEAD reports, so a failure here still answers 201.
+        let offset = match app::ingest::receive(
+            &ctx,
+            caller.0,
+            created.id,
+            receive,
+            body_stream(body),
+        )
+        .await
+        {
+            Ok(received) => received.offset,
+            Err(error) => {
+                tracing::info!(error = %error, "the first chunk of a new tus upload was not kept whole");
+                app::ingest::status(&ctx, caller.0, created.id)
+                    .await?
+                    .row
+                    .received_bytes as u64
+            }
+        };
+        answer.insert_header(("Upload-Offset", offset.to_string()));
+    }
+    Ok(answer.finish())
+}
+
+/// `HEAD`: the offset vidq holds (taking the upload over from a request whose client is
+/// gone), the length, the metadata; never cached.
+pub async fn head(
+    ctx: web::Data<AppContext>,
+    caller: Caller,
+    upload_id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let upload_id = path_id(&upload_id)?;
+    let status = app::ingest::resume_point(&ctx, caller.0, upload_id)
+        .await
+        .map_err(tus_error)?;
+    Ok(upload_headers(&status, HttpResponse::Ok())
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .finish())
+}
+
+/// `PATCH`: bytes at `Upload-Offset` (409 if vidq holds another count), with an optional
+/// `Upload-Checksum` (460 on mismatch, nothing kept); `204` with the new offset once the
+/// bytes are fsynced.
+pub async fn patch(
+    ctx: web::Data<AppContext>,
+    caller: Caller,
+    req: HttpRequest,
+    upload_id: web::Path<String>,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let upload_id = path_id(&upload_id)?;
+    patch_content_type(&req)?;
+    let offset = tus::parse_bytes("Upload-Offset", text(&req, "Upload-Offset")?)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let receive = Receive {
+        offset: Some(offset),
+        length: content_length(&req)?,
+        checksum: upload_checksum(&req)?,
+    };
+    let received = app::ingest::receive(&ctx, caller.0, upload_id, receive, body_stream(body))
+        .await
+        .map_err(tus_error)?;
+    let status = app::ingest::status(&ctx, caller.0, upload_id).await?;
+    Ok(upload_headers(&status, HttpResponse::NoContent())
+        .insert_header(("Upload-Offset", received.offset.to_string()))
+        .finish())
+}
+
+/// `DELETE`: termination of an upload still receiving; its bytes are dropped.
+pub async fn terminate(
+    ctx: web::Data<AppContext>,
+    caller: Caller,
+    upload_id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let upload_id = path_id(&upload_id)?;
+    app::ingest::terminate(&ctx, caller.0, upload_id)
+        .await
+        .map_err(tus_error)?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// A presigned upload is no tus resource.
+fn tus_error(error: AppError) -> ApiError {
+    match error {
+        AppError::NotThroughVidq => ApiError::not_found(),
+        other => other.into(),
+    }
+}
+
+fn upload_headers(
+    status: &UploadStatus,
+    mut answer: actix_web::HttpResponseBuilder,
+) -> actix_web::HttpResponseBuilder {
+    let row = &status.row;
+    answer
+        .insert_header(("Upload-Offset", row.received_bytes.to_string()))
+        .insert_header(("Upload-Length", row.declared_size.to_string()))
+        .insert_header((
+            "Upload-Metadata",
+            tus::format_metadata(&row.filename, &row.content_type),
+        ));
+    if status.state == UploadState::Receiving {
+        answer.insert_header(("Upload-Expires", tus::http_date(row.expires_at)));
+    }
+    answer
+}
+
+fn text<'a>(req: &'a HttpRequest, name: &'static str) -> Result<Option<&'a str>, ApiError> {
+    req.headers()
+        .get(name)
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| ApiError::bad_request(format!("the {name} header is not text")))
+        })
+        .transpose()
+}
+
+/// The body's `Content-Length`, if the client sent one.
+pub(super) fn content_length(req: &HttpRequest) -> Result<Option<u64>, ApiError> {
+    text(req, "Content-Length")?
+        .map(|raw| tus::parse_bytes("Content-Length", Some(raw)))
+        .transpose()
+        .map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+fn patch_content_type(req: &HttpRequest) -> Result<(), ApiError> {
+    let content_type = text(req, "Content-Type")?.unwrap_or_default();
+    if content_type.split(';').next().unwrap_or_default().trim() != tus::PATCH_CONTENT_TYPE {
+        return Err(ApiError::unsupported_media_type(format!(
+            "tus bytes are sent as Content-Type: {}",
+            tus::PATCH_CONTENT_TYPE
+        )));
+    }
+    Ok(())
+}
+
+fn upload_checksum(req: &HttpRequest) -> Result<Option<tus::Checksum>, ApiError> {
+    text(req, "Upload-Checksum")?
+        .map(tus::parse_checksum)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+/// The request body as the use-case reads it: chunks, or why they stopped.
+pub(super) fn body_stream(
+    body: web::Payload,
+) -> impl Stream<Item = Result<web::Bytes, BodyError>> + Unpin {
+    body.map(|chunk| {
+        chunk.map_err(|error| {
+            if BodyIdle::is(&error) {
+                BodyError::Idle
+            } else {
+                BodyError::Broken
+            }
+        })
+    })
+}
