@@ -34,6 +34,7 @@ mod schema;
 mod scripted;
 mod sweeper;
 mod tus;
+mod tus_clients;
 mod uploads;
 mod user_delete;
 mod users;

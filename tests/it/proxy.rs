@@ -78,3 +78,60 @@ impl Proxy {
         parsed.into()
     }
 }
+
+/// A TCP proxy that drops the connection carrying the `after`-th byte a client sends, once
+/// (the bytes before it get through, the rest of that connection's do not), then passes
+/// everything: a mobile link that dies mid-upload and comes back.
+pub struct CutOnce {
+    pub port: u16,
+    pub cut: Arc<AtomicBool>,
+}
+
+impl CutOnce {
+    pub async fn start(upstream: String, after: u64) -> Self {
+        use std::sync::atomic::AtomicU64;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicU64::new(0));
+        let cut2 = cut.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (cut, sent, upstream) = (cut2.clone(), sent.clone(), upstream.clone());
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (mut client_rx, mut client_tx) = client.into_split();
+                    let (mut server_rx, mut server_tx) = server.into_split();
+                    let upward = async {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            let n = match client_rx.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            let before = sent.fetch_add(n as u64, Ordering::SeqCst);
+                            if !cut.load(Ordering::SeqCst) && before + n as u64 >= after {
+                                cut.store(true, Ordering::SeqCst);
+                                let keep = (after - before.min(after)) as usize;
+                                let _ = server_tx.write_all(&buf[..keep]).await;
+                                return; // both halves dropped: the connection dies
+                            }
+                            if server_tx.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    };
+                    let downward = tokio::io::copy(&mut server_rx, &mut client_tx);
+                    tokio::select! {
+                        () = upward => {}
+                        _ = downward => {}
+                    }
+                });
+            }
+        });
+        Self { port, cut }
+    }
+}
