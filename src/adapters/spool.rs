@@ -25,11 +25,16 @@ use crate::domain::upload::RejectReason;
 const CHANNEL_CHUNKS: usize = 16;
 /// Writes are gathered into this much before they reach the file.
 const WRITE_BUFFER: usize = 1 << 20;
+/// Spool writers at once on one node. Each holds a blocking thread for as long as its
+/// request sends (minutes on a slow phone); past this, requests are turned away (503,
+/// `Retry-After`) rather than left waiting for a thread while others starve.
+const MAX_WRITERS: usize = 256;
 
 /// The allowed root, resolved once (symlinks in the root itself are the operator's choice).
 #[derive(Clone, Debug)]
 pub struct SpoolRoot {
     root: PathBuf,
+    writers: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 /// Why the root is unusable.
@@ -68,7 +73,16 @@ impl SpoolRoot {
         };
         std::fs::create_dir_all(path).map_err(err)?;
         let root = std::fs::canonicalize(path).map_err(err)?;
-        Ok(Self { root })
+        // The directory uploads are spooled in exists, durably, before any row names a
+        // file in it: a power loss cannot take the directory and its files with it.
+        std::fs::create_dir_all(root.join(UPLOADS_DIR)).map_err(err)?;
+        std::fs::File::open(&root)
+            .and_then(|dir| dir.sync_all())
+            .map_err(err)?;
+        Ok(Self {
+            root,
+            writers: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_WRITERS)),
+        })
     }
 
     /// The resolved root.
@@ -121,6 +135,9 @@ impl SpoolRoot {
     }
 }
 
+/// The directory under the root that holds uploads through vidq.
+pub const UPLOADS_DIR: &str = "uploads";
+
 /// How an append ended, as the caller saw its request body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AppendEnd {
@@ -154,6 +171,9 @@ pub enum AppendError {
     /// The path is not a file under the root.
     #[error("the spool path is refused: {0}")]
     Refused(RejectReason),
+    /// Every writer slot of this node is taken.
+    #[error("all {MAX_WRITERS} spool writers of this node are busy")]
+    Busy,
     /// The disk failed.
     #[error("writing the spool file failed")]
     Io(#[from] std::io::Error),
@@ -256,8 +276,14 @@ impl SpoolRoot {
         expected: Option<Checksum>,
     ) -> Result<SpoolAppend, AppendError> {
         let path = self.join(relative)?;
+        let permit = self
+            .writers
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| AppendError::Busy)?;
         let (tx, mut rx) = mpsc::channel::<Message>(CHANNEL_CHUNKS);
         let writer = tokio::task::spawn_blocking(move || -> Result<Appended, AppendError> {
+            let _permit = permit;
             let file = match std::fs::OpenOptions::new().write(true).open(&path) {
                 Ok(file) => file,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -265,6 +291,10 @@ impl SpoolRoot {
                 }
                 Err(e) => return Err(e.into()),
             };
+            // One writer per file, whatever the requests above do: a writer whose request
+            // was dropped finishes (and truncates, if it must) before the next one starts,
+            // and two processes sharing a spool by mistake cannot interleave.
+            file.lock()?;
             if file.metadata()?.len() < offset {
                 return Err(AppendError::Lost { offset });
             }

@@ -129,7 +129,7 @@ pub async fn create(
     )?;
     let id = UploadId::new();
     let key = keys::original(id);
-    let spool_path = format!("uploads/{id}");
+    let spool_path = format!("{}/{id}", crate::adapters::spool::UPLOADS_DIR);
     let size = i64::try_from(request.size_bytes).expect("size was checked against the limit");
     ingest
         .spool
@@ -268,6 +268,14 @@ where
             _ => Err(AppError::UploadComplete),
         };
     }
+    // A contract checked as one whole file takes the single PUT only, and a PUT never
+    // starts over bytes that arrived through tus.
+    if !whole_file && row.checksum.is_some() {
+        return Err(AppError::WholeFileOnly);
+    }
+    if whole_file && held != 0 {
+        return Err(AppError::ResumableInProgress { held });
+    }
     if !whole_file && offset != held {
         return Err(AppError::OffsetMismatch { expected: held });
     }
@@ -278,7 +286,7 @@ where
                 actual: length as i64,
             });
         }
-        Some(length) if offset + length > declared => {
+        Some(length) if offset.checked_add(length).is_none_or(|end| end > declared) => {
             return Err(AppError::PastUploadLength { length: declared });
         }
         _ => {}
@@ -344,9 +352,7 @@ where
         Ok(appended) => appended,
         Err(AppError::SpoolLost) => {
             lose(ctx, id).await?;
-            return Err(AppError::UploadGone {
-                state: UploadState::Rejected,
-            });
+            return Err(closed(ctx, id).await);
         }
         Err(error) => return Err(error),
     };
@@ -358,9 +364,8 @@ where
             db::ingest::advance(&mut conn, id.0, held as i64, now_held as i64, complete).await?;
         if moved == 0 {
             // Expired or terminated while the bytes arrived.
-            return Err(AppError::UploadGone {
-                state: UploadState::Expired,
-            });
+            drop(conn);
+            return Err(closed(ctx, id).await);
         }
     }
     tracing::info!(
@@ -407,6 +412,23 @@ pub async fn terminate(ctx: &AppContext, owner: UserId, id: UploadId) -> Result<
     Ok(())
 }
 
+/// Why an upload that was open a moment ago no longer is, from its row.
+async fn closed(ctx: &AppContext, id: UploadId) -> AppError {
+    let state = async {
+        let mut conn = ctx.db.get().await?;
+        Ok::<_, AppError>(db::uploads::state_of(&mut conn, id.0).await?)
+    }
+    .await;
+    match state {
+        Ok(Some(state)) => match state.parse() {
+            Ok(state) => AppError::UploadGone { state },
+            Err(e) => AppError::Database(db::DbError::from(e)),
+        },
+        Ok(None) => AppError::NotFound,
+        Err(error) => error,
+    }
+}
+
 /// The spool file is gone or shorter than the ledger's count: the bytes cannot be
 /// resumed. The row is rejected (`spool_missing`) so the client sees why.
 async fn lose(ctx: &AppContext, id: UploadId) -> Result<(), AppError> {
@@ -419,6 +441,7 @@ async fn lose(ctx: &AppContext, id: UploadId) -> Result<(), AppError> {
 fn spool_error(error: AppendError) -> AppError {
     match error {
         AppendError::Lost { .. } => AppError::SpoolLost,
+        AppendError::Busy => AppError::SpoolBusy,
         other => AppError::Spool(other),
     }
 }

@@ -111,6 +111,22 @@ pub enum AppError {
         /// The declared length.
         length: u64,
     },
+    /// A tus PATCH to a contract whose whole-file checksum only the single PUT can check.
+    #[error(
+        "this upload was created with a whole-file checksum: send it with PUT /v1/uploads/{{id}}/content"
+    )]
+    WholeFileOnly,
+    /// A single PUT to an upload whose bytes are arriving through tus.
+    #[error(
+        "{held} bytes of this upload arrived through tus; resume it with tus (HEAD tells the offset)"
+    )]
+    ResumableInProgress {
+        /// Bytes held.
+        held: u64,
+    },
+    /// Every spool writer of this node is busy.
+    #[error("this node is taking as many uploads as it can; retry shortly")]
+    SpoolBusy,
     /// The client's checksum of the bytes does not match what arrived.
     #[error("the checksum does not match the bytes received; nothing of this request was kept")]
     ChecksumMismatch,

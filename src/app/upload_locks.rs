@@ -33,12 +33,33 @@ struct Slot {
 pub struct UploadGuard {
     /// Cancelled when another request wants the upload: stop reading, keep what arrived.
     pub stop: CancellationToken,
+    // Dropped before the slot reference, so the slot is forgotten once nobody uses it.
+    guard: Option<OwnedMutexGuard<()>>,
+    _slot: SlotRef,
+}
+
+/// A reference to an upload's slot that forgets the slot when it is the last user, also
+/// when a request is dropped while it waits.
+#[derive(Debug)]
+struct SlotRef {
     slot: Arc<Slot>,
     id: Uuid,
-    slots: UploadLocks,
-    // Dropped before the slot is looked at, see `Drop`.
-    guard: Option<OwnedMutexGuard<()>>,
+    locks: UploadLocks,
 }
+
+impl Drop for SlotRef {
+    fn drop(&mut self) {
+        let mut slots = self.locks.slots.lock().expect("upload locks");
+        // The map's reference and this one: nobody else holds or waits for it.
+        if Arc::strong_count(&self.slot) == 2 {
+            slots.remove(&self.id);
+        }
+    }
+}
+
+/// How often a waiting request asks the holder again (a holder that took over in between
+/// has a new token to cancel).
+const ASK_AGAIN: Duration = Duration::from_millis(100);
 
 impl UploadLocks {
     /// Takes the upload's lock, asking a current holder to let go and waiting up to `wait`
@@ -46,29 +67,35 @@ impl UploadLocks {
     pub async fn acquire(&self, id: Uuid, wait: Duration) -> Option<UploadGuard> {
         let slot = {
             let mut slots = self.slots.lock().expect("upload locks");
-            slots.entry(id).or_default().clone()
-        };
-        let guard = match slot.lock.clone().try_lock_owned() {
-            Ok(guard) => Some(guard),
-            Err(_) => {
-                slot.holder_stop.lock().expect("holder token").cancel();
-                tokio::time::timeout(wait, slot.lock.clone().lock_owned())
-                    .await
-                    .ok()
+            SlotRef {
+                slot: slots.entry(id).or_default().clone(),
+                id,
+                locks: self.clone(),
             }
         };
-        let Some(guard) = guard else {
-            self.forget_if_unused(id, &slot);
-            return None;
+        let deadline = tokio::time::Instant::now() + wait;
+        let guard = loop {
+            if let Ok(guard) = slot.slot.lock.clone().try_lock_owned() {
+                break guard;
+            }
+            slot.slot.holder_stop.lock().expect("holder token").cancel();
+            let pause =
+                ASK_AGAIN.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+            if let Ok(guard) =
+                tokio::time::timeout(pause, slot.slot.lock.clone().lock_owned()).await
+            {
+                break guard;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
         };
         let stop = CancellationToken::new();
-        *slot.holder_stop.lock().expect("holder token") = stop.clone();
+        *slot.slot.holder_stop.lock().expect("holder token") = stop.clone();
         Some(UploadGuard {
             stop,
-            slot,
-            id,
-            slots: self.clone(),
             guard: Some(guard),
+            _slot: slot,
         })
     }
 
@@ -81,20 +108,11 @@ impl UploadLocks {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    fn forget_if_unused(&self, id: Uuid, slot: &Arc<Slot>) {
-        let mut slots = self.slots.lock().expect("upload locks");
-        // The map's reference and the caller's: nobody else holds or waits for it.
-        if Arc::strong_count(slot) == 2 {
-            slots.remove(&id);
-        }
-    }
 }
 
 impl Drop for UploadGuard {
     fn drop(&mut self) {
         drop(self.guard.take());
-        self.slots.forget_if_unused(self.id, &self.slot);
     }
 }
 
@@ -132,5 +150,36 @@ mod tests {
         assert!(other.is_some(), "other uploads are not held up");
         drop((stubborn, other));
         assert!(locks.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_waiter_dropped_while_it_waits_leaves_no_slot_behind() {
+        let locks = UploadLocks::default();
+        let id = Uuid::now_v7();
+        let holder = locks.acquire(id, Duration::from_secs(1)).await.unwrap();
+        let waiter = tokio::spawn({
+            let locks = locks.clone();
+            async move { locks.acquire(id, Duration::from_secs(60)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(holder);
+        let taken = waiter.await.unwrap();
+        assert!(taken.is_some());
+        drop(taken);
+        assert!(locks.is_empty());
+
+        let holder = locks.acquire(id, Duration::from_secs(1)).await.unwrap();
+        let waiter = tokio::spawn({
+            let locks = locks.clone();
+            async move { locks.acquire(id, Duration::from_secs(60)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waiter.abort();
+        let _ = waiter.await;
+        drop(holder);
+        assert!(
+            locks.is_empty(),
+            "the aborted waiter's slot reference went with it"
+        );
     }
 }

@@ -349,13 +349,6 @@ async fn check(ctx: &AppContext) -> anyhow::Result<String> {
 
 /// A memory figure (`VmRSS`, `VmHWM`) of a process, in MiB.
 fn rss(pid: Option<u32>, field: &str) -> String {
-    pid.and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
-        .and_then(|status| {
-            status.lines().find_map(|l| {
-                l.strip_prefix(field)
-                    .map(|v| v.trim_start_matches(':').trim().to_owned())
-            })
-        })
-        .and_then(|v| v.trim_end_matches("kB").trim().parse::<f64>().ok())
+    super::stats::proc_kib(pid, field)
         .map_or_else(|| "?".to_owned(), |kib| format!("{:.1} MiB", kib / 1024.0))
 }

@@ -7,6 +7,7 @@ pub mod queue;
 pub mod relay;
 pub mod stats;
 pub mod sweeper;
+pub mod tus;
 
 use clap::Subcommand;
 
@@ -26,6 +27,9 @@ pub enum BenchCommand {
     /// queue saturation), with and without failing rows ahead, and the time until all are
     /// confirmed in the in-process S3; real sweeper code, real PostgreSQL.
     Sweeper(sweeper::SweeperBenchArgs),
+    /// Bytes per second through tus into the spool (one client, then many at once) next to
+    /// `dd ... conv=fsync` on the same disk, and the API's peak memory during a large upload.
+    Tus(tus::TusBenchArgs),
 }
 
 /// Runs a benchmark.
@@ -35,6 +39,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::E2e(args) => e2e::run(args).await,
         BenchCommand::Relay(args) => relay::run(args).await,
         BenchCommand::Sweeper(args) => sweeper::run(args).await,
+        BenchCommand::Tus(args) => tus::run(args).await,
     }
 }
 

@@ -28,6 +28,20 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// A `kB` field of `/proc/{pid}/status` (`VmRSS`, `VmHWM`), in KiB.
+pub fn proc_kib(pid: Option<u32>, field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
+    status.lines().find_map(|line| {
+        line.strip_prefix(field)?
+            .trim_start_matches(':')
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 /// Milliseconds with three decimals.
 pub fn ms(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1000.0)

@@ -225,6 +225,13 @@ impl From<AppError> for ApiError {
                 Self::new(S::GONE, "upload_gone", message)
             }
             AppError::UploadComplete => Self::new(S::CONFLICT, "upload_complete", message),
+            AppError::WholeFileOnly | AppError::ResumableInProgress { .. } => {
+                Self::new(S::CONFLICT, "wrong_upload_method", message)
+            }
+            AppError::SpoolBusy => Self {
+                retry_after: Some(1),
+                ..Self::new(S::SERVICE_UNAVAILABLE, "spool_busy", message)
+            },
             AppError::OffsetMismatch { .. } => Self::new(S::CONFLICT, "offset_mismatch", message),
             AppError::PastUploadLength { .. } => {
                 Self::new(S::PAYLOAD_TOO_LARGE, "too_large", message)

@@ -326,12 +326,18 @@ async fn creation_is_refused_for_non_video_types_oversize_lengths_and_missing_he
         "unsupported_media_type",
     )
     .await;
-    assert_error(
+    let missing = assert_error(
         post("10", None).await.unwrap(),
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "unsupported_media_type",
+        StatusCode::BAD_REQUEST,
+        "bad_request",
     )
     .await;
+    assert!(
+        missing["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("filetype")
+    );
     let mp4 = metadata("clip.mp4", "video/mp4");
     let over = (100 * 1024 * 1024 + 1).to_string();
     assert_error(
@@ -346,6 +352,18 @@ async fn creation_is_refused_for_non_video_types_oversize_lengths_and_missing_he
         "bad_request",
     )
     .await;
+    let empty = assert_error(
+        post("0", Some(mp4.clone())).await.unwrap(),
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert!(
+        empty["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Upload-Length")
+    );
     assert_error(
         post("10", Some("filename !!".into())).await.unwrap(),
         StatusCode::BAD_REQUEST,
@@ -432,6 +450,20 @@ async fn termination_drops_the_upload_and_its_bytes_and_a_stranger_sees_nothing(
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
+
+    // A single PUT never starts over bytes that came through tus.
+    let url2 = create(&app, &key, file.len()).await;
+    patch(&app, &key, &url2, 0, &file[..100], None).await;
+    let r = app
+        .http
+        .put(app.url(&format!("/v1/uploads/{}/content", upload_id(&url2))))
+        .bearer_auth(&key)
+        .body(file.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_error(r, StatusCode::CONFLICT, "wrong_upload_method").await;
+    assert_eq!(offset_of(&app, &key, &url2).await, 100);
 
     // A complete upload is the ledger's now: it cannot be terminated.
     let url = create(&app, &key, file.len()).await;
@@ -574,6 +606,18 @@ async fn a_single_put_lands_whole_or_not_at_all_and_is_confirmed_by_the_sweeper(
     let status = wait_for_state(&app, &key, &id, "receiving").await;
     assert_eq!(status["received_bytes"], 0);
     assert_eq!(std::fs::metadata(spool_file(&app, &id)).unwrap().len(), 0);
+
+    // Its whole-file checksum can only be checked on the single PUT: tus is refused.
+    let r = patch(
+        &app,
+        &key,
+        &app.url(&format!("/v1/tus/{id}")),
+        0,
+        &file[..10],
+        None,
+    )
+    .await;
+    assert_error(r, StatusCode::CONFLICT, "wrong_upload_method").await;
 
     let r = app
         .http

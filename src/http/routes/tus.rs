@@ -86,6 +86,11 @@ pub async fn create(
     }
     let length = tus::parse_bytes("Upload-Length", text(&req, "Upload-Length")?)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if length == 0 {
+        return Err(ApiError::bad_request(
+            "Upload-Length must be at least 1 byte: an empty file is no video",
+        ));
+    }
     if length > ctx.upload.max_upload_bytes {
         return Err(ApiError::too_large(format!(
             "Upload-Length {length} is over Tus-Max-Size {}",
@@ -95,8 +100,9 @@ pub async fn create(
     let metadata = tus::parse_metadata(text(&req, "Upload-Metadata")?)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let Some(filetype) = metadata.filetype.as_deref() else {
-        return Err(ApiError::unsupported_media_type(
-            "Upload-Metadata must name the video's media type as `filetype` (e.g. video/mp4)",
+        return Err(ApiError::bad_request(
+            "Upload-Metadata must name the video's media type as `filetype` (e.g. \
+             `filetype dmlkZW8vbXA0` for video/mp4); tus clients send it from their metadata option",
         ));
     };
     let filename = metadata.filename.as_deref().unwrap_or("upload");

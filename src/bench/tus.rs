@@ -1,0 +1,295 @@
+//! `vidq bench tus`: how fast bytes reach the spool through tus over loopback, next to the
+//! disk's own limit measured in the same run. A real `vidq api` process (the API role,
+//! spooling to `--spool-dir`), one client PATCHing `--gib` GiB in `--chunk-mib` MiB chunks,
+//! then `--clients` clients at once sending the same total, then `dd if=/dev/zero bs=1M
+//! count=1024 conv=fsync` onto the same directory; medians of `--rounds`. Then a fresh API
+//! process takes one `--rss-gib` GiB upload and its peak RSS (`VmHWM`) is reported: the
+//! spool writer's memory does not grow with the upload.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use bytes::Bytes;
+use clap::Args;
+
+use super::Scratch;
+use super::stats::{median, proc_kib};
+use crate::adapters::s3_server::EmbeddedS3;
+use crate::adapters::storage::{StaticCredentials, Storage};
+use crate::config::{Secret, StorageConfig};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// `vidq bench tus`.
+#[derive(Debug, Args)]
+pub struct TusBenchArgs {
+    /// Where the API spools (the disk under test); emptied after each upload.
+    #[arg(long = "spool-dir", default_value = "target/bench-spool")]
+    pub spool_dir: PathBuf,
+    /// Size of the one client's upload, and the total of the concurrent clients', in GiB.
+    #[arg(long, default_value_t = 1)]
+    pub gib: u64,
+    /// PATCH size in MiB.
+    #[arg(long = "chunk-mib", default_value_t = 8)]
+    pub chunk_mib: u64,
+    /// Concurrent clients of the second measurement.
+    #[arg(long, default_value_t = 8)]
+    pub clients: u64,
+    /// Rounds (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// Size of the upload whose peak API memory is reported, in GiB (0: skip).
+    #[arg(long = "rss-gib", default_value_t = 2)]
+    pub rss_gib: u64,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: super::ServerArgs,
+}
+
+/// A `vidq api` child process and a key to call it with.
+struct Api {
+    child: tokio::process::Child,
+    base: String,
+    key: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    async fn start(
+        scratch: &Scratch,
+        s3: &EmbeddedS3,
+        spool: &Path,
+        key: &str,
+    ) -> anyhow::Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = tokio::process::Command::new(std::env::current_exe()?)
+            .args(["api", "--no-migrate"])
+            .env("DATABASE_URL", &scratch.url)
+            .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{port}"))
+            .env("VIDQ_S3_ENDPOINT", s3.endpoint())
+            .env("VIDQ_S3_BUCKET", "vidq-bench")
+            .env("VIDQ_S3_FORCE_PATH_STYLE", "true")
+            .env("AWS_ACCESS_KEY_ID", "bench")
+            .env("AWS_SECRET_ACCESS_KEY", "bench-secret")
+            .env("VIDQ_SPOOL_DIR", spool)
+            .env("VIDQ_NODE_ID", "bench")
+            .env("VIDQ_MAX_UPLOAD_BYTES", (64 * GIB).to_string())
+            .env("RUST_LOG", "warn")
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting vidq api")?;
+        let api = Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            key: key.to_owned(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(600))
+                .build()?,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while api
+            .http
+            .get(format!("{}/healthz", api.base))
+            .send()
+            .await
+            .is_err()
+        {
+            ensure!(Instant::now() < deadline, "vidq api did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(api)
+    }
+
+    async fn create(&self, length: u64) -> anyhow::Result<String> {
+        let meta = "filename YmVuY2gubXA0,filetype dmlkZW8vbXA0"; // bench.mp4, video/mp4
+        let answer = self
+            .http
+            .post(format!("{}/v1/tus/", self.base))
+            .bearer_auth(&self.key)
+            .header("Tus-Resumable", "1.0.0")
+            .header("Upload-Length", length.to_string())
+            .header("Upload-Metadata", meta)
+            .send()
+            .await?;
+        ensure!(answer.status() == 201, "tus POST: {}", answer.status());
+        Ok(answer.headers()["location"].to_str()?.to_owned())
+    }
+
+    /// One client: creates an upload of `length` and PATCHes `chunk` until it is whole.
+    async fn upload(&self, length: u64, chunk: &Bytes) -> anyhow::Result<()> {
+        let url = self.create(length).await?;
+        let mut offset = 0u64;
+        while offset < length {
+            let n = (length - offset).min(chunk.len() as u64);
+            let answer = self
+                .http
+                .patch(&url)
+                .bearer_auth(&self.key)
+                .header("Tus-Resumable", "1.0.0")
+                .header("Upload-Offset", offset.to_string())
+                .header("Content-Type", "application/offset+octet-stream")
+                .body(chunk.slice(..n as usize))
+                .send()
+                .await?;
+            ensure!(answer.status() == 204, "tus PATCH: {}", answer.status());
+            offset += n;
+        }
+        Ok(())
+    }
+
+    fn peak_rss_mib(&self) -> f64 {
+        proc_kib(self.child.id(), "VmHWM").unwrap_or(f64::NAN) / 1024.0
+    }
+}
+
+/// Decimal MB/s, as `dd` reports it.
+fn mb_per_s(bytes: u64, elapsed: Duration) -> f64 {
+    bytes as f64 / 1e6 / elapsed.as_secs_f64()
+}
+
+fn empty(dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    Ok(())
+}
+
+/// `dd if=/dev/zero of=DIR/dd.bin bs=1M count=1024 conv=fsync`, timed like the uploads.
+async fn dd(dir: &Path) -> anyhow::Result<f64> {
+    let target = dir.join("dd.bin");
+    let started = Instant::now();
+    let status = tokio::process::Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M", "count=1024", "conv=fsync"])
+        .arg(format!("of={}", target.display()))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .await
+        .context("running dd")?;
+    let elapsed = started.elapsed();
+    ensure!(status.success(), "dd failed");
+    std::fs::remove_file(target)?;
+    Ok(mb_per_s(GIB, elapsed))
+}
+
+/// Runs the benchmark and prints its table.
+pub async fn run(args: TusBenchArgs) -> anyhow::Result<()> {
+    ensure!(
+        args.chunk_mib > 0 && args.clients > 0 && args.gib > 0,
+        "sizes must be positive"
+    );
+    let scratch = Scratch::create(&args.server.database_url, "tus").await?;
+    let result = measure(&args, &scratch).await;
+    scratch.drop_now().await;
+    let _ = std::fs::remove_dir_all(&args.spool_dir);
+    result
+}
+
+async fn measure(args: &TusBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
+    let s3_dir = tempfile::tempdir()?;
+    let s3 = EmbeddedS3::start(
+        s3_dir.path(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+        "bench",
+        "bench-secret",
+    )?;
+    let storage = Storage::connect(
+        &StorageConfig {
+            endpoint: Some(s3.endpoint().parse()?),
+            public_endpoint: None,
+            bucket: "vidq-bench".into(),
+            region: "us-east-1".into(),
+            force_path_style: true,
+            timeouts: Default::default(),
+        },
+        Some(StaticCredentials {
+            access_key_id: "bench".into(),
+            secret_access_key: Secret::new("bench-secret"),
+        }),
+    )
+    .await;
+    storage.ensure_bucket().await?;
+    let pool = crate::db::connect(&scratch.url, 2).await?;
+    let (_, key) = crate::app::users::create_user(&pool, "bench").await?;
+    empty(&args.spool_dir)?;
+    let spool = std::fs::canonicalize(&args.spool_dir)?;
+
+    // Bytes that do not compress or repeat within a chunk.
+    let chunk: Bytes = (0..args.chunk_mib * MIB)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect::<Vec<u8>>()
+        .into();
+    let total = args.gib * GIB;
+    let per_client = total / args.clients;
+    let api = Api::start(scratch, &s3, &spool, key.reveal()).await?;
+    println!(
+        "vidq bench tus: loopback, {} MiB PATCHes, spool {}, {} round(s)\n",
+        args.chunk_mib,
+        spool.display(),
+        args.rounds
+    );
+    let (mut one, mut many, mut disk) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=args.rounds {
+        let started = Instant::now();
+        api.upload(total, &chunk).await?;
+        one.push(mb_per_s(total, started.elapsed()));
+        empty(&spool)?;
+
+        let started = Instant::now();
+        let clients = (0..args.clients).map(|_| api.upload(per_client, &chunk));
+        for done in futures_util::future::join_all(clients).await {
+            done?;
+        }
+        many.push(mb_per_s(per_client * args.clients, started.elapsed()));
+        empty(&spool)?;
+
+        disk.push(dd(&spool).await?);
+        println!(
+            "round {round}: 1 client {:.0} MB/s, {} clients {:.0} MB/s, dd {:.0} MB/s",
+            one[one.len() - 1],
+            args.clients,
+            many[many.len() - 1],
+            disk[disk.len() - 1]
+        );
+    }
+    let api_rss = api.peak_rss_mib();
+    drop(api);
+    let (one, many, disk) = (median(&one), median(&many), median(&disk));
+    println!("\n| what | MB/s (median) | of dd |");
+    println!("|---|---|---|");
+    println!("| `dd bs=1M count=1024 conv=fsync` | {disk:.0} | 100% |");
+    println!(
+        "| 1 client, {} GiB in {} MiB PATCHes | {one:.0} | {:.0}% |",
+        args.gib,
+        args.chunk_mib,
+        100.0 * one / disk
+    );
+    println!(
+        "| {} clients at once, {} GiB in all | {many:.0} | {:.0}% |",
+        args.clients,
+        args.gib,
+        100.0 * many / disk
+    );
+    println!("\npeak RSS of that API process: {api_rss:.1} MiB");
+
+    if args.rss_gib > 0 {
+        empty(&spool)?;
+        let api = Api::start(scratch, &s3, &spool, key.reveal()).await?;
+        let idle = api.peak_rss_mib();
+        let started = Instant::now();
+        api.upload(args.rss_gib * GIB, &chunk).await?;
+        let elapsed = started.elapsed();
+        println!(
+            "\none {} GiB tus upload into a fresh API process: peak RSS {:.1} MiB \
+             (started at {idle:.1} MiB), {:.0} MB/s",
+            args.rss_gib,
+            api.peak_rss_mib(),
+            mb_per_s(args.rss_gib * GIB, elapsed)
+        );
+    }
+    Ok(())
+}
