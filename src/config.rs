@@ -154,7 +154,7 @@ pub struct S3Timeouts {
           default_value_t = S3Timeouts::DEFAULT.operation_secs,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub operation_secs: u64,
-    /// Longest one transfer try (a PUT of up to 16 MiB or one 8 MiB part) may take, in
+    /// Longest one transfer try (a PUT of up to 8 MiB or one 8 MiB part) may take, in
     /// seconds.
     #[arg(long = "s3-transfer-timeout-secs", env = "VIDQ_S3_TRANSFER_TIMEOUT_SECS", value_name = "SECS",
           default_value_t = S3Timeouts::DEFAULT.transfer_secs,

@@ -45,7 +45,7 @@ impl StorageError {
 }
 
 /// Files above this size go up as multipart uploads.
-pub const MULTIPART_THRESHOLD: u64 = 16 * 1024 * 1024;
+pub const MULTIPART_THRESHOLD: u64 = 8 * 1024 * 1024;
 /// Part size of multipart uploads: the most memory one upload holds at a time.
 pub const PART_SIZE: usize = 8 * 1024 * 1024;
 

@@ -78,7 +78,10 @@ impl Api {
             .env("VIDQ_SPOOL_DIR", spool)
             .env("VIDQ_NODE_ID", "bench")
             .env("VIDQ_MAX_UPLOAD_BYTES", (64 * GIB).to_string())
-            .env("VIDQ_PLAYBACK_SECRET", "vidq-bench-playback-secret-0123456789abcdef")
+            .env(
+                "VIDQ_PLAYBACK_SECRET",
+                "vidq-bench-playback-secret-0123456789abcdef",
+            )
             .env("RUST_LOG", "warn")
             .kill_on_drop(true)
             .spawn()

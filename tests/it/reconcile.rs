@@ -19,7 +19,7 @@ use crate::pipeline::{pipeline, upload_clip};
 use crate::queue::{Worker, fast_settings, video_id, wait_for_count};
 
 /// Runs `vidq reconcile ARGS` against the test's database and bucket.
-async fn reconcile(app: &TestApp, args: &[&str]) -> Output {
+pub async fn reconcile(app: &TestApp, args: &[&str]) -> Output {
     let endpoint = app.s3.as_ref().unwrap().endpoint();
     let mut all = vec!["reconcile"];
     all.extend_from_slice(args);
@@ -42,7 +42,7 @@ fn stdout(output: &Output) -> String {
 }
 
 /// Asserts the exit status and returns stdout.
-fn expect(output: &Output, code: i32) -> String {
+pub fn expect(output: &Output, code: i32) -> String {
     assert_eq!(
         output.status.code(),
         Some(code),

@@ -1,0 +1,175 @@
+//! An HTTP proxy in front of the in-process S3 that fails the way a real S3 and its network
+//! fail: a PUT answered 503, a PUT stored and its answer lost (the connection dropped after
+//! the object is written), a PUT that hangs before or after it is stored, and S3 down for a
+//! while (every request 503). Requests are forwarded byte for byte (SigV4 signatures stay
+//! valid: the Host header is kept), so the client under test is the real aws-sdk-s3 of a
+//! real `vidq` process.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+/// What the proxy does to one PUT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// `503 ServiceUnavailable`, nothing stored.
+    Unavailable,
+    /// Forwarded and stored, then the connection is dropped without an answer.
+    LoseResponse,
+    /// Never forwarded, never answered (the client's connection hangs).
+    HangBeforeStore,
+    /// Forwarded and stored, never answered.
+    HangAfterStore,
+}
+
+#[derive(Default)]
+struct State {
+    plan: Mutex<VecDeque<Fault>>,
+    down: AtomicBool,
+    puts_seen: AtomicU32,
+    puts_stored: AtomicU32,
+}
+
+/// A running fault proxy.
+pub struct S3Faults {
+    pub port: u16,
+    state: Arc<State>,
+}
+
+/// Headers about one connection, not the message: not forwarded.
+const HOP_BY_HOP: [&str; 3] = ["connection", "transfer-encoding", "keep-alive"];
+
+const UNAVAILABLE: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+<Error><Code>ServiceUnavailable</Code><Message>injected by the test</Message></Error>";
+
+impl S3Faults {
+    /// A proxy to the S3 server at `upstream` (`http://ip:port`); passes everything until told.
+    pub async fn start(upstream: &str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(State::default());
+        let client = reqwest::Client::new();
+        let upstream = upstream.trim_end_matches('/').to_owned();
+        let shared = state.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let (state, client, upstream) = (shared.clone(), client.clone(), upstream.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        handle(req, state.clone(), client.clone(), upstream.clone())
+                    });
+                    // An error from the service drops the connection without an answer.
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(socket), service)
+                        .await;
+                });
+            }
+        });
+        Self { port, state }
+    }
+
+    /// `http://127.0.0.1:PORT`, for `VIDQ_S3_ENDPOINT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The next PUTs meet these faults, in order; later ones pass.
+    pub fn plan(&self, faults: &[Fault]) {
+        self.state
+            .plan
+            .lock()
+            .unwrap()
+            .extend(faults.iter().copied());
+    }
+
+    /// Every request is answered 503 while down.
+    pub fn set_down(&self, down: bool) {
+        self.state.down.store(down, Ordering::SeqCst);
+    }
+
+    /// PUTs that reached the proxy (any outcome).
+    pub fn puts_seen(&self) -> u32 {
+        self.state.puts_seen.load(Ordering::SeqCst)
+    }
+
+    /// PUTs the proxy forwarded to S3 and S3 answered.
+    pub fn puts_stored(&self) -> u32 {
+        self.state.puts_stored.load(Ordering::SeqCst)
+    }
+}
+
+fn unavailable() -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(StatusCode::SERVICE_UNAVAILABLE)
+        .header("content-type", "application/xml")
+        .body(Full::new(Bytes::from_static(UNAVAILABLE.as_bytes())))
+        .unwrap()
+}
+
+#[derive(Debug)]
+struct Dropped;
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection dropped by the fault proxy")
+    }
+}
+
+impl std::error::Error for Dropped {}
+
+async fn handle(
+    req: Request<Incoming>,
+    state: Arc<State>,
+    client: reqwest::Client,
+    upstream: String,
+) -> Result<Response<Full<Bytes>>, Dropped> {
+    if state.down.load(Ordering::SeqCst) {
+        return Ok(unavailable());
+    }
+    let is_put = req.method() == hyper::Method::PUT;
+    let fault = if is_put {
+        state.puts_seen.fetch_add(1, Ordering::SeqCst);
+        state.plan.lock().unwrap().pop_front()
+    } else {
+        None
+    };
+    match fault {
+        Some(Fault::Unavailable) => return Ok(unavailable()),
+        Some(Fault::HangBeforeStore) => std::future::pending::<()>().await,
+        _ => {}
+    }
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await.map_err(|_| Dropped)?.to_bytes();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut forward = client.request(parts.method.clone(), format!("{upstream}{path}"));
+    for (name, value) in &parts.headers {
+        if !HOP_BY_HOP.contains(&name.as_str()) {
+            forward = forward.header(name, value);
+        }
+    }
+    let answer = forward.body(body).send().await.map_err(|_| Dropped)?;
+    let status = answer.status();
+    let headers = answer.headers().clone();
+    let bytes = answer.bytes().await.map_err(|_| Dropped)?;
+    if is_put && status.is_success() {
+        state.puts_stored.fetch_add(1, Ordering::SeqCst);
+    }
+    match fault {
+        Some(Fault::LoseResponse) => return Err(Dropped),
+        Some(Fault::HangAfterStore) => std::future::pending::<()>().await,
+        _ => {}
+    }
+    let mut response = Response::builder().status(status.as_u16());
+    for (name, value) in &headers {
+        if !HOP_BY_HOP.contains(&name.as_str()) {
+            response = response.header(name.as_str(), value.as_bytes());
+        }
+    }
+    Ok(response.body(Full::new(bytes)).unwrap())
+}
