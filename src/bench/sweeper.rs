@@ -117,6 +117,8 @@ impl SweepStore for FaultStore {
                 op: "PutObject",
                 key: key.to_owned(),
                 source: Box::new(std::io::Error::other("injected PUT failure")),
+                // This row's PUT is refused; S3 itself is up.
+                outage: false,
             });
         }
         self.inner

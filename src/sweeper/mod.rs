@@ -506,12 +506,18 @@ impl<S: SweepStore> Shared<S> {
         }
     }
 
+    /// A failed S3 call: the row backs off; the breaker counts it only when S3 itself is
+    /// failing (no answer, a 5xx, a 429). S3 refusing this one request (a 4xx) shows S3 is
+    /// up, so one bad row cannot stop the uploads of every other.
     async fn storage_failed(&self, row: &ClaimedUpload, error: &StorageError) -> Outcome {
-        let transition = self
-            .breaker
-            .lock()
-            .expect("breaker lock")
-            .on_failure(Instant::now());
+        let transition = {
+            let mut breaker = self.breaker.lock().expect("breaker lock");
+            if error.outage {
+                breaker.on_failure(Instant::now())
+            } else {
+                breaker.on_success()
+            }
+        };
         self.note(transition);
         self.fail(row, &crate::telemetry::error_chain(error)).await
     }

@@ -487,3 +487,53 @@ async fn s3_down_for_30_seconds_under_200_pending_uploads_opens_the_breaker_and_
     assert_eq!(case.originals().await.len(), ids.len());
     case.reconciled().await;
 }
+
+#[tokio::test]
+async fn puts_s3_refuses_back_off_their_rows_without_opening_the_breaker_for_the_others() {
+    use std::sync::atomic::Ordering;
+    let case = Case::new().await;
+    let (owner, _) = vidq::app::users::create_user(&case.app.pool, "bob")
+        .await
+        .unwrap();
+    // More refusals in a row than it takes 503s to open the breaker.
+    case.faults.plan(&[Fault::Refused; 8]);
+    vidq::bench::sweeper::register_pending(
+        &case.app.pool,
+        case.app.spool.path(),
+        owner,
+        SPOOL_NODE,
+        20,
+        4096,
+    )
+    .await
+    .unwrap();
+    let mut settings = crate::tus::woken_sweeper();
+    settings.interval = Duration::from_millis(100);
+    settings.breaker = vidq::domain::sweep::BreakerSettings {
+        failures_to_open: 5,
+        cool_down: Duration::from_secs(600),
+    };
+    let stats = case
+        .app
+        .start_sweeper(storage_through(&case.faults).await, settings)
+        .await;
+    crate::queue::wait_for_count(
+        &case.app,
+        "SELECT count(*) AS n FROM uploads WHERE state = 'confirmed'",
+        20,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        stats.failed.load(Ordering::SeqCst),
+        8,
+        "each refusal is a failed try"
+    );
+    assert_eq!(
+        stats.breaker_transitions.load(Ordering::SeqCst),
+        0,
+        "refusals are not an outage: the breaker never opened"
+    );
+    assert_eq!(stats.held_by_breaker.load(Ordering::SeqCst), 0);
+    case.reconciled().await;
+}

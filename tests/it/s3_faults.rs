@@ -20,6 +20,8 @@ use tokio::net::TcpListener;
 pub enum Fault {
     /// `503 ServiceUnavailable`, nothing stored.
     Unavailable,
+    /// `403 AccessDenied`: S3 is up and refuses this one request.
+    Refused,
     /// Forwarded and stored, then the connection is dropped without an answer.
     LoseResponse,
     /// Never forwarded, never answered (the client's connection hangs).
@@ -112,6 +114,17 @@ fn unavailable() -> Response<Full<Bytes>> {
         .unwrap()
 }
 
+fn refused() -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(StatusCode::FORBIDDEN)
+        .header("content-type", "application/xml")
+        .body(Full::new(Bytes::from_static(
+            b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+<Error><Code>AccessDenied</Code><Message>injected by the test</Message></Error>",
+        )))
+        .unwrap()
+}
+
 #[derive(Debug)]
 struct Dropped;
 
@@ -139,13 +152,16 @@ async fn handle(
     } else {
         None
     };
+    // The body is read first, as S3 does: an answer before it would cut the client off
+    // mid-send, and its HTTP client would resend the request on its own.
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await.map_err(|_| Dropped)?.to_bytes();
     match fault {
         Some(Fault::Unavailable) => return Ok(unavailable()),
+        Some(Fault::Refused) => return Ok(refused()),
         Some(Fault::HangBeforeStore) => std::future::pending::<()>().await,
         _ => {}
     }
-    let (parts, body) = req.into_parts();
-    let body = body.collect().await.map_err(|_| Dropped)?.to_bytes();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut forward = client.request(parts.method.clone(), format!("{upstream}{path}"));
     for (name, value) in &parts.headers {
