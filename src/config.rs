@@ -548,7 +548,7 @@ pub struct WorkerConfig {
     /// Serve `/healthz` and `/metrics` on this loopback address (e.g. 127.0.0.1:9091). Off
     /// by default; only loopback addresses are accepted.
     #[arg(long = "health-listen", env = "VIDQ_HEALTH_LISTEN", value_name = "ADDR",
-          value_parser = crate::http::worker_health::loopback_addr)]
+          value_parser = crate::http::health_listener::loopback_addr)]
     pub health_listen: Option<SocketAddr>,
     #[command(flatten)]
     pub storage: StorageConfig,
@@ -719,6 +719,12 @@ pub struct SweeperConfig {
     pub sweeper: SweeperArgs,
     #[command(flatten)]
     pub storage: StorageConfig,
+    /// Serve `/healthz` and `/metrics` (counters, queue, circuit breaker state) on this
+    /// loopback address (e.g. 127.0.0.1:9092). Off by default; only loopback addresses are
+    /// accepted.
+    #[arg(long = "health-listen", env = "VIDQ_HEALTH_LISTEN", value_name = "ADDR",
+          value_parser = crate::http::health_listener::loopback_addr)]
+    pub health_listen: Option<SocketAddr>,
 }
 
 /// Settings of `vidq reconcile`.

@@ -9,10 +9,10 @@ pub mod auth;
 pub mod cors;
 pub mod dto;
 pub mod error;
+pub mod health_listener;
 pub mod json;
 pub mod limits;
 pub mod routes;
-pub mod worker_health;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::ServiceResponse;

@@ -100,6 +100,7 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         node_id,
         &spool_dir,
         sweeper_storage,
+        None,
         shutdown,
     );
     eprintln!(

@@ -29,6 +29,7 @@ pub async fn run(config: SweeperConfig, shutdown: CancellationToken) -> anyhow::
         node_id,
         &spool,
         storage,
+        config.health_listen,
         shutdown,
     )
     .await
@@ -41,6 +42,7 @@ pub async fn run_with(
     node_id: String,
     spool_dir: &Path,
     storage: Storage,
+    health_listen: Option<std::net::SocketAddr>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let root = SpoolRoot::open(spool_dir).context("VIDQ_SPOOL_DIR")?;
@@ -55,6 +57,14 @@ pub async fn run_with(
         args.settings(node_id),
         shutdown.clone(),
     );
+    if let Some(addr) = health_listen {
+        let listener = std::net::TcpListener::bind(addr)
+            .with_context(|| format!("cannot listen on {addr} (VIDQ_HEALTH_LISTEN)"))?;
+        let probe = std::sync::Arc::new(sweeper.probe());
+        let server = crate::http::health_listener::serve(listener, probe, shutdown.clone())?;
+        tracing::info!(%addr, "health listener on /healthz and /metrics");
+        tokio::spawn(server);
+    }
     let wake = sweeper.waker();
     crate::queue::listener::spawn(
         database_url.to_owned(),

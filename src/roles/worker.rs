@@ -53,13 +53,13 @@ pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::R
     if let Some(addr) = config.health_listen {
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("cannot listen on {addr} (VIDQ_HEALTH_LISTEN)"))?;
-        let server = crate::http::worker_health::serve(
-            listener,
+        let probe = crate::http::health_listener::WorkerProbe::new(
             health.clone(),
             config.queue.slots,
             Duration::from_millis(config.queue.poll_ms),
-            shutdown.clone(),
-        )?;
+        );
+        let server =
+            crate::http::health_listener::serve(listener, Arc::new(probe), shutdown.clone())?;
         tracing::info!(%addr, "health listener on /healthz and /metrics");
         tokio::spawn(server);
     }

@@ -29,6 +29,8 @@ use crate::domain::ids::{UploadId, UserId};
 use crate::domain::sweep::{Admission, Backoff, Breaker, BreakerSettings, Cursor, Transition};
 use crate::domain::upload::RejectReason;
 
+pub mod probe;
+
 /// Presigned contracts expired per statement.
 const EXPIRE_BATCH: i64 = 256;
 
@@ -137,9 +139,23 @@ pub struct SweepStats {
     pub expired: AtomicU64,
     /// Queued rows the workers finished with (any outcome).
     pub done: AtomicU64,
+    /// When the last round ended, in milliseconds since the Unix epoch (0: none yet).
+    pub last_round_unix_ms: AtomicU64,
+    /// Why the last round failed; `None` once one works again.
+    pub round_error: Mutex<Option<String>>,
 }
 
 impl SweepStats {
+    /// Records the end of a round and how it went.
+    fn round_ended(&self, error: Option<&db::DbError>) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.last_round_unix_ms.store(now, Ordering::Relaxed);
+        *self.round_error.lock().expect("round error") =
+            error.map(|e| crate::telemetry::error_chain(e));
+    }
+
     /// Whether every queued row has been dealt with (the queue is empty and no worker
     /// holds a row).
     pub fn settled(&self) -> bool {
@@ -165,7 +181,7 @@ struct Shared<S> {
     store: S,
     root: SpoolRoot,
     settings: SweeperSettings,
-    breaker: Mutex<Breaker>,
+    breaker: Arc<Mutex<Breaker>>,
     stats: Arc<SweepStats>,
 }
 
@@ -199,7 +215,7 @@ impl<S: SweepStore> Sweeper<S> {
             pool,
             store,
             root,
-            breaker: Mutex::new(Breaker::new(settings.breaker)),
+            breaker: Arc::new(Mutex::new(Breaker::new(settings.breaker))),
             settings,
             stats: Arc::default(),
         });
@@ -223,6 +239,15 @@ impl<S: SweepStore> Sweeper<S> {
     /// The counters.
     pub fn stats(&self) -> Arc<SweepStats> {
         self.shared.stats.clone()
+    }
+
+    /// What the health listener reports: the counters and the breaker.
+    pub fn probe(&self) -> probe::SweeperProbe {
+        probe::SweeperProbe {
+            stats: self.shared.stats.clone(),
+            breaker: self.shared.breaker.clone(),
+            stall: self.shared.settings.interval * 3 + Duration::from_secs(10),
+        }
     }
 
     /// What starts a round early (the role ticks it on every `vidq_sweep` NOTIFY).
@@ -312,7 +337,9 @@ impl<S: SweepStore> Sweeper<S> {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let interval = self.shared.settings.interval;
         while !shutdown.is_cancelled() {
-            let pause = match self.round().await {
+            let round = self.round().await;
+            self.shared.stats.round_ended(round.as_ref().err());
+            let pause = match round {
                 // A full page all queued: more may be waiting right behind it.
                 Ok(r) if r.read == self.cursor.page() as usize && r.saturated == 0 => {
                     Duration::ZERO

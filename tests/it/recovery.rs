@@ -54,6 +54,11 @@ impl Case {
     /// `vidq sweeper` of the API's node, through the fault proxy; claims last 2 s, so a
     /// killed sweeper's rows come back quickly.
     fn sweeper(&mut self) -> Child {
+        self.sweeper_with(&[])
+    }
+
+    /// [`Case::sweeper`] with more (or overriding) settings.
+    fn sweeper_with(&mut self, env: &[(&str, &str)]) -> Child {
         self.spawned += 1;
         let log = self
             .logs
@@ -72,6 +77,9 @@ impl Case {
             .env("VIDQ_SWEEPER_INTERVAL_MS", "100")
             .env("VIDQ_SWEEPER_CLAIM_SECS", "2")
             .env("VIDQ_SWEEPER_BREAKER_FAILURES", "1000");
+        for (name, value) in env {
+            command.env(name, value);
+        }
         command.spawn().unwrap()
     }
 
@@ -535,5 +543,71 @@ async fn puts_s3_refuses_back_off_their_rows_without_opening_the_breaker_for_the
         "refusals are not an outage: the breaker never opened"
     );
     assert_eq!(stats.held_by_breaker.load(Ordering::SeqCst), 0);
+    case.reconciled().await;
+}
+
+/// `GET` of the sweeper's health listener: status and body.
+async fn probe(port: u16, path: &str) -> (u16, String) {
+    match reqwest::get(format!("http://127.0.0.1:{port}{path}")).await {
+        Ok(answer) => (answer.status().as_u16(), answer.text().await.unwrap()),
+        Err(_) => (0, String::new()),
+    }
+}
+
+async fn until_metric(port: u16, line: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, metrics) = probe(port, "/metrics").await;
+        if metrics.lines().any(|l| l == line) {
+            return metrics;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never saw {line:?} in:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_sweepers_metrics_show_its_breaker_open_while_s3_is_down_and_closed_after() {
+    let mut case = Case::new().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    case.faults.set_down(true);
+    let mut ids = Vec::new();
+    for n in 0..6 {
+        ids.push(case.pending_upload(10_000 + n).await.0);
+    }
+    let sweeper = case.sweeper_with(&[
+        ("VIDQ_HEALTH_LISTEN", &format!("127.0.0.1:{port}")),
+        ("VIDQ_SWEEPER_BREAKER_FAILURES", "3"),
+        ("VIDQ_SWEEPER_BREAKER_COOLDOWN_MS", "500"),
+    ]);
+    let open = until_metric(port, "vidq_sweeper_breaker_state{state=\"open\"} 1").await;
+    assert!(
+        open.contains("vidq_sweeper_breaker_state{state=\"closed\"} 0"),
+        "{open}"
+    );
+    assert!(
+        open.contains("# TYPE vidq_sweeper_rows_total counter"),
+        "{open}"
+    );
+    let (status, body) = probe(port, "/healthz").await;
+    assert_eq!(status, 200, "S3 down is not the sweeper down: {body}");
+
+    case.faults.set_down(false);
+    for id in &ids {
+        wait_for_state(&case.app, &case.key, id, "confirmed").await;
+    }
+    let closed = until_metric(port, "vidq_sweeper_breaker_state{state=\"closed\"} 1").await;
+    assert!(
+        closed.contains("vidq_sweeper_rows_total{outcome=\"confirmed\"} 6"),
+        "{closed}"
+    );
+    sigkill(sweeper).await;
     case.reconciled().await;
 }
