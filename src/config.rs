@@ -660,6 +660,17 @@ pub struct SweeperArgs {
     #[arg(long = "sweeper-breaker-failures", env = "VIDQ_SWEEPER_BREAKER_FAILURES", value_name = "N", default_value_t = 5,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub breaker_failures: u32,
+    /// How often the orphan pass runs, in seconds (0: never): objects no live row owns
+    /// (non-live attempt prefixes, deleted videos, lapsed uploads) are deleted and dead
+    /// attempts' pending output rows forgotten. One sweeper of the cluster runs it at a time.
+    #[arg(long = "sweeper-orphan-interval-secs", env = "VIDQ_SWEEPER_ORPHAN_INTERVAL_SECS", value_name = "SECS",
+          default_value_t = 900, value_parser = clap::value_parser!(u64).range(0..=604_800))]
+    pub orphan_interval_secs: u64,
+    /// The orphan pass leaves objects and rows younger than this alone, in seconds: they may
+    /// be uploads or encodes in flight.
+    #[arg(long = "sweeper-orphan-grace-secs", env = "VIDQ_SWEEPER_ORPHAN_GRACE_SECS", value_name = "SECS",
+          default_value_t = 3600, value_parser = clap::value_parser!(u64).range(60..=31_536_000))]
+    pub orphan_grace_secs: u64,
     /// How long the breaker stays open before one probe PUT, in milliseconds.
     #[arg(long = "sweeper-breaker-cooldown-ms", env = "VIDQ_SWEEPER_BREAKER_COOLDOWN_MS", value_name = "MS", default_value_t = 30_000,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]

@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use anyhow::Context;
 use serde_json::json;
@@ -17,12 +16,8 @@ use crate::adapters::storage::Storage;
 pub use crate::config::ReconcileConfig;
 use crate::db;
 use crate::db::reconcile::UploadKey;
-use crate::domain::reconcile::{
-    ArtifactRecord, BucketObject, Difference, Kind, Owner, Report, UploadRecord, VideoRecord,
-    compare,
-};
+use crate::domain::reconcile::{BucketObject, Difference, Kind, Owner, Report};
 use crate::domain::upload::{UploadState, UploadVia};
-use crate::domain::video::VideoStatus;
 
 /// What `--fix` did about one difference.
 #[derive(Debug)]
@@ -60,47 +55,12 @@ pub async fn run(config: ReconcileConfig) -> anyhow::Result<bool> {
                 }),
         );
     }
-    let uploads = snapshot
-        .uploads
-        .iter()
-        .map(|u| {
-            Ok(UploadRecord {
-                id: u.id,
-                key: u.object_key.clone(),
-                size: u.declared_size,
-                state: UploadState::from_str(&u.state)?,
-            })
-        })
-        .collect::<Result<Vec<_>, crate::domain::upload::UnknownState>>()?;
-    let artifacts: Vec<_> = snapshot
-        .artifacts
-        .iter()
-        .map(|a| ArtifactRecord {
-            video: a.video_id,
-            key: a.object_key.clone(),
-            size: a.size_bytes,
-        })
-        .collect();
-    let videos = snapshot
-        .videos
-        .iter()
-        .map(|v| {
-            Ok(VideoRecord {
-                id: v.id,
-                status: VideoStatus::from_str(&v.status)?,
-                live: v.live_run.zip(v.live_attempt),
-                current: v.job_run.zip(v.job_attempt),
-            })
-        })
-        .collect::<Result<Vec<_>, crate::domain::upload::UnknownState>>()?;
-    let report = compare(
-        &uploads,
-        &artifacts,
-        &videos,
+    let report = crate::app::reconcile::compare_snapshot(
+        &snapshot,
         &objects,
         chrono::Utc::now(),
         config.grace_secs,
-    );
+    )?;
 
     let fixes = if config.fix {
         let rows: HashMap<Uuid, &UploadKey> = snapshot.uploads.iter().map(|u| (u.id, u)).collect();
@@ -140,7 +100,12 @@ async fn fix(
         .map(|d| d.key.clone())
         .collect();
     let deleted = match storage.delete_keys(&orphans).await {
-        Ok(_) => Ok(()),
+        // The ledger forgets what it said of them (a failed attempt's outputs), so the
+        // next comparison does not call them missing.
+        Ok(_) => db::artifacts::forget_keys(conn, &orphans)
+            .await
+            .map(drop)
+            .map_err(|err| crate::telemetry::error_chain(&err)),
         Err(err) => Err(crate::telemetry::error_chain(&err)),
     };
     let mut spool: Option<Result<SpoolRoot, String>> = None;

@@ -7,6 +7,7 @@ pub mod events;
 pub mod ingest;
 pub mod jobs;
 pub mod playback;
+pub mod reconcile;
 pub mod upload_locks;
 pub mod uploads;
 pub mod users;

@@ -126,6 +126,13 @@ impl SweepStore for FaultStore {
             .await
     }
 
+    async fn list(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<crate::adapters::storage::ListedObject>, StorageError> {
+        self.inner.list_with_sizes(prefix).await
+    }
+
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         self.inner.delete(key).await
     }
@@ -290,6 +297,8 @@ async fn measure(
             failures_to_open: u32::MAX,
             cool_down: Duration::from_secs(30),
         },
+        orphans_every: None,
+        orphan_grace: Duration::from_secs(3600),
     };
     let mut sweeper = Sweeper::start(pool.clone(), store, root, settings, shutdown.clone());
     let started = Instant::now();

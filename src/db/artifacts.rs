@@ -178,3 +178,39 @@ pub async fn of_attempt(
         .load(conn)
         .await
 }
+
+/// Forgets the rows of objects an orphan pass deleted (a failed or superseded attempt's
+/// outputs), so the ledger lists only objects that exist. One statement, artifact rows only.
+pub async fn forget_keys(conn: &mut AsyncPgConnection, keys: &[String]) -> QueryResult<usize> {
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    diesel::delete(video_artifacts::table.filter(video_artifacts::object_key.eq_any(keys)))
+        .execute(conn)
+        .await
+}
+
+/// Forgets `pending` rows older than `grace_secs` of attempts that are no longer running:
+/// their job is not PROCESSING that (run, attempt) any more (the node died, the lease was
+/// lost, the job finished another way). Their PUTs will never be confirmed; if an object
+/// landed, the orphan pass deletes it with the other objects of that prefix. One
+/// statement, artifact rows only (it reads the job, it locks nothing there).
+pub async fn forget_dead_pending(
+    conn: &mut AsyncPgConnection,
+    grace_secs: f64,
+) -> QueryResult<usize> {
+    diesel::sql_query(format!(
+        "DELETE FROM video_artifacts a
+          WHERE a.state = '{pending}'
+            AND a.created_at < statement_timestamp() - make_interval(secs => $1)
+            AND NOT EXISTS (
+                SELECT 1 FROM video_encoding_jobs j
+                 WHERE j.video_id = a.video_id AND j.status = '{processing}'
+                   AND j.run = a.run AND j.attempt_count = a.attempt)",
+        pending = ArtifactState::Pending.as_str(),
+        processing = crate::domain::job::JobStatus::Processing.as_str(),
+    ))
+    .bind::<diesel::sql_types::Double, _>(grace_secs)
+    .execute(conn)
+    .await
+}

@@ -71,3 +71,17 @@ pub async fn allow_long_waits(conn: &mut AsyncPgConnection) -> QueryResult<()> {
     }
     Ok(())
 }
+
+/// Takes the session advisory lock `key` if it is free; `false` if another session holds it.
+pub async fn try_advisory_lock(conn: &mut AsyncPgConnection, key: i64) -> QueryResult<bool> {
+    #[derive(diesel::QueryableByName)]
+    struct Taken {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        taken: bool,
+    }
+    let taken: Taken = diesel::sql_query("SELECT pg_try_advisory_lock($1) AS taken")
+        .bind::<BigInt, _>(key)
+        .get_result(conn)
+        .await?;
+    Ok(taken.taken)
+}

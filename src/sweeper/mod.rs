@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::adapters::spool::{SpoolCheck, SpoolRoot};
-use crate::adapters::storage::{ObjectHead, Storage, StorageError};
+use crate::adapters::storage::{ListedObject, ObjectHead, Storage, StorageError};
 use crate::app::AppError;
 use crate::config::SweeperArgs;
 use crate::db::{self, DbPool, ledger::ClaimedUpload};
@@ -33,6 +33,22 @@ pub mod probe;
 
 /// Presigned contracts expired per statement.
 const EXPIRE_BATCH: i64 = 256;
+
+/// The session advisory lock one sweeper holds while it runs the orphan pass.
+pub const ORPHAN_PASS_LOCK: i64 = 7_271_015;
+
+/// What one orphan pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrphanPass {
+    /// Objects listed under `originals/` and `videos/`.
+    pub objects: usize,
+    /// Orphans deleted (past the grace period).
+    pub deleted: usize,
+    /// Dead attempts' `pending` artifact rows forgotten.
+    pub dead_pending_rows: usize,
+    /// Objects no row owns that are younger than the grace period (left alone).
+    pub young: usize,
+}
 
 /// The S3 calls the sweeper makes, so tests and `vidq bench sweeper` can wrap the real
 /// client (count PUTs, fail some) without changing the code under test.
@@ -52,6 +68,11 @@ pub trait SweepStore: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<u64, StorageError>> + Send;
     /// Deletes an object (absent is fine).
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StorageError>> + Send;
+    /// Every object under `prefix`, with its size and age (the orphan pass).
+    fn list(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<ListedObject>, StorageError>> + Send;
 }
 
 impl SweepStore for Storage {
@@ -69,6 +90,9 @@ impl SweepStore for Storage {
     }
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         Storage::delete(self, key).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<ListedObject>, StorageError> {
+        self.list_with_sizes(prefix).await
     }
 }
 
@@ -91,6 +115,10 @@ pub struct SweeperSettings {
     pub backoff: Backoff,
     /// The breaker in front of S3.
     pub breaker: BreakerSettings,
+    /// How often the orphan pass runs (`None`: never).
+    pub orphans_every: Option<Duration>,
+    /// Objects and dead attempts' rows younger than this are left to the work in flight.
+    pub orphan_grace: Duration,
 }
 
 impl SweeperArgs {
@@ -108,6 +136,9 @@ impl SweeperArgs {
                 failures_to_open: self.breaker_failures,
                 cool_down: Duration::from_millis(self.breaker_cooldown_ms),
             },
+            orphans_every: (self.orphan_interval_secs > 0)
+                .then(|| Duration::from_secs(self.orphan_interval_secs)),
+            orphan_grace: Duration::from_secs(self.orphan_grace_secs),
         }
     }
 }
@@ -137,6 +168,10 @@ pub struct SweepStats {
     pub breaker_transitions: AtomicU64,
     /// Presigned contracts expired.
     pub expired: AtomicU64,
+    /// Orphan objects deleted by the orphan pass.
+    pub orphans_deleted: AtomicU64,
+    /// Dead attempts' `pending` artifact rows forgotten by the orphan pass.
+    pub dead_pending_forgotten: AtomicU64,
     /// Queued rows the workers finished with (any outcome).
     pub done: AtomicU64,
     /// When the last round ended, in milliseconds since the Unix epoch (0: none yet).
@@ -333,10 +368,37 @@ impl<S: SweepStore> Sweeper<S> {
         self.shared.expire().await
     }
 
+    /// One orphan pass now (the run loop starts one every `orphans_every`): deletes the
+    /// objects no live row owns past the grace period, forgets the ledger rows of the ones it
+    /// deleted, and forgets the `pending` artifact rows of dead attempts. One sweeper of the
+    /// cluster at a time runs it (a session advisory lock); `None` when another one was.
+    pub async fn clean_orphans(&self) -> Result<Option<OrphanPass>, AppError> {
+        self.shared.clean_orphans().await
+    }
+
     /// Rounds until `shutdown`, then waits for the workers.
     pub async fn run(mut self, shutdown: CancellationToken) {
         let interval = self.shared.settings.interval;
+        let mut next_clean = self
+            .shared
+            .settings
+            .orphans_every
+            .map(|every| Instant::now() + every);
+        let mut cleaning: Option<tokio::task::JoinHandle<()>> = None;
         while !shutdown.is_cancelled() {
+            if let Some(at) = next_clean
+                && Instant::now() >= at
+                && cleaning.as_ref().is_none_or(|c| c.is_finished())
+            {
+                let shared = self.shared.clone();
+                // Listing a large bucket takes a while: the rounds go on meanwhile.
+                cleaning = Some(tokio::spawn(async move {
+                    if let Err(error) = shared.clean_orphans().await {
+                        tracing::warn!(error = %crate::telemetry::error_chain(&error), "orphan pass failed");
+                    }
+                }));
+                next_clean = self.shared.settings.orphans_every.map(|every| at + every);
+            }
             let round = self.round().await;
             self.shared.stats.round_ended(round.as_ref().err());
             let pause = match round {
@@ -601,6 +663,85 @@ impl<S: SweepStore> Shared<S> {
         if let Err(error) = released {
             tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not release a claim");
         }
+    }
+
+    async fn clean_orphans(&self) -> Result<Option<OrphanPass>, AppError> {
+        let mut conn = self.pool.get().await?;
+        if !db::session::try_advisory_lock(&mut conn, ORPHAN_PASS_LOCK).await? {
+            tracing::debug!("another sweeper runs the orphan pass");
+            return Ok(None);
+        }
+        let pass = self.orphan_pass(&mut conn).await;
+        // The lock is the session's: give it back before the connection returns to the pool.
+        if let Err(error) = db::session::advisory_unlock(&mut conn, ORPHAN_PASS_LOCK).await {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not release the orphan pass lock");
+        }
+        pass.map(Some)
+    }
+
+    async fn orphan_pass(
+        &self,
+        conn: &mut diesel_async::AsyncPgConnection,
+    ) -> Result<OrphanPass, AppError> {
+        let started = Instant::now();
+        let grace = self.settings.orphan_grace;
+        // The ledger first, then the listing (see `app::reconcile`).
+        let snapshot = db::reconcile::snapshot(conn).await?;
+        let mut objects = Vec::new();
+        for prefix in ["originals/", "videos/"] {
+            objects.extend(self.store.list(prefix).await?.into_iter().map(|o| {
+                crate::domain::reconcile::BucketObject {
+                    key: o.key,
+                    size: o.size,
+                    last_modified: o.last_modified,
+                }
+            }));
+        }
+        let report = crate::app::reconcile::compare_snapshot(
+            &snapshot,
+            &objects,
+            chrono::Utc::now(),
+            grace.as_secs(),
+        )?;
+        let mut deleted = Vec::new();
+        for orphan in report
+            .differences
+            .iter()
+            .filter(|d| d.kind == crate::domain::reconcile::Kind::Orphan)
+        {
+            match self.store.delete(&orphan.key).await {
+                Ok(()) => {
+                    tracing::info!(key = %orphan.key, reason = %orphan.reason, "orphan object deleted");
+                    deleted.push(orphan.key.clone());
+                }
+                Err(error) => {
+                    tracing::warn!(key = %orphan.key, error = %crate::telemetry::error_chain(&error), "could not delete an orphan object");
+                }
+            }
+        }
+        db::artifacts::forget_keys(conn, &deleted).await?;
+        let forgotten = db::artifacts::forget_dead_pending(conn, grace.as_secs_f64()).await?;
+        self.stats
+            .orphans_deleted
+            .fetch_add(deleted.len() as u64, Ordering::Relaxed);
+        self.stats
+            .dead_pending_forgotten
+            .fetch_add(forgotten as u64, Ordering::Relaxed);
+        let pass = OrphanPass {
+            objects: objects.len(),
+            deleted: deleted.len(),
+            dead_pending_rows: forgotten,
+            young: report.young,
+        };
+        tracing::info!(
+            listed = pass.objects,
+            deleted = pass.deleted,
+            dead_pending_rows = pass.dead_pending_rows,
+            young = pass.young,
+            ms = started.elapsed().as_millis() as u64,
+            "orphan pass done"
+        );
+        Ok(pass)
     }
 
     async fn expire(&self) -> Result<usize, db::DbError> {

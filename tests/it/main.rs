@@ -19,6 +19,7 @@ mod leftovers;
 mod media;
 mod mp4;
 mod nats;
+mod orphans;
 mod pipeline;
 mod playback;
 mod proxy;

@@ -120,6 +120,8 @@ fn settings() -> SweeperSettings {
             failures_to_open: u32::MAX,
             cool_down: Duration::from_secs(30),
         },
+        orphans_every: None,
+        orphan_grace: Duration::from_secs(3600),
     }
 }
 

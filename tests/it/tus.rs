@@ -32,6 +32,8 @@ pub fn woken_sweeper() -> SweeperSettings {
             failures_to_open: 5,
             cool_down: Duration::from_secs(30),
         },
+        orphans_every: None,
+        orphan_grace: Duration::from_secs(3600),
     }
 }
 

@@ -1,0 +1,61 @@
+//! The ledger against the bucket: turns a ledger snapshot and a listing into the report
+//! `vidq reconcile` prints and the sweeper's orphan pass acts on (`domain::reconcile`).
+
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+
+use crate::db::DbError;
+use crate::db::reconcile::LedgerSnapshot;
+use crate::domain::reconcile::{
+    ArtifactRecord, BucketObject, Report, UploadRecord, VideoRecord, compare,
+};
+use crate::domain::upload::UploadState;
+use crate::domain::video::VideoStatus;
+
+/// Compares a snapshot read BEFORE the listing (a row that claims its object was written
+/// after its PUT, so the later listing holds it; an object written after the read is young
+/// enough for the grace period).
+pub fn compare_snapshot(
+    snapshot: &LedgerSnapshot,
+    objects: &[BucketObject],
+    now: DateTime<Utc>,
+    grace_secs: u64,
+) -> Result<Report, DbError> {
+    let uploads = snapshot
+        .uploads
+        .iter()
+        .map(|u| {
+            Ok(UploadRecord {
+                id: u.id,
+                key: u.object_key.clone(),
+                size: u.declared_size,
+                state: UploadState::from_str(&u.state)?,
+            })
+        })
+        .collect::<Result<Vec<_>, crate::domain::upload::UnknownState>>()?;
+    let artifacts: Vec<_> = snapshot
+        .artifacts
+        .iter()
+        .map(|a| ArtifactRecord {
+            video: a.video_id,
+            key: a.object_key.clone(),
+            size: a.size_bytes,
+        })
+        .collect();
+    let videos = snapshot
+        .videos
+        .iter()
+        .map(|v| {
+            Ok(VideoRecord {
+                id: v.id,
+                status: VideoStatus::from_str(&v.status)?,
+                live: v.live_run.zip(v.live_attempt),
+                current: v.job_run.zip(v.job_attempt),
+            })
+        })
+        .collect::<Result<Vec<_>, crate::domain::upload::UnknownState>>()?;
+    Ok(compare(
+        &uploads, &artifacts, &videos, objects, now, grace_secs,
+    ))
+}
