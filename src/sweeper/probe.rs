@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::SweepStats;
 use crate::domain::sweep::{Breaker, BreakerState};
+use crate::domain::upload::UploadState;
 use crate::http::health_listener::Probe;
 
 /// A running sweeper's counters and breaker.
@@ -111,9 +112,10 @@ impl Probe for SweeperProbe {
             "counter",
             "Rows the upload workers finished, by outcome.",
             [
-                ("confirmed", &s.confirmed),
+                // A row's outcome is the upload state it left the row in, where it has one.
+                (UploadState::Confirmed.as_str(), &s.confirmed),
                 ("failed", &s.failed),
-                ("rejected", &s.rejected),
+                (UploadState::Rejected.as_str(), &s.rejected),
                 ("held_by_breaker", &s.held_by_breaker),
             ]
             .into_iter()
