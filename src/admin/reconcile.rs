@@ -40,20 +40,13 @@ pub async fn run(config: ReconcileConfig) -> anyhow::Result<bool> {
     let snapshot = db::reconcile::snapshot(&mut conn)
         .await
         .context("reading the ledger")?;
-    let mut objects = Vec::new();
-    for prefix in ["originals/", "videos/"] {
-        objects.extend(
-            storage
-                .list_with_sizes(prefix)
-                .await
-                .context("listing the bucket")?
-                .into_iter()
-                .map(|o| BucketObject {
-                    key: o.key,
-                    size: o.size,
-                    last_modified: o.last_modified,
-                }),
-        );
+    let mut objects: Vec<BucketObject> = Vec::new();
+    for prefix in crate::app::reconcile::PREFIXES {
+        let listed = storage
+            .list_with_sizes(prefix)
+            .await
+            .context("listing the bucket")?;
+        objects.extend(listed.into_iter().map(BucketObject::from));
     }
     let report = crate::app::reconcile::compare_snapshot(
         &snapshot,

@@ -13,6 +13,19 @@ use crate::domain::reconcile::{
 use crate::domain::upload::UploadState;
 use crate::domain::video::VideoStatus;
 
+/// Where vidq writes: what the comparison lists.
+pub const PREFIXES: [&str; 2] = ["originals/", "videos/"];
+
+impl From<crate::adapters::storage::ListedObject> for BucketObject {
+    fn from(o: crate::adapters::storage::ListedObject) -> Self {
+        Self {
+            key: o.key,
+            size: o.size,
+            last_modified: o.last_modified,
+        }
+    }
+}
+
 /// Compares a snapshot read BEFORE the listing (a row that claims its object was written
 /// after its PUT, so the later listing holds it; an object written after the read is young
 /// enough for the grace period).

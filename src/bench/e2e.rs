@@ -17,10 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Scratch;
 use crate::adapters::ffmpeg::{MediaConfig, encode, probe};
-use crate::adapters::s3_server::EmbeddedS3;
-use crate::adapters::storage::{StaticCredentials, Storage};
 use crate::app::{self, AppContext, uploads::Confirmed};
-use crate::config::{Secret, StorageConfig, UploadConfig};
+use crate::config::UploadConfig;
 use crate::domain::video::VideoStatus;
 
 /// The seed's inputs, in seconds.
@@ -194,28 +192,10 @@ async fn run_nodes(
     cores: usize,
 ) -> anyhow::Result<Vec<Sample>> {
     let scratch = Scratch::create(&args.server.database_url, &format!("e2e{nodes}")).await?;
-    let s3_dir = tempfile::tempdir()?;
-    let s3 = EmbeddedS3::start(
-        s3_dir.path(),
-        tokio::net::TcpListener::bind("127.0.0.1:0").await?,
-        "bench",
-        "bench-secret",
-    )?;
-    let storage_config = StorageConfig {
-        endpoint: Some(s3.endpoint().parse()?),
-        public_endpoint: None,
-        bucket: "vidq-bench".into(),
-        region: "us-east-1".into(),
-        force_path_style: true,
-        timeouts: Default::default(),
-    };
-    let credentials = StaticCredentials {
-        access_key_id: "bench".into(),
-        secret_access_key: Secret::new("bench-secret"),
-    };
+    let s3 = super::BenchS3::start().await?;
     let ctx = AppContext {
         db: crate::db::connect(&scratch.url, 4).await?,
-        storage: Storage::connect(&storage_config, Some(credentials)).await,
+        storage: s3.storage.clone(),
         upload: UploadConfig {
             max_upload_bytes: 1 << 30,
             upload_url_ttl_secs: 600,
@@ -238,11 +218,7 @@ async fn run_nodes(
             .arg(std::env::current_exe()?)
             .arg("worker")
             .env("DATABASE_URL", &scratch.url)
-            .env("VIDQ_S3_ENDPOINT", s3.endpoint())
-            .env("VIDQ_S3_BUCKET", "vidq-bench")
-            .env("VIDQ_S3_FORCE_PATH_STYLE", "true")
-            .env("AWS_ACCESS_KEY_ID", "bench")
-            .env("AWS_SECRET_ACCESS_KEY", "bench-secret")
+            .envs(s3.env())
             .env("VIDQ_NODE_ID", format!("node-{n}"))
             .env("VIDQ_FFMPEG_THREADS", "1")
             .env("VIDQ_WORK_DIR", work.path())

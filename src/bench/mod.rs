@@ -81,3 +81,67 @@ impl Scratch {
         }
     }
 }
+
+/// The in-process S3 a benchmark stores into (its files under a temporary directory), with
+/// a client for it and the bucket created. Child `vidq` processes reach it through
+/// [`BenchS3::env`].
+pub struct BenchS3 {
+    /// The server.
+    pub server: crate::adapters::s3_server::EmbeddedS3,
+    /// A client of it.
+    pub storage: crate::adapters::storage::Storage,
+    _dir: tempfile::TempDir,
+}
+
+/// The bucket benchmarks use.
+pub const BENCH_BUCKET: &str = "vidq-bench";
+
+impl BenchS3 {
+    /// Starts it on a free loopback port.
+    pub async fn start() -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let server = crate::adapters::s3_server::EmbeddedS3::start(
+            dir.path(),
+            tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+            "bench",
+            "bench-secret",
+        )?;
+        let storage = crate::adapters::storage::Storage::connect(
+            &crate::config::StorageConfig {
+                endpoint: Some(server.endpoint().parse()?),
+                public_endpoint: None,
+                bucket: BENCH_BUCKET.to_owned(),
+                region: "us-east-1".to_owned(),
+                force_path_style: true,
+                timeouts: Default::default(),
+            },
+            Some(crate::adapters::storage::StaticCredentials {
+                access_key_id: "bench".to_owned(),
+                secret_access_key: crate::config::Secret::new("bench-secret"),
+            }),
+        )
+        .await;
+        storage.ensure_bucket().await?;
+        Ok(Self {
+            server,
+            storage,
+            _dir: dir,
+        })
+    }
+
+    /// Stops the server.
+    pub async fn stop(self) {
+        self.server.stop().await;
+    }
+
+    /// The settings a `vidq` child process needs to use it.
+    pub fn env(&self) -> [(&'static str, String); 5] {
+        [
+            ("VIDQ_S3_ENDPOINT", self.server.endpoint()),
+            ("VIDQ_S3_BUCKET", BENCH_BUCKET.to_owned()),
+            ("VIDQ_S3_FORCE_PATH_STYLE", "true".to_owned()),
+            ("AWS_ACCESS_KEY_ID", "bench".to_owned()),
+            ("AWS_SECRET_ACCESS_KEY", "bench-secret".to_owned()),
+        ]
+    }
+}

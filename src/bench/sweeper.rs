@@ -20,10 +20,8 @@ use uuid::Uuid;
 
 use super::Scratch;
 use super::stats::median;
-use crate::adapters::s3_server::EmbeddedS3;
 use crate::adapters::spool::SpoolRoot;
-use crate::adapters::storage::{ObjectHead, StaticCredentials, Storage, StorageError};
-use crate::config::{Secret, StorageConfig};
+use crate::adapters::storage::{ObjectHead, Storage, StorageError};
 use crate::db::{self, DbPool};
 use crate::domain::ids::{UploadId, UserId};
 use crate::domain::keys;
@@ -155,27 +153,41 @@ pub async fn register_pending(
         let id = UploadId::new();
         let relative = format!("{}.bin", id.0);
         tokio::fs::write(root.join(&relative), &body).await?;
-        let key = keys::original(id);
-        db::ledger::insert_pending(
-            &mut conn,
-            &db::ledger::NewVidqUpload {
-                contract: db::uploads::NewUploadRow {
-                    id: id.0,
-                    owner_id: owner.0,
-                    object_key: &key,
-                    filename: "bench.mp4",
-                    content_type: "video/mp4",
-                    declared_size: i64::try_from(bytes)?,
-                    expires_at: chrono::Utc::now() + chrono::Duration::days(1),
-                },
-                spool_path: &relative,
-                node_id: node,
-            },
-        )
-        .await?;
+        let size = i64::try_from(bytes)?;
+        insert_pending_at(&mut conn, id, owner, node, &relative, size).await?;
         ids.push(id.0);
     }
     Ok(ids)
+}
+
+/// Registers a complete upload through vidq as a `pending` row of `node` whose spool path
+/// is written as given (the file is the caller's business), as the ingest would.
+pub async fn insert_pending_at(
+    conn: &mut diesel_async::AsyncPgConnection,
+    id: UploadId,
+    owner: UserId,
+    node: &str,
+    spool_path: &str,
+    size: i64,
+) -> diesel::QueryResult<usize> {
+    let key = keys::original(id);
+    db::ledger::insert_pending(
+        conn,
+        &db::ledger::NewVidqUpload {
+            contract: db::uploads::NewUploadRow {
+                id: id.0,
+                owner_id: owner.0,
+                object_key: &key,
+                filename: "clip.mp4",
+                content_type: "video/mp4",
+                declared_size: size,
+                expires_at: chrono::Utc::now() + chrono::Duration::days(1),
+            },
+            spool_path,
+            node_id: node,
+        },
+    )
+    .await
 }
 
 /// One measurement.
@@ -196,25 +208,8 @@ pub async fn run(args: SweeperBenchArgs) -> anyhow::Result<()> {
 }
 
 async fn measure_all(args: &SweeperBenchArgs, url: &str) -> anyhow::Result<()> {
-    let s3_dir = tempfile::tempdir()?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let s3 = EmbeddedS3::start(s3_dir.path(), listener, "bench", "bench-secret")?;
-    let storage = Storage::connect(
-        &StorageConfig {
-            endpoint: Some(s3.endpoint().parse()?),
-            public_endpoint: None,
-            bucket: "vidq-bench".to_owned(),
-            region: "us-east-1".to_owned(),
-            force_path_style: true,
-            timeouts: Default::default(),
-        },
-        Some(StaticCredentials {
-            access_key_id: "bench".to_owned(),
-            secret_access_key: Secret::new("bench-secret"),
-        }),
-    )
-    .await;
-    storage.ensure_bucket().await?;
+    let s3 = super::BenchS3::start().await?;
+    let storage = s3.storage.clone();
     let pool = db::connect(url, u32::try_from(args.workers)? + 2).await?;
     let (owner, _) = crate::app::users::create_user(&pool, "bench").await?;
 

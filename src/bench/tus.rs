@@ -15,9 +15,6 @@ use clap::Args;
 
 use super::Scratch;
 use super::stats::{median, proc_kib};
-use crate::adapters::s3_server::EmbeddedS3;
-use crate::adapters::storage::{StaticCredentials, Storage};
-use crate::config::{Secret, StorageConfig};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -59,7 +56,7 @@ struct Api {
 impl Api {
     async fn start(
         scratch: &Scratch,
-        s3: &EmbeddedS3,
+        s3: &super::BenchS3,
         spool: &Path,
         key: &str,
     ) -> anyhow::Result<Self> {
@@ -70,11 +67,7 @@ impl Api {
             .args(["api", "--no-migrate"])
             .env("DATABASE_URL", &scratch.url)
             .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{port}"))
-            .env("VIDQ_S3_ENDPOINT", s3.endpoint())
-            .env("VIDQ_S3_BUCKET", "vidq-bench")
-            .env("VIDQ_S3_FORCE_PATH_STYLE", "true")
-            .env("AWS_ACCESS_KEY_ID", "bench")
-            .env("AWS_SECRET_ACCESS_KEY", "bench-secret")
+            .envs(s3.env())
             .env("VIDQ_SPOOL_DIR", spool)
             .env("VIDQ_NODE_ID", "bench")
             .env("VIDQ_MAX_UPLOAD_BYTES", (64 * GIB).to_string())
@@ -194,29 +187,7 @@ pub async fn run(args: TusBenchArgs) -> anyhow::Result<()> {
 }
 
 async fn measure(args: &TusBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
-    let s3_dir = tempfile::tempdir()?;
-    let s3 = EmbeddedS3::start(
-        s3_dir.path(),
-        tokio::net::TcpListener::bind("127.0.0.1:0").await?,
-        "bench",
-        "bench-secret",
-    )?;
-    let storage = Storage::connect(
-        &StorageConfig {
-            endpoint: Some(s3.endpoint().parse()?),
-            public_endpoint: None,
-            bucket: "vidq-bench".into(),
-            region: "us-east-1".into(),
-            force_path_style: true,
-            timeouts: Default::default(),
-        },
-        Some(StaticCredentials {
-            access_key_id: "bench".into(),
-            secret_access_key: Secret::new("bench-secret"),
-        }),
-    )
-    .await;
-    storage.ensure_bucket().await?;
+    let s3 = super::BenchS3::start().await?;
     let pool = crate::db::connect(&scratch.url, 2).await?;
     let (_, key) = crate::app::users::create_user(&pool, "bench").await?;
     empty(&args.spool_dir)?;

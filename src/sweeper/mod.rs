@@ -688,14 +688,13 @@ impl<S: SweepStore> Shared<S> {
         // The ledger first, then the listing (see `app::reconcile`).
         let snapshot = db::reconcile::snapshot(conn).await?;
         let mut objects = Vec::new();
-        for prefix in ["originals/", "videos/"] {
-            objects.extend(self.store.list(prefix).await?.into_iter().map(|o| {
-                crate::domain::reconcile::BucketObject {
-                    key: o.key,
-                    size: o.size,
-                    last_modified: o.last_modified,
-                }
-            }));
+        for prefix in crate::app::reconcile::PREFIXES {
+            let listed = self.store.list(prefix).await?;
+            objects.extend(
+                listed
+                    .into_iter()
+                    .map(crate::domain::reconcile::BucketObject::from),
+            );
         }
         let report = crate::app::reconcile::compare_snapshot(
             &snapshot,

@@ -172,24 +172,9 @@ async fn vidq_upload(app: &TestApp, spool: &std::path::Path, state: &str) -> (Up
     let id = UploadId::new();
     let key = keys::original(id);
     let mut conn = app.pool.get().await.unwrap();
-    db::ledger::insert_pending(
-        &mut conn,
-        &db::ledger::NewVidqUpload {
-            contract: db::uploads::NewUploadRow {
-                id: id.0,
-                owner_id: owner.0,
-                object_key: &key,
-                filename: "clip.mp4",
-                content_type: "video/mp4",
-                declared_size: 1000,
-                expires_at: chrono::Utc::now() + chrono::Duration::days(1),
-            },
-            spool_path: "clip",
-            node_id: "node-a",
-        },
-    )
-    .await
-    .unwrap();
+    vidq::bench::sweeper::insert_pending_at(&mut conn, id, owner, "node-a", "clip", 1000)
+        .await
+        .unwrap();
     let moved = app
         .count(&format!(
             "WITH u AS (UPDATE uploads SET state = '{state}', next_try_at = now() + interval '1 day'

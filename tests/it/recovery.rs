@@ -20,7 +20,6 @@ use tokio::process::Child;
 
 use vidq::db;
 use vidq::domain::ids::{UploadId, UserId};
-use vidq::domain::keys;
 
 use crate::harness::{SPOOL_NODE, TEST_BUCKET, TestApp, vidq_child};
 use crate::reconcile::{expect, reconcile};
@@ -85,7 +84,12 @@ impl Case {
 
     /// An upload through vidq, all bytes received (`pending`): its id and bytes.
     async fn pending_upload(&self, size: usize) -> (String, Vec<u8>) {
-        let file = bytes(size);
+        let (id, url) = self.vidq_contract(size).await;
+        (id, self.put_whole(&url, size).await)
+    }
+
+    /// `POST /v1/uploads` with `"via": "vidq"`: its id and where to PUT it.
+    async fn vidq_contract(&self, size: usize) -> (String, String) {
         let created: Value = self
             .app
             .post(
@@ -98,17 +102,26 @@ impl Case {
             .json()
             .await
             .unwrap();
+        (
+            created["upload_id"].as_str().unwrap().to_owned(),
+            created["upload_url"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    /// PUTs `size` bytes to `url`; returns them.
+    async fn put_whole(&self, url: &str, size: usize) -> Vec<u8> {
+        let file = bytes(size);
         let answer = self
             .app
             .http
-            .put(created["upload_url"].as_str().unwrap())
+            .put(url)
             .bearer_auth(&self.key)
             .body(file.clone())
             .send()
             .await
             .unwrap();
         assert_eq!(answer.status(), StatusCode::OK);
-        (created["upload_id"].as_str().unwrap().to_owned(), file)
+        file
     }
 
     async fn state(&self, id: &str) -> Value {
@@ -272,26 +285,10 @@ async fn a_put_that_fails_is_retried_from_the_ledger_and_lands_when_s3_recovers(
 /// A `pending` row whose spool path is `raw` (no file is made for it).
 async fn pending_at(app: &TestApp, owner: UserId, raw: &str) -> UploadId {
     let id = UploadId::new();
-    let key = keys::original(id);
     let mut conn = app.pool.get().await.unwrap();
-    db::ledger::insert_pending(
-        &mut conn,
-        &db::ledger::NewVidqUpload {
-            contract: db::uploads::NewUploadRow {
-                id: id.0,
-                owner_id: owner.0,
-                object_key: &key,
-                filename: "x.mp4",
-                content_type: "video/mp4",
-                declared_size: 5,
-                expires_at: chrono::Utc::now() + chrono::Duration::hours(1),
-            },
-            spool_path: raw,
-            node_id: SPOOL_NODE,
-        },
-    )
-    .await
-    .unwrap();
+    vidq::bench::sweeper::insert_pending_at(&mut conn, id, owner, SPOOL_NODE, raw, 5)
+        .await
+        .unwrap();
     id
 }
 
@@ -358,37 +355,14 @@ impl Case {
     /// Like [`Case::pending_upload`], with the row claimed an hour ahead (before its bytes
     /// arrive) so no sweeper takes it until [`release`].
     async fn pending_upload_claimed(&self, size: usize) -> (String, Vec<u8>) {
-        let file = bytes(size);
-        let created: Value = self
-            .app
-            .post(
-                &self.key,
-                "/v1/uploads",
-                &json!({"filename": "clip.mp4", "content_type": "video/mp4",
-                        "size_bytes": size, "via": "vidq"}),
-            )
-            .await
-            .json()
-            .await
-            .unwrap();
-        let id = created["upload_id"].as_str().unwrap().to_owned();
+        let (id, url) = self.vidq_contract(size).await;
         self.app
             .count(&format!(
                 "WITH x AS (UPDATE uploads SET claimed_until = now() + interval '1 hour'
                              WHERE id = '{id}' RETURNING 1) SELECT count(*) AS n FROM x"
             ))
             .await;
-        let answer = self
-            .app
-            .http
-            .put(created["upload_url"].as_str().unwrap())
-            .bearer_auth(&self.key)
-            .body(file.clone())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(answer.status(), StatusCode::OK);
-        (id, file)
+        (id.clone(), self.put_whole(&url, size).await)
     }
 }
 

@@ -77,26 +77,10 @@ impl Fixture {
     /// One pending row whose spool path is written as given (no file is made).
     async fn pending_at(&self, spool_path: &str, size: i64) -> Uuid {
         let id = UploadId::new();
-        let key = keys::original(id);
         let mut conn = self.app.pool.get().await.unwrap();
-        db::ledger::insert_pending(
-            &mut conn,
-            &db::ledger::NewVidqUpload {
-                contract: db::uploads::NewUploadRow {
-                    id: id.0,
-                    owner_id: self.owner.0,
-                    object_key: &key,
-                    filename: "clip.mp4",
-                    content_type: "video/mp4",
-                    declared_size: size,
-                    expires_at: chrono::Utc::now() + chrono::Duration::days(1),
-                },
-                spool_path,
-                node_id: NODE,
-            },
-        )
-        .await
-        .unwrap();
+        vidq::bench::sweeper::insert_pending_at(&mut conn, id, self.owner, NODE, spool_path, size)
+            .await
+            .unwrap();
         id.0
     }
 
