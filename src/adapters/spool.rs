@@ -174,6 +174,9 @@ pub enum AppendError {
     /// Every writer slot of this node is taken.
     #[error("all {MAX_WRITERS} spool writers of this node are busy")]
     Busy,
+    /// Another request (of this process or another one sharing the spool) holds the file.
+    #[error("another request holds the spool file")]
+    Held,
     /// The disk failed.
     #[error("writing the spool file failed")]
     Io(#[from] std::io::Error),
@@ -184,10 +187,22 @@ enum Message {
     End(AppendEnd),
 }
 
+/// A spool file one request holds exclusively (an `flock`, so also against other processes
+/// sharing the spool), from before it reads the ledger's count until after it records the
+/// new one: nobody can cut or extend the file in between. Dropping it lets go.
+#[derive(Debug)]
+pub struct HeldSpoolFile {
+    file: std::fs::File,
+}
+
+/// How long [`SpoolRoot::hold`] waits for a writer that is finishing (its request went away
+/// and it is saving what arrived) before it answers [`AppendError::Held`].
+const HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// A running append: feed it the body's chunks, then [`SpoolAppend::finish`].
 pub struct SpoolAppend {
     tx: mpsc::Sender<Message>,
-    writer: tokio::task::JoinHandle<Result<Appended, AppendError>>,
+    writer: tokio::task::JoinHandle<Result<(Appended, HeldSpoolFile), AppendError>>,
 }
 
 impl SpoolAppend {
@@ -197,8 +212,9 @@ impl SpoolAppend {
         self.tx.send(Message::Data(data)).await.map_err(|_| ())
     }
 
-    /// Ends the append and waits until what is kept is on disk.
-    pub async fn finish(self, end: AppendEnd) -> Result<Appended, AppendError> {
+    /// Ends the append and waits until what is kept is on disk; the file comes back still
+    /// held, for the caller to keep until the ledger counts what was kept.
+    pub async fn finish(self, end: AppendEnd) -> Result<(Appended, HeldSpoolFile), AppendError> {
         // A writer that already stopped has its own answer.
         let _ = self.tx.send(Message::End(end)).await;
         drop(self.tx);
@@ -266,35 +282,55 @@ impl SpoolRoot {
         }
     }
 
-    /// Starts appending at `offset` (the ledger's count of bytes kept): whatever lies past it
-    /// (the tail of a write a crash interrupted before the ledger counted it) is cut first.
-    /// `expected` is the client's digest of exactly this chunk.
+    /// Takes the spool file for one request (see [`HeldSpoolFile`]), waiting a moment for
+    /// a writer that is finishing. A missing file is [`AppendError::Lost`].
+    pub async fn hold(&self, relative: &str) -> Result<HeldSpoolFile, AppendError> {
+        let path = self.join(relative)?;
+        let deadline = tokio::time::Instant::now() + HOLD_WAIT;
+        loop {
+            let path = path.clone();
+            let tried = tokio::task::spawn_blocking(move || {
+                let file = std::fs::OpenOptions::new().write(true).open(&path)?;
+                match file.try_lock() {
+                    Ok(()) => Ok(Some(file)),
+                    Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+                    Err(std::fs::TryLockError::Error(e)) => Err(e),
+                }
+            })
+            .await
+            .map_err(|e| AppendError::Io(std::io::Error::other(e)))?;
+            match tried {
+                Ok(Some(file)) => return Ok(HeldSpoolFile { file }),
+                Ok(None) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Ok(None) => return Err(AppendError::Held),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(AppendError::Lost { offset: 0 });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Starts appending to a held file at `offset` (the ledger's count of bytes kept):
+    /// whatever lies past it (the tail of a write a crash interrupted before the ledger
+    /// counted it) is cut first. `expected` is the client's digest of exactly this chunk.
     pub fn append(
         &self,
-        relative: &str,
+        held: HeldSpoolFile,
         offset: u64,
         expected: Option<Checksum>,
     ) -> Result<SpoolAppend, AppendError> {
-        let path = self.join(relative)?;
         let permit = self
             .writers
             .clone()
             .try_acquire_owned()
             .map_err(|_| AppendError::Busy)?;
         let (tx, mut rx) = mpsc::channel::<Message>(CHANNEL_CHUNKS);
-        let writer = tokio::task::spawn_blocking(move || -> Result<Appended, AppendError> {
+        let writer = tokio::task::spawn_blocking(move || -> Result<_, AppendError> {
             let _permit = permit;
-            let file = match std::fs::OpenOptions::new().write(true).open(&path) {
-                Ok(file) => file,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(AppendError::Lost { offset });
-                }
-                Err(e) => return Err(e.into()),
-            };
-            // One writer per file, whatever the requests above do: a writer whose request
-            // was dropped finishes (and truncates, if it must) before the next one starts,
-            // and two processes sharing a spool by mistake cannot interleave.
-            file.lock()?;
+            let file = held.file;
             if file.metadata()?.len() < offset {
                 return Err(AppendError::Lost { offset });
             }
@@ -334,10 +370,11 @@ impl SpoolRoot {
                 file.set_len(offset)?;
             }
             file.sync_data()?;
-            Ok(Appended {
+            let appended = Appended {
                 kept: if keep { written } else { 0 },
                 checksum_mismatch,
-            })
+            };
+            Ok((appended, HeldSpoolFile { file }))
         });
         Ok(SpoolAppend { tx, writer })
     }

@@ -301,9 +301,20 @@ where
             })?),
             _ => None,
         };
+    // Held until the ledger counts what this request kept: no other request, of this
+    // process or another sharing the spool, can cut or extend the file in between.
+    let file = ingest.spool.hold(spool_path).await.map_err(spool_error);
+    let file = match file {
+        Ok(file) => file,
+        Err(AppError::SpoolLost) => {
+            lose(ctx, id).await?;
+            return Err(closed(ctx, id).await);
+        }
+        Err(error) => return Err(error),
+    };
     let mut append = ingest
         .spool
-        .append(spool_path, offset, checksum)
+        .append(file, offset, checksum)
         .map_err(spool_error)?;
 
     let mut sent = 0u64;
@@ -348,7 +359,7 @@ where
         end
     };
     let appended = append.finish(end).await.map_err(spool_error);
-    let appended = match appended {
+    let (appended, _held) = match appended {
         Ok(appended) => appended,
         Err(AppError::SpoolLost) => {
             lose(ctx, id).await?;
@@ -396,6 +407,15 @@ pub async fn terminate(ctx: &AppContext, owner: UserId, id: UploadId) -> Result<
     if status.state != UploadState::Receiving {
         return Err(AppError::UploadComplete);
     }
+    // Not while a request of another process sharing the spool writes it.
+    let _held = match status.row.spool_path.as_deref() {
+        Some(path) => match ingest.spool.hold(path).await {
+            Ok(held) => Some(held),
+            Err(AppendError::Lost { .. }) => None,
+            Err(error) => return Err(spool_error(error)),
+        },
+        None => None,
+    };
     let deleted = {
         let mut conn = ctx.db.get().await?;
         db::ingest::delete_receiving(&mut conn, id.0).await?
@@ -442,6 +462,7 @@ fn spool_error(error: AppendError) -> AppError {
     match error {
         AppendError::Lost { .. } => AppError::SpoolLost,
         AppendError::Busy => AppError::SpoolBusy,
+        AppendError::Held => AppError::UploadBusy,
         other => AppError::Spool(other),
     }
 }

@@ -738,3 +738,32 @@ async fn browsers_get_preflights_answered_and_the_tus_headers_exposed() {
         assert!(exposed.contains(name), "{name} in {exposed}");
     }
 }
+
+#[tokio::test]
+async fn a_spool_file_held_by_another_process_is_not_written_until_it_lets_go() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let file = bytes(20_000);
+    let url = create(&app, &key, file.len()).await;
+    let id = upload_id(&url);
+    patch(&app, &key, &url, 0, &file[..5_000], None).await;
+    // Another API process sharing the spool (an flock on its own open file) is writing.
+    let other = std::fs::OpenOptions::new()
+        .write(true)
+        .open(spool_file(&app, &id))
+        .unwrap();
+    other.lock().unwrap();
+    let r = patch(&app, &key, &url, 5_000, &file[5_000..], None).await;
+    assert_error(r, StatusCode::LOCKED, "upload_busy").await;
+    let r = tus(&app, &key, reqwest::Method::DELETE, &url)
+        .send()
+        .await
+        .unwrap();
+    assert_error(r, StatusCode::LOCKED, "upload_busy").await;
+    assert_eq!(offset_of(&app, &key, &url).await, 5_000);
+    assert_eq!(std::fs::read(spool_file(&app, &id)).unwrap(), file[..5_000]);
+
+    other.unlock().unwrap();
+    let r = patch(&app, &key, &url, 5_000, &file[5_000..], None).await;
+    assert_eq!(r.headers()["upload-offset"], "20000");
+}
