@@ -704,12 +704,38 @@ pub struct IngestArgs {
     #[arg(long = "resumable-ttl-secs", env = "VIDQ_RESUMABLE_TTL_SECS", value_name = "SECS",
           default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(60..=2_592_000))]
     pub resumable_ttl_secs: u64,
+    /// After a live recording ends, files still arriving for this long count; later ones,
+    /// and segments numbered past the final playlist, are excluded (seconds).
+    #[arg(long = "live-grace-secs", env = "VIDQ_LIVE_GRACE_SECS", value_name = "SECS",
+          default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3_600))]
+    pub live_grace_secs: u64,
+    /// Address of the live ingest listener (encoders PUT HLS to it; it reads every body to
+    /// its end even when the encoder half-closes its connection, as FFmpeg does).
+    #[arg(
+        long = "ingest-addr",
+        env = "VIDQ_INGEST_ADDR",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8081"
+    )]
+    pub ingest_addr: SocketAddr,
+    /// The ingest listener's address as encoders reach it (`scheme://host[:port]`), when a
+    /// proxy or another name is in front of it. Default: the host the client reached the API
+    /// at, with the ingest listener's port.
+    #[arg(
+        long = "ingest-public-url",
+        env = "VIDQ_INGEST_PUBLIC_URL",
+        value_name = "URL"
+    )]
+    pub ingest_public_url: Option<Url>,
 }
 
 impl Default for IngestArgs {
     fn default() -> Self {
         Self {
             resumable_ttl_secs: 86_400,
+            live_grace_secs: 10,
+            ingest_addr: "127.0.0.1:8081".parse().expect("a valid address"),
+            ingest_public_url: None,
         }
     }
 }

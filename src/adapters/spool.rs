@@ -273,6 +273,21 @@ impl SpoolRoot {
         .map_err(|e| AppendError::Io(std::io::Error::other(e)))?
     }
 
+    /// Moves a spool file to another name under the root (replacing what is there), the
+    /// destination directory created and fsynced, so the new name survives a crash.
+    pub async fn rename(&self, from: &str, to: &str) -> Result<(), AppendError> {
+        let (from, to) = (self.join(from)?, self.join(to)?);
+        tokio::task::spawn_blocking(move || -> Result<(), AppendError> {
+            let dir = to.parent().expect("a spool path has a directory");
+            std::fs::create_dir_all(dir)?;
+            std::fs::rename(&from, &to)?;
+            std::fs::File::open(dir)?.sync_all()?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| AppendError::Io(std::io::Error::other(e)))?
+    }
+
     /// Removes a spool file (gone already is fine).
     pub async fn remove(&self, relative: &str) -> Result<(), AppendError> {
         let path = self.join(relative)?;

@@ -34,8 +34,41 @@ pub struct Ingest {
     pub node_id: String,
     /// How long an upload may take to arrive.
     pub ttl: Duration,
+    /// Files of a recording still count this long after its end.
+    pub live_grace: Duration,
     /// One request at a time per upload.
     pub locks: UploadLocks,
+    /// Where encoders reach the live ingest listener: a fixed public URL, or the port it
+    /// listens on at the host the client reached the API at.
+    pub live_ingest: LiveIngestAt,
+}
+
+/// How a recording's `ingest_url` is made.
+#[derive(Clone, Debug)]
+pub enum LiveIngestAt {
+    /// `VIDQ_INGEST_PUBLIC_URL`.
+    Public(String),
+    /// The ingest listener's port, at the API's host.
+    Port(u16),
+}
+
+impl Ingest {
+    /// `scheme://host[:port]` of the ingest listener, given the API's base.
+    pub fn ingest_base(&self, api_base: &str) -> String {
+        match &self.live_ingest {
+            LiveIngestAt::Public(url) => url.trim_end_matches('/').to_owned(),
+            LiveIngestAt::Port(port) => {
+                let mut url = match url::Url::parse(api_base) {
+                    Ok(url) => url,
+                    Err(_) => return api_base.to_owned(),
+                };
+                match url.set_port(Some(*port)) {
+                    Ok(()) => url.as_str().trim_end_matches('/').to_owned(),
+                    Err(()) => api_base.to_owned(),
+                }
+            }
+        }
+    }
 }
 
 /// A new upload through vidq waiting for its bytes.
@@ -458,7 +491,7 @@ async fn lose(ctx: &AppContext, id: UploadId) -> Result<(), AppError> {
     Ok(())
 }
 
-fn spool_error(error: AppendError) -> AppError {
+pub(crate) fn spool_error(error: AppendError) -> AppError {
     match error {
         AppendError::Lost { .. } => AppError::SpoolLost,
         AppendError::Busy => AppError::SpoolBusy,

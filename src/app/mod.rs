@@ -6,6 +6,7 @@ pub mod auth;
 pub mod events;
 pub mod ingest;
 pub mod jobs;
+pub mod live;
 pub mod playback;
 pub mod reconcile;
 pub mod upload_locks;
@@ -137,6 +138,9 @@ pub enum AppError {
     /// The spool file of an upload in progress is gone.
     #[error("the bytes received so far were lost; create a new upload")]
     SpoolLost,
+    /// A live ingest file name vidq does not take.
+    #[error(transparent)]
+    BadIngestName(crate::domain::recording::BadName),
     /// The spool disk failed.
     #[error("the spool disk failed")]
     Spool(#[source] crate::adapters::spool::AppendError),

@@ -71,6 +71,7 @@ pub mod pool;
 pub mod prepared;
 pub mod provision;
 pub mod reconcile;
+pub mod recordings;
 /// The tables as `diesel print-schema` generates them from `migrations/`.
 #[allow(missing_docs)]
 pub mod schema;

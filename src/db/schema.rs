@@ -70,6 +70,46 @@ diesel::table! {
 }
 
 diesel::table! {
+    recording_files (id) {
+        id -> Int8,
+        recording_id -> Uuid,
+        axis -> Text,
+        sequence -> Int4,
+        duration_ms -> Nullable<Int4>,
+        object_key -> Text,
+        size_bytes -> Int8,
+        spool_path -> Text,
+        node_id -> Text,
+        state -> Text,
+        reject_reason -> Nullable<Text>,
+        tries -> Int4,
+        next_try_at -> Nullable<Timestamptz>,
+        last_error -> Nullable<Text>,
+        claimed_until -> Nullable<Timestamptz>,
+        received_at -> Timestamptz,
+        uploaded_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    recordings (id) {
+        id -> Uuid,
+        owner_id -> Uuid,
+        stream_key_hash -> Bytea,
+        state -> Text,
+        node_id -> Text,
+        end_reason -> Nullable<Text>,
+        ended_at -> Nullable<Timestamptz>,
+        cutoff_at -> Nullable<Timestamptz>,
+        final_sequence -> Nullable<Int4>,
+        last_ingest_at -> Nullable<Timestamptz>,
+        playlist_durations -> Jsonb,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     uploads (id) {
         id -> Uuid,
         owner_id -> Uuid,
@@ -181,6 +221,8 @@ diesel::joinable!(event_deliveries -> notification_outbox (outbox_id));
 diesel::joinable!(event_deliveries -> webhook_endpoints (endpoint_id));
 diesel::joinable!(job_attempts -> video_encoding_jobs (job_id));
 diesel::joinable!(notification_outbox -> users (owner_id));
+diesel::joinable!(recording_files -> recordings (recording_id));
+diesel::joinable!(recordings -> users (owner_id));
 diesel::joinable!(uploads -> users (owner_id));
 diesel::joinable!(video_artifacts -> videos (video_id));
 diesel::joinable!(video_encoding_jobs -> videos (video_id));
@@ -193,6 +235,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     event_deliveries,
     job_attempts,
     notification_outbox,
+    recording_files,
+    recordings,
     uploads,
     users,
     video_artifacts,

@@ -60,6 +60,7 @@ pub mod keys;
 pub mod media;
 pub mod playback_token;
 pub mod reconcile;
+pub mod recording;
 pub mod retry;
 pub mod signature;
 pub mod sink;

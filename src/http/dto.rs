@@ -124,6 +124,64 @@ impl From<crate::app::ingest::UploadStatus> for UploadStatusDto {
     }
 }
 
+/// A live recording, as `POST /v1/live` and `GET /v1/live/{id}` show it.
+#[derive(Debug, Serialize)]
+pub struct RecordingDto {
+    /// The recording.
+    pub id: String,
+    /// `waiting | live | ending | ended | ready | failed`.
+    pub state: String,
+    /// Where the encoder PUTs its HLS (`{ingest_url}index.m3u8`); it carries the secret
+    /// stream key, so it is only in the answer to `POST /v1/live`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ingest_url: Option<String>,
+    /// Segments received, uploaded to S3, and excluded by the cutoff.
+    pub segments: SegmentCountsDto,
+    /// Whether the init segment is in S3 (nothing plays before it is).
+    pub init_uploaded: bool,
+    /// Why it ended: `endlist | ended_by_client | idle`.
+    pub end_reason: Option<String>,
+    /// When it ended.
+    pub ended_at: Option<DateTime<Utc>>,
+    /// Files arriving after this are excluded.
+    pub cutoff_at: Option<DateTime<Utc>>,
+    /// Created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Segment counts of a recording.
+#[derive(Debug, Serialize)]
+pub struct SegmentCountsDto {
+    /// Received (any state).
+    pub received: i64,
+    /// In S3.
+    pub uploaded: i64,
+    /// After the cutoff, never PUT.
+    pub excluded: i64,
+}
+
+impl RecordingDto {
+    /// The wire form; `ingest_url` only when the key is known (at creation).
+    pub fn new(status: crate::app::live::RecordingStatus, ingest_url: Option<String>) -> Self {
+        let row = status.row;
+        Self {
+            id: row.id.to_string(),
+            state: status.state.as_str().to_owned(),
+            ingest_url,
+            segments: SegmentCountsDto {
+                received: status.counts.received,
+                uploaded: status.counts.uploaded,
+                excluded: status.counts.excluded,
+            },
+            init_uploaded: status.counts.init_uploaded,
+            end_reason: row.end_reason,
+            ended_at: row.ended_at,
+            cutoff_at: row.cutoff_at,
+            created_at: row.created_at,
+        }
+    }
+}
+
 /// Playback URLs of a ready video.
 #[derive(Debug, Serialize)]
 pub struct PlaybackDto {

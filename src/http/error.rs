@@ -96,6 +96,20 @@ impl ApiError {
         )
     }
 
+    /// 409 `excluded`: a live file after its recording's cutoff, kept out of it.
+    pub fn excluded() -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "excluded",
+            "the recording has ended and its cutoff has passed: this file is not part of it",
+        )
+    }
+
+    /// This error as an answer.
+    pub fn into_response(self) -> HttpResponse {
+        self.error_response()
+    }
+
     /// 413 `too_large`.
     pub fn too_large(message: impl Into<String>) -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
@@ -150,6 +164,22 @@ impl ApiError {
     /// The stable code.
     pub fn code(&self) -> &'static str {
         self.code
+    }
+
+    /// The HTTP status, as a number (for servers other than actix's).
+    pub fn status_u16(&self) -> u16 {
+        self.status.as_u16()
+    }
+
+    /// The JSON body every error answer carries.
+    pub fn body_json(&self) -> String {
+        serde_json::to_string(&Body {
+            error: Detail {
+                code: self.code,
+                message: &self.message,
+            },
+        })
+        .expect("an error body serializes")
     }
 }
 
@@ -225,6 +255,7 @@ impl From<AppError> for ApiError {
                 Self::new(S::GONE, "upload_gone", message)
             }
             AppError::UploadComplete => Self::new(S::CONFLICT, "upload_complete", message),
+            AppError::BadIngestName(_) => Self::new(S::BAD_REQUEST, "bad_file_name", message),
             AppError::WholeFileOnly | AppError::ResumableInProgress { .. } => {
                 Self::new(S::CONFLICT, "wrong_upload_method", message)
             }

@@ -10,6 +10,7 @@ pub mod cors;
 pub mod dto;
 pub mod error;
 pub mod health_listener;
+pub mod ingest_server;
 pub mod json;
 pub mod limits;
 pub mod routes;

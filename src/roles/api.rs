@@ -22,7 +22,20 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     ctx.webhooks = config.webhooks;
     ctx.playback = playback;
     let node_id = super::spool_node(config.node_id.as_deref());
-    let ingest = ingest(&config.spool.dir_or("spool"), node_id, &config.ingest)?;
+    let ingest_listener = tokio::net::TcpListener::bind(config.ingest.ingest_addr)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (VIDQ_INGEST_ADDR)",
+                config.ingest.ingest_addr
+            )
+        })?;
+    let ingest = ingest(
+        &config.spool.dir_or("spool"),
+        node_id,
+        &config.ingest,
+        ingest_listener.local_addr()?.port(),
+    )?;
     tracing::info!(
         spool = %ingest.spool.path().display(),
         node = %ingest.node_id,
@@ -51,21 +64,36 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     let listener = std::net::TcpListener::bind(config.http.addr)
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
     tracing::info!(addr = %config.http.addr, "API listening");
+    tracing::info!(addr = %config.ingest.ingest_addr, "live ingest listening");
+    crate::http::ingest_server::serve(
+        ingest_listener,
+        ctx.clone(),
+        config.http.limits().body_idle,
+        shutdown.clone(),
+    );
     crate::http::serve_with(listener, ctx, config.http.limits(), shutdown)?.await?;
     tracing::info!("API stopped");
     Ok(())
 }
 
-/// This node's spool for uploads through vidq.
+/// This node's spool for uploads through vidq; `ingest_port`: where the live ingest
+/// listener listens (its URL is made from it unless a public one is set).
 pub fn ingest(
     spool_dir: &std::path::Path,
     node_id: String,
     args: &crate::config::IngestArgs,
+    ingest_port: u16,
 ) -> anyhow::Result<crate::app::ingest::Ingest> {
+    use crate::app::ingest::LiveIngestAt;
     Ok(crate::app::ingest::Ingest {
         spool: crate::adapters::spool::SpoolRoot::open(spool_dir).context("VIDQ_SPOOL_DIR")?,
         node_id,
         ttl: std::time::Duration::from_secs(args.resumable_ttl_secs),
+        live_grace: std::time::Duration::from_secs(args.live_grace_secs),
+        live_ingest: match &args.ingest_public_url {
+            Some(url) => LiveIngestAt::Public(url.as_str().to_owned()),
+            None => LiveIngestAt::Port(ingest_port),
+        },
         locks: Default::default(),
     })
 }

@@ -67,10 +67,19 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
     ctx.playback = playback;
     let spool_dir = config.spool.dir_or(config.data_dir.join("spool"));
     let node_id = super::spool_node(config.queue.node_id.as_deref());
+    let ingest_listener = tokio::net::TcpListener::bind(config.ingest.ingest_addr)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (VIDQ_INGEST_ADDR)",
+                config.ingest.ingest_addr
+            )
+        })?;
     ctx.ingest = Some(super::api::ingest(
         &spool_dir,
         node_id.clone(),
         &config.ingest,
+        ingest_listener.local_addr()?.port(),
     )?);
     super::api::listen_for_events(&ctx, &config.database_url, &shutdown).await;
     ctx.storage
@@ -78,6 +87,12 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         .await
         .context("creating the bucket in the embedded S3")?;
 
+    crate::http::ingest_server::serve(
+        ingest_listener,
+        ctx.clone(),
+        config.http.limits().body_idle,
+        shutdown.clone(),
+    );
     let listener = std::net::TcpListener::bind(config.http.addr)
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
     let storage = ctx.storage.clone();
@@ -104,10 +119,11 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         shutdown,
     );
     eprintln!(
-        "\nvidq dev is running\n  API         http://{api}\n  worker      1 slot, FFmpeg from PATH\n  relay       webhooks (private addresses allowed){nats}\n  sweeper     spool {spool}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
+        "\nvidq dev is running\n  API         http://{api}\n  live ingest http://{ingest} (encoders PUT HLS here)\n  worker      1 slot, FFmpeg from PATH\n  relay       webhooks (private addresses allowed){nats}\n  sweeper     spool {spool}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
          Get an API key (in another terminal):\n  DATABASE_URL={db} cargo run -- user create --name me\n\
          Then follow the curl walk-through in README.md. Ctrl-C stops everything.\n",
         api = config.http.addr,
+        ingest = config.ingest.ingest_addr,
         s3 = s3.endpoint(),
         root = s3_root.display(),
         spool = spool_dir.display(),

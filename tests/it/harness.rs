@@ -253,11 +253,13 @@ impl TestApp {
                 .unwrap();
         ctx.webhooks.allow_private = options.allow_private_webhooks;
         let spool = tempfile::tempdir().unwrap();
+        let ingest_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         ctx.ingest = Some(
             vidq::roles::api::ingest(
                 spool.path(),
                 SPOOL_NODE.to_owned(),
                 &vidq::config::IngestArgs::default(),
+                ingest_listener.local_addr().unwrap().port(),
             )
             .unwrap(),
         );
@@ -269,6 +271,12 @@ impl TestApp {
         let base = format!("http://{}", listener.local_addr().unwrap());
         let server = vidq::http::serve(listener, ctx.clone(), shutdown.clone()).unwrap();
         tokio::spawn(server);
+        vidq::http::ingest_server::serve(
+            ingest_listener,
+            ctx.clone(),
+            Duration::from_secs(15),
+            shutdown.clone(),
+        );
         Self {
             base,
             http: reqwest::Client::builder()

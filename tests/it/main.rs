@@ -16,6 +16,7 @@ mod idle_line;
 mod jobs_cli;
 mod layout;
 mod leftovers;
+mod live;
 mod media;
 mod mp4;
 mod nats;

@@ -3,6 +3,7 @@
 
 pub mod events;
 pub mod health;
+pub mod live;
 pub mod playback;
 pub mod tus;
 pub mod uploads;
@@ -48,6 +49,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                             .route(delete().to(tus::terminate)),
                     ),
             )
+            .service(resource("/live").route(post().to(live::create)))
+            .service(resource("/live/{id}").route(get().to(live::get)))
+            .service(resource("/live/{id}/end").route(post().to(live::end)))
             .service(resource("/videos").route(get().to(videos::list)))
             .service(
                 resource("/videos/{video_id}")

@@ -279,6 +279,7 @@ pub(super) fn body_stream(
             if BodyIdle::is(&error) {
                 BodyError::Idle
             } else {
+                tracing::debug!(%error, "request body broke off");
                 BodyError::Broken
             }
         })

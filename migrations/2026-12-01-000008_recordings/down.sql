@@ -1,0 +1,2 @@
+DROP TABLE recording_files;
+DROP TABLE recordings;

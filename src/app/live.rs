@@ -1,0 +1,306 @@
+//! Live recordings: creating one (a secret stream key in its ingest URL), taking the files
+//! an HLS encoder PUTs (each spooled and fsynced, then registered in the recording's file
+//! ledger for this node's sweeper; a playlist is read for durations and the end), ending it,
+//! and what its status shows.
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+
+use super::ingest::BodyError;
+use super::{AppContext, AppError};
+use crate::adapters::spool::AppendEnd;
+use crate::db::{self, recordings::RecordingRow};
+use crate::domain::api_key::{ApiKey, hash_presented_key};
+use crate::domain::ids::UserId;
+use crate::domain::recording::{self, EndReason, FileAxis, FileState, IngestName, RecordingState};
+
+/// The largest file an encoder may PUT (a segment of a high-bitrate stream, or a playlist).
+pub const MAX_FILE_BYTES: u64 = 256 * 1024 * 1024;
+
+/// A new recording and its secret.
+#[derive(Debug)]
+pub struct CreatedRecording {
+    /// The row.
+    pub row: RecordingRow,
+    /// The stream key, shown once (only its hash is stored).
+    pub stream_key: String,
+}
+
+/// What the status endpoint shows.
+#[derive(Debug)]
+pub struct RecordingStatus {
+    /// The row.
+    pub row: RecordingRow,
+    /// Its state.
+    pub state: RecordingState,
+    /// Its files, counted.
+    pub counts: db::recordings::FileCounts,
+}
+
+/// Creates a recording whose files this node will spool.
+#[tracing::instrument(skip_all, fields(owner = %owner))]
+pub async fn create(ctx: &AppContext, owner: UserId) -> Result<CreatedRecording, AppError> {
+    let ingest = ctx.ingest.as_ref().ok_or(AppError::IngestDisabled)?;
+    let key = ApiKey::generate();
+    let id = uuid::Uuid::now_v7();
+    let mut conn = ctx.db.get().await?;
+    let row = db::recordings::insert(&mut conn, id, owner.0, &key.hash(), &ingest.node_id).await?;
+    tracing::info!(recording_id = %id, node = %ingest.node_id, "live recording created");
+    Ok(CreatedRecording {
+        row,
+        stream_key: key.reveal().to_owned(),
+    })
+}
+
+/// The recording and its counts, for its owner only.
+pub async fn status(
+    ctx: &AppContext,
+    owner: UserId,
+    id: uuid::Uuid,
+) -> Result<RecordingStatus, AppError> {
+    let mut conn = ctx.db.get().await?;
+    let row = db::recordings::find_owned(&mut conn, owner.0, id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    let counts = db::recordings::counts(&mut conn, id).await?;
+    let state = row.state.parse().map_err(db::DbError::from)?;
+    Ok(RecordingStatus { row, state, counts })
+}
+
+/// `POST /v1/live/{id}/end`: the broadcaster says it is over.
+pub async fn end(ctx: &AppContext, owner: UserId, id: uuid::Uuid) -> Result<(), AppError> {
+    let ingest = ctx.ingest.as_ref().ok_or(AppError::IngestDisabled)?;
+    let mut conn = ctx.db.get().await?;
+    db::recordings::find_owned(&mut conn, owner.0, id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    let ended = db::recordings::end(
+        &mut conn,
+        id,
+        EndReason::EndedByClient,
+        None,
+        ingest.live_grace.as_secs_f64(),
+    )
+    .await?;
+    if ended == 1 {
+        tracing::info!(recording_id = %id, "live recording ended by its owner");
+    }
+    Ok(())
+}
+
+/// What one PUT did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ingested {
+    /// A file registered with this state.
+    File(FileState),
+    /// A playlist read (and whether it ended the broadcast).
+    Playlist {
+        /// It carried `#EXT-X-ENDLIST`.
+        ended: bool,
+    },
+}
+
+/// Takes one file an encoder PUT to `{ingest_url}{name}`. The stream key is the only
+/// credential (an encoder cannot always send headers); a wrong one reads as an unknown
+/// recording. Files are spooled whole and fsynced before their ledger row.
+#[tracing::instrument(skip_all, fields(name = %name))]
+pub async fn ingest<S>(
+    ctx: &AppContext,
+    stream_key: &str,
+    name: &str,
+    length: Option<u64>,
+    mut body: S,
+) -> Result<Ingested, AppError>
+where
+    S: Stream<Item = Result<Bytes, BodyError>> + Unpin,
+{
+    let ingest = ctx.ingest.as_ref().ok_or(AppError::IngestDisabled)?;
+    let kind = recording::classify(name).map_err(AppError::BadIngestName)?;
+    if length.is_some_and(|n| n > MAX_FILE_BYTES) {
+        return Err(AppError::PastUploadLength {
+            length: MAX_FILE_BYTES,
+        });
+    }
+    // The body is read at once, while the stream key is looked up: an encoder sends a whole
+    // file and half-closes its side right away (FFmpeg does), and a body the server has not
+    // read by then is cut off by the HTTP layer. A file goes to a name of its own first and
+    // is renamed into the recording once the key is known.
+    let lookup = async {
+        let mut conn = ctx.db.get().await?;
+        let found =
+            db::recordings::by_stream_key(&mut conn, &hash_presented_key(stream_key)).await?;
+        Ok::<_, AppError>(found)
+    };
+    let incoming = format!("live/incoming/{}.part", uuid::Uuid::now_v7());
+    let (received, found) = if kind == IngestName::Playlist {
+        let (text, found) = tokio::join!(read_playlist(&mut body), lookup);
+        (text.map(Received::Playlist), found)
+    } else {
+        let (file, found) = tokio::join!(spool_whole(ingest, &incoming, length, &mut body), lookup);
+        (file.map(Received::File), found)
+    };
+    let (recording, received) = match (received, found) {
+        (Ok(received), Ok(Some(recording))) if recording.node_id == ingest.node_id => {
+            (recording, received)
+        }
+        (received, found) => {
+            // Whatever was written under the incoming name is not kept (none for a playlist).
+            let _ = ingest.spool.remove(&incoming).await;
+            return Err(match found {
+                Err(error) => error,
+                Ok(None) => AppError::NotFound,
+                Ok(Some(recording)) if recording.node_id != ingest.node_id => AppError::WrongNode {
+                    node: recording.node_id,
+                },
+                Ok(Some(_)) => match received {
+                    Err(error) => error,
+                    Ok(_) => unreachable!("the first arm takes a whole body of a known recording"),
+                },
+            });
+        }
+    };
+    let id = recording.id;
+    let size = match received {
+        Received::Playlist(text) => {
+            let playlist = recording::parse_playlist(&text);
+            let mut conn = ctx.db.get().await?;
+            db::recordings::touch(&mut conn, id).await?;
+            db::recordings::set_durations(&mut conn, id, &playlist.segments).await?;
+            if playlist.ended {
+                let last = playlist.segments.iter().map(|(n, _)| *n as i32).max();
+                let ended = db::recordings::end(
+                    &mut conn,
+                    id,
+                    EndReason::Endlist,
+                    last,
+                    ingest.live_grace.as_secs_f64(),
+                )
+                .await?;
+                if ended == 1 {
+                    tracing::info!(recording_id = %id, last_segment = ?last, "live recording ended by its playlist");
+                }
+            }
+            return Ok(Ingested::Playlist {
+                ended: playlist.ended,
+            });
+        }
+        Received::File(size) => size,
+    };
+
+    let (axis, sequence) = match kind {
+        IngestName::Init => (FileAxis::Init, 0),
+        IngestName::Segment(n) => (FileAxis::Segment, n as i32),
+        IngestName::Playlist => unreachable!("handled above"),
+    };
+    let key = recording::object_key(id, &kind).expect("a file has a key");
+    let spool_path = recording::spool_path(id, &kind).expect("a file has a spool path");
+    // A file sent again (the encoder retried) replaces what an earlier PUT left.
+    ingest
+        .spool
+        .rename(&incoming, &spool_path)
+        .await
+        .map_err(super::ingest::spool_error)?;
+    let mut conn = ctx.db.get().await?;
+    db::recordings::touch(&mut conn, id).await?;
+    let state = db::recordings::record_file(
+        &mut conn,
+        &db::recordings::NewRecordingFile {
+            recording: id,
+            axis,
+            sequence,
+            object_key: &key,
+            size: size as i64,
+            spool_path: &spool_path,
+            node: &ingest.node_id,
+        },
+    )
+    .await?;
+    if state == FileState::Excluded {
+        // Past the cutoff: never PUT, so the bytes need not stay.
+        if let Err(error) = ingest.spool.remove(&spool_path).await {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not remove an excluded file");
+        }
+    }
+    tracing::debug!(recording_id = %id, axis = axis.as_str(), sequence, bytes = size, state = state.as_str(), "recording file received");
+    Ok(Ingested::File(state))
+}
+
+/// What a PUT's body became.
+enum Received {
+    /// A playlist's text.
+    Playlist(String),
+    /// A file of this many bytes, fsynced under its incoming name.
+    File(u64),
+}
+
+/// A playlist's text (small: at most 4 MiB).
+async fn read_playlist<S>(body: &mut S) -> Result<String, AppError>
+where
+    S: Stream<Item = Result<Bytes, BodyError>> + Unpin,
+{
+    const MAX: usize = 4 * 1024 * 1024;
+    let mut text = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(AppError::BodyInterrupted)?;
+        if text.len() + chunk.len() > MAX {
+            return Err(AppError::PastUploadLength { length: MAX as u64 });
+        }
+        text.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&text).into_owned())
+}
+
+/// Writes the whole body to `relative` (fsynced); nothing is kept unless it arrived whole
+/// (and, with a `Content-Length`, of that length).
+async fn spool_whole<S>(
+    ingest: &super::ingest::Ingest,
+    relative: &str,
+    length: Option<u64>,
+    body: &mut S,
+) -> Result<u64, AppError>
+where
+    S: Stream<Item = Result<Bytes, BodyError>> + Unpin,
+{
+    use super::ingest::spool_error;
+    ingest.spool.create(relative).await.map_err(spool_error)?;
+    let file = ingest.spool.hold(relative).await.map_err(spool_error)?;
+    let mut append = ingest.spool.append(file, 0, None).map_err(spool_error)?;
+    let mut sent = 0u64;
+    let mut failure = None;
+    let end = loop {
+        match body.next().await {
+            Some(Ok(chunk)) => {
+                sent += chunk.len() as u64;
+                if sent > MAX_FILE_BYTES {
+                    failure = Some(AppError::PastUploadLength {
+                        length: MAX_FILE_BYTES,
+                    });
+                    break AppendEnd::Discard;
+                }
+                if append.write(chunk).await.is_err() {
+                    break AppendEnd::Discard;
+                }
+            }
+            Some(Err(error)) => {
+                failure = Some(AppError::BodyInterrupted(error));
+                break AppendEnd::Discard;
+            }
+            None if length.is_some_and(|n| n != sent) => {
+                failure = Some(AppError::SizeMismatch {
+                    declared: length.unwrap_or_default() as i64,
+                    actual: sent as i64,
+                });
+                break AppendEnd::Discard;
+            }
+            None => break AppendEnd::Complete,
+        }
+    };
+    let (appended, _file) = append.finish(end).await.map_err(spool_error)?;
+    match failure {
+        Some(failure) => {
+            tracing::info!(error = %failure, bytes = sent, "a recording file did not arrive whole; nothing kept");
+            Err(failure)
+        }
+        None => Ok(appended.kept),
+    }
+}

@@ -1,0 +1,281 @@
+//! Live recordings and the ledger of their files (`recordings`, `recording_files`). Every
+//! statement here is a single statement on these two tables (a recording row, then its file
+//! rows), after `users` through their foreign keys: see the lock order in `db/mod.rs`.
+
+use chrono::{DateTime, Utc};
+use diesel::QueryableByName;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Bool, Int4, Nullable, Text};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use super::schema::recordings;
+use crate::domain::recording::{EndReason, FileAxis, FileState, RecordingState};
+
+/// A `recordings` row.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = recordings)]
+pub struct RecordingRow {
+    /// Primary key (UUIDv7).
+    pub id: Uuid,
+    /// The broadcaster.
+    pub owner_id: Uuid,
+    /// See [`RecordingState`].
+    pub state: String,
+    /// The node whose spool holds its files.
+    pub node_id: String,
+    /// See [`EndReason`].
+    pub end_reason: Option<String>,
+    /// When it ended.
+    pub ended_at: Option<DateTime<Utc>>,
+    /// Files arriving after this are excluded.
+    pub cutoff_at: Option<DateTime<Utc>>,
+    /// The last segment the final playlist named.
+    pub final_sequence: Option<i32>,
+    /// The last file or playlist it received.
+    pub last_ingest_at: Option<DateTime<Utc>>,
+    /// Created.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Records a new recording, `waiting`, spooled on `node`.
+pub async fn insert(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    owner: Uuid,
+    stream_key_hash: &[u8],
+    node: &str,
+) -> QueryResult<RecordingRow> {
+    diesel::insert_into(recordings::table)
+        .values((
+            recordings::id.eq(id),
+            recordings::owner_id.eq(owner),
+            recordings::stream_key_hash.eq(stream_key_hash),
+            recordings::node_id.eq(node),
+        ))
+        .returning(RecordingRow::as_returning())
+        .get_result(conn)
+        .await
+}
+
+/// The recording an ingest URL's stream key names.
+pub async fn by_stream_key(
+    conn: &mut AsyncPgConnection,
+    hash: &[u8],
+) -> QueryResult<Option<RecordingRow>> {
+    recordings::table
+        .filter(recordings::stream_key_hash.eq(hash))
+        .select(RecordingRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// The recording, only if `owner` holds it.
+pub async fn find_owned(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    id: Uuid,
+) -> QueryResult<Option<RecordingRow>> {
+    recordings::table
+        .filter(recordings::id.eq(id).and(recordings::owner_id.eq(owner)))
+        .select(RecordingRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Notes that something arrived: `waiting -> live` on the first file, and the time of the
+/// last one (the idle end counts from it).
+pub async fn touch(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+    diesel::sql_query(format!(
+        "UPDATE recordings
+            SET state = CASE WHEN state = '{waiting}' THEN '{live}' ELSE state END,
+                last_ingest_at = statement_timestamp(), updated_at = statement_timestamp()
+          WHERE id = $1",
+        waiting = RecordingState::Waiting.as_str(),
+        live = RecordingState::Live.as_str(),
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(id)
+    .execute(conn)
+    .await
+}
+
+/// CAS `waiting|live -> ending`: the end, with its reason, the cutoff `grace_secs` later
+/// (by the database clock), and the last segment number if the final playlist named one.
+/// 0 when it had ended already.
+pub async fn end(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    reason: EndReason,
+    final_sequence: Option<i32>,
+    grace_secs: f64,
+) -> QueryResult<usize> {
+    diesel::sql_query(format!(
+        "UPDATE recordings
+            SET state = '{ending}', end_reason = $2, ended_at = statement_timestamp(),
+                cutoff_at = statement_timestamp() + make_interval(secs => $3),
+                final_sequence = COALESCE($4, final_sequence),
+                updated_at = statement_timestamp()
+          WHERE id = $1 AND state IN ('{waiting}', '{live}')",
+        ending = RecordingState::Ending.as_str(),
+        waiting = RecordingState::Waiting.as_str(),
+        live = RecordingState::Live.as_str(),
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(id)
+    .bind::<Text, _>(reason.as_str())
+    .bind::<diesel::sql_types::Double, _>(grace_secs)
+    .bind::<Nullable<Int4>, _>(final_sequence)
+    .execute(conn)
+    .await
+}
+
+/// A file an encoder PUT, written to the spool (and fsynced) before this row.
+#[derive(Debug)]
+pub struct NewRecordingFile<'a> {
+    /// Its recording.
+    pub recording: Uuid,
+    /// Init or segment.
+    pub axis: FileAxis,
+    /// Segment number (0 for init).
+    pub sequence: i32,
+    /// Where it goes in S3.
+    pub object_key: &'a str,
+    /// Its size.
+    pub size: i64,
+    /// Its spool file, relative to the root.
+    pub spool_path: &'a str,
+    /// The node holding it.
+    pub node: &'a str,
+}
+
+/// Registers a received file in one statement: `pending` (owed to S3, and the node's
+/// sweeper is woken), or `excluded` when it arrived after the recording's cutoff or is
+/// numbered past its final playlist. A file sent again (the encoder retried its PUT)
+/// replaces a `pending` row's size and try count; an `uploaded` or `excluded` row stays as
+/// it is. Returns the row's state after the statement.
+pub async fn record_file(
+    conn: &mut AsyncPgConnection,
+    file: &NewRecordingFile<'_>,
+) -> QueryResult<FileState> {
+    #[derive(QueryableByName)]
+    struct Stored {
+        #[diesel(sql_type = Text)]
+        state: String,
+    }
+    let sql = format!(
+        "WITH decided AS (
+             SELECT CASE WHEN r.cutoff_at < statement_timestamp()
+                           OR ($2 = '{segment}' AND r.final_sequence IS NOT NULL
+                               AND $3 > r.final_sequence)
+                         THEN '{excluded}' ELSE '{pending}' END AS state
+               FROM recordings r WHERE r.id = $1),
+         stored AS (
+             INSERT INTO recording_files
+                    (recording_id, axis, sequence, object_key, size_bytes, spool_path, node_id,
+                     state, duration_ms)
+             SELECT $1, $2, $3, $4, $5, $6, $7, decided.state,
+                    (SELECT (r.playlist_durations ->> $3::text)::int4
+                       FROM recordings r WHERE r.id = $1 AND $2 = '{segment}')
+               FROM decided
+             ON CONFLICT (recording_id, axis, sequence) DO UPDATE
+                SET size_bytes = excluded.size_bytes, received_at = statement_timestamp(),
+                    tries = 0, next_try_at = NULL, last_error = NULL
+              WHERE recording_files.state = '{pending}'
+             RETURNING state, node_id)
+         SELECT COALESCE(
+                    (SELECT state FROM stored),
+                    (SELECT state FROM recording_files
+                      WHERE recording_id = $1 AND axis = $2 AND sequence = $3)) AS state,
+                (SELECT count(pg_notify('{channel}', node_id)) FROM stored
+                  WHERE state = '{pending}') AS woken",
+        segment = FileAxis::Segment.as_str(),
+        excluded = FileState::Excluded.as_str(),
+        pending = FileState::Pending.as_str(),
+        channel = super::ingest::SWEEP_CHANNEL,
+    );
+    let stored: Stored = diesel::sql_query(sql)
+        .bind::<diesel::sql_types::Uuid, _>(file.recording)
+        .bind::<Text, _>(file.axis.as_str())
+        .bind::<Int4, _>(file.sequence)
+        .bind::<Text, _>(file.object_key)
+        .bind::<BigInt, _>(file.size)
+        .bind::<Text, _>(file.spool_path)
+        .bind::<Text, _>(file.node)
+        .get_result(conn)
+        .await?;
+    stored
+        .state
+        .parse()
+        .map_err(|e: crate::domain::upload::UnknownState| {
+            diesel::result::Error::DeserializationError(Box::new(e))
+        })
+}
+
+/// Stores the durations a playlist gave its segments: on the recording (for segments whose
+/// PUT is still being registered) and on the rows that exist, in one statement.
+pub async fn set_durations(
+    conn: &mut AsyncPgConnection,
+    recording: Uuid,
+    segments: &[(u32, u32)],
+) -> QueryResult<usize> {
+    if segments.is_empty() {
+        return Ok(0);
+    }
+    let numbers: Vec<i32> = segments.iter().map(|(n, _)| *n as i32).collect();
+    let millis: Vec<i32> = segments.iter().map(|(_, ms)| *ms as i32).collect();
+    diesel::sql_query(format!(
+        "WITH v AS (SELECT * FROM unnest($2::int4[], $3::int4[]) AS v(seq, ms)),
+              noted AS (
+                 UPDATE recordings
+                    SET playlist_durations = playlist_durations
+                        || (SELECT jsonb_object_agg(seq::text, ms) FROM v)
+                  WHERE id = $1)
+         UPDATE recording_files f SET duration_ms = v.ms FROM v
+          WHERE f.recording_id = $1 AND f.axis = '{}' AND f.sequence = v.seq
+            AND f.duration_ms IS DISTINCT FROM v.ms",
+        FileAxis::Segment.as_str()
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(recording)
+    .bind::<diesel::sql_types::Array<Int4>, _>(numbers)
+    .bind::<diesel::sql_types::Array<Int4>, _>(millis)
+    .execute(conn)
+    .await
+}
+
+/// How many of a recording's segments are in each state, and whether its init is uploaded.
+#[derive(Debug, Clone, Default, QueryableByName)]
+pub struct FileCounts {
+    /// Segments received (any state).
+    #[diesel(sql_type = BigInt)]
+    pub received: i64,
+    /// Segments S3 holds.
+    #[diesel(sql_type = BigInt)]
+    pub uploaded: i64,
+    /// Segments excluded by the cutoff.
+    #[diesel(sql_type = BigInt)]
+    pub excluded: i64,
+    /// The init segment is in S3.
+    #[diesel(sql_type = Bool)]
+    pub init_uploaded: bool,
+}
+
+/// Counts of a recording's files.
+pub async fn counts(conn: &mut AsyncPgConnection, recording: Uuid) -> QueryResult<FileCounts> {
+    diesel::sql_query(format!(
+        "SELECT count(*) FILTER (WHERE axis = '{segment}') AS received,
+                count(*) FILTER (WHERE axis = '{segment}' AND state = '{uploaded}') AS uploaded,
+                count(*) FILTER (WHERE axis = '{segment}' AND state = '{excluded}') AS excluded,
+                COALESCE(bool_or(axis = '{init}' AND state = '{uploaded}'), false) AS init_uploaded
+           FROM recording_files WHERE recording_id = $1",
+        segment = FileAxis::Segment.as_str(),
+        init = FileAxis::Init.as_str(),
+        uploaded = FileState::Uploaded.as_str(),
+        excluded = FileState::Excluded.as_str(),
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(recording)
+    .get_result(conn)
+    .await
+}

@@ -1,0 +1,220 @@
+//! Live recordings (DESIGN, "Live recordings"): the states of a recording and of each of
+//! its files, the names an HLS encoder PUTs (FFmpeg's `hls` muxer with fMP4 segments:
+//! `init.mp4`, `index0.m4s`, `index1.m4s`..., `index.m3u8`), what vidq reads of the
+//! playlists it PUTs, and the object keys of the files.
+
+spelled_states! {
+    /// Where a recording is in its life.
+    pub enum RecordingState {
+        /// Created; nothing ingested yet.
+        Waiting = "waiting",
+        /// Files are arriving.
+        Live = "live",
+        /// Ended (ENDLIST, an explicit end, or idle); files before the cutoff still count.
+        Ending = "ending",
+        /// Past the cutoff: what it holds is final.
+        Ended = "ended",
+        /// It became a playable video.
+        Ready = "ready",
+        /// It could not become one.
+        Failed = "failed",
+    }
+}
+
+spelled_states! {
+    /// What a recording file is.
+    pub enum FileAxis {
+        /// The fMP4 initialization segment (codec setup); nothing plays without it.
+        Init = "init",
+        /// One media segment.
+        Segment = "segment",
+    }
+}
+
+spelled_states! {
+    /// A recording file's ledger state.
+    pub enum FileState {
+        /// On the spool, owed to S3.
+        Pending = "pending",
+        /// S3 holds it with the recorded size (CAS).
+        Uploaded = "uploaded",
+        /// Arrived after the cutoff or numbered past the final playlist: never PUT.
+        Excluded = "excluded",
+        /// Refused at the file boundary.
+        Rejected = "rejected",
+    }
+}
+
+spelled_states! {
+    /// Why a recording ended.
+    pub enum EndReason {
+        /// The encoder's playlist said `#EXT-X-ENDLIST`.
+        Endlist = "endlist",
+        /// `POST /v1/live/{id}/end`.
+        EndedByClient = "ended_by_client",
+        /// Nothing arrived for `VIDQ_LIVE_IDLE_SECS`.
+        Idle = "idle",
+    }
+}
+
+/// A file name an encoder PUT, classified.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IngestName {
+    /// The initialization segment.
+    Init,
+    /// Media segment number `n`.
+    Segment(u32),
+    /// A playlist (read for durations and the end; not stored as a file).
+    Playlist,
+}
+
+/// A name vidq does not take.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BadName {
+    /// Empty, too long, or with characters that could leave the recording's directory.
+    #[error("file names are 1-100 letters, digits, '.', '_' or '-' and cannot start with '.'")]
+    Unsafe,
+    /// Not an fMP4 init or segment, nor a playlist.
+    #[error(
+        "only fMP4 HLS is taken: an init segment (*.mp4), numbered media segments (*N.m4s) and playlists (*.m3u8)"
+    )]
+    NotFmp4Hls,
+}
+
+/// Classifies a name from the ingest URL. Only plain names are taken: no `/`, no `..`,
+/// nothing that could name a file outside the recording's spool directory.
+pub fn classify(name: &str) -> Result<IngestName, BadName> {
+    let safe = (1..=100).contains(&name.len())
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !safe {
+        return Err(BadName::Unsafe);
+    }
+    if name.ends_with(".m3u8") {
+        return Ok(IngestName::Playlist);
+    }
+    if name.ends_with(".mp4") {
+        return Ok(IngestName::Init);
+    }
+    if let Some(stem) = name.strip_suffix(".m4s") {
+        let digits = stem.len() - stem.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        if digits > 0 && digits <= 9 {
+            let number = stem[stem.len() - digits..]
+                .parse()
+                .map_err(|_| BadName::NotFmp4Hls)?;
+            return Ok(IngestName::Segment(number));
+        }
+    }
+    Err(BadName::NotFmp4Hls)
+}
+
+/// What vidq reads of an ingested media playlist.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IngestPlaylist {
+    /// Segment numbers it lists, with their `#EXTINF` durations in milliseconds.
+    pub segments: Vec<(u32, u32)>,
+    /// It carries `#EXT-X-ENDLIST`: the broadcast is over.
+    pub ended: bool,
+}
+
+/// Reads a media playlist as an encoder sends it. Lines that name files vidq does not take
+/// are ignored (they were refused when PUT); a master playlist lists no segments.
+pub fn parse_playlist(text: &str) -> IngestPlaylist {
+    let mut playlist = IngestPlaylist::default();
+    let mut duration: Option<u32> = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("#EXTINF:") {
+            let seconds = rest.split(',').next().unwrap_or_default().trim();
+            duration = seconds
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s >= 0.0 && *s < 86_400.0)
+                .map(|s| (s * 1000.0).round() as u32);
+        } else if line == "#EXT-X-ENDLIST" {
+            playlist.ended = true;
+        } else if !line.is_empty() && !line.starts_with('#') {
+            let name = line.rsplit('/').next().unwrap_or(line);
+            if let (Ok(IngestName::Segment(n)), Some(ms)) = (classify(name), duration.take()) {
+                playlist.segments.push((n, ms));
+            }
+        }
+    }
+    playlist
+}
+
+/// The object key of a recording file.
+pub fn object_key(recording: uuid::Uuid, name: &IngestName) -> Option<String> {
+    match name {
+        IngestName::Init => Some(format!("live/{recording}/init.mp4")),
+        IngestName::Segment(n) => Some(format!("live/{recording}/seg_{n:06}.m4s")),
+        IngestName::Playlist => None,
+    }
+}
+
+/// The spool path (relative to the root) of a recording file.
+pub fn spool_path(recording: uuid::Uuid, name: &IngestName) -> Option<String> {
+    match name {
+        IngestName::Init => Some(format!("live/{recording}/init.mp4")),
+        IngestName::Segment(n) => Some(format!("live/{recording}/seg_{n:06}.m4s")),
+        IngestName::Playlist => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ffmpeg_names_are_classified_and_anything_that_could_leave_the_directory_is_refused() {
+        assert_eq!(classify("init.mp4"), Ok(IngestName::Init));
+        assert_eq!(classify("index0.m4s"), Ok(IngestName::Segment(0)));
+        assert_eq!(classify("stream_17.m4s"), Ok(IngestName::Segment(17)));
+        assert_eq!(classify("index.m3u8"), Ok(IngestName::Playlist));
+        for bad in [
+            "",
+            "../init.mp4",
+            "a/b.m4s",
+            ".hidden.mp4",
+            "x%2F.mp4",
+            "a b.m4s",
+        ] {
+            assert_eq!(classify(bad), Err(BadName::Unsafe), "{bad:?}");
+        }
+        for other in ["seg.ts", "index.m4s", "notes.txt", "index1234567890.m4s"] {
+            assert_eq!(classify(other), Err(BadName::NotFmp4Hls), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn a_playlist_gives_segment_numbers_durations_and_the_end() {
+        let text = "#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-TARGETDURATION:4\n\
+                    #EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-MAP:URI=\"init.mp4\"\n\
+                    #EXTINF:4.000000,\nindex0.m4s\n#EXTINF:3.960,\nindex1.m4s\n";
+        let live = parse_playlist(text);
+        assert_eq!(live.segments, vec![(0, 4000), (1, 3960)]);
+        assert!(!live.ended);
+        let ended = parse_playlist(&format!("{text}#EXTINF:1.5,\nindex2.m4s\n#EXT-X-ENDLIST\n"));
+        assert_eq!(ended.segments.last(), Some(&(2, 1500)));
+        assert!(ended.ended);
+        assert_eq!(
+            parse_playlist("garbage\n#EXTINF:x,\nindex3.m4s").segments,
+            vec![]
+        );
+    }
+
+    #[test]
+    fn keys_and_spool_paths_are_fixed_by_the_recording_and_the_number() {
+        let id = uuid::Uuid::nil();
+        assert_eq!(
+            object_key(id, &IngestName::Segment(7)).unwrap(),
+            "live/00000000-0000-0000-0000-000000000000/seg_000007.m4s"
+        );
+        assert!(object_key(id, &IngestName::Playlist).is_none());
+        assert!(
+            crate::domain::sweep::relative_spool_path(&spool_path(id, &IngestName::Init).unwrap())
+                .is_ok()
+        );
+    }
+}

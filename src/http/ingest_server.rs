@@ -1,0 +1,175 @@
+//! The live ingest listener (`VIDQ_INGEST_ADDR`): `PUT` and `DELETE`
+//! `/v1/live/ingest/{stream_key}/{name}`, on a listener of its own.
+//!
+//! An HLS encoder sends each file whole and shuts its side of the connection at once
+//! (FFmpeg's `-method PUT` does), then waits for the answer. The API's HTTP server treats
+//! that half-close as the end of the connection and drops the part of the body it has not
+//! read yet, so a large segment arrives cut short. This listener reads each request to its
+//! end whatever the client does with its write side (HTTP/1.1 half-close support), and hands
+//! the body to the same use-case in constant memory.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::Stream;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::ingest::BodyError;
+use crate::app::live::Ingested;
+use crate::app::{self, AppContext};
+use crate::domain::recording::FileState;
+use crate::http::error::ApiError;
+
+/// The path every ingest URL starts with.
+pub const PREFIX: &str = "/v1/live/ingest/";
+
+/// Serves the ingest listener until `shutdown`.
+pub fn serve(
+    listener: tokio::net::TcpListener,
+    ctx: AppContext,
+    body_idle: Duration,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let socket = tokio::select! {
+                () = shutdown.cancelled() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((socket, _)) => socket,
+                    Err(error) => {
+                        tracing::warn!(%error, "ingest listener could not accept a connection");
+                        continue;
+                    }
+                },
+            };
+            let ctx = ctx.clone();
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let ctx = ctx.clone();
+                    async move { Ok::<_, Infallible>(handle(&ctx, req, body_idle).await) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .half_close(true)
+                    .serve_connection(TokioIo::new(socket), service);
+                tokio::select! {
+                    _ = conn => {}
+                    () = stop.cancelled() => {}
+                }
+            });
+        }
+    })
+}
+
+async fn handle(
+    ctx: &AppContext,
+    req: Request<Incoming>,
+    body_idle: Duration,
+) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_owned();
+    let method = req.method().clone();
+    let answer = match route(&path) {
+        None => Err(ApiError::not_found()),
+        Some((key, name)) if method == Method::PUT => {
+            let length = req
+                .headers()
+                .get(hyper::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            let body = body_stream(req.into_body(), body_idle);
+            match app::live::ingest(ctx, key, name, length, body).await {
+                Ok(Ingested::File(FileState::Excluded)) => Err(ApiError::excluded()),
+                Ok(Ingested::File(_)) => Ok(201),
+                Ok(Ingested::Playlist { .. }) => Ok(204),
+                Err(error) => Err(error.into()),
+            }
+        }
+        // FFmpeg deletes old segments with `-hls_flags delete_segments`; vidq keeps every
+        // file of a recording, so a DELETE is acknowledged and changes nothing.
+        Some(_) if method == Method::DELETE => Ok(204),
+        Some(_) => Err(ApiError::for_status(
+            actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
+        )),
+    };
+    let status = match &answer {
+        Ok(status) => *status,
+        Err(error) => error.status_u16(),
+    };
+    tracing::debug!(target: "vidq::http::access", method = %method, path = %redact(&path), status, "ingest request");
+    match answer {
+        Ok(status) => Response::builder()
+            .status(status)
+            .body(Full::new(Bytes::new()))
+            .expect("a plain answer builds"),
+        Err(error) => Response::builder()
+            .status(error.status_u16())
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(error.body_json())))
+            .expect("an error answer builds"),
+    }
+}
+
+/// `{stream_key}` and `{name}` of an ingest path; `None` for any other path.
+fn route(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix(PREFIX)?;
+    let (key, name) = rest.split_once('/')?;
+    (!key.is_empty()).then_some((key, name))
+}
+
+/// The path with its stream key hidden (it is a secret; logs are not).
+fn redact(path: &str) -> String {
+    match route(path) {
+        Some((_, name)) => format!("{PREFIX}…/{name}"),
+        None => path.to_owned(),
+    }
+}
+
+/// The body as the use-case reads it; a body that sends nothing for `idle` ends with
+/// [`BodyError::Idle`].
+fn body_stream(
+    body: Incoming,
+    idle: Duration,
+) -> impl Stream<Item = Result<Bytes, BodyError>> + Unpin {
+    Box::pin(futures_util::stream::unfold(
+        Some(body),
+        move |body| async move {
+            let mut body = body?;
+            loop {
+                let frame = match tokio::time::timeout(idle, body.frame()).await {
+                    Err(_) => return Some((Err(BodyError::Idle), None)),
+                    Ok(None) => return None,
+                    Ok(Some(Err(_))) => return Some((Err(BodyError::Broken), None)),
+                    Ok(Some(Ok(frame))) => frame,
+                };
+                if let Ok(data) = frame.into_data() {
+                    return Some((Ok(data), Some(body)));
+                }
+            }
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_ingest_paths_route_and_their_keys_stay_out_of_the_log() {
+        assert_eq!(
+            route("/v1/live/ingest/vidq_k/index0.m4s"),
+            Some(("vidq_k", "index0.m4s"))
+        );
+        assert_eq!(route("/v1/live/ingest/vidq_k/"), Some(("vidq_k", "")));
+        assert_eq!(route("/v1/live/ingest//x.mp4"), None);
+        assert_eq!(route("/v1/videos"), None);
+        assert_eq!(
+            redact("/v1/live/ingest/vidq_secret/init.mp4"),
+            "/v1/live/ingest/…/init.mp4"
+        );
+    }
+}

@@ -1,0 +1,57 @@
+//! Live recordings: `POST /v1/live`, `GET /v1/live/{id}`, `POST /v1/live/{id}/end`. The
+//! files themselves go to the ingest listener (`http::ingest_server`), whose URL the
+//! recording's `ingest_url` names (its stream key authorizes it: FFmpeg's `-method PUT`
+//! sends no API key).
+
+use actix_web::{HttpResponse, web};
+
+use super::path_id;
+use super::playback::ApiBase;
+use crate::app::{self, AppContext};
+use crate::http::auth::Caller;
+use crate::http::dto::RecordingDto;
+use crate::http::error::ApiError;
+
+/// `201` with the recording and its ingest URL (shown once: it holds the stream key).
+pub async fn create(
+    ctx: web::Data<AppContext>,
+    caller: Caller,
+    base: ApiBase,
+) -> Result<HttpResponse, ApiError> {
+    let created = app::live::create(&ctx, caller.0).await?;
+    let ingest_base = ctx
+        .ingest
+        .as_ref()
+        .map(|i| i.ingest_base(&base.0))
+        .unwrap_or_default();
+    let ingest_url = format!(
+        "{ingest_base}{}{}/",
+        crate::http::ingest_server::PREFIX,
+        created.stream_key
+    );
+    let status = app::live::status(&ctx, caller.0, created.row.id).await?;
+    Ok(HttpResponse::Created().json(RecordingDto::new(status, Some(ingest_url))))
+}
+
+/// The recording's state and counts.
+pub async fn get(
+    ctx: web::Data<AppContext>,
+    caller: Caller,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = path_id(&id)?;
+    let status = app::live::status(&ctx, caller.0, id).await?;
+    Ok(HttpResponse::Ok().json(RecordingDto::new(status, None)))
+}
+
+/// Ends the recording (files until the cutoff still count): `202` with its state.
+pub async fn end(
+    ctx: web::Data<AppContext>,
+    caller: Caller,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = path_id(&id)?;
+    app::live::end(&ctx, caller.0, id).await?;
+    let status = app::live::status(&ctx, caller.0, id).await?;
+    Ok(HttpResponse::Accepted().json(RecordingDto::new(status, None)))
+}

@@ -1,0 +1,210 @@
+//! Live ingest with a real encoder: FFmpeg's `hls` muxer PUTs fMP4 HLS to a recording's
+//! ingest URL (and shuts its side of each connection as soon as a file is sent); every init
+//! and segment is spooled whole and registered in the recording's file ledger, the
+//! playlist's durations and its ENDLIST are read; names that could leave the recording's
+//! directory and files after the cutoff are refused.
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::clips;
+use crate::harness::{TestApp, assert_error};
+
+/// Files of `recording` matching `filter`.
+async fn rows(app: &TestApp, recording: &str, filter: &str) -> i64 {
+    app.count(&format!(
+        "SELECT count(*) AS n FROM recording_files WHERE recording_id = '{recording}' AND {filter}"
+    ))
+    .await
+}
+
+async fn create_recording(app: &TestApp, key: &str) -> Value {
+    let r = app
+        .http
+        .post(app.url("/v1/live"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    r.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn an_ffmpeg_hls_push_lands_every_file_in_the_recordings_ledger_and_its_endlist_ends_it() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let recording = create_recording(&app, &key).await;
+    assert_eq!(recording["state"], "waiting");
+    let id = recording["id"].as_str().unwrap().to_owned();
+    let ingest = recording["ingest_url"].as_str().unwrap().to_owned();
+    assert!(ingest.contains("/v1/live/ingest/vidq_") && ingest.ends_with('/'));
+    assert!(
+        !ingest.starts_with(&app.base),
+        "the ingest listener has a port of its own"
+    );
+
+    // 6 s with a keyframe every second, cut into 2 s fMP4 segments, PUT as FFmpeg does.
+    let out = tokio::process::Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error", "-i"])
+        .arg(clips::small())
+        .args([
+            "-c:v",
+            "libx264",
+            "-g",
+            "25",
+            "-preset",
+            "ultrafast",
+            "-c:a",
+            "aac",
+        ])
+        .args(["-f", "hls", "-hls_segment_type", "fmp4", "-hls_time", "2"])
+        .args(["-hls_playlist_type", "event", "-method", "PUT"])
+        .arg(format!("{ingest}index.m3u8"))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let status: Value = app
+        .get(&key, &format!("/v1/live/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["state"], "ending", "{status}");
+    assert_eq!(status["end_reason"], "endlist");
+    assert!(
+        status.get("ingest_url").is_none(),
+        "the stream key is shown once"
+    );
+    let segments = status["segments"]["received"].as_i64().unwrap();
+    assert_eq!(segments, 3, "{status}");
+    assert_eq!(
+        rows(&app, &id, "axis = 'init' AND state = 'pending'").await,
+        1
+    );
+    assert_eq!(
+        rows(
+            &app,
+            &id,
+            "axis = 'segment' AND state = 'pending' AND duration_ms BETWEEN 1000 AND 2500"
+        )
+        .await,
+        3
+    );
+    // The playlist's durations add up to the clip.
+    let total = app
+        .count(&format!(
+            "SELECT COALESCE(sum(duration_ms), 0)::bigint AS n FROM recording_files
+              WHERE recording_id = '{id}' AND axis = 'segment'"
+        ))
+        .await;
+    assert!((5_800..=6_200).contains(&total), "{total} ms");
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) AS n FROM recordings WHERE id = '{id}' AND final_sequence = 2"
+        ))
+        .await,
+        1
+    );
+    // The spool holds each file whole, as the ledger says.
+    let dir = app.spool.path().join("live").join(&id);
+    for n in 0..3 {
+        let path = dir.join(format!("seg_{n:06}.m4s"));
+        let size = std::fs::metadata(&path).unwrap().len() as i64;
+        assert_eq!(
+            rows(
+                &app,
+                &id,
+                &format!("sequence = {n} AND axis = 'segment' AND size_bytes = {size}")
+            )
+            .await,
+            1
+        );
+    }
+    assert!(dir.join("init.mp4").exists());
+}
+
+#[tokio::test]
+async fn names_that_could_leave_the_recording_a_wrong_key_and_files_after_the_cutoff_are_refused() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let recording = create_recording(&app, &key).await;
+    let id = recording["id"].as_str().unwrap().to_owned();
+    let ingest = recording["ingest_url"].as_str().unwrap().to_owned();
+    let put = |url: String| app.http.put(url).body(vec![1u8; 100]).send();
+
+    for bad in ["..%2Fsecret.mp4", ".hidden.mp4", "a%20b.m4s"] {
+        let r = put(format!("{ingest}{bad}")).await.unwrap();
+        assert_error(r, StatusCode::BAD_REQUEST, "bad_file_name").await;
+    }
+    let r = put(format!("{ingest}seg.ts")).await.unwrap();
+    assert_error(r, StatusCode::BAD_REQUEST, "bad_file_name").await;
+    let r = put(app.url("/v1/live/ingest/vidq_wrong/index0.m4s"))
+        .await
+        .unwrap();
+    assert_error(r, StatusCode::NOT_FOUND, "not_found").await;
+    let r = put(format!("{ingest}../../../tmp/x.mp4")).await.unwrap();
+    assert!(r.status().is_client_error(), "{}", r.status());
+    assert!(
+        !app.spool.path().join("live").join(&id).exists()
+            || std::fs::read_dir(app.spool.path().join("live").join(&id))
+                .unwrap()
+                .count()
+                == 0,
+        "nothing written"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM recording_files").await,
+        0
+    );
+
+    // A segment in time counts; after the explicit end and its cutoff, one is excluded.
+    assert_eq!(
+        put(format!("{ingest}index0.m4s")).await.unwrap().status(),
+        StatusCode::CREATED
+    );
+    let r = app
+        .post(&key, &format!("/v1/live/{id}/end"), &serde_json::json!({}))
+        .await;
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let ended: Value = r.json().await.unwrap();
+    assert_eq!(ended["state"], "ending");
+    assert_eq!(ended["end_reason"], "ended_by_client");
+    app.count(&format!(
+        "WITH x AS (UPDATE recordings SET cutoff_at = now() - interval '1 second'
+                     WHERE id = '{id}' RETURNING 1) SELECT count(*) AS n FROM x"
+    ))
+    .await;
+    let r = put(format!("{ingest}index1.m4s")).await.unwrap();
+    assert_error(r, StatusCode::CONFLICT, "excluded").await;
+    let status: Value = app
+        .get(&key, &format!("/v1/live/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["segments"]["received"], 2);
+    assert_eq!(status["segments"]["excluded"], 1);
+    assert!(
+        !app.spool
+            .path()
+            .join("live")
+            .join(&id)
+            .join("seg_000001.m4s")
+            .exists()
+    );
+    // A stranger sees nothing.
+    let mallory = app.create_user("mallory").await;
+    assert_error(
+        app.get(&mallory, &format!("/v1/live/{id}")).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+}
