@@ -24,12 +24,22 @@ use crate::adapters::spool::{SpoolCheck, SpoolRoot};
 use crate::adapters::storage::{ListedObject, ObjectHead, Storage, StorageError};
 use crate::app::AppError;
 use crate::config::SweeperArgs;
-use crate::db::{self, DbPool, ledger::ClaimedUpload};
+use crate::db::{self, DbPool, ledger::ClaimedUpload, recordings::ClaimedFile};
 use crate::domain::ids::{UploadId, UserId};
 use crate::domain::sweep::{Admission, Backoff, Breaker, BreakerSettings, Cursor, Transition};
 use crate::domain::upload::RejectReason;
 
+mod files;
 pub mod probe;
+
+/// What the queue carries to the upload workers: a row of either ledger.
+#[derive(Debug)]
+enum Work {
+    /// An upload through vidq (confirmed into a video once in S3).
+    Upload(ClaimedUpload),
+    /// A live recording's init or segment.
+    File(ClaimedFile),
+}
 
 /// Presigned contracts expired per statement.
 const EXPIRE_BATCH: i64 = 256;
@@ -158,6 +168,8 @@ pub struct SweepStats {
     pub found_by_head: AtomicU64,
     /// Rows confirmed by this sweeper.
     pub confirmed: AtomicU64,
+    /// Recording files this sweeper put in S3 (CAS `pending -> uploaded`).
+    pub files_uploaded: AtomicU64,
     /// Failed tries (backoff stored on the row).
     pub failed: AtomicU64,
     /// Rows rejected for good.
@@ -209,6 +221,8 @@ pub struct Round {
     pub saturated: usize,
     /// The breaker was open: nothing was read.
     pub skipped_by_breaker: bool,
+    /// Recording files the queue took.
+    pub files_queued: usize,
 }
 
 struct Shared<S> {
@@ -224,7 +238,9 @@ struct Shared<S> {
 pub struct Sweeper<S: SweepStore> {
     shared: Arc<Shared<S>>,
     cursor: Cursor<Uuid>,
-    queue: mpsc::Sender<ClaimedUpload>,
+    queue: mpsc::Sender<Work>,
+    /// The forward cursor over recording files (`recording_files.id`).
+    file_cursor: Cursor<i64>,
     workers: tokio::task::JoinSet<()>,
     /// Ticked when an upload through vidq completes (NOTIFY on `vidq_sweep`): the next
     /// round starts at once instead of after the interval.
@@ -263,6 +279,7 @@ impl<S: SweepStore> Sweeper<S> {
         }
         Self {
             cursor: Cursor::new(shared.settings.page),
+            file_cursor: Cursor::new(shared.settings.page),
             shared,
             queue: tx,
             workers,
@@ -326,7 +343,7 @@ impl<S: SweepStore> Sweeper<S> {
                 continue;
             }
             let id = row.id;
-            match self.queue.try_send(row) {
+            match self.queue.try_send(Work::Upload(row)) {
                 Ok(()) => round.queued.push(id),
                 Err(mpsc::error::TrySendError::Full(_)) => refused.push(id),
                 Err(mpsc::error::TrySendError::Closed(_)) => refused.push(id),
@@ -359,6 +376,7 @@ impl<S: SweepStore> Sweeper<S> {
             .fetch_add(round.queued.len() as u64, Ordering::SeqCst);
         self.cursor
             .advance(round.read, last_read, round.queued.last().copied());
+        self.offer_files(&mut round).await?;
         Ok(round)
     }
 
@@ -448,23 +466,29 @@ impl<S: SweepStore> Shared<S> {
     /// queued are released instead of PUT.
     async fn work(
         &self,
-        rx: Arc<tokio::sync::Mutex<mpsc::Receiver<ClaimedUpload>>>,
+        rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Work>>>,
         shutdown: CancellationToken,
     ) {
         loop {
-            let row = {
+            let work = {
                 let mut rx = rx.lock().await;
                 tokio::select! {
-                    row = rx.recv() => row,
+                    work = rx.recv() => work,
                     () = shutdown.cancelled() => rx.try_recv().ok(),
                 }
             };
-            let Some(row) = row else { return };
-            if shutdown.is_cancelled() {
-                self.release(row.id).await;
-            } else {
-                let outcome = self.upload(&row, &shutdown).await;
-                tracing::debug!(upload_id = %row.id, ?outcome, "sweeper row done");
+            let Some(work) = work else { return };
+            match work {
+                Work::Upload(row) if shutdown.is_cancelled() => self.release(row.id).await,
+                Work::Upload(row) => {
+                    let outcome = self.upload(&row, &shutdown).await;
+                    tracing::debug!(upload_id = %row.id, ?outcome, "sweeper row done");
+                }
+                Work::File(file) if shutdown.is_cancelled() => self.release_file(file.id).await,
+                Work::File(file) => {
+                    let outcome = self.upload_file(&file, &shutdown).await;
+                    tracing::debug!(file_id = file.id, ?outcome, "sweeper recording file done");
+                }
             }
             self.stats.done.fetch_add(1, Ordering::SeqCst);
         }

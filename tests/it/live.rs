@@ -128,6 +128,63 @@ async fn an_ffmpeg_hls_push_lands_every_file_in_the_recordings_ledger_and_its_en
         );
     }
     assert!(dir.join("init.mp4").exists());
+
+    // This node's sweeper lands every file at its key with the ledger's size (CAS), woken
+    // by the NOTIFY each registration sends, and empties the spool.
+    app.start_sweeper(app.storage.clone(), crate::tus::woken_sweeper())
+        .await;
+    crate::queue::wait_for_count(
+        &app,
+        &format!(
+            "SELECT count(*) AS n FROM recording_files
+              WHERE recording_id = '{id}' AND state = 'uploaded'"
+        ),
+        4,
+        std::time::Duration::from_secs(20),
+    )
+    .await;
+    let mut listed = app
+        .storage
+        .list_with_sizes(&format!("live/{id}/"))
+        .await
+        .unwrap();
+    listed.sort_by(|a, b| a.key.cmp(&b.key));
+    let keys: Vec<&str> = listed.iter().map(|o| o.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        vec![
+            format!("live/{id}/init.mp4"),
+            format!("live/{id}/seg_000000.m4s"),
+            format!("live/{id}/seg_000001.m4s"),
+            format!("live/{id}/seg_000002.m4s"),
+        ]
+    );
+    for object in &listed {
+        assert_eq!(
+            app.count(&format!(
+                "SELECT count(*) AS n FROM recording_files
+                  WHERE object_key = '{}' AND size_bytes = {}",
+                object.key, object.size
+            ))
+            .await,
+            1,
+            "{} has the ledger's size",
+            object.key
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "the spool is emptied"
+    );
+    let status: Value = app
+        .get(&key, &format!("/v1/live/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["segments"]["uploaded"], 3);
+    assert_eq!(status["init_uploaded"], true);
 }
 
 #[tokio::test]

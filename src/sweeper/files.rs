@@ -1,0 +1,244 @@
+//! The sweeper's second ledger: live recordings' init and segment files
+//! (`recording_files`), read through a forward cursor of their own, queued beside the
+//! uploads, and landed by the same workers with the same file boundary, breaker, HEAD
+//! before PUT and backoff; the CAS is `pending -> uploaded` on the size the ledger holds.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{Outcome, Round, Shared, SweepStore, Sweeper, Work};
+use crate::adapters::spool::SpoolCheck;
+use crate::db::{self, recordings::ClaimedFile};
+use crate::domain::sweep::Admission;
+use crate::domain::upload::RejectReason;
+
+impl<S: SweepStore> Sweeper<S> {
+    /// Claims a page of due recording files through their cursor and offers them to the
+    /// queue after the round's uploads; what a full queue refuses is released.
+    pub(super) async fn offer_files(&mut self, round: &mut Round) -> Result<(), db::DbError> {
+        let shared = &self.shared;
+        let files = {
+            let mut conn = shared.pool.get().await?;
+            db::recordings::claim_files(
+                &mut conn,
+                &shared.settings.node_id,
+                self.file_cursor.after(),
+                i64::from(self.file_cursor.page()),
+                shared.settings.claim.as_secs_f64(),
+            )
+            .await?
+        };
+        let read = files.len();
+        let last_read = files.last().map(|f| f.id);
+        let mut last_queued = None;
+        let mut refused = Vec::new();
+        for file in files {
+            let id = file.id;
+            if !refused.is_empty() {
+                refused.push(id);
+                continue;
+            }
+            match self.queue.try_send(Work::File(file)) {
+                Ok(()) => {
+                    round.files_queued += 1;
+                    last_queued = Some(id);
+                }
+                Err(mpsc::error::TrySendError::Full(_) | mpsc::error::TrySendError::Closed(_)) => {
+                    refused.push(id);
+                }
+            }
+        }
+        if !refused.is_empty() {
+            shared
+                .stats
+                .saturated
+                .fetch_add(refused.len() as u64, Ordering::Relaxed);
+            let mut conn = shared.pool.get().await?;
+            db::recordings::release_files(&mut conn, &refused).await?;
+        }
+        shared
+            .stats
+            .queued
+            .fetch_add(round.files_queued as u64, Ordering::SeqCst);
+        self.file_cursor.advance(read, last_read, last_queued);
+        Ok(())
+    }
+}
+
+impl<S: SweepStore> Shared<S> {
+    /// One recording file, from the file boundary to the CAS.
+    #[tracing::instrument(skip_all, fields(file_id = file.id, recording_id = %file.recording_id))]
+    pub(super) async fn upload_file(
+        &self,
+        file: &ClaimedFile,
+        cancel: &CancellationToken,
+    ) -> Outcome {
+        let path = match self.root.check(Some(&file.spool_path)) {
+            SpoolCheck::File { path, size } if i64::try_from(size) == Ok(file.size_bytes) => path,
+            // The encoder sent the file again since the claim: its row holds the new size
+            // now, and the next try PUTs that.
+            SpoolCheck::File { size, .. } => {
+                return self
+                    .fail_file(
+                        file,
+                        &format!(
+                            "the spool file has {size} bytes, the ledger {}",
+                            file.size_bytes
+                        ),
+                    )
+                    .await;
+            }
+            SpoolCheck::Refused(reason) => return self.reject_file(file, reason).await,
+            SpoolCheck::Unreadable(error) => {
+                return self
+                    .fail_file(file, &format!("spool file unreadable: {error}"))
+                    .await;
+            }
+        };
+        let admission = self
+            .breaker
+            .lock()
+            .expect("breaker lock")
+            .admit(Instant::now());
+        match admission {
+            Admission::Allowed => {}
+            Admission::Probe(t) => self.note(Some(t)),
+            Admission::Refused => {
+                self.stats.held_by_breaker.fetch_add(1, Ordering::Relaxed);
+                self.release_file(file.id).await;
+                return Outcome::HeldByBreaker;
+            }
+        }
+        let content_type = if file.object_key.ends_with(".m4s") {
+            "video/iso.segment"
+        } else {
+            "video/mp4"
+        };
+        // Same key, same size already there: the PUT landed before a crash.
+        let stored = match self.store.head(&file.object_key).await {
+            Ok(Some(head)) if head.size == file.size_bytes => {
+                self.stats.found_by_head.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Ok(_) => {
+                self.stats.puts.fetch_add(1, Ordering::Relaxed);
+                match self
+                    .store
+                    .put_file(&file.object_key, &path, content_type, cancel)
+                    .await
+                {
+                    Err(_) if cancel.is_cancelled() => {
+                        self.release_file(file.id).await;
+                        return Outcome::Stopped;
+                    }
+                    other => other.map(drop),
+                }
+            }
+            Err(error) => Err(error),
+        };
+        if let Err(error) = stored {
+            return {
+                let transition = {
+                    let mut breaker = self.breaker.lock().expect("breaker lock");
+                    if error.outage {
+                        breaker.on_failure(Instant::now())
+                    } else {
+                        breaker.on_success()
+                    }
+                };
+                self.note(transition);
+                self.fail_file(file, &crate::telemetry::error_chain(&error))
+                    .await
+            };
+        }
+        let transition = self.breaker.lock().expect("breaker lock").on_success();
+        self.note(transition);
+        let marked = async {
+            let mut conn = self.pool.get().await?;
+            db::recordings::mark_file_uploaded(&mut conn, file.id, file.size_bytes)
+                .await
+                .map_err(db::DbError::from)
+        }
+        .await;
+        match marked {
+            Ok(1) => {
+                self.stats.files_uploaded.fetch_add(1, Ordering::Relaxed);
+                // S3 holds it as the ledger says: the spool copy is done.
+                if let Err(error) = tokio::fs::remove_file(&path).await {
+                    tracing::warn!(%error, "could not remove a recording file's spool copy");
+                }
+                Outcome::Confirmed
+            }
+            // The file was sent again with another size meanwhile: its next try PUTs that.
+            Ok(_) => {
+                self.release_file(file.id).await;
+                Outcome::AlreadyClosed
+            }
+            Err(error) => {
+                self.fail_file(
+                    file,
+                    &format!(
+                        "marking it uploaded failed: {}",
+                        crate::telemetry::error_chain(&error)
+                    ),
+                )
+                .await
+            }
+        }
+    }
+
+    async fn fail_file(&self, file: &ClaimedFile, error: &str) -> Outcome {
+        self.stats.failed.fetch_add(1, Ordering::Relaxed);
+        let failures = u32::try_from(file.tries).unwrap_or(0).saturating_add(1);
+        let delay = self.settings.backoff.delay(failures, rand::random::<f64>());
+        tracing::info!(
+            failures,
+            delay_ms = delay.as_millis() as u64,
+            error,
+            "recording file try failed; backing off"
+        );
+        let stored = async {
+            let mut conn = self.pool.get().await?;
+            db::recordings::record_file_failure(&mut conn, file.id, delay.as_secs_f64(), error)
+                .await
+                .map_err(db::DbError::from)
+        }
+        .await;
+        if let Err(error) = stored {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not record the failed try");
+        }
+        Outcome::Failed
+    }
+
+    async fn reject_file(&self, file: &ClaimedFile, reason: RejectReason) -> Outcome {
+        self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(reason = reason.as_str(), spool_path = %file.spool_path, "recording file rejected at the file boundary");
+        let stored = async {
+            let mut conn = self.pool.get().await?;
+            db::recordings::reject_file(&mut conn, file.id, reason)
+                .await
+                .map_err(db::DbError::from)
+        }
+        .await;
+        if let Err(error) = stored {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not record the rejection");
+        }
+        Outcome::Rejected
+    }
+
+    pub(super) async fn release_file(&self, id: i64) {
+        let released = async {
+            let mut conn = self.pool.get().await?;
+            db::recordings::release_files(&mut conn, &[id])
+                .await
+                .map_err(db::DbError::from)
+        }
+        .await;
+        if let Err(error) = released {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not release a claim");
+        }
+    }
+}
