@@ -304,3 +304,80 @@ where
         None => Ok(appended.kept),
     }
 }
+
+/// `playback_url` of a recording: vidq's playlist route with a signed, expiring token
+/// (players cannot send headers).
+pub fn playback_path(ctx: &AppContext, id: uuid::Uuid) -> String {
+    let ttl = chrono::Duration::seconds(ctx.upload.playback_url_ttl_secs as i64);
+    let token = ctx
+        .playback
+        .key
+        .sign(crate::domain::ids::VideoId(id), chrono::Utc::now() + ttl);
+    format!("/v1/live/{id}/playlist.m3u8?token={token}")
+}
+
+/// The live playlist a player reads (DESIGN, "Live recordings"): nothing until the init is
+/// in S3; then the contiguous run of segments S3 holds, from number 0, each a presigned
+/// URL (or a plain one under `VIDQ_PUBLIC_BASE_URL`); `#EXT-X-ENDLIST` once the recording
+/// has ended and every segment it keeps is listed.
+pub async fn playlist(
+    ctx: &AppContext,
+    id: uuid::Uuid,
+    token: Option<&str>,
+) -> Result<String, AppError> {
+    ctx.playback.key.verify(
+        crate::domain::ids::VideoId(id),
+        token.unwrap_or_default(),
+        chrono::Utc::now(),
+    )?;
+    let (recording, files) = {
+        let mut conn = ctx.db.get().await?;
+        let recording = db::recordings::find(&mut conn, id)
+            .await?
+            .ok_or(AppError::NotFound)?;
+        (recording, db::recordings::files_of(&mut conn, id).await?)
+    };
+    let state: RecordingState = recording.state.parse().map_err(db::DbError::from)?;
+    let uploaded = FileState::Uploaded.as_str();
+    let init = files
+        .iter()
+        .find(|f| f.axis == FileAxis::Init.as_str() && f.state == uploaded);
+    let kept: Vec<&db::recordings::FileView> = files
+        .iter()
+        .filter(|f| f.axis == FileAxis::Segment.as_str() && f.state != FileState::Excluded.as_str())
+        .collect();
+    let segments: Vec<recording::LiveSegment> = kept
+        .iter()
+        .map(|f| recording::LiveSegment {
+            sequence: f.sequence as u32,
+            duration_ms: f.duration_ms.map(|d| d as u32),
+            uploaded: f.state == uploaded,
+        })
+        .collect();
+    let playable = recording::playable_prefix(&segments);
+    let ttl = std::time::Duration::from_secs(ctx.upload.playback_url_ttl_secs);
+    let url = async |key: &str| -> Result<String, AppError> {
+        match ctx.playback.public_url(key) {
+            Some(url) => Ok(url),
+            None => Ok(ctx.storage.presign_get(key, ttl).await?),
+        }
+    };
+    let init_url = match init {
+        Some(init) => Some(url(&init.object_key).await?),
+        None => None,
+    };
+    let mut listed = Vec::with_capacity(playable);
+    if init_url.is_some() {
+        for file in kept.iter().take(playable) {
+            let ms = file.duration_ms.unwrap_or_default() as u32;
+            listed.push((ms, url(&file.object_key).await?));
+        }
+    }
+    let over = !matches!(state, RecordingState::Waiting | RecordingState::Live);
+    let ended = over && playable == kept.len() && init_url.is_some();
+    Ok(recording::render_live_playlist(
+        init_url.as_deref(),
+        &listed,
+        ended,
+    ))
+}

@@ -58,7 +58,7 @@ impl PlaybackSettings {
     }
 
     /// `{base}/{key}` for a public bucket.
-    fn public_url(&self, key: &str) -> Option<String> {
+    pub(crate) fn public_url(&self, key: &str) -> Option<String> {
         self.public_base
             .as_ref()
             .map(|base| format!("{}/{key}", base.as_str().trim_end_matches('/')))

@@ -81,6 +81,11 @@ impl FaultStore {
         self.failing.lock().expect("lock").insert(key.to_owned());
     }
 
+    /// PUTs of `key` work again.
+    pub fn heal(&self, key: &str) {
+        self.failing.lock().expect("lock").remove(key);
+    }
+
     /// PUTs sent (failed ones included), per key.
     pub fn puts(&self) -> HashMap<String, u32> {
         self.puts.lock().expect("lock").clone()

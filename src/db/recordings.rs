@@ -408,3 +408,44 @@ pub async fn release_files(conn: &mut AsyncPgConnection, ids: &[i64]) -> QueryRe
     .execute(conn)
     .await
 }
+
+/// A recording file as playback reads it.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct FileView {
+    /// `init` or `segment`.
+    #[diesel(sql_type = Text)]
+    pub axis: String,
+    /// Its number.
+    #[diesel(sql_type = Int4)]
+    pub sequence: i32,
+    /// From the playlist.
+    #[diesel(sql_type = Nullable<Int4>)]
+    pub duration_ms: Option<i32>,
+    /// Its ledger state.
+    #[diesel(sql_type = Text)]
+    pub state: String,
+    /// Its key.
+    #[diesel(sql_type = Text)]
+    pub object_key: String,
+}
+
+/// Every file of a recording, in number order.
+pub async fn files_of(conn: &mut AsyncPgConnection, recording: Uuid) -> QueryResult<Vec<FileView>> {
+    diesel::sql_query(
+        "SELECT axis, sequence, duration_ms, state, object_key FROM recording_files
+          WHERE recording_id = $1 ORDER BY axis, sequence",
+    )
+    .bind::<diesel::sql_types::Uuid, _>(recording)
+    .load(conn)
+    .await
+}
+
+/// The recording, whoever holds it (a playback token authorizes the reader).
+pub async fn find(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<RecordingRow>> {
+    recordings::table
+        .filter(recordings::id.eq(id))
+        .select(RecordingRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+}

@@ -162,6 +162,56 @@ pub fn spool_path(recording: uuid::Uuid, name: &IngestName) -> Option<String> {
     }
 }
 
+/// A segment as the live playlist sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveSegment {
+    /// Its number.
+    pub sequence: u32,
+    /// From the encoder's playlist, once it named the segment.
+    pub duration_ms: Option<u32>,
+    /// S3 holds it.
+    pub uploaded: bool,
+}
+
+/// How many segments, from number 0 on, a player may be given: the contiguous run that S3
+/// holds and whose durations are known. A segment still on its way stops the run, so the
+/// playlist never skips one (it moves on once that one lands).
+pub fn playable_prefix(segments: &[LiveSegment]) -> usize {
+    let mut sorted: Vec<&LiveSegment> = segments.iter().collect();
+    sorted.sort_by_key(|s| s.sequence);
+    sorted
+        .iter()
+        .enumerate()
+        .take_while(|(i, s)| s.sequence as usize == *i && s.uploaded && s.duration_ms.is_some())
+        .count()
+}
+
+/// An HLS EVENT playlist of `segments` (duration in ms, URL) after `init` (its URL); with
+/// `ended`, `#EXT-X-ENDLIST`. Without an init there is nothing a player could decode: the
+/// playlist lists nothing yet.
+pub fn render_live_playlist(init: Option<&str>, segments: &[(u32, String)], ended: bool) -> String {
+    let target = segments
+        .iter()
+        .map(|(ms, _)| ms.div_ceil(1000))
+        .max()
+        .unwrap_or(4)
+        .max(1);
+    let mut out = format!(
+        "#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-PLAYLIST-TYPE:EVENT\n#EXT-X-TARGETDURATION:{target}\n\
+         #EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-INDEPENDENT-SEGMENTS\n"
+    );
+    if let Some(init) = init {
+        out.push_str(&format!("#EXT-X-MAP:URI=\"{init}\"\n"));
+        for (ms, url) in segments {
+            out.push_str(&format!("#EXTINF:{}.{:03},\n{url}\n", ms / 1000, ms % 1000));
+        }
+        if ended {
+            out.push_str("#EXT-X-ENDLIST\n");
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,6 +252,58 @@ mod tests {
             parse_playlist("garbage\n#EXTINF:x,\nindex3.m4s").segments,
             vec![]
         );
+    }
+
+    #[test]
+    fn the_playable_prefix_stops_at_the_first_segment_not_in_s3_or_without_a_duration() {
+        let seg = |sequence, uploaded, ms: Option<u32>| LiveSegment {
+            sequence,
+            duration_ms: ms,
+            uploaded,
+        };
+        assert_eq!(playable_prefix(&[]), 0);
+        let all = [
+            seg(1, true, Some(4000)),
+            seg(0, true, Some(4000)),
+            seg(2, true, Some(2000)),
+        ];
+        assert_eq!(playable_prefix(&all), 3);
+        assert_eq!(
+            playable_prefix(&[
+                seg(0, true, Some(1)),
+                seg(1, false, Some(1)),
+                seg(2, true, Some(1))
+            ]),
+            1
+        );
+        assert_eq!(
+            playable_prefix(&[seg(0, true, Some(1)), seg(2, true, Some(1))]),
+            1,
+            "a gap"
+        );
+        assert_eq!(playable_prefix(&[seg(0, true, None)]), 0, "no duration yet");
+        assert_eq!(
+            playable_prefix(&[seg(1, true, Some(1))]),
+            0,
+            "segment 0 missing"
+        );
+    }
+
+    #[test]
+    fn a_live_playlist_lists_nothing_before_its_init_and_ends_with_endlist() {
+        let closed = render_live_playlist(None, &[(4000, "s0".into())], true);
+        assert!(
+            !closed.contains("EXTINF") && !closed.contains("ENDLIST") && !closed.contains("MAP")
+        );
+        let open = render_live_playlist(
+            Some("i"),
+            &[(4000, "s0".into()), (3960, "s1".into())],
+            false,
+        );
+        assert!(open.contains("#EXT-X-MAP:URI=\"i\"\n#EXTINF:4.000,\ns0\n#EXTINF:3.960,\ns1\n"));
+        assert!(open.contains("#EXT-X-TARGETDURATION:4\n"));
+        assert!(!open.contains("ENDLIST"));
+        assert!(render_live_playlist(Some("i"), &[], true).ends_with("#EXT-X-ENDLIST\n"));
     }
 
     #[test]

@@ -135,6 +135,9 @@ pub struct RecordingDto {
     /// stream key, so it is only in the answer to `POST /v1/live`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ingest_url: Option<String>,
+    /// The live HLS playlist (a signed, expiring token in the URL): nothing playable until
+    /// the init segment is in S3, `#EXT-X-ENDLIST` once it has ended and is all there.
+    pub playback_url: String,
     /// Segments received, uploaded to S3, and excluded by the cutoff.
     pub segments: SegmentCountsDto,
     /// Whether the init segment is in S3 (nothing plays before it is).
@@ -162,12 +165,17 @@ pub struct SegmentCountsDto {
 
 impl RecordingDto {
     /// The wire form; `ingest_url` only when the key is known (at creation).
-    pub fn new(status: crate::app::live::RecordingStatus, ingest_url: Option<String>) -> Self {
+    pub fn new(
+        status: crate::app::live::RecordingStatus,
+        ingest_url: Option<String>,
+        playback_url: String,
+    ) -> Self {
         let row = status.row;
         Self {
             id: row.id.to_string(),
             state: status.state.as_str().to_owned(),
             ingest_url,
+            playback_url,
             segments: SegmentCountsDto {
                 received: status.counts.received,
                 uploaded: status.counts.uploaded,

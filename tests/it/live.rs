@@ -129,6 +129,23 @@ async fn an_ffmpeg_hls_push_lands_every_file_in_the_recordings_ledger_and_its_en
     }
     assert!(dir.join("init.mp4").exists());
 
+    // Nothing is in S3 yet: the playlist lists nothing a player could not decode.
+    let playback = recording["playback_url"].as_str().unwrap().to_owned();
+    let closed = app.http.get(&playback).send().await.unwrap();
+    assert_eq!(closed.status(), StatusCode::OK);
+    let closed = closed.text().await.unwrap();
+    assert!(
+        closed.starts_with("#EXTM3U") && !closed.contains("#EXTINF") && !closed.contains("ENDLIST"),
+        "{closed}"
+    );
+    let forged = app
+        .http
+        .get(playback.replace("token=", "token=1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+
     // This node's sweeper lands every file at its key with the ledger's size (CAS), woken
     // by the NOTIFY each registration sends, and empties the spool.
     app.start_sweeper(app.storage.clone(), crate::tus::woken_sweeper())
@@ -185,6 +202,45 @@ async fn an_ffmpeg_hls_push_lands_every_file_in_the_recordings_ledger_and_its_en
         .unwrap();
     assert_eq!(status["segments"]["uploaded"], 3);
     assert_eq!(status["init_uploaded"], true);
+
+    // A player reads the whole broadcast from the playlist, which now ends.
+    let text = app
+        .http
+        .get(&playback)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(text.matches("#EXTINF").count(), 3, "{text}");
+    assert!(
+        text.contains("#EXT-X-MAP:URI=") && text.ends_with("#EXT-X-ENDLIST\n"),
+        "{text}"
+    );
+    let probe = tokio::process::Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-show_entries",
+            "format=duration",
+            "-of",
+            "csv=p=0",
+        ])
+        .arg(&playback)
+        .output()
+        .await
+        .unwrap();
+    let seconds: f64 = String::from_utf8_lossy(&probe.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| {
+            panic!(
+                "ffprobe could not read it: {}",
+                String::from_utf8_lossy(&probe.stderr)
+            )
+        });
+    assert!((seconds - 6.0).abs() < 0.5, "{seconds} s");
 }
 
 #[tokio::test]
@@ -264,4 +320,104 @@ async fn names_that_could_leave_the_recording_a_wrong_key_and_files_after_the_cu
         "not_found",
     )
     .await;
+}
+
+/// Pushes the 6 s clip as three 2 s fMP4 segments to `ingest`.
+async fn push(ingest: &str) {
+    let out = tokio::process::Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error", "-i"])
+        .arg(clips::small())
+        .args([
+            "-c:v",
+            "libx264",
+            "-g",
+            "25",
+            "-preset",
+            "ultrafast",
+            "-c:a",
+            "aac",
+        ])
+        .args(["-f", "hls", "-hls_segment_type", "fmp4", "-hls_time", "2"])
+        .args(["-hls_playlist_type", "event", "-method", "PUT"])
+        .arg(format!("{ingest}index.m3u8"))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+async fn playlist_text(app: &TestApp, url: &str) -> String {
+    app.http
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+async fn uploaded(app: &TestApp, id: &str, n: i64) {
+    crate::queue::wait_for_count(
+        app,
+        &format!(
+            "SELECT count(*) AS n FROM recording_files WHERE recording_id = '{id}' AND state = 'uploaded'"
+        ),
+        n,
+        std::time::Duration::from_secs(20),
+    )
+    .await;
+}
+
+/// The seed's cases (2) and (6): a playback segment whose PUT fails stops the playlist
+/// before it until the sweeper lands it; an init that is not confirmed keeps playback
+/// closed while the segments upload, and its recovery releases all of them at once.
+#[tokio::test]
+async fn a_failed_segment_stops_the_playlist_before_it_and_a_missing_init_keeps_it_closed() {
+    for failing in ["seg_000001.m4s", "init.mp4"] {
+        let app = TestApp::spawn().await;
+        let key = app.create_user("alice").await;
+        let recording = create_recording(&app, &key).await;
+        let id = recording["id"].as_str().unwrap().to_owned();
+        let playback = recording["playback_url"].as_str().unwrap().to_owned();
+        let store = vidq::bench::sweeper::FaultStore::new(app.storage.clone());
+        let failing_key = format!("live/{id}/{failing}");
+        store.fail_puts_of(&failing_key);
+        let mut settings = crate::tus::woken_sweeper();
+        // Rows backing off are tried again at the next round: rounds come often here.
+        settings.interval = std::time::Duration::from_millis(100);
+        settings.backoff = vidq::domain::sweep::Backoff {
+            base: std::time::Duration::from_millis(50),
+            cap: std::time::Duration::from_millis(200),
+        };
+        app.start_sweeper(store.clone(), settings).await;
+        push(recording["ingest_url"].as_str().unwrap()).await;
+        uploaded(&app, &id, 3).await;
+        // Its tries keep failing on the row meanwhile.
+        crate::queue::wait_for_count(
+            &app,
+            &format!("SELECT count(*) AS n FROM recording_files WHERE object_key = '{failing_key}' AND tries >= 2"),
+            1,
+            std::time::Duration::from_secs(20),
+        )
+        .await;
+        let text = playlist_text(&app, &playback).await;
+        let listed = text.matches("#EXTINF").count();
+        if failing == "init.mp4" {
+            assert_eq!(listed, 0, "no init, nothing playable: {text}");
+        } else {
+            assert_eq!(listed, 1, "the playlist stops before segment 1: {text}");
+        }
+        assert!(!text.contains("ENDLIST"), "{text}");
+
+        store.heal(&failing_key);
+        uploaded(&app, &id, 4).await;
+        let text = playlist_text(&app, &playback).await;
+        assert_eq!(text.matches("#EXTINF").count(), 3, "{failing}: {text}");
+        assert!(text.ends_with("#EXT-X-ENDLIST\n"), "{text}");
+    }
 }

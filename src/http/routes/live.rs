@@ -3,10 +3,11 @@
 //! recording's `ingest_url` names (its stream key authorizes it: FFmpeg's `-method PUT`
 //! sends no API key).
 
+use actix_web::http::header::{CacheControl, CacheDirective};
 use actix_web::{HttpResponse, web};
 
 use super::path_id;
-use super::playback::ApiBase;
+use super::playback::{ApiBase, PlaybackQuery};
 use crate::app::{self, AppContext};
 use crate::http::auth::Caller;
 use crate::http::dto::RecordingDto;
@@ -30,28 +31,55 @@ pub async fn create(
         created.stream_key
     );
     let status = app::live::status(&ctx, caller.0, created.row.id).await?;
-    Ok(HttpResponse::Created().json(RecordingDto::new(status, Some(ingest_url))))
+    let playback = playback_url(&ctx, &base, created.row.id);
+    Ok(HttpResponse::Created().json(RecordingDto::new(status, Some(ingest_url), playback)))
 }
 
 /// The recording's state and counts.
 pub async fn get(
     ctx: web::Data<AppContext>,
     caller: Caller,
+    base: ApiBase,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = path_id(&id)?;
     let status = app::live::status(&ctx, caller.0, id).await?;
-    Ok(HttpResponse::Ok().json(RecordingDto::new(status, None)))
+    let playback = playback_url(&ctx, &base, id);
+    Ok(HttpResponse::Ok().json(RecordingDto::new(status, None, playback)))
+}
+
+/// The live playlist (no API key: its token authorizes the player). Never cached: it
+/// grows while the broadcast goes on.
+pub async fn playlist(
+    ctx: web::Data<AppContext>,
+    id: web::Path<String>,
+    query: web::Query<PlaybackQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let id = path_id(&id)?;
+    let text = app::live::playlist(&ctx, id, query.token.as_deref()).await?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/vnd.apple.mpegurl")
+        .insert_header(CacheControl(vec![
+            CacheDirective::Private,
+            CacheDirective::NoCache,
+        ]))
+        .body(text))
+}
+
+fn playback_url(ctx: &AppContext, base: &ApiBase, id: uuid::Uuid) -> String {
+    format!("{}{}", base.0, app::live::playback_path(ctx, id))
 }
 
 /// Ends the recording (files until the cutoff still count): `202` with its state.
 pub async fn end(
     ctx: web::Data<AppContext>,
     caller: Caller,
+    base: ApiBase,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = path_id(&id)?;
     app::live::end(&ctx, caller.0, id).await?;
     let status = app::live::status(&ctx, caller.0, id).await?;
-    Ok(HttpResponse::Accepted().json(RecordingDto::new(status, None)))
+    let playback = playback_url(&ctx, &base, id);
+    Ok(HttpResponse::Accepted().json(RecordingDto::new(status, None, playback)))
 }

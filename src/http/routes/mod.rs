@@ -52,6 +52,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(resource("/live").route(post().to(live::create)))
             .service(resource("/live/{id}").route(get().to(live::get)))
             .service(resource("/live/{id}/end").route(post().to(live::end)))
+            .service(resource("/live/{id}/playlist.m3u8").route(get().to(live::playlist)))
             .service(resource("/videos").route(get().to(videos::list)))
             .service(
                 resource("/videos/{video_id}")
