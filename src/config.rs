@@ -492,6 +492,8 @@ pub struct ApiConfig {
     pub spool: SpoolArgs,
     #[command(flatten)]
     pub ingest: IngestArgs,
+    #[command(flatten)]
+    pub live: LiveArgs,
     /// This node's name: uploads through vidq are spooled here under it, and the sweeper
     /// run with the same name and `VIDQ_SPOOL_DIR` lands them in S3. Default: the host name.
     #[arg(long = "node-id", env = "VIDQ_NODE_ID", value_name = "NAME")]
@@ -695,6 +697,29 @@ impl SpoolArgs {
     }
 }
 
+/// When a live recording ends by itself, and how long after its end files still count.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct LiveArgs {
+    /// A live recording with no file or playlist for this long ends (`idle`), in seconds.
+    #[arg(long = "live-idle-secs", env = "VIDQ_LIVE_IDLE_SECS", value_name = "SECS",
+          default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub idle_secs: u64,
+    /// After a live recording ends, files still arriving for this long count; later ones,
+    /// and segments numbered past the final playlist, are excluded (seconds).
+    #[arg(long = "live-grace-secs", env = "VIDQ_LIVE_GRACE_SECS", value_name = "SECS",
+          default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3_600))]
+    pub grace_secs: u64,
+}
+
+impl Default for LiveArgs {
+    fn default() -> Self {
+        Self {
+            idle_secs: 30,
+            grace_secs: 10,
+        }
+    }
+}
+
 /// Uploads through vidq (tus at `/v1/tus/`, `PUT /v1/uploads/{id}/content`).
 #[derive(Debug, Clone, Args)]
 pub struct IngestArgs {
@@ -704,11 +729,6 @@ pub struct IngestArgs {
     #[arg(long = "resumable-ttl-secs", env = "VIDQ_RESUMABLE_TTL_SECS", value_name = "SECS",
           default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(60..=2_592_000))]
     pub resumable_ttl_secs: u64,
-    /// After a live recording ends, files still arriving for this long count; later ones,
-    /// and segments numbered past the final playlist, are excluded (seconds).
-    #[arg(long = "live-grace-secs", env = "VIDQ_LIVE_GRACE_SECS", value_name = "SECS",
-          default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3_600))]
-    pub live_grace_secs: u64,
     /// Address of the live ingest listener (encoders PUT HLS to it; it reads every body to
     /// its end even when the encoder half-closes its connection, as FFmpeg does).
     #[arg(
@@ -733,7 +753,6 @@ impl Default for IngestArgs {
     fn default() -> Self {
         Self {
             resumable_ttl_secs: 86_400,
-            live_grace_secs: 10,
             ingest_addr: "127.0.0.1:8081".parse().expect("a valid address"),
             ingest_public_url: None,
         }
@@ -754,6 +773,8 @@ pub struct SweeperConfig {
     pub spool: SpoolArgs,
     #[command(flatten)]
     pub sweeper: SweeperArgs,
+    #[command(flatten)]
+    pub live: LiveArgs,
     #[command(flatten)]
     pub storage: StorageConfig,
     /// Serve `/healthz` and `/metrics` (counters, queue, circuit breaker state) on this
@@ -848,6 +869,9 @@ pub struct DevConfig {
 
     #[command(flatten)]
     pub ingest: IngestArgs,
+
+    #[command(flatten)]
+    pub live: LiveArgs,
 }
 
 fn parse_bucket(name: &str) -> Result<String, String> {

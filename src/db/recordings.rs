@@ -167,18 +167,20 @@ pub async fn record_file(
     }
     let sql = format!(
         "WITH decided AS (
+             -- FOR SHARE: a playlist's durations (`set_durations`) either committed before
+             -- this reads them, or wait for this row and then find it.
              SELECT CASE WHEN r.cutoff_at < statement_timestamp()
                            OR ($2 = '{segment}' AND r.final_sequence IS NOT NULL
                                AND $3 > r.final_sequence)
-                         THEN '{excluded}' ELSE '{pending}' END AS state
-               FROM recordings r WHERE r.id = $1),
+                         THEN '{excluded}' ELSE '{pending}' END AS state,
+                    CASE WHEN $2 = '{segment}'
+                         THEN (r.playlist_durations ->> $3::text)::int4 END AS duration_ms
+               FROM recordings r WHERE r.id = $1 FOR SHARE),
          stored AS (
              INSERT INTO recording_files
                     (recording_id, axis, sequence, object_key, size_bytes, spool_path, node_id,
                      state, duration_ms)
-             SELECT $1, $2, $3, $4, $5, $6, $7, decided.state,
-                    (SELECT (r.playlist_durations ->> $3::text)::int4
-                       FROM recordings r WHERE r.id = $1 AND $2 = '{segment}')
+             SELECT $1, $2, $3, $4, $5, $6, $7, decided.state, decided.duration_ms
                FROM decided
              ON CONFLICT (recording_id, axis, sequence) DO UPDATE
                 SET size_bytes = excluded.size_bytes, received_at = statement_timestamp(),
@@ -215,33 +217,45 @@ pub async fn record_file(
 }
 
 /// Stores the durations a playlist gave its segments: on the recording (for segments whose
-/// PUT is still being registered) and on the rows that exist, in one statement.
+/// PUT is still being registered: `record_file` reads them under a share lock) and then,
+/// in a second statement that sees every row committed meanwhile, on the rows that exist.
 pub async fn set_durations(
     conn: &mut AsyncPgConnection,
     recording: Uuid,
     segments: &[(u32, u32)],
 ) -> QueryResult<usize> {
+    use diesel_async::AsyncConnection;
     if segments.is_empty() {
         return Ok(0);
     }
     let numbers: Vec<i32> = segments.iter().map(|(n, _)| *n as i32).collect();
     let millis: Vec<i32> = segments.iter().map(|(_, ms)| *ms as i32).collect();
-    diesel::sql_query(format!(
-        "WITH v AS (SELECT * FROM unnest($2::int4[], $3::int4[]) AS v(seq, ms)),
-              noted AS (
-                 UPDATE recordings
-                    SET playlist_durations = playlist_durations
-                        || (SELECT jsonb_object_agg(seq::text, ms) FROM v)
-                  WHERE id = $1)
-         UPDATE recording_files f SET duration_ms = v.ms FROM v
-          WHERE f.recording_id = $1 AND f.axis = '{}' AND f.sequence = v.seq
-            AND f.duration_ms IS DISTINCT FROM v.ms",
-        FileAxis::Segment.as_str()
-    ))
-    .bind::<diesel::sql_types::Uuid, _>(recording)
-    .bind::<diesel::sql_types::Array<Int4>, _>(numbers)
-    .bind::<diesel::sql_types::Array<Int4>, _>(millis)
-    .execute(conn)
+    conn.transaction(async |conn| {
+        diesel::sql_query(
+            "UPDATE recordings
+                SET playlist_durations = playlist_durations || (
+                    SELECT jsonb_object_agg(seq::text, ms)
+                      FROM unnest($2::int4[], $3::int4[]) AS v(seq, ms))
+              WHERE id = $1",
+        )
+        .bind::<diesel::sql_types::Uuid, _>(recording)
+        .bind::<diesel::sql_types::Array<Int4>, _>(&numbers)
+        .bind::<diesel::sql_types::Array<Int4>, _>(&millis)
+        .execute(conn)
+        .await?;
+        diesel::sql_query(format!(
+            "UPDATE recording_files f SET duration_ms = v.ms
+               FROM unnest($2::int4[], $3::int4[]) AS v(seq, ms)
+              WHERE f.recording_id = $1 AND f.axis = '{}' AND f.sequence = v.seq
+                AND f.duration_ms IS DISTINCT FROM v.ms",
+            FileAxis::Segment.as_str()
+        ))
+        .bind::<diesel::sql_types::Uuid, _>(recording)
+        .bind::<diesel::sql_types::Array<Int4>, _>(&numbers)
+        .bind::<diesel::sql_types::Array<Int4>, _>(&millis)
+        .execute(conn)
+        .await
+    })
     .await
 }
 
@@ -448,4 +462,50 @@ pub async fn find(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<
         .first(conn)
         .await
         .optional()
+}
+
+/// CAS `live -> ending` (`idle`) for `node`'s recordings with nothing received for
+/// `idle_secs`, their cutoff `grace_secs` after the end; returns their ids.
+pub async fn end_idle(
+    conn: &mut AsyncPgConnection,
+    node: &str,
+    idle_secs: f64,
+    grace_secs: f64,
+) -> QueryResult<Vec<Uuid>> {
+    #[derive(QueryableByName)]
+    struct Ended {
+        #[diesel(sql_type = diesel::sql_types::Uuid)]
+        id: Uuid,
+    }
+    let ended: Vec<Ended> = diesel::sql_query(format!(
+        "UPDATE recordings
+            SET state = '{ending}', end_reason = '{idle}', ended_at = statement_timestamp(),
+                cutoff_at = statement_timestamp() + make_interval(secs => $3),
+                updated_at = statement_timestamp()
+          WHERE node_id = $1 AND state = '{live}'
+            AND last_ingest_at < statement_timestamp() - make_interval(secs => $2)
+         RETURNING id",
+        ending = RecordingState::Ending.as_str(),
+        idle = EndReason::Idle.as_str(),
+        live = RecordingState::Live.as_str(),
+    ))
+    .bind::<Text, _>(node)
+    .bind::<diesel::sql_types::Double, _>(idle_secs)
+    .bind::<diesel::sql_types::Double, _>(grace_secs)
+    .load(conn)
+    .await?;
+    Ok(ended.into_iter().map(|e| e.id).collect())
+}
+
+/// CAS `ending -> ended` for `node`'s recordings past their cutoff: what they hold is final.
+pub async fn close_past_cutoff(conn: &mut AsyncPgConnection, node: &str) -> QueryResult<usize> {
+    diesel::sql_query(format!(
+        "UPDATE recordings SET state = '{ended}', updated_at = statement_timestamp()
+          WHERE node_id = $1 AND state = '{ending}' AND cutoff_at < statement_timestamp()",
+        ended = RecordingState::Ended.as_str(),
+        ending = RecordingState::Ending.as_str(),
+    ))
+    .bind::<Text, _>(node)
+    .execute(conn)
+    .await
 }

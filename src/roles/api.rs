@@ -34,6 +34,7 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
         &config.spool.dir_or("spool"),
         node_id,
         &config.ingest,
+        config.live,
         ingest_listener.local_addr()?.port(),
     )?;
     tracing::info!(
@@ -82,6 +83,7 @@ pub fn ingest(
     spool_dir: &std::path::Path,
     node_id: String,
     args: &crate::config::IngestArgs,
+    live: crate::config::LiveArgs,
     ingest_port: u16,
 ) -> anyhow::Result<crate::app::ingest::Ingest> {
     use crate::app::ingest::LiveIngestAt;
@@ -89,7 +91,7 @@ pub fn ingest(
         spool: crate::adapters::spool::SpoolRoot::open(spool_dir).context("VIDQ_SPOOL_DIR")?,
         node_id,
         ttl: std::time::Duration::from_secs(args.resumable_ttl_secs),
-        live_grace: std::time::Duration::from_secs(args.live_grace_secs),
+        live_grace: std::time::Duration::from_secs(live.grace_secs),
         live_ingest: match &args.ingest_public_url {
             Some(url) => LiveIngestAt::Public(url.as_str().to_owned()),
             None => LiveIngestAt::Port(ingest_port),

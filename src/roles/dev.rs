@@ -79,6 +79,7 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         &spool_dir,
         node_id.clone(),
         &config.ingest,
+        config.live,
         ingest_listener.local_addr()?.port(),
     )?);
     super::api::listen_for_events(&ctx, &config.database_url, &shutdown).await;
@@ -116,6 +117,7 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         &spool_dir,
         sweeper_storage,
         None,
+        config.live,
         shutdown,
     );
     eprintln!(

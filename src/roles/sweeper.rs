@@ -30,6 +30,7 @@ pub async fn run(config: SweeperConfig, shutdown: CancellationToken) -> anyhow::
         &spool,
         storage,
         config.health_listen,
+        config.live,
         shutdown,
     )
     .await
@@ -43,6 +44,7 @@ pub async fn run_with(
     spool_dir: &Path,
     storage: Storage,
     health_listen: Option<std::net::SocketAddr>,
+    live: crate::config::LiveArgs,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let root = SpoolRoot::open(spool_dir).context("VIDQ_SPOOL_DIR")?;
@@ -54,7 +56,7 @@ pub async fn run_with(
         pool,
         storage,
         root,
-        args.settings(node_id),
+        args.settings(node_id, live),
         shutdown.clone(),
     );
     if let Some(addr) = health_listen {

@@ -242,3 +242,29 @@ impl<S: SweepStore> Shared<S> {
         }
     }
 }
+
+impl<S: SweepStore> Shared<S> {
+    /// This node's live recordings: those idle for `live_idle` end (`idle`), and those past
+    /// their cutoff become `ended`.
+    pub(super) async fn end_recordings(&self) -> Result<(), db::DbError> {
+        let mut conn = self.pool.get().await?;
+        let idle = db::recordings::end_idle(
+            &mut conn,
+            &self.settings.node_id,
+            self.settings.live_idle.as_secs_f64(),
+            self.settings.live_grace.as_secs_f64(),
+        )
+        .await?;
+        for id in &idle {
+            tracing::info!(recording_id = %id, "live recording ended: nothing arrived for VIDQ_LIVE_IDLE_SECS");
+        }
+        let closed = db::recordings::close_past_cutoff(&mut conn, &self.settings.node_id).await?;
+        if closed > 0 {
+            tracing::info!(
+                count = closed,
+                "live recordings past their cutoff are final"
+            );
+        }
+        Ok(())
+    }
+}

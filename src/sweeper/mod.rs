@@ -129,11 +129,15 @@ pub struct SweeperSettings {
     pub orphans_every: Option<Duration>,
     /// Objects and dead attempts' rows younger than this are left to the work in flight.
     pub orphan_grace: Duration,
+    /// This node's live recordings end after this long without a file.
+    pub live_idle: Duration,
+    /// Files of a recording still count this long after its end.
+    pub live_grace: Duration,
 }
 
 impl SweeperArgs {
     /// The settings for `node_id`.
-    pub fn settings(&self, node_id: String) -> SweeperSettings {
+    pub fn settings(&self, node_id: String, live: crate::config::LiveArgs) -> SweeperSettings {
         SweeperSettings {
             node_id,
             page: self.page,
@@ -149,6 +153,8 @@ impl SweeperArgs {
             orphans_every: (self.orphan_interval_secs > 0)
                 .then(|| Duration::from_secs(self.orphan_interval_secs)),
             orphan_grace: Duration::from_secs(self.orphan_grace_secs),
+            live_idle: Duration::from_secs(live.idle_secs),
+            live_grace: Duration::from_secs(live.grace_secs),
         }
     }
 }
@@ -430,6 +436,9 @@ impl<S: SweepStore> Sweeper<S> {
                     interval
                 }
             };
+            if let Err(error) = self.shared.end_recordings().await {
+                tracing::warn!(error = %crate::telemetry::error_chain(&error), "ending idle recordings failed");
+            }
             if let Err(error) = self.expire().await {
                 tracing::warn!(error = %crate::telemetry::error_chain(&error), "expiring presigned uploads failed");
             }

@@ -259,6 +259,7 @@ impl TestApp {
                 spool.path(),
                 SPOOL_NODE.to_owned(),
                 &vidq::config::IngestArgs::default(),
+                vidq::config::LiveArgs::default(),
                 ingest_listener.local_addr().unwrap().port(),
             )
             .unwrap(),

@@ -70,6 +70,17 @@ async fn an_ffmpeg_hls_push_lands_every_file_in_the_recordings_ledger_and_its_en
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // FFmpeg exits once it has sent its last files, not once vidq has registered them.
+    crate::queue::wait_for_count(
+        &app,
+        &format!(
+            "SELECT count(*) AS n FROM recording_files f JOIN recordings r ON r.id = f.recording_id
+              WHERE r.id = '{id}' AND r.state = 'ending'"
+        ),
+        4,
+        std::time::Duration::from_secs(10),
+    )
+    .await;
     let status: Value = app
         .get(&key, &format!("/v1/live/{id}"))
         .await
@@ -420,4 +431,56 @@ async fn a_failed_segment_stops_the_playlist_before_it_and_a_missing_init_keeps_
         assert_eq!(text.matches("#EXTINF").count(), 3, "{failing}: {text}");
         assert!(text.ends_with("#EXT-X-ENDLIST\n"), "{text}");
     }
+}
+
+#[tokio::test]
+async fn a_recording_with_nothing_arriving_ends_as_idle_and_is_final_after_its_cutoff() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let recording = create_recording(&app, &key).await;
+    let id = recording["id"].as_str().unwrap().to_owned();
+    let ingest = recording["ingest_url"].as_str().unwrap().to_owned();
+    let put = |name: &str| {
+        app.http
+            .put(format!("{ingest}{name}"))
+            .body(vec![1u8; 10])
+            .send()
+    };
+    assert_eq!(
+        put("index0.m4s").await.unwrap().status(),
+        StatusCode::CREATED
+    );
+    let status: Value = app
+        .get(&key, &format!("/v1/live/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["state"], "live");
+    // The encoder went quiet an hour ago.
+    app.count(&format!(
+        "WITH x AS (UPDATE recordings SET last_ingest_at = now() - interval '1 hour'
+                     WHERE id = '{id}' RETURNING 1) SELECT count(*) AS n FROM x"
+    ))
+    .await;
+    let mut settings = crate::tus::woken_sweeper();
+    settings.interval = std::time::Duration::from_millis(100);
+    settings.live_grace = std::time::Duration::ZERO;
+    app.start_sweeper(app.storage.clone(), settings).await;
+    crate::queue::wait_for_count(
+        &app,
+        &format!("SELECT count(*) AS n FROM recordings WHERE id = '{id}' AND state = 'ended'"),
+        1,
+        std::time::Duration::from_secs(20),
+    )
+    .await;
+    let status: Value = app
+        .get(&key, &format!("/v1/live/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["end_reason"], "idle");
+    let r = put("index1.m4s").await.unwrap();
+    assert_error(r, StatusCode::CONFLICT, "excluded").await;
 }

@@ -106,6 +106,8 @@ fn settings() -> SweeperSettings {
         },
         orphans_every: None,
         orphan_grace: Duration::from_secs(3600),
+        live_idle: Duration::from_secs(30),
+        live_grace: Duration::from_secs(10),
     }
 }
 

@@ -34,6 +34,8 @@ pub fn woken_sweeper() -> SweeperSettings {
         },
         orphans_every: None,
         orphan_grace: Duration::from_secs(3600),
+        live_idle: Duration::from_secs(30),
+        live_grace: Duration::from_secs(10),
     }
 }
 
