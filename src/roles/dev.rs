@@ -113,11 +113,13 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
     let sweeper = super::sweeper::run_with(
         &config.database_url,
         &config.sweeper,
-        node_id,
-        &spool_dir,
-        sweeper_storage,
-        None,
         config.live,
+        super::sweeper::SweeperNode {
+            node_id,
+            spool_dir: spool_dir.clone(),
+            health_listen: None,
+        },
+        sweeper_storage,
         shutdown,
     );
     eprintln!(

@@ -2,8 +2,6 @@
 //! re-drives this node's pending uploads from the ledger to S3 and expires lapsed presigned
 //! contracts.
 
-use std::path::Path;
-
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
@@ -23,30 +21,48 @@ pub async fn run(config: SweeperConfig, shutdown: CancellationToken) -> anyhow::
     let storage = Storage::connect(&config.storage, None).await;
     let node_id = super::spool_node(config.node_id.as_deref());
     let spool = config.spool.dir_or("spool");
+    let node = SweeperNode {
+        node_id,
+        spool_dir: spool,
+        health_listen: config.health_listen,
+    };
     run_with(
         config.database.url.expose(),
         &config.sweeper,
-        node_id,
-        &spool,
-        storage,
-        config.health_listen,
         config.live,
+        node,
+        storage,
         shutdown,
     )
     .await
+}
+
+/// Where a sweeper runs: its node's name, that node's spool, and its health listener.
+#[derive(Debug, Clone)]
+pub struct SweeperNode {
+    /// Rows of this node only.
+    pub node_id: String,
+    /// The node's spool root.
+    pub spool_dir: std::path::PathBuf,
+    /// `/healthz` and `/metrics` on this loopback address, if any.
+    pub health_listen: Option<std::net::SocketAddr>,
 }
 
 /// Runs a sweeper with a storage client already built (`vidq dev` passes the embedded S3's).
 pub async fn run_with(
     database_url: &str,
     args: &SweeperArgs,
-    node_id: String,
-    spool_dir: &Path,
-    storage: Storage,
-    health_listen: Option<std::net::SocketAddr>,
     live: crate::config::LiveArgs,
+    node: SweeperNode,
+    storage: Storage,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let SweeperNode {
+        node_id,
+        spool_dir,
+        health_listen,
+    } = node;
+    let spool_dir = spool_dir.as_path();
     let root = SpoolRoot::open(spool_dir).context("VIDQ_SPOOL_DIR")?;
     let pool = db::connect(database_url, pool_size(args))
         .await
