@@ -122,6 +122,13 @@ async fn fix(
                      video {video} needs a new encode"
                 ),
             },
+            Owner::Recording(recording) => Fix {
+                done: false,
+                action: format!(
+                    "cannot be re-driven: a recording file's spool copy is removed once it is \
+                     in S3; recording {recording} lost it"
+                ),
+            },
             Owner::Upload(id) => match rows.get(&id) {
                 Some(row) => {
                     let root = spool.get_or_insert_with(|| {

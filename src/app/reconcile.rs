@@ -8,13 +8,14 @@ use chrono::{DateTime, Utc};
 use crate::db::DbError;
 use crate::db::reconcile::LedgerSnapshot;
 use crate::domain::reconcile::{
-    ArtifactRecord, BucketObject, Report, UploadRecord, VideoRecord, compare,
+    ArtifactRecord, BucketObject, LiveFileRecord, LiveLedger, Report, UploadRecord, VideoRecord,
+    compare,
 };
 use crate::domain::upload::UploadState;
 use crate::domain::video::VideoStatus;
 
 /// Where vidq writes: what the comparison lists.
-pub const PREFIXES: [&str; 2] = ["originals/", "videos/"];
+pub const PREFIXES: [&str; 3] = ["originals/", "videos/", "live/"];
 
 impl From<crate::adapters::storage::ListedObject> for BucketObject {
     fn from(o: crate::adapters::storage::ListedObject) -> Self {
@@ -68,7 +69,20 @@ pub fn compare_snapshot(
             })
         })
         .collect::<Result<Vec<_>, crate::domain::upload::UnknownState>>()?;
+    let live = LiveLedger {
+        recordings: snapshot.recordings.iter().copied().collect(),
+        files: snapshot
+            .recording_files
+            .iter()
+            .map(|f| LiveFileRecord {
+                recording: f.recording_id,
+                key: f.object_key.clone(),
+                size: f.size_bytes,
+                uploaded: f.state == crate::domain::recording::FileState::Uploaded.as_str(),
+            })
+            .collect(),
+    };
     Ok(compare(
-        &uploads, &artifacts, &videos, objects, now, grace_secs,
+        &uploads, &artifacts, &videos, &live, objects, now, grace_secs,
     ))
 }

@@ -83,6 +83,27 @@ pub struct LedgerSnapshot {
     pub artifacts: Vec<ArtifactKey>,
     /// Every video.
     pub videos: Vec<VideoAttempts>,
+    /// Every live recording's id.
+    pub recordings: Vec<Uuid>,
+    /// Live recording files that own their key (`pending` or `uploaded`).
+    pub recording_files: Vec<RecordingFileKey>,
+}
+
+/// A live recording file that owns its key.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct RecordingFileKey {
+    /// Its recording.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub recording_id: Uuid,
+    /// The key.
+    #[diesel(sql_type = Text)]
+    pub object_key: String,
+    /// The ledger's size.
+    #[diesel(sql_type = BigInt)]
+    pub size_bytes: i64,
+    /// Its state.
+    #[diesel(sql_type = Text)]
+    pub state: String,
 }
 
 /// Reads the snapshot in one `REPEATABLE READ, READ ONLY` transaction: the three reads see
@@ -115,10 +136,28 @@ pub async fn snapshot(conn: &mut AsyncPgConnection) -> diesel::QueryResult<Ledge
             )
             .load(conn)
             .await?;
+            #[derive(QueryableByName)]
+            struct Id {
+                #[diesel(sql_type = diesel::sql_types::Uuid)]
+                id: Uuid,
+            }
+            let recordings: Vec<Id> = diesel::sql_query("SELECT id FROM recordings ORDER BY id")
+                .load(conn)
+                .await?;
+            let recording_files = diesel::sql_query(format!(
+                "SELECT recording_id, object_key, size_bytes, state FROM recording_files
+                  WHERE state IN ('{pending}', '{uploaded}') ORDER BY id",
+                pending = crate::domain::recording::FileState::Pending.as_str(),
+                uploaded = crate::domain::recording::FileState::Uploaded.as_str(),
+            ))
+            .load(conn)
+            .await?;
             Ok(LedgerSnapshot {
                 uploads,
                 artifacts,
                 videos,
+                recordings: recordings.into_iter().map(|r| r.id).collect(),
+                recording_files,
             })
         })
         .await

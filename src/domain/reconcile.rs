@@ -86,6 +86,28 @@ impl Kind {
     }
 }
 
+/// What the ledger says of live recordings.
+#[derive(Debug, Clone, Default)]
+pub struct LiveLedger {
+    /// Recordings that exist.
+    pub recordings: std::collections::HashSet<Uuid>,
+    /// Their files that own a key: `pending` (a PUT may be in flight) or `uploaded`.
+    pub files: Vec<LiveFileRecord>,
+}
+
+/// A recording file that owns its key.
+#[derive(Debug, Clone)]
+pub struct LiveFileRecord {
+    /// Its recording.
+    pub recording: Uuid,
+    /// Its key.
+    pub key: String,
+    /// The ledger's size.
+    pub size: i64,
+    /// S3 is said to hold it (checked); otherwise it only owns its key.
+    pub uploaded: bool,
+}
+
 /// Which row a difference is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Owner {
@@ -93,6 +115,8 @@ pub enum Owner {
     Upload(Uuid),
     /// An artifact of this video.
     Artifact(Uuid),
+    /// A file of this live recording.
+    Recording(Uuid),
     /// No row: an orphan.
     Nobody,
 }
@@ -137,6 +161,7 @@ pub fn compare(
     uploads: &[UploadRecord],
     artifacts: &[ArtifactRecord],
     videos: &[VideoRecord],
+    live: &LiveLedger,
     objects: &[BucketObject],
     now: DateTime<Utc>,
     grace_secs: u64,
@@ -184,6 +209,17 @@ pub fn compare(
         );
     }
 
+    for file in live.files.iter().filter(|f| f.uploaded) {
+        check(
+            &file.key,
+            file.size,
+            Owner::Recording(file.recording),
+            format!("file of recording {} (uploaded)", file.recording),
+        );
+    }
+    let live_keys: std::collections::HashSet<&str> =
+        live.files.iter().map(|f| f.key.as_str()).collect();
+
     let contracted: std::collections::HashSet<&str> =
         uploads.iter().map(|u| u.key.as_str()).collect();
     let videos: HashMap<Uuid, &VideoRecord> = videos.iter().map(|v| (v.id, v)).collect();
@@ -194,6 +230,19 @@ pub fn compare(
             (!contracted.contains(object.key.as_str())).then(|| "no live upload owns it".to_owned())
         } else if let Some(rest) = object.key.strip_prefix("videos/") {
             video_orphan(rest, &videos)
+        } else if let Some(rest) = object.key.strip_prefix("live/") {
+            let recording = rest
+                .split('/')
+                .next()
+                .and_then(|id| id.parse::<Uuid>().ok());
+            match recording {
+                Some(id) if !live.recordings.contains(&id) => {
+                    Some(format!("recording {id} does not exist"))
+                }
+                Some(_) if live_keys.contains(object.key.as_str()) => None,
+                Some(_) => Some("no file of the recording owns it".to_owned()),
+                None => Some("not under a recording's prefix".to_owned()),
+            }
         } else {
             None
         };
@@ -333,7 +382,15 @@ mod tests {
             object(&format!("videos/{gone}/r1/a1/video.mp4"), 7, 9999),
             object("elsewhere/file", 1, 9999),
         ];
-        let report = compare(&uploads, &artifacts, &videos, &objects, Utc::now(), 3600);
+        let report = compare(
+            &uploads,
+            &artifacts,
+            &videos,
+            &LiveLedger::default(),
+            &objects,
+            Utc::now(),
+            3600,
+        );
         let got: Vec<(Kind, String)> = report
             .differences
             .iter()
@@ -354,7 +411,15 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(report.young, 1);
         assert_eq!(report.rows, 3);
-        let zero = compare(&uploads, &artifacts, &videos, &objects, Utc::now(), 0);
+        let zero = compare(
+            &uploads,
+            &artifacts,
+            &videos,
+            &LiveLedger::default(),
+            &objects,
+            Utc::now(),
+            0,
+        );
         assert_eq!(zero.count(Kind::Orphan), 5);
     }
 }

@@ -252,6 +252,38 @@ async fn an_ffmpeg_hls_push_lands_every_file_in_the_recordings_ledger_and_its_en
             )
         });
     assert!((seconds - 6.0).abs() < 0.5, "{seconds} s");
+
+    // The ledger and the bucket agree, `live/` included; strays there are orphans, a lost
+    // segment is missing.
+    use crate::reconcile::{expect, reconcile};
+    expect(&reconcile(&app, &["--grace-secs", "0"]).await, 0);
+    let stray = format!("live/{id}/stray.m4s");
+    let gone = format!("live/{}/seg_000000.m4s", uuid::Uuid::now_v7());
+    for key in [&stray, &gone] {
+        app.storage
+            .put_bytes(key, vec![0u8; 5], "video/iso.segment")
+            .await
+            .unwrap();
+    }
+    let report = expect(&reconcile(&app, &["--grace-secs", "0"]).await, 1);
+    assert!(
+        report.contains(&format!("orphan {stray} no file of the recording owns it")),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!("orphan {gone} recording")),
+        "{report}"
+    );
+    expect(&reconcile(&app, &["--grace-secs", "0", "--fix"]).await, 0);
+    app.storage
+        .delete(&format!("live/{id}/seg_000001.m4s"))
+        .await
+        .unwrap();
+    let report = expect(&reconcile(&app, &["--grace-secs", "0"]).await, 1);
+    assert!(
+        report.contains(&format!("missing live/{id}/seg_000001.m4s")),
+        "{report}"
+    );
 }
 
 #[tokio::test]
