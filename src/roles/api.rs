@@ -22,14 +22,7 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     ctx.webhooks = config.webhooks;
     ctx.playback = playback;
     let node_id = super::spool_node(config.node_id.as_deref());
-    let ingest_listener = tokio::net::TcpListener::bind(config.ingest.ingest_addr)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} (VIDQ_INGEST_ADDR)",
-                config.ingest.ingest_addr
-            )
-        })?;
+    let ingest_listener = bind_ingest(&config.ingest).await?;
     let ingest = ingest(
         &config.spool.dir_or("spool"),
         node_id,
@@ -98,6 +91,15 @@ pub fn ingest(
         },
         locks: Default::default(),
     })
+}
+
+/// Binds the live ingest listener (`VIDQ_INGEST_ADDR`).
+pub async fn bind_ingest(
+    args: &crate::config::IngestArgs,
+) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(args.ingest_addr)
+        .await
+        .with_context(|| format!("cannot listen on {} (VIDQ_INGEST_ADDR)", args.ingest_addr))
 }
 
 /// Applies pending migrations, logging how many ran.

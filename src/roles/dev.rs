@@ -67,14 +67,7 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
     ctx.playback = playback;
     let spool_dir = config.spool.dir_or(config.data_dir.join("spool"));
     let node_id = super::spool_node(config.queue.node_id.as_deref());
-    let ingest_listener = tokio::net::TcpListener::bind(config.ingest.ingest_addr)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} (VIDQ_INGEST_ADDR)",
-                config.ingest.ingest_addr
-            )
-        })?;
+    let ingest_listener = super::api::bind_ingest(&config.ingest).await?;
     ctx.ingest = Some(super::api::ingest(
         &spool_dir,
         node_id.clone(),

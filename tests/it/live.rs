@@ -45,30 +45,7 @@ async fn an_ffmpeg_hls_push_lands_every_file_in_the_recordings_ledger_and_its_en
     );
 
     // 6 s with a keyframe every second, cut into 2 s fMP4 segments, PUT as FFmpeg does.
-    let out = tokio::process::Command::new("ffmpeg")
-        .args(["-nostdin", "-v", "error", "-i"])
-        .arg(clips::small())
-        .args([
-            "-c:v",
-            "libx264",
-            "-g",
-            "25",
-            "-preset",
-            "ultrafast",
-            "-c:a",
-            "aac",
-        ])
-        .args(["-f", "hls", "-hls_segment_type", "fmp4", "-hls_time", "2"])
-        .args(["-hls_playlist_type", "event", "-method", "PUT"])
-        .arg(format!("{ingest}index.m3u8"))
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    push(&ingest).await;
 
     // FFmpeg exits once it has sent its last files, not once vidq has registered them.
     crate::queue::wait_for_count(
