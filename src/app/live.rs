@@ -193,7 +193,8 @@ where
         IngestName::Playlist => unreachable!("handled above"),
     };
     let key = recording::object_key(id, &kind).expect("a file has a key");
-    let spool_path = recording::spool_path(id, &kind).expect("a file has a spool path");
+    let spool_path =
+        recording::spool_path(id, &kind, uuid::Uuid::now_v7()).expect("a file has a spool path");
     // A file sent again (the encoder retried) replaces what an earlier PUT left.
     ingest
         .spool
@@ -202,7 +203,7 @@ where
         .map_err(super::ingest::spool_error)?;
     let mut conn = ctx.db.get().await?;
     db::recordings::touch(&mut conn, id).await?;
-    let state = db::recordings::record_file(
+    let recorded = db::recordings::record_file(
         &mut conn,
         &db::recordings::NewRecordingFile {
             recording: id,
@@ -215,11 +216,18 @@ where
         },
     )
     .await?;
-    if state == FileState::Excluded {
-        // Past the cutoff: never PUT, so the bytes need not stay.
-        if let Err(error) = ingest.spool.remove(&spool_path).await {
-            tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not remove an excluded file");
-        }
+    let state = recorded.state;
+    // Keep exactly the file the row names: this one if it took the row (and not the version
+    // it replaced), none if it arrived past the cutoff or for a row that is done already.
+    let unused = if recorded.taken && state == FileState::Pending {
+        recorded.replaced
+    } else {
+        Some(spool_path.clone())
+    };
+    if let Some(path) = unused
+        && let Err(error) = ingest.spool.remove(&path).await
+    {
+        tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not remove an unused recording file");
     }
     tracing::debug!(recording_id = %id, axis = axis.as_str(), sequence, bytes = size, state = state.as_str(), "recording file received");
     Ok(Ingested::File(state))
@@ -373,7 +381,14 @@ pub async fn playlist(
             listed.push((ms, url(&file.object_key).await?));
         }
     }
-    let over = !matches!(state, RecordingState::Waiting | RecordingState::Live);
+    // ENDLIST only once nothing more can be listed: a player stops reloading when it sees
+    // it. Past the cutoff (`ended`), or ended by the encoder's own ENDLIST with every
+    // segment up to the last one it named listed.
+    let final_listed = recording
+        .final_sequence
+        .is_some_and(|last| playable == last as usize + 1);
+    let over = state == RecordingState::Ended
+        || (recording.end_reason.as_deref() == Some(EndReason::Endlist.as_str()) && final_listed);
     let ended = over && playable == kept.len() && init_url.is_some();
     Ok(recording::render_live_playlist(
         init_url.as_deref(),

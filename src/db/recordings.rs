@@ -155,15 +155,20 @@ pub struct NewRecordingFile<'a> {
 /// sweeper is woken), or `excluded` when it arrived after the recording's cutoff or is
 /// numbered past its final playlist. A file sent again (the encoder retried its PUT)
 /// replaces a `pending` row's size and try count; an `uploaded` or `excluded` row stays as
-/// it is. Returns the row's state after the statement.
+/// it is. Returns the row's state after the statement, whether this file is the one it
+/// names now, and the spool path it named before (a replaced version, to remove).
 pub async fn record_file(
     conn: &mut AsyncPgConnection,
     file: &NewRecordingFile<'_>,
-) -> QueryResult<FileState> {
+) -> QueryResult<RecordedFile> {
     #[derive(QueryableByName)]
     struct Stored {
         #[diesel(sql_type = Text)]
         state: String,
+        #[diesel(sql_type = Nullable<Text>)]
+        before: Option<String>,
+        #[diesel(sql_type = Bool)]
+        taken: bool,
     }
     let sql = format!(
         "WITH decided AS (
@@ -183,16 +188,22 @@ pub async fn record_file(
              SELECT $1, $2, $3, $4, $5, $6, $7, decided.state, decided.duration_ms
                FROM decided
              ON CONFLICT (recording_id, axis, sequence) DO UPDATE
-                SET size_bytes = excluded.size_bytes, received_at = statement_timestamp(),
+                SET size_bytes = excluded.size_bytes, spool_path = excluded.spool_path,
+                    received_at = statement_timestamp(),
                     tries = 0, next_try_at = NULL, last_error = NULL
               WHERE recording_files.state = '{pending}'
-             RETURNING state, node_id)
+             RETURNING state, node_id),
+         before AS (
+             SELECT spool_path FROM recording_files
+              WHERE recording_id = $1 AND axis = $2 AND sequence = $3)
          SELECT COALESCE(
                     (SELECT state FROM stored),
                     (SELECT state FROM recording_files
                       WHERE recording_id = $1 AND axis = $2 AND sequence = $3)) AS state,
                 (SELECT count(pg_notify('{channel}', node_id)) FROM stored
-                  WHERE state = '{pending}') AS woken",
+                  WHERE state = '{pending}') AS woken,
+                (SELECT spool_path FROM before) AS before,
+                EXISTS (SELECT 1 FROM stored) AS taken",
         segment = FileAxis::Segment.as_str(),
         excluded = FileState::Excluded.as_str(),
         pending = FileState::Pending.as_str(),
@@ -208,12 +219,28 @@ pub async fn record_file(
         .bind::<Text, _>(file.node)
         .get_result(conn)
         .await?;
-    stored
+    let state = stored
         .state
         .parse()
         .map_err(|e: crate::domain::upload::UnknownState| {
             diesel::result::Error::DeserializationError(Box::new(e))
-        })
+        })?;
+    Ok(RecordedFile {
+        state,
+        taken: stored.taken,
+        replaced: stored.before.filter(|before| before != file.spool_path),
+    })
+}
+
+/// What registering a received file did.
+#[derive(Debug, Clone)]
+pub struct RecordedFile {
+    /// The row's state now.
+    pub state: FileState,
+    /// The row names this file (inserted, or a `pending` row updated to it).
+    pub taken: bool,
+    /// The spool path the row named before, if another.
+    pub replaced: Option<String>,
 }
 
 /// Stores the durations a playlist gave its segments: on the recording (for segments whose

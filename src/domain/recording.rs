@@ -153,11 +153,13 @@ pub fn object_key(recording: uuid::Uuid, name: &IngestName) -> Option<String> {
     }
 }
 
-/// The spool path (relative to the root) of a recording file.
-pub fn spool_path(recording: uuid::Uuid, name: &IngestName) -> Option<String> {
+/// The spool path (relative to the root) of one received version of a recording file:
+/// each PUT gets a name of its own (`version`), so a row's path and size always describe
+/// the same bytes, whatever order two PUTs of one file finish in.
+pub fn spool_path(recording: uuid::Uuid, name: &IngestName, version: uuid::Uuid) -> Option<String> {
     match name {
-        IngestName::Init => Some(format!("live/{recording}/init.mp4")),
-        IngestName::Segment(n) => Some(format!("live/{recording}/seg_{n:06}.m4s")),
+        IngestName::Init => Some(format!("live/{recording}/init.{version}.mp4")),
+        IngestName::Segment(n) => Some(format!("live/{recording}/seg_{n:06}.{version}.m4s")),
         IngestName::Playlist => None,
     }
 }
@@ -314,9 +316,7 @@ mod tests {
             "live/00000000-0000-0000-0000-000000000000/seg_000007.m4s"
         );
         assert!(object_key(id, &IngestName::Playlist).is_none());
-        assert!(
-            crate::domain::sweep::relative_spool_path(&spool_path(id, &IngestName::Init).unwrap())
-                .is_ok()
-        );
+        let path = spool_path(id, &IngestName::Init, uuid::Uuid::nil()).unwrap();
+        assert!(crate::domain::sweep::relative_spool_path(&path).is_ok());
     }
 }

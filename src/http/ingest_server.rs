@@ -123,9 +123,11 @@ fn route(path: &str) -> Option<(&str, &str)> {
 
 /// The path with its stream key hidden (it is a secret; logs are not).
 fn redact(path: &str) -> String {
-    match route(path) {
-        Some((_, name)) => format!("{PREFIX}…/{name}"),
-        None => path.to_owned(),
+    match (route(path), path.starts_with(PREFIX)) {
+        (Some((_, name)), _) => format!("{PREFIX}…/{name}"),
+        // A key without a file name after it is still a key.
+        (None, true) => format!("{PREFIX}…"),
+        (None, false) => path.to_owned(),
     }
 }
 
@@ -171,5 +173,7 @@ mod tests {
             redact("/v1/live/ingest/vidq_secret/init.mp4"),
             "/v1/live/ingest/…/init.mp4"
         );
+        assert_eq!(redact("/v1/live/ingest/vidq_secret"), "/v1/live/ingest/…");
+        assert_eq!(redact("/v1/videos"), "/v1/videos");
     }
 }

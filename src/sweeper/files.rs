@@ -118,10 +118,12 @@ impl<S: SweepStore> Shared<S> {
             "video/mp4"
         };
         // Same key, same size already there: the PUT landed before a crash.
+        // The size S3 holds is what the CAS checks: a file sent again between the claim and
+        // the PUT has another size than the claim's, and its row is not marked with it.
         let stored = match self.store.head(&file.object_key).await {
             Ok(Some(head)) if head.size == file.size_bytes => {
                 self.stats.found_by_head.fetch_add(1, Ordering::Relaxed);
-                Ok(())
+                Ok(head.size)
             }
             Ok(_) => {
                 self.stats.puts.fetch_add(1, Ordering::Relaxed);
@@ -134,31 +136,34 @@ impl<S: SweepStore> Shared<S> {
                         self.release_file(file.id).await;
                         return Outcome::Stopped;
                     }
-                    other => other.map(drop),
+                    other => other.map(|sent| i64::try_from(sent).unwrap_or(i64::MAX)),
                 }
             }
             Err(error) => Err(error),
         };
-        if let Err(error) = stored {
-            return {
-                let transition = {
-                    let mut breaker = self.breaker.lock().expect("breaker lock");
-                    if error.outage {
-                        breaker.on_failure(Instant::now())
-                    } else {
-                        breaker.on_success()
-                    }
+        let stored_size = match stored {
+            Ok(size) => size,
+            Err(error) => {
+                return {
+                    let transition = {
+                        let mut breaker = self.breaker.lock().expect("breaker lock");
+                        if error.outage {
+                            breaker.on_failure(Instant::now())
+                        } else {
+                            breaker.on_success()
+                        }
+                    };
+                    self.note(transition);
+                    self.fail_file(file, &crate::telemetry::error_chain(&error))
+                        .await
                 };
-                self.note(transition);
-                self.fail_file(file, &crate::telemetry::error_chain(&error))
-                    .await
-            };
-        }
+            }
+        };
         let transition = self.breaker.lock().expect("breaker lock").on_success();
         self.note(transition);
         let marked = async {
             let mut conn = self.pool.get().await?;
-            db::recordings::mark_file_uploaded(&mut conn, file.id, file.size_bytes)
+            db::recordings::mark_file_uploaded(&mut conn, file.id, stored_size)
                 .await
                 .map_err(db::DbError::from)
         }

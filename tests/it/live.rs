@@ -100,22 +100,28 @@ async fn an_ffmpeg_hls_push_lands_every_file_in_the_recordings_ledger_and_its_en
         .await,
         1
     );
-    // The spool holds each file whole, as the ledger says.
+    // The spool holds each file whole, as the ledger says: one version per file, the one
+    // its row names.
     let dir = app.spool.path().join("live").join(&id);
-    for n in 0..3 {
-        let path = dir.join(format!("seg_{n:06}.m4s"));
-        let size = std::fs::metadata(&path).unwrap().len() as i64;
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    for name in &names {
+        let size = std::fs::metadata(dir.join(name)).unwrap().len() as i64;
+        let path = format!("live/{id}/{name}");
         assert_eq!(
             rows(
                 &app,
                 &id,
-                &format!("sequence = {n} AND axis = 'segment' AND size_bytes = {size}")
+                &format!("spool_path = '{path}' AND size_bytes = {size}")
             )
             .await,
-            1
+            1,
+            "{name}"
         );
     }
-    assert!(dir.join("init.mp4").exists());
 
     // Nothing is in S3 yet: the playlist lists nothing a player could not decode.
     let playback = recording["playback_url"].as_str().unwrap().to_owned();
@@ -297,11 +303,33 @@ async fn names_that_could_leave_the_recording_a_wrong_key_and_files_after_the_cu
         0
     );
 
-    // A segment in time counts; after the explicit end and its cutoff, one is excluded.
+    // A file sent again replaces the pending one: the row and the spool name the new bytes.
     assert_eq!(
         put(format!("{ingest}index0.m4s")).await.unwrap().status(),
         StatusCode::CREATED
     );
+    let again = app
+        .http
+        .put(format!("{ingest}index0.m4s"))
+        .body(vec![2u8; 50])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED);
+    let dir = app.spool.path().join("live").join(&id);
+    let kept: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(std::fs::read(&kept[0]).unwrap(), vec![2u8; 50]);
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM recording_files WHERE size_bytes = 50")
+            .await,
+        1
+    );
+
+    // A segment in time counts; after the explicit end and its cutoff, one is excluded.
     let r = app
         .post(&key, &format!("/v1/live/{id}/end"), &serde_json::json!({}))
         .await;
