@@ -132,20 +132,38 @@ where
         Ok::<_, AppError>(found)
     };
     let incoming = format!("live/incoming/{}.part", uuid::Uuid::now_v7());
-    let (received, found) = if kind == IngestName::Playlist {
-        let (text, found) = tokio::join!(read_playlist(&mut body), lookup);
-        (text.map(Received::Playlist), found)
-    } else {
-        let (file, found) = tokio::join!(spool_whole(ingest, &incoming, length, &mut body), lookup);
-        (file.map(Received::File), found)
+    // Whatever happens to this request (a bad key, an error, the client gone and the
+    // handler dropped), its incoming file does not stay behind.
+    let mut guard = IncomingFile {
+        spool: ingest.spool.clone(),
+        path: incoming.clone(),
+        armed: true,
+    };
+    let receive = async {
+        if kind == IngestName::Playlist {
+            read_playlist(&mut body).await.map(Received::Playlist)
+        } else {
+            spool_whole(ingest, &incoming, length, &mut body)
+                .await
+                .map(Received::File)
+        }
+    };
+    let mut receive = std::pin::pin!(receive);
+    let mut lookup = std::pin::pin!(lookup);
+    // The body is read while the key is looked up, and no longer than that when the key is
+    // wrong: an unknown key stops the reading at once.
+    let (received, found) = tokio::select! {
+        found = &mut lookup => match found {
+            Ok(Some(recording)) => (receive.await, Ok(Some(recording))),
+            other => (Err(AppError::NotFound), other),
+        },
+        received = &mut receive => (received, lookup.await),
     };
     let (recording, received) = match (received, found) {
         (Ok(received), Ok(Some(recording))) if recording.node_id == ingest.node_id => {
             (recording, received)
         }
         (received, found) => {
-            // Whatever was written under the incoming name is not kept (none for a playlist).
-            let _ = ingest.spool.remove(&incoming).await;
             return Err(match found {
                 Err(error) => error,
                 Ok(None) => AppError::NotFound,
@@ -162,6 +180,7 @@ where
     let id = recording.id;
     let size = match received {
         Received::Playlist(text) => {
+            guard.armed = false; // a playlist is read into memory, never written
             let playlist = recording::parse_playlist(&text);
             let mut conn = ctx.db.get().await?;
             db::recordings::touch(&mut conn, id).await?;
@@ -201,6 +220,7 @@ where
         .rename(&incoming, &spool_path)
         .await
         .map_err(super::ingest::spool_error)?;
+    guard.armed = false;
     let mut conn = ctx.db.get().await?;
     db::recordings::touch(&mut conn, id).await?;
     let recorded = db::recordings::record_file(
@@ -395,4 +415,29 @@ pub async fn playlist(
         &listed,
         ended,
     ))
+}
+
+/// Removes a request's incoming file when the request ends without renaming it into its
+/// recording (a bad key, a body cut short, the handler dropped with its client).
+struct IncomingFile {
+    spool: crate::adapters::spool::SpoolRoot,
+    path: String,
+    armed: bool,
+}
+
+impl Drop for IncomingFile {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (spool, path) = (self.spool.clone(), std::mem::take(&mut self.path));
+        // Dropping can happen outside a runtime only at process exit; then the file stays.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(error) = spool.remove(&path).await {
+                    tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not remove an incoming recording file");
+                }
+            });
+        }
+    }
 }

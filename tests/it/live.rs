@@ -4,6 +4,7 @@
 //! playlist's durations and its ENDLIST are read; names that could leave the recording's
 //! directory and files after the cutoff are refused.
 
+use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -284,10 +285,36 @@ async fn names_that_could_leave_the_recording_a_wrong_key_and_files_after_the_cu
     }
     let r = put(format!("{ingest}seg.ts")).await.unwrap();
     assert_error(r, StatusCode::BAD_REQUEST, "bad_file_name").await;
-    let r = put(app.url("/v1/live/ingest/vidq_wrong/index0.m4s"))
+    let base = &ingest[..ingest.find("/v1/").unwrap()];
+    let r = put(format!("{base}/v1/live/ingest/vidq_wrong/index0.m4s"))
         .await
         .unwrap();
     assert_error(r, StatusCode::NOT_FOUND, "not_found").await;
+    // A wrong key stops the reading of a body that would never end: 404 at once, and no
+    // incoming file stays behind.
+    let endless =
+        futures_util::stream::once(async { Ok::<_, std::io::Error>(vec![0u8; 256 * 1024]) })
+            .chain(futures_util::stream::pending());
+    let r = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        app.http
+            .put(format!("{base}/v1/live/ingest/vidq_wrong/index9.m4s"))
+            .body(reqwest::Body::wrap_stream(endless))
+            .send(),
+    )
+    .await
+    .expect("answered without waiting for the body")
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let incoming = app.spool.path().join("live").join("incoming");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while incoming.exists() && std::fs::read_dir(&incoming).unwrap().count() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "an incoming file stayed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let r = put(format!("{ingest}../../../tmp/x.mp4")).await.unwrap();
     assert!(r.status().is_client_error(), "{}", r.status());
     assert!(
