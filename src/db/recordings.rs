@@ -524,15 +524,40 @@ pub async fn end_idle(
     Ok(ended.into_iter().map(|e| e.id).collect())
 }
 
-/// CAS `ending -> ended` for `node`'s recordings past their cutoff: what they hold is final.
+/// CAS `ending -> ended` for `node`'s recordings past their cutoff: what they hold is
+/// final. In the same statement, their segments that no playlist gave a duration (the
+/// encoder stopped before naming them) are `excluded`: no player could be told their
+/// length, and they would hold the playlist's end back for good.
 pub async fn close_past_cutoff(conn: &mut AsyncPgConnection, node: &str) -> QueryResult<usize> {
     diesel::sql_query(format!(
-        "UPDATE recordings SET state = '{ended}', updated_at = statement_timestamp()
-          WHERE node_id = $1 AND state = '{ending}' AND cutoff_at < statement_timestamp()",
+        "WITH closed AS (
+             UPDATE recordings SET state = '{ended}', updated_at = statement_timestamp()
+              WHERE node_id = $1 AND state = '{ending}' AND cutoff_at < statement_timestamp()
+             RETURNING id),
+         unnamed AS (
+             UPDATE recording_files f
+                SET state = '{excluded}', claimed_until = NULL, uploaded_at = NULL
+               FROM closed
+              WHERE f.recording_id = closed.id AND f.axis = '{segment}'
+                AND f.duration_ms IS NULL AND f.state IN ('{pending}', '{uploaded}')
+             RETURNING 1)
+         -- A data-modifying WITH runs whether or not the query reads it.
+         SELECT count(*) AS n FROM closed",
         ended = RecordingState::Ended.as_str(),
         ending = RecordingState::Ending.as_str(),
+        excluded = FileState::Excluded.as_str(),
+        segment = FileAxis::Segment.as_str(),
+        pending = FileState::Pending.as_str(),
+        uploaded = FileState::Uploaded.as_str(),
     ))
     .bind::<Text, _>(node)
-    .execute(conn)
+    .get_result::<Count>(conn)
     .await
+    .map(|c| c.n as usize)
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
 }

@@ -548,3 +548,56 @@ async fn a_recording_with_nothing_arriving_ends_as_idle_and_is_final_after_its_c
     let r = put("index1.m4s").await.unwrap();
     assert_error(r, StatusCode::CONFLICT, "excluded").await;
 }
+
+#[tokio::test]
+async fn a_segment_no_playlist_named_is_excluded_at_the_cutoff_and_the_playlist_ends() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let recording = create_recording(&app, &key).await;
+    let id = recording["id"].as_str().unwrap().to_owned();
+    let ingest = recording["ingest_url"].as_str().unwrap().to_owned();
+    let playback = recording["playback_url"].as_str().unwrap().to_owned();
+    let put = |name: &str, body: Vec<u8>| app.http.put(format!("{ingest}{name}")).body(body).send();
+    for name in ["init.mp4", "index0.m4s", "index1.m4s"] {
+        assert_eq!(
+            put(name, vec![1u8; 10]).await.unwrap().status(),
+            StatusCode::CREATED
+        );
+    }
+    // The encoder named segment 0 only, then went away.
+    let playlist = "#EXTM3U\n#EXT-X-TARGETDURATION:4\n#EXTINF:4.0,\nindex0.m4s\n";
+    assert_eq!(
+        put("index.m3u8", playlist.into()).await.unwrap().status(),
+        StatusCode::NO_CONTENT
+    );
+    let r = app
+        .post(&key, &format!("/v1/live/{id}/end"), &serde_json::json!({}))
+        .await;
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+
+    let mut settings = crate::tus::woken_sweeper();
+    settings.interval = std::time::Duration::from_millis(100);
+    settings.live_grace = std::time::Duration::ZERO;
+    app.count(&format!(
+        "WITH x AS (UPDATE recordings SET cutoff_at = now() - interval '1 second'
+                     WHERE id = '{id}' RETURNING 1) SELECT count(*) AS n FROM x"
+    ))
+    .await;
+    app.start_sweeper(app.storage.clone(), settings).await;
+    crate::queue::wait_for_count(
+        &app,
+        &format!("SELECT count(*) AS n FROM recordings WHERE id = '{id}' AND state = 'ended'"),
+        1,
+        std::time::Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(
+        rows(&app, &id, "sequence = 1 AND state = 'excluded'").await,
+        1,
+        "segment 1 had no duration"
+    );
+    uploaded(&app, &id, 2).await;
+    let text = playlist_text(&app, &playback).await;
+    assert_eq!(text.matches("#EXTINF").count(), 1, "{text}");
+    assert!(text.ends_with("#EXT-X-ENDLIST\n"), "{text}");
+}
