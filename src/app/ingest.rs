@@ -135,6 +135,8 @@ pub struct Received {
     pub offset: u64,
     /// The whole file has arrived; the sweeper takes it from here.
     pub complete: bool,
+    /// When the upload expires if it is not complete by then.
+    pub expires_at: DateTime<Utc>,
 }
 
 fn ingest(ctx: &AppContext) -> Result<&Ingest, AppError> {
@@ -297,6 +299,7 @@ where
             (Some(o), Some(0) | None) if o == declared => Ok(Received {
                 offset: declared,
                 complete: true,
+                expires_at: row.expires_at,
             }),
             _ => Err(AppError::UploadComplete),
         };
@@ -429,6 +432,7 @@ where
     Ok(Received {
         offset: now_held,
         complete,
+        expires_at: row.expires_at,
     })
 }
 

@@ -9,11 +9,10 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{Outcome, Round, Shared, SweepStore, Sweeper, Work};
+use super::{Held, Outcome, Round, Shared, SweepStore, Sweeper, Work};
 use crate::adapters::spool::SpoolCheck;
 use crate::db::{self, recordings::ClaimedFile};
 use crate::domain::sweep::Admission;
-use crate::domain::upload::RejectReason;
 
 impl<S: SweepStore> Sweeper<S> {
     /// Claims a page of due recording files through their cursor and offers them to the
@@ -82,8 +81,9 @@ impl<S: SweepStore> Shared<S> {
             // now, and the next try PUTs that.
             SpoolCheck::File { size, .. } => {
                 return self
-                    .fail_file(
-                        file,
+                    .fail(
+                        Held::File(file.id),
+                        file.tries,
                         &format!(
                             "the spool file has {size} bytes, the ledger {}",
                             file.size_bytes
@@ -91,10 +91,18 @@ impl<S: SweepStore> Shared<S> {
                     )
                     .await;
             }
-            SpoolCheck::Refused(reason) => return self.reject_file(file, reason).await,
+            SpoolCheck::Refused(reason) => {
+                return self
+                    .reject(Held::File(file.id), Some(&file.spool_path), reason)
+                    .await;
+            }
             SpoolCheck::Unreadable(error) => {
                 return self
-                    .fail_file(file, &format!("spool file unreadable: {error}"))
+                    .fail(
+                        Held::File(file.id),
+                        file.tries,
+                        &format!("spool file unreadable: {error}"),
+                    )
                     .await;
             }
         };
@@ -108,7 +116,7 @@ impl<S: SweepStore> Shared<S> {
             Admission::Probe(t) => self.note(Some(t)),
             Admission::Refused => {
                 self.stats.held_by_breaker.fetch_add(1, Ordering::Relaxed);
-                self.release_file(file.id).await;
+                self.release(Held::File(file.id)).await;
                 return Outcome::HeldByBreaker;
             }
         }
@@ -133,7 +141,7 @@ impl<S: SweepStore> Shared<S> {
                     .await
                 {
                     Err(_) if cancel.is_cancelled() => {
-                        self.release_file(file.id).await;
+                        self.release(Held::File(file.id)).await;
                         return Outcome::Stopped;
                     }
                     other => other.map(|sent| i64::try_from(sent).unwrap_or(i64::MAX)),
@@ -144,19 +152,9 @@ impl<S: SweepStore> Shared<S> {
         let stored_size = match stored {
             Ok(size) => size,
             Err(error) => {
-                return {
-                    let transition = {
-                        let mut breaker = self.breaker.lock().expect("breaker lock");
-                        if error.outage {
-                            breaker.on_failure(Instant::now())
-                        } else {
-                            breaker.on_success()
-                        }
-                    };
-                    self.note(transition);
-                    self.fail_file(file, &crate::telemetry::error_chain(&error))
-                        .await
-                };
+                return self
+                    .storage_failed(Held::File(file.id), file.tries, &error)
+                    .await;
             }
         };
         let transition = self.breaker.lock().expect("breaker lock").on_success();
@@ -179,12 +177,13 @@ impl<S: SweepStore> Shared<S> {
             }
             // The file was sent again with another size meanwhile: its next try PUTs that.
             Ok(_) => {
-                self.release_file(file.id).await;
+                self.release(Held::File(file.id)).await;
                 Outcome::AlreadyClosed
             }
             Err(error) => {
-                self.fail_file(
-                    file,
+                self.fail(
+                    Held::File(file.id),
+                    file.tries,
                     &format!(
                         "marking it uploaded failed: {}",
                         crate::telemetry::error_chain(&error)
@@ -192,58 +191,6 @@ impl<S: SweepStore> Shared<S> {
                 )
                 .await
             }
-        }
-    }
-
-    async fn fail_file(&self, file: &ClaimedFile, error: &str) -> Outcome {
-        self.stats.failed.fetch_add(1, Ordering::Relaxed);
-        let failures = u32::try_from(file.tries).unwrap_or(0).saturating_add(1);
-        let delay = self.settings.backoff.delay(failures, rand::random::<f64>());
-        tracing::info!(
-            failures,
-            delay_ms = delay.as_millis() as u64,
-            error,
-            "recording file try failed; backing off"
-        );
-        let stored = async {
-            let mut conn = self.pool.get().await?;
-            db::recordings::record_file_failure(&mut conn, file.id, delay.as_secs_f64(), error)
-                .await
-                .map_err(db::DbError::from)
-        }
-        .await;
-        if let Err(error) = stored {
-            tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not record the failed try");
-        }
-        Outcome::Failed
-    }
-
-    async fn reject_file(&self, file: &ClaimedFile, reason: RejectReason) -> Outcome {
-        self.stats.rejected.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(reason = reason.as_str(), spool_path = %file.spool_path, "recording file rejected at the file boundary");
-        let stored = async {
-            let mut conn = self.pool.get().await?;
-            db::recordings::reject_file(&mut conn, file.id, reason)
-                .await
-                .map_err(db::DbError::from)
-        }
-        .await;
-        if let Err(error) = stored {
-            tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not record the rejection");
-        }
-        Outcome::Rejected
-    }
-
-    pub(super) async fn release_file(&self, id: i64) {
-        let released = async {
-            let mut conn = self.pool.get().await?;
-            db::recordings::release_files(&mut conn, &[id])
-                .await
-                .map_err(db::DbError::from)
-        }
-        .await;
-        if let Err(error) = released {
-            tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not release a claim");
         }
     }
 }

@@ -32,6 +32,15 @@ use crate::domain::upload::RejectReason;
 mod files;
 pub mod probe;
 
+/// The row a worker holds, in whichever ledger it is.
+#[derive(Clone, Copy, Debug)]
+enum Held {
+    /// `uploads.id`.
+    Upload(Uuid),
+    /// `recording_files.id`.
+    File(i64),
+}
+
 /// What the queue carries to the upload workers: a row of either ledger.
 #[derive(Debug)]
 enum Work {
@@ -488,12 +497,16 @@ impl<S: SweepStore> Shared<S> {
             };
             let Some(work) = work else { return };
             match work {
-                Work::Upload(row) if shutdown.is_cancelled() => self.release(row.id).await,
+                Work::Upload(row) if shutdown.is_cancelled() => {
+                    self.release(Held::Upload(row.id)).await
+                }
                 Work::Upload(row) => {
                     let outcome = self.upload(&row, &shutdown).await;
                     tracing::debug!(upload_id = %row.id, ?outcome, "sweeper row done");
                 }
-                Work::File(file) if shutdown.is_cancelled() => self.release_file(file.id).await,
+                Work::File(file) if shutdown.is_cancelled() => {
+                    self.release(Held::File(file.id)).await
+                }
                 Work::File(file) => {
                     let outcome = self.upload_file(&file, &shutdown).await;
                     tracing::debug!(file_id = file.id, ?outcome, "sweeper recording file done");
@@ -529,14 +542,28 @@ impl<S: SweepStore> Shared<S> {
         let file = match self.root.check(row.spool_path.as_deref()) {
             SpoolCheck::File { path, size } => {
                 if i64::try_from(size).ok() != Some(row.declared_size) {
-                    return self.reject(row, RejectReason::SpoolSizeMismatch).await;
+                    return self
+                        .reject(
+                            Held::Upload(row.id),
+                            row.spool_path.as_deref(),
+                            RejectReason::SpoolSizeMismatch,
+                        )
+                        .await;
                 }
                 path
             }
-            SpoolCheck::Refused(reason) => return self.reject(row, reason).await,
+            SpoolCheck::Refused(reason) => {
+                return self
+                    .reject(Held::Upload(row.id), row.spool_path.as_deref(), reason)
+                    .await;
+            }
             SpoolCheck::Unreadable(error) => {
                 return self
-                    .fail(row, &format!("spool file unreadable: {error}"))
+                    .fail(
+                        Held::Upload(row.id),
+                        row.tries,
+                        &format!("spool file unreadable: {error}"),
+                    )
                     .await;
             }
         };
@@ -550,7 +577,7 @@ impl<S: SweepStore> Shared<S> {
             Admission::Probe(t) => self.note(Some(t)),
             Admission::Refused => {
                 self.stats.held_by_breaker.fetch_add(1, Ordering::Relaxed);
-                self.release(row.id).await;
+                self.release(Held::Upload(row.id)).await;
                 return Outcome::HeldByBreaker;
             }
         }
@@ -572,13 +599,21 @@ impl<S: SweepStore> Shared<S> {
                     // Stopped by a shutdown, not failed by S3: the row is given back as it
                     // was (no try counted, the breaker untouched).
                     Err(_) if cancel.is_cancelled() => {
-                        self.release(row.id).await;
+                        self.release(Held::Upload(row.id)).await;
                         return Outcome::Stopped;
                     }
-                    Err(error) => return self.storage_failed(row, &error).await,
+                    Err(error) => {
+                        return self
+                            .storage_failed(Held::Upload(row.id), row.tries, &error)
+                            .await;
+                    }
                 }
             }
-            Err(error) => return self.storage_failed(row, &error).await,
+            Err(error) => {
+                return self
+                    .storage_failed(Held::Upload(row.id), row.tries, &error)
+                    .await;
+            }
         };
         let transition = self.breaker.lock().expect("breaker lock").on_success();
         self.note(transition);
@@ -620,7 +655,8 @@ impl<S: SweepStore> Shared<S> {
             }
             Err(error) => {
                 self.fail(
-                    row,
+                    Held::Upload(row.id),
+                    row.tries,
                     &format!("confirm failed: {}", crate::telemetry::error_chain(&error)),
                 )
                 .await
@@ -631,7 +667,7 @@ impl<S: SweepStore> Shared<S> {
     /// A failed S3 call: the row backs off; the breaker counts it only when S3 itself is
     /// failing (no answer, a 5xx, a 429). S3 refusing this one request (a 4xx) shows S3 is
     /// up, so one bad row cannot stop the uploads of every other.
-    async fn storage_failed(&self, row: &ClaimedUpload, error: &StorageError) -> Outcome {
+    async fn storage_failed(&self, row: Held, tries: i32, error: &StorageError) -> Outcome {
         let transition = {
             let mut breaker = self.breaker.lock().expect("breaker lock");
             if error.outage {
@@ -641,25 +677,32 @@ impl<S: SweepStore> Shared<S> {
             }
         };
         self.note(transition);
-        self.fail(row, &crate::telemetry::error_chain(error)).await
+        self.fail(row, tries, &crate::telemetry::error_chain(error))
+            .await
     }
 
-    /// Stores the failure and the row's next try on the row.
-    async fn fail(&self, row: &ClaimedUpload, error: &str) -> Outcome {
+    /// Stores the failure and the row's next try on the row (`tries` failed so far).
+    async fn fail(&self, row: Held, tries: i32, error: &str) -> Outcome {
         self.stats.failed.fetch_add(1, Ordering::Relaxed);
-        let failures = u32::try_from(row.tries).unwrap_or(0).saturating_add(1);
+        let failures = u32::try_from(tries).unwrap_or(0).saturating_add(1);
         let delay = self.settings.backoff.delay(failures, rand::random::<f64>());
         tracing::info!(
+            ?row,
             failures,
             delay_ms = delay.as_millis() as u64,
             error,
             "upload try failed; backing off"
         );
+        let secs = delay.as_secs_f64();
         let stored = async {
             let mut conn = self.pool.get().await?;
-            db::ledger::record_failure(&mut conn, row.id, delay.as_secs_f64(), error)
-                .await
-                .map_err(db::DbError::from)
+            match row {
+                Held::Upload(id) => db::ledger::record_failure(&mut conn, id, secs, error).await,
+                Held::File(id) => {
+                    db::recordings::record_file_failure(&mut conn, id, secs, error).await
+                }
+            }
+            .map_err(db::DbError::from)
         }
         .await;
         if let Err(error) = stored {
@@ -669,14 +712,17 @@ impl<S: SweepStore> Shared<S> {
         Outcome::Failed
     }
 
-    async fn reject(&self, row: &ClaimedUpload, reason: RejectReason) -> Outcome {
+    /// Refuses the row for good (never PUT, never tried again).
+    async fn reject(&self, row: Held, spool_path: Option<&str>, reason: RejectReason) -> Outcome {
         self.stats.rejected.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(reason = reason.as_str(), spool_path = ?row.spool_path, "upload rejected at the file boundary");
+        tracing::warn!(?row, reason = reason.as_str(), spool_path = ?spool_path, "rejected at the file boundary");
         let stored = async {
             let mut conn = self.pool.get().await?;
-            db::ledger::reject(&mut conn, row.id, reason)
-                .await
-                .map_err(db::DbError::from)
+            match row {
+                Held::Upload(id) => db::ledger::reject(&mut conn, id, reason).await,
+                Held::File(id) => db::recordings::reject_file(&mut conn, id, reason).await,
+            }
+            .map_err(db::DbError::from)
         }
         .await;
         if let Err(error) = stored {
@@ -685,12 +731,15 @@ impl<S: SweepStore> Shared<S> {
         Outcome::Rejected
     }
 
-    async fn release(&self, id: Uuid) {
+    /// Gives the claim back without a try.
+    async fn release(&self, row: Held) {
         let released = async {
             let mut conn = self.pool.get().await?;
-            db::ledger::release(&mut conn, &[id])
-                .await
-                .map_err(db::DbError::from)
+            match row {
+                Held::Upload(id) => db::ledger::release(&mut conn, &[id]).await,
+                Held::File(id) => db::recordings::release_files(&mut conn, &[id]).await,
+            }
+            .map_err(db::DbError::from)
         }
         .await;
         if let Err(error) = released {

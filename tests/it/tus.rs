@@ -138,6 +138,14 @@ pub async fn wait_for_state(app: &TestApp, key: &str, id: &str, state: &str) -> 
     }
 }
 
+/// Waits (up to 10 s) for `path` to be gone; the caller asserts it.
+async fn wait_gone(path: &std::path::Path) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while path.exists() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn spool_file(app: &TestApp, id: &str) -> std::path::PathBuf {
     app.spool.path().join("uploads").join(id)
 }
@@ -220,6 +228,8 @@ async fn a_chunked_tus_upload_is_fsynced_landed_in_s3_and_confirmed_without_the_
         .await,
         1
     );
+    // The row is confirmed first, then its spool copy is removed.
+    wait_gone(&spool_file(&app, &id)).await;
     assert!(
         !spool_file(&app, &id).exists(),
         "the spool copy goes once S3 has it"
@@ -519,6 +529,8 @@ async fn an_expired_upload_answers_410_and_the_sweeper_removes_its_spool_file() 
         .await;
     let status = wait_for_state(&app, &key, &id, "expired").await;
     assert_eq!(status["received_bytes"], 4_000);
+    // The row is expired first, then its file is removed: give the sweeper that moment.
+    wait_gone(&spool_file(&app, &id)).await;
     assert!(!spool_file(&app, &id).exists());
     assert!(
         app.storage
