@@ -556,6 +556,10 @@ pub struct WorkerConfig {
     pub storage: StorageConfig,
     #[command(flatten)]
     pub media: MediaArgs,
+    // Where repackage attempts keep a live recording's joined original until this node's
+    // sweeper (same VIDQ_NODE_ID and VIDQ_SPOOL_DIR) has landed it in S3.
+    #[command(flatten)]
+    pub spool: SpoolArgs,
 }
 
 /// How a relay claims, sends and retries.

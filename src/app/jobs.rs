@@ -11,8 +11,9 @@ use crate::db::{self, DbError, DbPool, jobs::AttemptEnd};
 use crate::domain::event::Event;
 use crate::domain::failure;
 use crate::domain::ids::VideoId;
-use crate::domain::job::{JobStatus, MAX_ATTEMPTS, Outcome};
+use crate::domain::job::{JobKind, JobStatus, MAX_ATTEMPTS, Outcome};
 use crate::domain::media::MediaError;
+use crate::domain::recording::RecordingState;
 use crate::domain::video::VideoStatus;
 use crate::pipeline::AttemptOutput;
 
@@ -34,6 +35,8 @@ pub struct Claim {
     pub attempt: i32,
     /// Where the original is.
     pub original_key: String,
+    /// What the attempt does.
+    pub kind: JobKind,
 }
 
 impl From<db::jobs::ClaimedJob> for Claim {
@@ -45,6 +48,8 @@ impl From<db::jobs::ClaimedJob> for Claim {
             run: job.run,
             attempt: job.attempt_count,
             original_key: job.original_s3_key,
+            // The schema's CHECK allows these two spellings only.
+            kind: job.kind.parse().unwrap_or(JobKind::Encode),
         }
     }
 }
@@ -224,17 +229,25 @@ async fn finalize_ready_once(
         let at = db::videos::set_ready(conn, claim.video.0, &facts)
             .await
             .map_err(video_gone)?;
-        let data = json!({
+        let mut data = json!({
             "status": VideoStatus::Ready.as_str(),
             "duration_ms": media.duration_ms,
             "width": media.width,
             "height": media.height,
+            "source": "upload",
             "playback": {
                 "hls_key": output.keys.hls,
                 "mp4_key": output.keys.mp4,
                 "thumbnail_key": output.keys.thumbnail,
             },
         });
+        if claim.kind == JobKind::Repackage
+            && db::live_videos::follow_video(conn, claim.video.0, RecordingState::Ready).await? > 0
+        {
+            let (kept, excluded) = db::live_videos::segments_of_video(conn, claim.video.0).await?;
+            data["source"] = "live".into();
+            data["segments"] = json!({ "kept": kept, "excluded": excluded });
+        }
         let event = Event::video_ready(claim.video, claim.run, at, data);
         db::outbox::insert(conn, owner, &event).await?;
         fenced(
@@ -278,6 +291,7 @@ async fn finalize_failed_once(
         let at = db::videos::set_failed(conn, claim.video.0, error.code, &message)
             .await
             .map_err(video_gone)?;
+        db::live_videos::follow_video(conn, claim.video.0, RecordingState::Failed).await?;
         let event = Event::video_failed(claim.video, claim.run, at, error.code, &message);
         db::outbox::insert(conn, owner, &event).await?;
         fenced(
@@ -367,6 +381,7 @@ pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
                 let at = db::videos::set_failed(conn, video.0, code, message)
                     .await
                     .map_err(video_gone)?;
+                db::live_videos::follow_video(conn, video.0, RecordingState::Failed).await?;
                 let event = Event::video_failed(video, job.run, at, code, message);
                 db::outbox::insert(conn, owner, &event).await?;
                 let ended = AttemptEnd {
@@ -471,6 +486,7 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
                     ));
                 }
                 db::videos::requeue(conn, video.0).await?;
+                db::live_videos::follow_video(conn, video.0, RecordingState::Ended).await?;
                 let changed = db::jobs::requeue(conn, id, status.as_str()).await?;
                 db::jobs::notify_claimable(conn).await?;
                 changed
@@ -482,6 +498,7 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
                 let code = "cancelled";
                 let message = failure::sentence(code);
                 let at = db::videos::set_failed(conn, video.0, code, message).await?;
+                db::live_videos::follow_video(conn, video.0, RecordingState::Failed).await?;
                 let event = Event::video_failed(video, run, at, code, message);
                 db::outbox::insert(conn, owner, &event).await?;
                 db::jobs::cancel(conn, id, status.as_str()).await?

@@ -35,6 +35,8 @@ pub struct RecordingStatus {
     pub state: RecordingState,
     /// Its files, counted.
     pub counts: db::recordings::FileCounts,
+    /// The video it became, once it has one.
+    pub video_id: Option<uuid::Uuid>,
 }
 
 /// Creates a recording whose files this node will spool.
@@ -63,8 +65,14 @@ pub async fn status(
         .await?
         .ok_or(AppError::NotFound)?;
     let counts = db::recordings::counts(&mut conn, id).await?;
+    let video_id = db::live_videos::video_of(&mut conn, id).await?;
     let state = row.state.parse().map_err(db::DbError::from)?;
-    Ok(RecordingStatus { row, state, counts })
+    Ok(RecordingStatus {
+        row,
+        state,
+        counts,
+        video_id,
+    })
 }
 
 /// `POST /v1/live/{id}/end`: the broadcaster says it is over.

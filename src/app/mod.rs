@@ -7,6 +7,7 @@ pub mod events;
 pub mod ingest;
 pub mod jobs;
 pub mod live;
+pub mod live_videos;
 pub mod playback;
 pub mod reconcile;
 pub mod upload_locks;

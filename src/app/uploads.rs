@@ -12,7 +12,7 @@ use crate::adapters::storage::PresignedPut;
 use crate::db::{self, videos::VideoRow, videos::VideoWithAttempts};
 use crate::domain::event::Event;
 use crate::domain::ids::{UploadId, UserId, VideoId};
-use crate::domain::job::JobStatus;
+use crate::domain::job::{JobKind, JobStatus};
 use crate::domain::keys;
 use crate::domain::upload::{NewUpload, UploadState};
 
@@ -205,7 +205,7 @@ pub async fn accept(
     }
     let video_id = VideoId::new();
     let video = db::videos::insert(conn, video_id.0, owner.0, upload_id.0).await?;
-    let job_id = db::jobs::insert(conn, video_id.0, object_key).await?;
+    let job_id = db::jobs::insert(conn, video_id.0, object_key, JobKind::Encode).await?;
     db::jobs::notify_claimable(conn).await?;
     let event = Event::video_accepted(video_id, upload_id, video.created_at);
     db::outbox::insert(conn, owner.0, &event).await?;

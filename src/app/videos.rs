@@ -33,8 +33,10 @@ pub struct Playback {
 pub struct VideoFacts {
     /// Video id.
     pub id: uuid::Uuid,
-    /// The upload it was made from.
-    pub upload_id: uuid::Uuid,
+    /// The upload it was made from (`None`: a live recording).
+    pub upload_id: Option<uuid::Uuid>,
+    /// The live recording it was made from (`None`: an upload).
+    pub recording_id: Option<uuid::Uuid>,
     /// Probed duration.
     pub duration_ms: Option<i64>,
     /// Probed width.
@@ -56,6 +58,7 @@ impl From<VideoRow> for VideoFacts {
         Self {
             id: row.id,
             upload_id: row.upload_id,
+            recording_id: row.recording_id,
             duration_ms: row.duration_ms,
             width: row.width,
             height: row.height,
@@ -165,7 +168,7 @@ pub async fn list_videos(
 #[tracing::instrument(skip_all, fields(owner = %owner, video_id = %id))]
 pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Result<(), AppError> {
     let mut conn = ctx.db.get().await?;
-    let upload: UploadId = conn
+    let source: Source = conn
         .transaction::<_, AppError, _>(async |conn| {
             if db::users::lock_for_key_share(conn, owner.0)
                 .await?
@@ -178,18 +181,45 @@ pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Resul
                 .ok_or(AppError::NotFound)?;
             db::jobs::lock_for_videos(conn, &[id.0]).await?;
             db::videos::delete(conn, id.0).await?;
-            db::uploads::delete(conn, video.upload_id).await?;
-            Ok(UploadId(video.upload_id))
+            match (video.upload_id, video.recording_id) {
+                (Some(upload), _) => {
+                    db::uploads::delete(conn, upload).await?;
+                    Ok(Source::Upload(UploadId(upload)))
+                }
+                // The recording goes with its video (after it, lock order): left behind it
+                // would be made into a video again. Its files' objects become orphans the
+                // sweeper's orphan pass removes, and are deleted right below.
+                (None, Some(recording)) => {
+                    db::recordings::delete(conn, recording).await?;
+                    Ok(Source::Recording(recording))
+                }
+                (None, None) => Ok(Source::None),
+            }
         })
         .await?;
+    let originals = match source {
+        Source::Upload(upload) => vec![keys::original(upload)],
+        _ => Vec::new(),
+    };
+    let recording_prefix = match source {
+        Source::Recording(recording) => Some(format!("live/{recording}/")),
+        _ => None,
+    };
     drop(conn);
     // The objects go in a task of their own: an S3 that does not answer must not hold the
     // client for the calls' whole timeouts. Past the budget the deletion goes on unwatched.
     let storage = ctx.storage.clone();
-    let objects =
-        tokio::spawn(
-            async move { delete_objects(&storage, &[keys::original(upload)], &[id]).await },
-        );
+    let objects = tokio::spawn(async move {
+        let mut deleted = delete_objects(&storage, &originals, &[id]).await;
+        if let Some(prefix) = recording_prefix {
+            match storage.delete_prefix(&prefix).await {
+                Ok(n) => deleted += n,
+                Err(error) => tracing::error!(error = %crate::telemetry::error_chain(&error),
+                        "could not delete a recording's files; the orphan pass removes them"),
+            }
+        }
+        deleted
+    });
     if tokio::time::timeout(OBJECT_DELETION_BUDGET, objects)
         .await
         .is_err()
@@ -200,6 +230,13 @@ pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Resul
         tracing::info!("video deleted");
     }
     Ok(())
+}
+
+/// What a deleted video was made from.
+enum Source {
+    Upload(UploadId),
+    Recording(uuid::Uuid),
+    None,
 }
 
 /// How long `DELETE /v1/videos/{id}` waits for the video's objects to be deleted before it

@@ -5,21 +5,23 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::schema::video_encoding_jobs;
-use crate::domain::job::Outcome;
+use crate::domain::job::{JobKind, Outcome};
 
 /// The channel workers LISTEN on; a transaction that makes a job claimable NOTIFYs it.
 pub const JOBS_CHANNEL: &str = "vidq_jobs";
 
-/// Enqueues a PENDING job for a video; joins the caller's transaction.
+/// Enqueues a PENDING job of `kind` for a video; joins the caller's transaction.
 pub async fn insert(
     conn: &mut AsyncPgConnection,
     video: Uuid,
     original_key: &str,
+    kind: JobKind,
 ) -> QueryResult<i64> {
     diesel::insert_into(video_encoding_jobs::table)
         .values((
             video_encoding_jobs::video_id.eq(video),
             video_encoding_jobs::original_s3_key.eq(original_key),
+            video_encoding_jobs::kind.eq(kind.as_str()),
         ))
         .returning(video_encoding_jobs::id)
         .get_result(conn)
@@ -61,6 +63,9 @@ pub struct ClaimedJob {
     /// Where the original is.
     #[diesel(sql_type = diesel::sql_types::Text)]
     pub original_s3_key: String,
+    /// `encode` or `repackage`.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub kind: String,
     /// The fencing token of this claim.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
     pub claim_token: Uuid,
@@ -101,7 +106,7 @@ WITH clock AS (
         lease_until = c.now + make_interval(secs => $3)
     FROM candidate, clock c
     WHERE j.id = candidate.id
-    RETURNING j.id, j.video_id, j.original_s3_key, j.claim_token, j.attempt_count, j.run, j.enqueued_at
+    RETURNING j.id, j.video_id, j.original_s3_key, j.kind, j.claim_token, j.attempt_count, j.run, j.enqueued_at
 ), superseded AS (
     UPDATE job_attempts a
     SET ended_at = statement_timestamp(), outcome = 'lost', error_code = 'lease_expired'
@@ -111,7 +116,7 @@ WITH clock AS (
     INSERT INTO job_attempts (job_id, run, attempt, claim_token, node_id)
     SELECT id, run, attempt_count, claim_token, $2 FROM claimed
 )
-SELECT id, video_id, original_s3_key, claim_token, attempt_count, run, enqueued_at FROM claimed";
+SELECT id, video_id, original_s3_key, kind, claim_token, attempt_count, run, enqueued_at FROM claimed";
 
 /// Claims the next job for `node` with a lease of `lease_secs`; commits at once.
 pub async fn claim(

@@ -25,6 +25,12 @@
 //!    is one such single statement; it deletes objects outside any transaction.
 //! 3. `videos`: `FOR UPDATE` or an UPDATE (finalize, reaper, operator, video deletion, a user
 //!    deletion's page); `FOR KEY SHARE` by an attempt registering its outputs.
+//!    `recordings` come right after, then their `recording_files`: the finalize of a video
+//!    made from a recording moves the recording with it, the deletion of such a video deletes
+//!    its recording; the ingest and the sweeper's passes take a recording (share lock or one
+//!    UPDATE) and then its files, and lock nothing else; the transaction that makes a
+//!    finished recording's video locks the recording `FOR UPDATE` after `users` and then only
+//!    inserts (video, job, outbox).
 //! 4. `video_encoding_jobs`, then that job's `job_attempts` (the claim and every fenced job
 //!    update write the attempt row in the same statement). `video_artifacts` sit beside
 //!    them, after `videos`: the output ledger's writes (register, CAS, forget) take no other
@@ -65,6 +71,7 @@ pub mod events;
 pub mod ingest;
 pub mod jobs;
 pub mod ledger;
+pub mod live_videos;
 pub mod migrations;
 pub mod outbox;
 pub mod pool;

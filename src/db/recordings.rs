@@ -481,6 +481,13 @@ pub async fn files_of(conn: &mut AsyncPgConnection, recording: Uuid) -> QueryRes
     .await
 }
 
+/// Deletes a recording and (cascading) its file rows: its video is being deleted.
+pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+    diesel::delete(recordings::table.filter(recordings::id.eq(id)))
+        .execute(conn)
+        .await
+}
+
 /// The recording, whoever holds it (a playback token authorizes the reader).
 pub async fn find(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<RecordingRow>> {
     recordings::table

@@ -174,6 +174,7 @@ diesel::table! {
         completed_at -> Nullable<Timestamptz>,
         last_error -> Nullable<Text>,
         run -> Int4,
+        kind -> Text,
     }
 }
 
@@ -181,7 +182,7 @@ diesel::table! {
     videos (id) {
         id -> Uuid,
         owner_id -> Uuid,
-        upload_id -> Uuid,
+        upload_id -> Nullable<Uuid>,
         status -> Text,
         duration_ms -> Nullable<Int8>,
         width -> Nullable<Int4>,
@@ -198,6 +199,7 @@ diesel::table! {
         updated_at -> Timestamptz,
         ready_at -> Nullable<Timestamptz>,
         live_run -> Nullable<Int4>,
+        recording_id -> Nullable<Uuid>,
     }
 }
 
@@ -226,6 +228,7 @@ diesel::joinable!(recordings -> users (owner_id));
 diesel::joinable!(uploads -> users (owner_id));
 diesel::joinable!(video_artifacts -> videos (video_id));
 diesel::joinable!(video_encoding_jobs -> videos (video_id));
+diesel::joinable!(videos -> recordings (recording_id));
 diesel::joinable!(videos -> uploads (upload_id));
 diesel::joinable!(videos -> users (owner_id));
 diesel::joinable!(webhook_endpoints -> users (owner_id));

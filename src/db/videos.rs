@@ -15,8 +15,8 @@ pub struct VideoRow {
     pub id: Uuid,
     /// The uploader.
     pub owner_id: Uuid,
-    /// The upload contract it was made from.
-    pub upload_id: Uuid,
+    /// The upload contract it was made from (`None`: a live recording).
+    pub upload_id: Option<Uuid>,
     /// `queued | processing | ready | failed`.
     pub status: String,
     /// Probed duration.
@@ -49,6 +49,8 @@ pub struct VideoRow {
     pub ready_at: Option<DateTime<Utc>>,
     /// The run whose outputs are live (with `live_attempt`, the live prefix).
     pub live_run: Option<i32>,
+    /// The live recording it was made from (`None`: an upload).
+    pub recording_id: Option<Uuid>,
 }
 
 /// A video with its job's attempt count and queue status, as the status API shows it.
@@ -66,6 +68,24 @@ pub async fn insert(
             videos::id.eq(id),
             videos::owner_id.eq(owner),
             videos::upload_id.eq(upload),
+        ))
+        .returning(VideoRow::as_returning())
+        .get_result(conn)
+        .await
+}
+
+/// Inserts the `queued` video of a finished live recording; joins the caller's transaction.
+pub async fn insert_from_recording(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    owner: Uuid,
+    recording: Uuid,
+) -> QueryResult<VideoRow> {
+    diesel::insert_into(videos::table)
+        .values((
+            videos::id.eq(id),
+            videos::owner_id.eq(owner),
+            videos::recording_id.eq(recording),
         ))
         .returning(VideoRow::as_returning())
         .get_result(conn)

@@ -115,6 +115,27 @@ impl Event {
         }
     }
 
+    /// `video.accepted` of a live recording: it has ended with its init and segments in S3,
+    /// and its repackage job is queued.
+    pub fn video_accepted_from_recording(
+        video_id: VideoId,
+        recording_id: uuid::Uuid,
+        occurred_at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            id: EventId::new(),
+            event_type: EventType::VideoAccepted,
+            occurred_at,
+            video_id,
+            data: serde_json::json!({
+                "status": "queued",
+                "source": "live",
+                "recording_id": recording_id,
+                "run": FIRST_RUN,
+            }),
+        }
+    }
+
     /// `video.ready`: outputs are in S3; `data` carries the probe facts and the object keys,
     /// and gets the run that made them.
     pub fn video_ready(

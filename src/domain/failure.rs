@@ -36,6 +36,14 @@ pub const SENTENCES: &[(&str, &str)] = &[
         "storage_error",
         "object storage or the database failed while storing the outputs",
     ),
+    (
+        "recording_incomplete",
+        "the live recording's files are not all in storage",
+    ),
+    (
+        "original_pending",
+        "the joined live recording is not in storage yet",
+    ),
     ("deadline_exceeded", "the encoding attempt ran out of time"),
     (
         "attempts_exhausted",

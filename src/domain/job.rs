@@ -27,6 +27,17 @@ spelled_states! {
 }
 
 spelled_states! {
+    /// What a job's attempts do.
+    pub enum JobKind {
+        /// Probe and encode an uploaded original into the playback ladder.
+        Encode = "encode",
+        /// Join a finished live recording's segments without re-encoding into its original
+        /// axis (one MP4), then write its VOD outputs from that.
+        Repackage = "repackage",
+    }
+}
+
+spelled_states! {
     /// How an attempt ended.
     pub enum Outcome {
         /// Finalized READY.

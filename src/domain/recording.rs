@@ -28,6 +28,8 @@ spelled_states! {
         Init = "init",
         /// One media segment.
         Segment = "segment",
+        /// The whole recording joined into one MP4 by its repackage job.
+        Original = "original",
     }
 }
 
@@ -151,6 +153,17 @@ pub fn object_key(recording: uuid::Uuid, name: &IngestName) -> Option<String> {
         IngestName::Segment(n) => Some(format!("live/{recording}/seg_{n:06}.m4s")),
         IngestName::Playlist => None,
     }
+}
+
+/// The object key of a recording's original axis: its segments joined into one MP4.
+pub fn original_key(recording: uuid::Uuid) -> String {
+    format!("live/{recording}/original.mp4")
+}
+
+/// The spool path of one version of a recording's original, as the repackage attempt
+/// `version` wrote it on its worker's spool.
+pub fn original_spool_path(recording: uuid::Uuid, version: uuid::Uuid) -> String {
+    format!("live/{recording}/original.{version}.mp4")
 }
 
 /// The spool path (relative to the root) of one received version of a recording file:

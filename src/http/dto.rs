@@ -148,6 +148,8 @@ pub struct RecordingDto {
     pub ended_at: Option<DateTime<Utc>>,
     /// Files arriving after this are excluded.
     pub cutoff_at: Option<DateTime<Utc>>,
+    /// The video it became once it ended whole (`GET /v1/videos/{video_id}`).
+    pub video_id: Option<String>,
     /// Created.
     pub created_at: DateTime<Utc>,
 }
@@ -185,6 +187,7 @@ impl RecordingDto {
             end_reason: row.end_reason,
             ended_at: row.ended_at,
             cutoff_at: row.cutoff_at,
+            video_id: status.video_id.map(|v| v.to_string()),
             created_at: row.created_at,
         }
     }
@@ -216,8 +219,14 @@ pub struct VideoErrorDto {
 pub struct VideoDto {
     /// Video id.
     pub id: String,
-    /// The upload it was made from.
-    pub upload_id: String,
+    /// The upload it was made from (absent for a live recording's video).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upload_id: Option<String>,
+    /// The live recording it was made from (absent for an upload's video).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording_id: Option<String>,
+    /// `upload` or `live`.
+    pub source: &'static str,
     /// `queued | processing | ready | failed`.
     pub status: VideoStatus,
     /// Encoding attempts so far (at most 3).
@@ -249,7 +258,13 @@ impl VideoDto {
         });
         Self {
             id: video.id.to_string(),
-            upload_id: video.upload_id.to_string(),
+            upload_id: video.upload_id.map(|u| u.to_string()),
+            recording_id: video.recording_id.map(|r| r.to_string()),
+            source: if video.recording_id.is_some() {
+                "live"
+            } else {
+                "upload"
+            },
             status: view.status,
             attempts: view.attempts,
             duration_ms: video.duration_ms,
@@ -482,7 +497,8 @@ mod tests {
         let view = VideoView {
             video: VideoFacts {
                 id: uuid::Uuid::now_v7(),
-                upload_id: uuid::Uuid::now_v7(),
+                upload_id: Some(uuid::Uuid::now_v7()),
+                recording_id: None,
                 duration_ms: Some(1000),
                 width: Some(640),
                 height: Some(360),
@@ -506,6 +522,7 @@ mod tests {
                 "id",
                 "playback",
                 "ready_at",
+                "source",
                 "status",
                 "upload_id",
                 "width"

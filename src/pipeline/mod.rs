@@ -4,6 +4,7 @@
 //! ledger write is its own short statement.
 
 pub mod outputs;
+pub mod repackage;
 pub mod scratch;
 
 use std::path::PathBuf;
@@ -28,6 +29,8 @@ pub struct AttemptPlan {
     pub attempt: i32,
     /// Where the original is.
     pub original_key: String,
+    /// Encode an upload, or repackage a recording.
+    pub kind: crate::domain::job::JobKind,
 }
 
 /// Keys of the playable outputs, for the finalize to record.
@@ -88,6 +91,9 @@ pub struct Pipeline {
     pub media: MediaConfig,
     /// Parent of each attempt's scratch directory.
     pub work_root: PathBuf,
+    /// Where repackage attempts spool live recordings' originals (`None`: this worker
+    /// takes no live recordings, and their attempts fail to be retried elsewhere).
+    pub live: Option<repackage::LiveOriginals>,
 }
 
 impl Pipeline {
@@ -100,6 +106,9 @@ impl Pipeline {
         plan: &AttemptPlan,
         cancel: &CancellationToken,
     ) -> Result<AttemptOutput, MediaError> {
+        if plan.kind == crate::domain::job::JobKind::Repackage {
+            return self.repackage(plan, cancel).await;
+        }
         let scratch = scratch::Scratch::create(&self.work_root).map_err(|e| {
             MediaError::retryable(
                 "io_error",

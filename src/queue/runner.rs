@@ -265,6 +265,7 @@ impl<B: JobBody> Runner<B> {
             run: claim.run,
             attempt: claim.attempt,
             original_key: claim.original_key.clone(),
+            kind: claim.kind,
         };
         // A panicking body is a failed attempt like any other: caught here, it goes through
         // the same fenced retry as an error, instead of ending the task with the claim open.

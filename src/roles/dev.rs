@@ -96,6 +96,7 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         &config.database_url,
         &config.queue,
         &config.media,
+        &spool_dir,
         storage,
         Default::default(),
         shutdown.clone(),

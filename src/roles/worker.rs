@@ -14,6 +14,7 @@ use crate::config::MediaArgs;
 pub use crate::config::{QueueArgs, WorkerConfig};
 use crate::db;
 use crate::pipeline::Pipeline;
+use crate::pipeline::repackage::{LiveOriginals, ORIGINAL_WAIT};
 use crate::queue::health::WorkerHealth;
 use crate::queue::runner::{Runner, WorkerSettings};
 
@@ -67,6 +68,7 @@ pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::R
         config.database.url.expose(),
         &config.queue,
         &config.media,
+        &config.spool.dir_or("spool"),
         storage,
         health,
         shutdown,
@@ -79,6 +81,7 @@ pub async fn run_with(
     database_url: &str,
     queue: &QueueArgs,
     media: &MediaArgs,
+    spool_dir: &std::path::Path,
     storage: Storage,
     health: Arc<WorkerHealth>,
     shutdown: CancellationToken,
@@ -106,6 +109,11 @@ pub async fn run_with(
         db: pool.clone(),
         media,
         work_root,
+        live: Some(LiveOriginals {
+            spool_dir: spool_dir.to_owned(),
+            node: super::spool_node(queue.node_id.as_deref()),
+            wait: ORIGINAL_WAIT,
+        }),
     };
     let runner = Arc::new(Runner {
         pool,

@@ -196,8 +196,8 @@ impl<S: SweepStore> Shared<S> {
 }
 
 impl<S: SweepStore> Shared<S> {
-    /// This node's live recordings: those idle for `live_idle` end (`idle`), and those past
-    /// their cutoff become `ended`.
+    /// This node's live recordings: those idle for `live_idle` end (`idle`), those past
+    /// their cutoff become `ended`, and ended ones whose files are all in S3 become videos.
     pub(super) async fn end_recordings(&self) -> Result<(), db::DbError> {
         let mut conn = self.pool.get().await?;
         let idle = db::recordings::end_idle(
@@ -217,6 +217,8 @@ impl<S: SweepStore> Shared<S> {
                 "live recordings past their cutoff are final"
             );
         }
+        drop(conn);
+        crate::app::live_videos::settle_ended(&self.pool, &self.settings.node_id).await?;
         Ok(())
     }
 }

@@ -365,6 +365,7 @@ async fn producers_wake_relays_only_while_one_is_waiting() {
             run: claim.run,
             attempt: 1,
             original_key: claim.original_key.clone(),
+            kind: vidq::domain::job::JobKind::Encode,
         };
         vidq::app::jobs::finalize_ready(
             &app.pool,

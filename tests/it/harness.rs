@@ -187,6 +187,8 @@ pub struct TestAppOptions {
     pub allow_private_webhooks: bool,
     /// `VIDQ_PUBLIC_BASE_URL`: unset, the bucket is private.
     pub public_base_url: Option<String>,
+    /// `VIDQ_LIVE_IDLE_SECS` and `VIDQ_LIVE_GRACE_SECS` of the ingest.
+    pub live: vidq::config::LiveArgs,
 }
 
 impl Default for TestAppOptions {
@@ -195,6 +197,7 @@ impl Default for TestAppOptions {
             max_upload_bytes: 100 * 1024 * 1024,
             allow_private_webhooks: true,
             public_base_url: None,
+            live: vidq::config::LiveArgs::default(),
         }
     }
 }
@@ -259,7 +262,7 @@ impl TestApp {
                 spool.path(),
                 SPOOL_NODE.to_owned(),
                 &vidq::config::IngestArgs::default(),
-                vidq::config::LiveArgs::default(),
+                options.live,
                 ingest_listener.local_addr().unwrap().port(),
             )
             .unwrap(),

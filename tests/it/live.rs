@@ -19,7 +19,7 @@ async fn rows(app: &TestApp, recording: &str, filter: &str) -> i64 {
     .await
 }
 
-async fn create_recording(app: &TestApp, key: &str) -> Value {
+pub async fn create_recording(app: &TestApp, key: &str) -> Value {
     let r = app
         .http
         .post(app.url("/v1/live"))
@@ -213,28 +213,7 @@ async fn an_ffmpeg_hls_push_lands_every_file_in_the_recordings_ledger_and_its_en
         text.contains("#EXT-X-MAP:URI=") && text.ends_with("#EXT-X-ENDLIST\n"),
         "{text}"
     );
-    let probe = tokio::process::Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-show_entries",
-            "format=duration",
-            "-of",
-            "csv=p=0",
-        ])
-        .arg(&playback)
-        .output()
-        .await
-        .unwrap();
-    let seconds: f64 = String::from_utf8_lossy(&probe.stdout)
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| {
-            panic!(
-                "ffprobe could not read it: {}",
-                String::from_utf8_lossy(&probe.stderr)
-            )
-        });
+    let seconds = crate::live_recovery::played_seconds(&playback).await;
     assert!((seconds - 6.0).abs() < 0.5, "{seconds} s");
 
     // The ledger and the bucket agree, `live/` included; strays there are orphans, a lost
@@ -398,7 +377,7 @@ async fn names_that_could_leave_the_recording_a_wrong_key_and_files_after_the_cu
 }
 
 /// Pushes the 6 s clip as three 2 s fMP4 segments to `ingest`.
-async fn push(ingest: &str) {
+pub async fn push(ingest: &str) {
     let out = tokio::process::Command::new("ffmpeg")
         .args(["-nostdin", "-v", "error", "-i"])
         .arg(clips::small())
@@ -425,7 +404,7 @@ async fn push(ingest: &str) {
     );
 }
 
-async fn playlist_text(app: &TestApp, url: &str) -> String {
+pub async fn playlist_text(app: &TestApp, url: &str) -> String {
     app.http
         .get(url)
         .send()
@@ -436,7 +415,7 @@ async fn playlist_text(app: &TestApp, url: &str) -> String {
         .unwrap()
 }
 
-async fn uploaded(app: &TestApp, id: &str, n: i64) {
+pub async fn uploaded(app: &TestApp, id: &str, n: i64) {
     crate::queue::wait_for_count(
         app,
         &format!(
@@ -531,9 +510,11 @@ async fn a_recording_with_nothing_arriving_ends_as_idle_and_is_final_after_its_c
     settings.interval = std::time::Duration::from_millis(100);
     settings.live_grace = std::time::Duration::ZERO;
     app.start_sweeper(app.storage.clone(), settings).await;
+    // Final past its cutoff, and with no init it can never play: it fails instead of
+    // becoming a video.
     crate::queue::wait_for_count(
         &app,
-        &format!("SELECT count(*) AS n FROM recordings WHERE id = '{id}' AND state = 'ended'"),
+        &format!("SELECT count(*) AS n FROM recordings WHERE id = '{id}' AND state = 'failed'"),
         1,
         std::time::Duration::from_secs(20),
     )
@@ -545,6 +526,8 @@ async fn a_recording_with_nothing_arriving_ends_as_idle_and_is_final_after_its_c
         .await
         .unwrap();
     assert_eq!(status["end_reason"], "idle");
+    assert_eq!(status["state"], "failed");
+    assert!(status["video_id"].is_null(), "{status}");
     let r = put("index1.m4s").await.unwrap();
     assert_error(r, StatusCode::CONFLICT, "excluded").await;
 }

@@ -27,6 +27,7 @@ pub fn pipeline(app: &TestApp, work_root: &std::path::Path) -> Pipeline {
         db: app.pool.clone(),
         media: MediaConfig::default(),
         work_root: work_root.to_owned(),
+        live: None,
     }
 }
 
@@ -42,6 +43,7 @@ async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
         run: 1,
         attempt: 2,
         original_key: format!("originals/{}", video["upload_id"].as_str().unwrap()),
+        kind: vidq::domain::job::JobKind::Encode,
     };
     let output = pipeline(&app, work.path())
         .run(&plan, &CancellationToken::new())
@@ -159,6 +161,7 @@ async fn a_hostile_original_fails_permanently_and_writes_nothing() {
         run: 1,
         attempt: 1,
         original_key: format!("originals/{}", video["upload_id"].as_str().unwrap()),
+        kind: vidq::domain::job::JobKind::Encode,
     };
     let err = pipeline(&app, dir.path())
         .run(&plan, &CancellationToken::new())
@@ -230,6 +233,7 @@ async fn a_ladder_puts_every_rendition_up_and_the_master_playlist_last() {
         run: 1,
         attempt: 1,
         original_key: format!("originals/{}", video["upload_id"].as_str().unwrap()),
+        kind: vidq::domain::job::JobKind::Encode,
     };
     let output = pipeline
         .run(&plan, &CancellationToken::new())

@@ -399,6 +399,7 @@ async fn a_finalize_that_rolled_back_sends_nothing() {
         run: c.run,
         attempt: c.attempt,
         original_key: c.original_key.clone(),
+        kind: vidq::domain::job::JobKind::Encode,
     };
     let late =
         jobs::finalize_ready(&app.pool, &zombie, &crate::scripted::output(&plan(&zombie))).await;

@@ -63,6 +63,7 @@ async fn a_real_client_resumes_after_a_cut_and_the_clip_ends_ready(program: &str
         db: app.pool.clone(),
         media: MediaConfig::default(),
         work_root: work.path().to_owned(),
+        live: None,
     });
     let worker = Worker::start(&app.db.url, body, fast_settings("tus-client-test")).await;
 

@@ -112,7 +112,11 @@ fn scaled(info: &MediaInfo, short_side: i32) -> (i32, i32) {
 
 /// Input options every FFmpeg call on an original takes: local files only, accepted
 /// demuxers only, and a cap on the frame size the decoder may allocate.
-fn hardened_input(config: &MediaConfig, input: &Path, seek_seconds: Option<f64>) -> Vec<OsString> {
+pub(super) fn hardened_input(
+    config: &MediaConfig,
+    input: &Path,
+    seek_seconds: Option<f64>,
+) -> Vec<OsString> {
     let mut args: Vec<OsString> = Vec::new();
     let mut push = |s: &str| args.push(s.into());
     push("-nostdin");
@@ -169,7 +173,7 @@ pub fn encode_args(
 
 /// The first video stream and the first audio stream if there is one; no metadata,
 /// chapters, subtitles or data streams reach the outputs.
-fn stream_selection() -> Vec<String> {
+pub(super) fn stream_selection() -> Vec<String> {
     [
         "-map",
         "0:v:0",
@@ -232,7 +236,7 @@ fn audio_encoding() -> Vec<String> {
 
 /// The tee muxer's output list: the rung's HLS rendition (fMP4 segments, VOD playlist) and,
 /// for the top rung, the progressive MP4 with `moov` first.
-fn tee_outputs(out: &Path, rung: &Rung, segment: u32) -> String {
+pub(super) fn tee_outputs(out: &Path, rung: &Rung, segment: u32) -> String {
     let hls_dir = out.join("hls").join(&rung.prefix);
     let mut tee = format!(
         "[f=hls:hls_time={segment}:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:\
@@ -365,14 +369,14 @@ async fn master_playlist(renditions: &[Rendition], duration_ms: i64) -> std::io:
     Ok(text)
 }
 
-fn missing(what: &str) -> MediaError {
+pub(super) fn missing(what: &str) -> MediaError {
     MediaError::retryable("encode_failed", format!("the encoder wrote no {what}"))
 }
 
 /// An encode that fails on a file the probe accepted is usually the node (disk, memory, a
 /// kill), so it is retried; the three attempts bound the cost of a file that is corrupt
 /// past its headers.
-fn classify_encode(err: process::ProcessError, input: &Path) -> MediaError {
+pub(super) fn classify_encode(err: process::ProcessError, input: &Path) -> MediaError {
     match classify(err, input, "encode_timeout") {
         MediaError {
             code: "invalid_media",
@@ -385,7 +389,7 @@ fn classify_encode(err: process::ProcessError, input: &Path) -> MediaError {
 
 /// Reads the media playlist FFmpeg wrote in `dir` and checks that everything it references
 /// exists.
-async fn collect(
+pub(super) async fn collect(
     dir: &Path,
     prefix: &str,
     width: i32,

@@ -5,6 +5,7 @@
 pub mod encode;
 pub mod probe;
 pub mod process;
+pub mod repackage;
 
 use std::path::PathBuf;
 use std::time::Duration;

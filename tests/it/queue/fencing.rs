@@ -34,6 +34,7 @@ async fn a_late_result_after_the_lease_expired_and_another_node_reclaimed_change
             run: zombie.run,
             attempt: zombie.attempt,
             original_key: zombie.original_key.clone(),
+            kind: vidq::domain::job::JobKind::Encode,
         }),
     )
     .await;
@@ -80,6 +81,7 @@ async fn a_late_result_after_the_lease_expired_and_another_node_reclaimed_change
         run: winner.run,
         attempt: 2,
         original_key: winner.original_key.clone(),
+        kind: vidq::domain::job::JobKind::Encode,
     };
     jobs::finalize_ready(&app.pool, &winner, &output(&plan))
         .await
@@ -116,6 +118,7 @@ async fn deleting_the_uploader_while_their_videos_finalize_neither_deadlocks_nor
                 run: c.run,
                 attempt: c.attempt,
                 original_key: c.original_key.clone(),
+                kind: vidq::domain::job::JobKind::Encode,
             };
             jobs::finalize_ready(&app.pool, c, &output(&plan)).await
         }));

@@ -1,0 +1,342 @@
+//! From a finished recording to its video: which recordings of a node are whole (and which
+//! can never be), the lock and links of the transaction that makes the video, and the
+//! original axis that its repackage job writes (a `recording_files` row, landed by the
+//! sweeper like the others). Lock order (`db/mod.rs`): a recording row after `users` and
+//! `videos`, before `video_encoding_jobs`; its file rows after it.
+
+use diesel::sql_types::{BigInt, Nullable, Text};
+use diesel::{OptionalExtension, QueryableByName};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use crate::domain::recording::{FileAxis, FileState, RecordingState};
+
+#[derive(QueryableByName)]
+struct Id {
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    id: Uuid,
+}
+
+/// Of a recording `r`: it has no video yet and none of its files is still owed to S3.
+fn settled() -> String {
+    format!(
+        "NOT EXISTS (SELECT 1 FROM videos v WHERE v.recording_id = r.id)
+         AND NOT EXISTS (SELECT 1 FROM recording_files f
+                          WHERE f.recording_id = r.id AND f.state = '{pending}')",
+        pending = FileState::Pending.as_str(),
+    )
+}
+
+/// Of a recording `r`: S3 holds its init and at least one segment.
+fn playable() -> String {
+    let holds = |axis: FileAxis| {
+        format!(
+            "EXISTS (SELECT 1 FROM recording_files f WHERE f.recording_id = r.id
+                        AND f.axis = '{}' AND f.state = '{}')",
+            axis.as_str(),
+            FileState::Uploaded.as_str()
+        )
+    };
+    format!(
+        "({} AND {})",
+        holds(FileAxis::Init),
+        holds(FileAxis::Segment)
+    )
+}
+
+/// A recording that can become a video, with its owner.
+#[derive(Debug, Clone, Copy, QueryableByName)]
+pub struct WholeRecording {
+    /// The recording.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub id: Uuid,
+    /// Its broadcaster.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub owner_id: Uuid,
+}
+
+/// `node`'s ended recordings without a video whose files are all settled (nothing
+/// `pending`), with the init and at least one segment in S3: each can become a video now.
+pub async fn whole(
+    conn: &mut AsyncPgConnection,
+    node: &str,
+) -> diesel::QueryResult<Vec<WholeRecording>> {
+    diesel::sql_query(format!(
+        "SELECT r.id, r.owner_id FROM recordings r
+          WHERE r.node_id = $1 AND r.state = '{ended}'
+            AND {settled} AND {playable}
+          ORDER BY r.id LIMIT 100",
+        ended = RecordingState::Ended.as_str(),
+        settled = settled(),
+        playable = playable(),
+    ))
+    .bind::<Text, _>(node)
+    .load(conn)
+    .await
+}
+
+/// CAS `ended -> failed` for `node`'s ended recordings without a video whose files are
+/// settled but lack an init or any segment in S3 (the encoder sent none, or they were
+/// refused at the file boundary): nothing playable can be made. Returns their ids.
+pub async fn fail_unplayable(
+    conn: &mut AsyncPgConnection,
+    node: &str,
+) -> diesel::QueryResult<Vec<Uuid>> {
+    let rows: Vec<Id> = diesel::sql_query(format!(
+        "UPDATE recordings r SET state = '{failed}', updated_at = statement_timestamp()
+          WHERE r.node_id = $1 AND r.state = '{ended}'
+            AND {settled} AND NOT {playable}
+         RETURNING r.id",
+        failed = RecordingState::Failed.as_str(),
+        ended = RecordingState::Ended.as_str(),
+        settled = settled(),
+        playable = playable(),
+    ))
+    .bind::<Text, _>(node)
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+/// Locks an ended recording that has no video yet `FOR UPDATE` (after its owner, lock
+/// order); `false` when it has a video already (another sweeper made it) or is not `ended`.
+pub async fn lock_for_video(
+    conn: &mut AsyncPgConnection,
+    recording: Uuid,
+) -> diesel::QueryResult<bool> {
+    let row: Option<Id> = diesel::sql_query(format!(
+        "SELECT id FROM recordings r
+          WHERE r.id = $1 AND r.state = '{ended}'
+            AND NOT EXISTS (SELECT 1 FROM videos v WHERE v.recording_id = r.id)
+          FOR UPDATE",
+        ended = RecordingState::Ended.as_str(),
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(recording)
+    .get_result(conn)
+    .await
+    .optional()?;
+    Ok(row.is_some())
+}
+
+/// The recording's state follows its video's end, in the finalize's transaction: `ended ->
+/// ready` or `ended -> failed`. 0 rows for a video made from an upload.
+pub async fn follow_video(
+    conn: &mut AsyncPgConnection,
+    video: Uuid,
+    state: RecordingState,
+) -> diesel::QueryResult<usize> {
+    diesel::sql_query(format!(
+        "UPDATE recordings SET state = $2, updated_at = statement_timestamp()
+          WHERE id = (SELECT recording_id FROM videos WHERE id = $1)
+            AND state IN ('{ended}', '{ready}', '{failed}')",
+        ended = RecordingState::Ended.as_str(),
+        ready = RecordingState::Ready.as_str(),
+        failed = RecordingState::Failed.as_str(),
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(video)
+    .bind::<Text, _>(state.as_str())
+    .execute(conn)
+    .await
+}
+
+/// Segments of the recording a video was made from: kept (in S3) and excluded.
+pub async fn segments_of_video(
+    conn: &mut AsyncPgConnection,
+    video: Uuid,
+) -> diesel::QueryResult<(i64, i64)> {
+    #[derive(QueryableByName)]
+    struct Segments {
+        #[diesel(sql_type = BigInt)]
+        kept: i64,
+        #[diesel(sql_type = BigInt)]
+        excluded: i64,
+    }
+    let row: Segments = diesel::sql_query(format!(
+        "SELECT count(*) FILTER (WHERE f.state = '{uploaded}') AS kept,
+                count(*) FILTER (WHERE f.state = '{excluded}') AS excluded
+           FROM videos v JOIN recording_files f ON f.recording_id = v.recording_id
+          WHERE v.id = $1 AND f.axis = '{segment}'",
+        uploaded = FileState::Uploaded.as_str(),
+        excluded = FileState::Excluded.as_str(),
+        segment = FileAxis::Segment.as_str(),
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(video)
+    .get_result(conn)
+    .await?;
+    Ok((row.kept, row.excluded))
+}
+
+/// The recording a video was made from.
+pub async fn recording_of(
+    conn: &mut AsyncPgConnection,
+    video: Uuid,
+) -> diesel::QueryResult<Option<Uuid>> {
+    #[derive(QueryableByName)]
+    struct Recording {
+        #[diesel(sql_type = Nullable<diesel::sql_types::Uuid>)]
+        recording_id: Option<Uuid>,
+    }
+    let row: Option<Recording> = diesel::sql_query("SELECT recording_id FROM videos WHERE id = $1")
+        .bind::<diesel::sql_types::Uuid, _>(video)
+        .get_result(conn)
+        .await
+        .optional()?;
+    Ok(row.and_then(|r| r.recording_id))
+}
+
+/// The video a recording became, if any.
+pub async fn video_of(
+    conn: &mut AsyncPgConnection,
+    recording: Uuid,
+) -> diesel::QueryResult<Option<Uuid>> {
+    let row: Option<Id> = diesel::sql_query("SELECT id FROM videos WHERE recording_id = $1")
+        .bind::<diesel::sql_types::Uuid, _>(recording)
+        .get_result(conn)
+        .await
+        .optional()?;
+    Ok(row.map(|r| r.id))
+}
+
+/// A file the repackage joins.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct KeptFile {
+    /// `init` or `segment`.
+    #[diesel(sql_type = Text)]
+    pub axis: String,
+    /// Its number.
+    #[diesel(sql_type = diesel::sql_types::Int4)]
+    pub sequence: i32,
+    /// Where S3 holds it.
+    #[diesel(sql_type = Text)]
+    pub object_key: String,
+    /// The size the ledger confirmed.
+    #[diesel(sql_type = BigInt)]
+    pub size_bytes: i64,
+}
+
+/// What the repackage joins: the init, then every segment in S3, in number order (excluded
+/// and refused ones are not part of the recording).
+pub async fn kept_files(
+    conn: &mut AsyncPgConnection,
+    recording: Uuid,
+) -> diesel::QueryResult<Vec<KeptFile>> {
+    diesel::sql_query(format!(
+        "SELECT axis, sequence, object_key, size_bytes FROM recording_files
+          WHERE recording_id = $1 AND state = '{uploaded}' AND axis IN ('{init}', '{segment}')
+          ORDER BY axis = '{init}' DESC, sequence",
+        uploaded = FileState::Uploaded.as_str(),
+        init = FileAxis::Init.as_str(),
+        segment = FileAxis::Segment.as_str(),
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(recording)
+    .load(conn)
+    .await
+}
+
+/// The original axis of a recording as its ledger row has it.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct OriginalRow {
+    /// `pending` or `uploaded` (or `rejected` at the file boundary).
+    #[diesel(sql_type = Text)]
+    pub state: String,
+    /// Its size.
+    #[diesel(sql_type = BigInt)]
+    pub size_bytes: i64,
+    /// The spool file that holds it while pending.
+    #[diesel(sql_type = Text)]
+    pub spool_path: String,
+    /// The node whose spool that is.
+    #[diesel(sql_type = Text)]
+    pub node_id: String,
+    /// The last failed try's error.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub last_error: Option<String>,
+}
+
+/// The recording's original axis, once a repackage attempt registered it.
+pub async fn original(
+    conn: &mut AsyncPgConnection,
+    recording: Uuid,
+) -> diesel::QueryResult<Option<OriginalRow>> {
+    diesel::sql_query(format!(
+        "SELECT state, size_bytes, spool_path, node_id, last_error FROM recording_files
+          WHERE recording_id = $1 AND axis = '{original}' AND sequence = 0",
+        original = FileAxis::Original.as_str(),
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(recording)
+    .get_result(conn)
+    .await
+    .optional()
+}
+
+/// The joined MP4 a repackage attempt spooled (fsynced before this row).
+#[derive(Debug, Clone)]
+pub struct NewOriginal<'a> {
+    /// The recording.
+    pub recording: Uuid,
+    /// `live/{recording}/original.mp4`.
+    pub object_key: &'a str,
+    /// Its size.
+    pub size: i64,
+    /// Relative to the worker's `VIDQ_SPOOL_DIR`.
+    pub spool_path: &'a str,
+    /// The worker's node: its sweeper lands the file.
+    pub node: &'a str,
+}
+
+/// Registers the original axis `pending`, then wakes `node`'s sweeper:
+/// a new row, or a `pending` one of an earlier attempt that now names this attempt's file
+/// (tries start over). An `uploaded` row stays as it is. Returns the row's state after the
+/// statement and the spool path it named before when that was replaced (to remove).
+pub async fn register_original(
+    conn: &mut AsyncPgConnection,
+    new: &NewOriginal<'_>,
+) -> diesel::QueryResult<(String, Option<String>)> {
+    #[derive(QueryableByName)]
+    struct Registered {
+        #[diesel(sql_type = Text)]
+        state: String,
+        #[diesel(sql_type = Nullable<Text>)]
+        replaced: Option<String>,
+    }
+    let row: Registered = diesel::sql_query(format!(
+        "WITH before AS (
+             SELECT spool_path, node_id FROM recording_files
+              WHERE recording_id = $1 AND axis = '{original}' AND sequence = 0
+                AND state = '{pending}'),
+         upserted AS (
+             INSERT INTO recording_files
+                    (recording_id, axis, sequence, object_key, size_bytes, spool_path, node_id)
+             VALUES ($1, '{original}', 0, $2, $3, $4, $5)
+             ON CONFLICT (recording_id, axis, sequence) DO UPDATE
+                SET size_bytes = EXCLUDED.size_bytes, spool_path = EXCLUDED.spool_path,
+                    node_id = EXCLUDED.node_id, tries = 0, next_try_at = NULL,
+                    last_error = NULL, claimed_until = NULL,
+                    received_at = statement_timestamp()
+              WHERE recording_files.state = '{pending}'
+             RETURNING state)
+         SELECT COALESCE((SELECT state FROM upserted),
+                         (SELECT state FROM recording_files
+                           WHERE recording_id = $1 AND axis = '{original}' AND sequence = 0))
+                    AS state,
+                (SELECT spool_path FROM before
+                  WHERE EXISTS (SELECT 1 FROM upserted) AND node_id = $5) AS replaced",
+        original = FileAxis::Original.as_str(),
+        pending = FileState::Pending.as_str(),
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(new.recording)
+    .bind::<Text, _>(new.object_key)
+    .bind::<BigInt, _>(new.size)
+    .bind::<Text, _>(new.spool_path)
+    .bind::<Text, _>(new.node)
+    .get_result(conn)
+    .await?;
+    if row.state == FileState::Pending.as_str() {
+        diesel::sql_query("SELECT pg_notify($1, $2)")
+            .bind::<Text, _>(super::ingest::SWEEP_CHANNEL)
+            .bind::<Text, _>(new.node)
+            .execute(conn)
+            .await?;
+    }
+    Ok((row.state, row.replaced))
+}

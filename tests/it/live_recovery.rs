@@ -1,0 +1,455 @@
+//! The seed's six recovery scenarios of a live recording, each run 5 times (30 runs) with a
+//! real FFmpeg pushing the broadcast, the real sweeper landing its files through a wrapper
+//! that fails the PUTs of chosen keys, a real worker repackaging it into a video, and each
+//! run ending with `vidq reconcile` finding the ledger and the bucket in agreement:
+//! (1) the original's PUT fails, (2) a playback segment's PUT fails, (3) the init is not
+//! confirmed, (4) the broadcast ends, (5) the cutoff excludes late segments, (6) the init
+//! recovers and releases the segments that waited for it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use vidq::adapters::ffmpeg::MediaConfig;
+use vidq::bench::sweeper::FaultStore;
+use vidq::pipeline::Pipeline;
+use vidq::pipeline::repackage::LiveOriginals;
+
+use crate::harness::{SPOOL_NODE, TestApp, TestAppOptions, assert_error};
+use crate::live::{create_recording, playlist_text, push, uploaded};
+use crate::queue::{Worker, fast_settings, wait_for_count};
+use crate::reconcile::{expect, reconcile};
+
+/// Runs of each scenario.
+const RUNS: usize = 5;
+
+/// One broadcast's world: the API (ingest), its node's sweeper behind a fault wrapper, a
+/// worker that repackages, and a fresh recording.
+pub struct LiveRig {
+    pub app: TestApp,
+    pub key: String,
+    pub store: FaultStore,
+    pub worker: Option<Worker>,
+    pub id: String,
+    pub ingest: String,
+    pub playback: String,
+    _work: tempfile::TempDir,
+}
+
+impl LiveRig {
+    /// Everything running; PUTs of `failing` (names under the recording's `live/{id}/`)
+    /// fail until healed.
+    pub async fn start(failing: &[&str]) -> Self {
+        let app = TestApp::spawn_with(TestAppOptions {
+            live: vidq::config::LiveArgs {
+                idle_secs: 30,
+                grace_secs: 1,
+            },
+            ..Default::default()
+        })
+        .await;
+        let key = app.create_user("broadcaster").await;
+        let recording = create_recording(&app, &key).await;
+        let id = recording["id"].as_str().unwrap().to_owned();
+        let store = FaultStore::new(app.storage.clone());
+        for name in failing {
+            store.fail_puts_of(&format!("live/{id}/{name}"));
+        }
+        let mut settings = crate::tus::woken_sweeper();
+        // Failed rows are tried again at the next round: rounds come often here.
+        settings.interval = Duration::from_millis(100);
+        settings.backoff = vidq::domain::sweep::Backoff {
+            base: Duration::from_millis(50),
+            cap: Duration::from_millis(200),
+        };
+        settings.live_grace = Duration::from_secs(1);
+        app.start_sweeper(store.clone(), settings).await;
+        let work = tempfile::tempdir().unwrap();
+        let body = Arc::new(Pipeline {
+            storage: app.storage.clone(),
+            db: app.pool.clone(),
+            media: MediaConfig::default(),
+            work_root: work.path().to_owned(),
+            live: Some(LiveOriginals {
+                spool_dir: app.spool.path().to_owned(),
+                node: SPOOL_NODE.to_owned(),
+                wait: Duration::from_secs(60),
+            }),
+        });
+        let worker = Worker::start(&app.db.url, body, fast_settings("repackager")).await;
+        Self {
+            ingest: recording["ingest_url"].as_str().unwrap().to_owned(),
+            playback: recording["playback_url"].as_str().unwrap().to_owned(),
+            id,
+            key,
+            store,
+            worker: Some(worker),
+            app,
+            _work: work,
+        }
+    }
+
+    pub fn key_of(&self, name: &str) -> String {
+        format!("live/{}/{name}", self.id)
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        self.app.count(&sql.replace("{id}", &self.id)).await
+    }
+
+    pub async fn wait(&self, sql: &str, want: i64) {
+        wait_for_count(
+            &self.app,
+            &sql.replace("{id}", &self.id),
+            want,
+            Duration::from_secs(60),
+        )
+        .await;
+    }
+
+    pub async fn status(&self) -> Value {
+        self.app
+            .get(&self.key, &format!("/v1/live/{}", self.id))
+            .await
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Waits for the recording's video to be READY; returns it as the API shows it.
+    pub async fn ready_video(&self) -> Value {
+        self.wait(
+            "SELECT count(*) AS n FROM videos WHERE recording_id = '{id}' AND status = 'ready'",
+            1,
+        )
+        .await;
+        let video = self.status().await["video_id"]
+            .as_str()
+            .expect("the recording shows its video")
+            .to_owned();
+        self.app.video(&self.key, &video).await
+    }
+
+    /// Waits until a file's PUTs have failed at least twice (its row backs off meanwhile).
+    pub async fn failed_twice(&self, name: &str) {
+        let key = self.key_of(name);
+        self.wait(
+            &format!(
+                "SELECT count(*) AS n FROM recording_files
+                  WHERE object_key = '{key}' AND state = 'pending' AND tries >= 2"
+            ),
+            1,
+        )
+        .await;
+    }
+
+    /// The video's events: exactly one `video.accepted` and one `video.ready`, which says
+    /// it came from a live recording and how many segments it kept and excluded.
+    pub async fn one_ready_event(&self, video: &str, kept: i64, excluded: i64) {
+        let of = |kind: &str| {
+            format!(
+                "SELECT count(*) AS n FROM notification_outbox
+                  WHERE video_id = '{video}' AND event_type = '{kind}'"
+            )
+        };
+        assert_eq!(self.app.count(&of("video.accepted")).await, 1);
+        assert_eq!(self.app.count(&of("video.ready")).await, 1);
+        assert_eq!(self.app.count(&of("video.failed")).await, 0);
+        let ready = self
+            .app
+            .count(&format!(
+                "SELECT count(*) AS n FROM notification_outbox
+                  WHERE video_id = '{video}' AND event_type = 'video.ready'
+                    AND payload->'data'->>'source' = 'live'
+                    AND (payload->'data'->'segments'->>'kept')::bigint = {kept}
+                    AND (payload->'data'->'segments'->>'excluded')::bigint = {excluded}"
+            ))
+            .await;
+        assert_eq!(
+            ready, 1,
+            "video.ready names the source and the segment counts"
+        );
+    }
+
+    /// Every file of the recording is in S3 at its key with the ledger's size, nothing else
+    /// is there, and the spool is empty: `vidq reconcile` exits 0.
+    pub async fn reconciled(&self) {
+        expect(&reconcile(&self.app, &["--grace-secs", "0"]).await, 0);
+        let dir = self.app.spool.path().join("live").join(&self.id);
+        let left = std::fs::read_dir(&dir).map_or(0, |d| d.count());
+        assert_eq!(left, 0, "the spool still holds files of {}", self.id);
+    }
+
+    /// The end of every run: the video is READY with one `video.ready` (segments kept and
+    /// excluded as given), its VOD outputs play the whole broadcast, `vidq reconcile` finds no
+    /// difference; then the worker stops.
+    pub async fn ends_ready(self, kept: i64, excluded: i64) {
+        let video = self.ready_video().await;
+        self.one_ready_event(video["id"].as_str().unwrap(), kept, excluded)
+            .await;
+        plays_whole(&video).await;
+        self.reconciled().await;
+        self.stop().await;
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(worker) = self.worker.take() {
+            worker.stop().await;
+        }
+    }
+}
+
+/// Seconds a player reads from `url` (ffprobe's container duration).
+pub async fn played_seconds(url: &str) -> f64 {
+    let probe = tokio::process::Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-show_entries",
+            "format=duration",
+            "-of",
+            "csv=p=0",
+        ])
+        .arg(url)
+        .output()
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&probe.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| {
+            panic!(
+                "ffprobe could not read {url}: {}",
+                String::from_utf8_lossy(&probe.stderr)
+            )
+        })
+}
+
+/// The VOD outputs of a live video play the whole broadcast (6 s), HLS and MP4.
+async fn plays_whole(video: &Value) {
+    let playback = &video["playback"];
+    for url in [&playback["hls_url"], &playback["mp4_url"]] {
+        let seconds = played_seconds(url.as_str().unwrap()).await;
+        assert!((seconds - 6.0).abs() < 0.5, "{url}: {seconds} s");
+    }
+}
+
+#[tokio::test]
+async fn scenario_1_the_originals_put_fails_then_the_sweeper_lands_it_and_the_video_is_ready() {
+    for run in 0..RUNS {
+        let rig = LiveRig::start(&["original.mp4"]).await;
+        push(&rig.ingest).await;
+        rig.failed_twice("original.mp4").await;
+        // The repackage waits on the ledger: nothing is READY while the original is not in S3.
+        assert_eq!(
+            rig.count(
+                "SELECT count(*) AS n FROM videos v JOIN video_encoding_jobs j ON j.video_id = v.id
+                  WHERE v.recording_id = '{id}' AND v.status <> 'ready' AND j.status = 'PROCESSING'"
+            )
+            .await,
+            1,
+            "run {run}"
+        );
+        rig.store.heal(&rig.key_of("original.mp4"));
+        let video = rig.ready_video().await;
+        assert_eq!(video["source"], "live");
+        let original = rig
+            .app
+            .storage
+            .head(&rig.key_of("original.mp4"))
+            .await
+            .unwrap()
+            .expect("the original axis is in S3");
+        assert_eq!(
+            rig.count(&format!(
+                "SELECT count(*) AS n FROM recording_files WHERE recording_id = '{{id}}'
+                  AND axis = 'original' AND state = 'uploaded' AND size_bytes = {}",
+                original.size
+            ))
+            .await,
+            1,
+            "run {run}: the original's CAS on the size S3 holds"
+        );
+        assert!(rig.store.puts()[&rig.key_of("original.mp4")] >= 3);
+        rig.one_ready_event(video["id"].as_str().unwrap(), 3, 0)
+            .await;
+        plays_whole(&video).await;
+        rig.reconciled().await;
+        rig.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn scenario_2_a_failed_segment_stops_the_playlist_before_it_until_the_sweeper_lands_it() {
+    for run in 0..RUNS {
+        let rig = LiveRig::start(&["seg_000001.m4s"]).await;
+        push(&rig.ingest).await;
+        uploaded(&rig.app, &rig.id, 3).await;
+        rig.failed_twice("seg_000001.m4s").await;
+        let text = playlist_text(&rig.app, &rig.playback).await;
+        assert_eq!(
+            text.matches("#EXTINF").count(),
+            1,
+            "run {run}: the playlist stops before segment 1: {text}"
+        );
+        assert!(!text.contains("ENDLIST"), "{text}");
+        // A segment owed to S3 keeps the recording from becoming a video.
+        assert_eq!(
+            rig.count("SELECT count(*) AS n FROM videos WHERE recording_id = '{id}'")
+                .await,
+            0
+        );
+        rig.store.heal(&rig.key_of("seg_000001.m4s"));
+        uploaded(&rig.app, &rig.id, 4).await;
+        let text = playlist_text(&rig.app, &rig.playback).await;
+        assert_eq!(text.matches("#EXTINF").count(), 3, "run {run}: {text}");
+        rig.ends_ready(3, 0).await;
+    }
+}
+
+#[tokio::test]
+async fn scenario_3_an_unconfirmed_init_keeps_playback_closed_while_the_segments_upload() {
+    for run in 0..RUNS {
+        let rig = LiveRig::start(&["init.mp4"]).await;
+        push(&rig.ingest).await;
+        uploaded(&rig.app, &rig.id, 3).await;
+        rig.failed_twice("init.mp4").await;
+        // Past its cutoff the recording is final, and still nothing plays or is repackaged.
+        rig.wait(
+            "SELECT count(*) AS n FROM recordings WHERE id = '{id}' AND state = 'ended'",
+            1,
+        )
+        .await;
+        let status = rig.status().await;
+        assert_eq!(status["init_uploaded"], false, "run {run}");
+        assert_eq!(status["segments"]["uploaded"], 3, "run {run}: {status}");
+        assert!(status["video_id"].is_null(), "{status}");
+        let text = playlist_text(&rig.app, &rig.playback).await;
+        assert!(
+            !text.contains("#EXTINF") && !text.contains("#EXT-X-MAP"),
+            "run {run}: {text}"
+        );
+        rig.failed_twice("init.mp4").await;
+        assert_eq!(
+            rig.count("SELECT count(*) AS n FROM videos WHERE recording_id = '{id}'")
+                .await,
+            0,
+            "run {run}: no video without its init"
+        );
+        // Healed, it completes like any broadcast, with the ledger and the bucket agreeing.
+        rig.store.heal(&rig.key_of("init.mp4"));
+        rig.ends_ready(3, 0).await;
+    }
+}
+
+#[tokio::test]
+async fn scenario_4_the_broadcasts_end_repackages_it_into_one_ready_video() {
+    for run in 0..RUNS {
+        let rig = LiveRig::start(&[]).await;
+        push(&rig.ingest).await;
+        let video = rig.ready_video().await;
+        let status = rig.status().await;
+        assert_eq!(status["state"], "ready", "run {run}: {status}");
+        assert_eq!(status["end_reason"], "endlist");
+        assert_eq!(status["video_id"], video["id"]);
+        assert_eq!(video["source"], "live");
+        assert_eq!(video["recording_id"].as_str(), Some(rig.id.as_str()));
+        assert!(video.get("upload_id").is_none(), "{video}");
+        rig.one_ready_event(video["id"].as_str().unwrap(), 3, 0)
+            .await;
+        plays_whole(&video).await;
+        // The live playlist is over too.
+        let text = playlist_text(&rig.app, &rig.playback).await;
+        assert!(text.ends_with("#EXT-X-ENDLIST\n"), "{text}");
+        // Each file went to S3 once.
+        for (key, puts) in rig.store.puts() {
+            assert_eq!(puts, 1, "run {run}: {key}");
+        }
+        rig.reconciled().await;
+        rig.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn scenario_5_segments_after_the_cutoff_are_excluded_and_never_put() {
+    for run in 0..RUNS {
+        let rig = LiveRig::start(&[]).await;
+        push(&rig.ingest).await;
+        rig.wait(
+            "SELECT count(*) AS n FROM recordings WHERE id = '{id}' AND final_sequence = 2",
+            1,
+        )
+        .await;
+        let put = |name: &str| {
+            rig.app
+                .http
+                .put(format!("{}{name}", rig.ingest))
+                .body(vec![7u8; 64])
+                .send()
+        };
+        // In the grace period, a number past the final playlist's last segment.
+        assert_error(
+            put("index5.m4s").await.unwrap(),
+            StatusCode::CONFLICT,
+            "excluded",
+        )
+        .await;
+        rig.wait(
+            "SELECT count(*) AS n FROM recordings WHERE id = '{id}' AND state IN ('ended', 'ready')",
+            1,
+        )
+        .await;
+        // Past the cutoff, any new segment.
+        assert_error(
+            put("index3.m4s").await.unwrap(),
+            StatusCode::CONFLICT,
+            "excluded",
+        )
+        .await;
+        let video = rig.ready_video().await;
+        let status = rig.status().await;
+        assert_eq!(status["segments"]["excluded"], 2, "run {run}: {status}");
+        assert_eq!(status["segments"]["uploaded"], 3);
+        for late in ["seg_000003.m4s", "seg_000005.m4s"] {
+            assert!(
+                !rig.store.puts().contains_key(&rig.key_of(late)),
+                "run {run}: {late} was PUT"
+            );
+            assert!(
+                rig.app
+                    .storage
+                    .head(&rig.key_of(late))
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+        }
+        rig.one_ready_event(video["id"].as_str().unwrap(), 3, 2)
+            .await;
+        plays_whole(&video).await;
+        rig.reconciled().await;
+        rig.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn scenario_6_the_init_recovers_and_releases_every_segment_that_waited_for_it() {
+    for run in 0..RUNS {
+        let rig = LiveRig::start(&["init.mp4"]).await;
+        push(&rig.ingest).await;
+        uploaded(&rig.app, &rig.id, 3).await;
+        rig.failed_twice("init.mp4").await;
+        let closed = playlist_text(&rig.app, &rig.playback).await;
+        assert!(!closed.contains("#EXTINF"), "run {run}: {closed}");
+        rig.store.heal(&rig.key_of("init.mp4"));
+        uploaded(&rig.app, &rig.id, 4).await;
+        // The first playlist after the init lands lists all three at once.
+        let open = playlist_text(&rig.app, &rig.playback).await;
+        assert_eq!(open.matches("#EXTINF").count(), 3, "run {run}: {open}");
+        assert!(open.contains("#EXT-X-MAP:URI="), "{open}");
+        let seconds = played_seconds(&rig.playback).await;
+        assert!((seconds - 6.0).abs() < 0.5, "run {run}: {seconds} s");
+        rig.ends_ready(3, 0).await;
+    }
+}
