@@ -3,6 +3,7 @@
 //! medians and percentiles measured side by side in one run.
 
 pub mod e2e;
+pub mod live;
 pub mod queue;
 pub mod relay;
 pub mod stats;
@@ -27,6 +28,10 @@ pub enum BenchCommand {
     /// queue saturation), with and without failing rows ahead, and the time until all are
     /// confirmed in the in-process S3; real sweeper code, real PostgreSQL.
     Sweeper(sweeper::SweeperBenchArgs),
+    /// Live ingest: the latency from a segment's arrival to its appearance in the served
+    /// playlist with N concurrent FFmpeg broadcasts, and how many one API process holds
+    /// with that p99 at or under 1 s.
+    Live(live::LiveBenchArgs),
     /// Bytes per second through tus into the spool (one client, then many at once) next to
     /// `dd ... conv=fsync` on the same disk, and the API's peak memory during a large upload.
     Tus(tus::TusBenchArgs),
@@ -40,6 +45,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Relay(args) => relay::run(args).await,
         BenchCommand::Sweeper(args) => sweeper::run(args).await,
         BenchCommand::Tus(args) => tus::run(args).await,
+        BenchCommand::Live(args) => live::run(args).await,
     }
 }
 

@@ -17,6 +17,7 @@ mod jobs_cli;
 mod layout;
 mod leftovers;
 mod live;
+mod live_broadcast;
 mod live_recovery;
 mod media;
 mod mp4;

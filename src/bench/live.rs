@@ -1,0 +1,328 @@
+//! `vidq bench live`: how soon a live segment a real encoder PUT is visible in the playlist
+//! vidq serves, and how many concurrent broadcasts one API process holds before that
+//! latency's p99 passes a second. A real `vidq api` process (its ingest listener spooling
+//! to `--spool-dir`) and a real `vidq sweeper` of the same node land the files in the
+//! in-process S3; for each step of `--streams`, that many FFmpeg processes push one clip
+//! (`-re`, stream copy, 4 s fMP4 segments) at once, and the bench polls every stream's
+//! playlist every `--poll-ms`. A segment's latency is from its arrival (its ledger row's
+//! `received_at`, written once the file is whole and fsynced) to the first poll whose
+//! playlist lists it; the poll interval bounds the error from above.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use chrono::{DateTime, Utc};
+use clap::Args;
+use diesel::QueryableByName;
+use diesel_async::RunQueryDsl;
+
+use super::stats::percentile;
+use super::{BenchS3, Scratch};
+
+/// `vidq bench live`.
+#[derive(Debug, Args)]
+pub struct LiveBenchArgs {
+    /// Concurrent broadcasts of each step; the bench stops after the first step whose p99
+    /// passes 1 s.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
+    pub streams: Vec<u32>,
+    /// Length of each broadcast in seconds (4 s segments).
+    #[arg(long, default_value_t = 24)]
+    pub seconds: u32,
+    /// How often each stream's playlist is read, in milliseconds.
+    #[arg(long = "poll-ms", default_value_t = 100)]
+    pub poll_ms: u64,
+    /// Where the API spools (emptied before and after).
+    #[arg(long = "spool-dir", default_value = "target/bench-live-spool")]
+    pub spool_dir: PathBuf,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: super::ServerArgs,
+}
+
+/// Runs the benchmark.
+pub async fn run(args: LiveBenchArgs) -> anyhow::Result<()> {
+    ensure!(
+        !args.streams.is_empty() && args.seconds >= 8,
+        "give at least one step and 8 s or more"
+    );
+    let scratch = Scratch::create(&args.server.database_url, "live").await?;
+    let result = measure(&args, &scratch).await;
+    scratch.drop_now().await;
+    let _ = std::fs::remove_dir_all(&args.spool_dir);
+    result
+}
+
+/// One step's result.
+struct Step {
+    streams: u32,
+    segments: usize,
+    p50: Duration,
+    p99: Duration,
+    max: Duration,
+    missing: usize,
+}
+
+async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
+    let s3 = BenchS3::start().await?;
+    let pool = crate::db::connect(&scratch.url, 2).await?;
+    let (_, key) = crate::app::users::create_user(&pool, "bench").await?;
+    let _ = std::fs::remove_dir_all(&args.spool_dir);
+    std::fs::create_dir_all(&args.spool_dir)?;
+    let spool = std::fs::canonicalize(&args.spool_dir)?;
+    let clips = tempfile::tempdir()?;
+    let clip = make_clip(clips.path(), args.seconds).await?;
+    let (http, ingest) = (free_port()?, free_port()?);
+    let mut api = child("api", scratch, &s3, &spool)?
+        .arg("--no-migrate")
+        .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{http}"))
+        .env("VIDQ_INGEST_ADDR", format!("127.0.0.1:{ingest}"))
+        .env("VIDQ_LIVE_GRACE_SECS", "2")
+        .spawn()
+        .context("starting vidq api")?;
+    let mut sweeper = child("sweeper", scratch, &s3, &spool)?
+        .spawn()
+        .context("starting vidq sweeper")?;
+    let base = format!("http://127.0.0.1:{http}");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(256)
+        .build()?;
+    wait_healthy(&client, &base).await?;
+    println!(
+        "vidq bench live: {} s broadcasts of 4 s segments (FFmpeg -re, stream copy), playlists read every {} ms\n",
+        args.seconds, args.poll_ms
+    );
+    println!("| streams | segments | p50 | p99 | max | not seen |");
+    println!("|---|---|---|---|---|---|");
+    let mut held = 0;
+    let mut steps = Vec::new();
+    for &streams in &args.streams {
+        let step = one_step(&client, &base, key.reveal(), &clip, streams, args, &pool).await?;
+        println!(
+            "| {} | {} | {} ms | {} ms | {} ms | {} |",
+            step.streams,
+            step.segments,
+            step.p50.as_millis(),
+            step.p99.as_millis(),
+            step.max.as_millis(),
+            step.missing
+        );
+        let within = step.p99 <= Duration::from_secs(1) && step.missing == 0;
+        steps.push(step);
+        if !within {
+            break;
+        }
+        held = streams;
+    }
+    println!(
+        "\none API process held {held} concurrent streams with the arrival -> playlist p99 at or under 1 s{}",
+        if steps.last().is_some_and(|s| s.streams == held) {
+            " (the largest step tried)"
+        } else {
+            ""
+        }
+    );
+    let _ = api.kill().await;
+    let _ = sweeper.kill().await;
+    s3.stop().await;
+    Ok(())
+}
+
+/// `streams` broadcasts at once; the latency of every segment of every one.
+async fn one_step(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    clip: &Path,
+    streams: u32,
+    args: &LiveBenchArgs,
+    pool: &crate::db::DbPool,
+) -> anyhow::Result<Step> {
+    let mut recordings = Vec::new();
+    for _ in 0..streams {
+        let created: serde_json::Value = client
+            .post(format!("{base}/v1/live"))
+            .bearer_auth(key)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        recordings.push((
+            created["id"]
+                .as_str()
+                .context("id")?
+                .parse::<uuid::Uuid>()?,
+            created["ingest_url"]
+                .as_str()
+                .context("ingest_url")?
+                .to_owned(),
+            created["playback_url"]
+                .as_str()
+                .context("playback_url")?
+                .to_owned(),
+        ));
+    }
+    let mut pushers = Vec::new();
+    for (_, ingest, _) in &recordings {
+        pushers.push(
+            tokio::process::Command::new("ffmpeg")
+                .args(["-nostdin", "-v", "error", "-re", "-i"])
+                .arg(clip)
+                .args(["-c", "copy", "-f", "hls", "-hls_segment_type", "fmp4"])
+                .args(["-hls_time", "4", "-method", "PUT"])
+                .arg(format!("{ingest}index.m3u8"))
+                .kill_on_drop(true)
+                .spawn()
+                .context("starting ffmpeg (is it installed?)")?,
+        );
+    }
+    let expected = args.seconds.div_ceil(4) as usize;
+    let deadline = Instant::now() + Duration::from_secs(u64::from(args.seconds) + 30);
+    let mut watchers = tokio::task::JoinSet::new();
+    for (id, _, playback) in &recordings {
+        let (client, playback, id) = (client.clone(), playback.clone(), *id);
+        let poll = Duration::from_millis(args.poll_ms);
+        watchers.spawn(async move {
+            let seen = watch(&client, &playback, expected, poll, deadline).await;
+            (id, seen)
+        });
+    }
+    for mut pusher in pushers {
+        let status = pusher.wait().await?;
+        ensure!(status.success(), "an ffmpeg push failed ({status})");
+    }
+    let mut seen_at: HashMap<(uuid::Uuid, i32), DateTime<Utc>> = HashMap::new();
+    while let Some(joined) = watchers.join_next().await {
+        let (id, seen) = joined?;
+        for (n, at) in seen.into_iter().enumerate() {
+            seen_at.insert((id, n as i32), at);
+        }
+    }
+    let arrivals = arrivals(pool, &recordings.iter().map(|r| r.0).collect::<Vec<_>>()).await?;
+    let mut latencies = Vec::new();
+    let mut missing = 0;
+    for arrival in &arrivals {
+        match seen_at.get(&(arrival.recording_id, arrival.sequence)) {
+            Some(at) => latencies.push((*at - arrival.received_at).to_std().unwrap_or_default()),
+            None => missing += 1,
+        }
+    }
+    Ok(Step {
+        streams,
+        segments: latencies.len(),
+        p50: percentile(&latencies, 50.0),
+        p99: percentile(&latencies, 99.0),
+        max: latencies.iter().max().copied().unwrap_or_default(),
+        missing,
+    })
+}
+
+/// Polls one playlist until it lists `expected` segments (or `deadline`); when each first
+/// appeared, in number order.
+async fn watch(
+    client: &reqwest::Client,
+    playback: &str,
+    expected: usize,
+    poll: Duration,
+    deadline: Instant,
+) -> Vec<DateTime<Utc>> {
+    let mut seen = Vec::new();
+    while seen.len() < expected && Instant::now() < deadline {
+        if let Ok(response) = client.get(playback).send().await
+            && let Ok(text) = response.text().await
+        {
+            let now = Utc::now();
+            let listed = text.matches("#EXTINF").count();
+            while seen.len() < listed {
+                seen.push(now);
+            }
+        }
+        tokio::time::sleep(poll).await;
+    }
+    seen
+}
+
+#[derive(QueryableByName)]
+struct Arrival {
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    recording_id: uuid::Uuid,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    sequence: i32,
+    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+    received_at: DateTime<Utc>,
+}
+
+/// When each segment of `recordings` arrived (kept ones only).
+async fn arrivals(
+    pool: &crate::db::DbPool,
+    recordings: &[uuid::Uuid],
+) -> anyhow::Result<Vec<Arrival>> {
+    let mut conn = pool.get().await?;
+    Ok(diesel::sql_query(
+        "SELECT recording_id, sequence, received_at FROM recording_files
+          WHERE recording_id = ANY($1) AND axis = 'segment' AND state <> 'excluded'",
+    )
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(recordings)
+    .load(&mut conn)
+    .await?)
+}
+
+/// `vidq ROLE` on the scratch database, the bench S3 and the spool, as node `bench`.
+fn child(
+    role: &str,
+    scratch: &Scratch,
+    s3: &BenchS3,
+    spool: &Path,
+) -> anyhow::Result<tokio::process::Command> {
+    let mut command = tokio::process::Command::new(std::env::current_exe()?);
+    command
+        .arg(role)
+        .env("DATABASE_URL", &scratch.url)
+        .envs(s3.env())
+        .env("VIDQ_SPOOL_DIR", spool)
+        .env("VIDQ_NODE_ID", "bench")
+        .env(
+            "VIDQ_PLAYBACK_SECRET",
+            "vidq-bench-playback-secret-0123456789abcdef",
+        )
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true);
+    Ok(command)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+async fn wait_healthy(client: &reqwest::Client, base: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client.get(format!("{base}/healthz")).send().await.is_err() {
+        ensure!(Instant::now() < deadline, "vidq api did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// A clip whose keyframes fall every 2 s, so stream-copied 4 s segments are all 4 s.
+async fn make_clip(dir: &Path, seconds: u32) -> anyhow::Result<PathBuf> {
+    let path = dir.join("live.mp4");
+    let status = tokio::process::Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i"])
+        .arg(format!("testsrc2=size=640x360:rate=25:duration={seconds}"))
+        .args(["-f", "lavfi", "-i"])
+        .arg(format!("sine=frequency=440:duration={seconds}"))
+        .args(["-c:v", "libx264", "-preset", "ultrafast", "-g", "50"])
+        .args(["-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest"])
+        .arg(&path)
+        .status()
+        .await
+        .context("running ffmpeg (is it installed?)")?;
+    ensure!(status.success(), "ffmpeg could not make the clip");
+    Ok(path)
+}

@@ -1,0 +1,293 @@
+//! Whole broadcasts in real time (`-re`): the seed's 60-second broadcast with 4 s segments,
+//! read live by FFmpeg's own HLS reader while it is pushed and then played as a VOD; and a
+//! broadcast whose ingesting API process is killed with SIGKILL and restarted midway.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::clips;
+use crate::harness::{SPOOL_NODE, TEST_BUCKET, TestApp, vidq_child};
+use crate::live_recovery::{LiveRig, played_seconds};
+
+/// FFmpeg pushing `clip` in real time as fMP4 HLS with 4 s segments to `ingest`, the way
+/// the README tells an encoder to (a keyframe every 2 s, so every segment is 4 s). IO
+/// errors (the API going away) are ignored: the encoder goes on with the next files.
+fn pusher(clip: &std::path::Path, ingest: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new("ffmpeg");
+    command
+        .args(["-nostdin", "-v", "error", "-re", "-i"])
+        .arg(clip)
+        .args(["-c:v", "libx264", "-preset", "ultrafast", "-g", "50"])
+        .args(["-c:a", "aac", "-f", "hls", "-hls_segment_type", "fmp4"])
+        .args(["-hls_time", "4", "-ignore_io_errors", "1", "-method", "PUT"])
+        .arg(format!("{ingest}index.m3u8"))
+        .kill_on_drop(true);
+    command
+}
+
+async fn finished(child: tokio::process::Child) {
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("the push ends")
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The segment objects S3 holds for a recording.
+async fn segment_objects(app: &TestApp, id: &str) -> Vec<String> {
+    let mut keys: Vec<String> = app
+        .storage
+        .list_with_sizes(&format!("live/{id}/"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .filter(|k| k.ends_with(".m4s"))
+        .collect();
+    keys.sort();
+    keys
+}
+
+#[tokio::test]
+async fn a_60_second_broadcast_is_read_live_and_lands_15_segments_that_play_whole_as_a_vod() {
+    let rig = LiveRig::start(&[]).await;
+    let clip = clips::video(60, 320, 240);
+    let push = pusher(&clip, &rig.ingest)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    // A player joins while it is live (the first segment is playable) and reads from the
+    // start until the playlist ends.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = crate::live::playlist_text(&rig.app, &rig.playback).await;
+        if text.contains("#EXTINF") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "nothing became playable: {text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(rig.status().await["state"], "live");
+    let read = tempfile::tempdir().unwrap();
+    let copy = read.path().join("read.mp4");
+    let reader = tokio::process::Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error", "-live_start_index", "0", "-i"])
+        .arg(&rig.playback)
+        .args(["-c", "copy", "-f", "mp4"])
+        .arg(&copy)
+        .kill_on_drop(true)
+        .output();
+    let (read_out, ()) = tokio::join!(
+        tokio::time::timeout(Duration::from_secs(150), reader),
+        finished(push)
+    );
+    let read_out = read_out.expect("the reader stops at the end").unwrap();
+    assert!(
+        read_out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read_out.stderr)
+    );
+    let live_seconds = played_seconds(copy.to_str().unwrap()).await;
+    assert!(
+        (live_seconds - 60.0).abs() < 1.0,
+        "the live reader got {live_seconds} s"
+    );
+
+    // 15 segment rows uploaded = 15 segment objects, and the VOD and its MP4 play 60 s.
+    let video = rig.ready_video().await;
+    assert_eq!(
+        rig.count(
+            "SELECT count(*) AS n FROM recording_files
+              WHERE recording_id = '{id}' AND axis = 'segment' AND state = 'uploaded'"
+        )
+        .await,
+        15
+    );
+    assert_eq!(segment_objects(&rig.app, &rig.id).await.len(), 15);
+    for url in [&video["playback"]["hls_url"], &video["playback"]["mp4_url"]] {
+        let seconds = played_seconds(url.as_str().unwrap()).await;
+        assert!((seconds - 60.0).abs() < 0.5, "{url}: {seconds} s");
+    }
+    rig.one_ready_event(video["id"].as_str().unwrap(), 15, 0)
+        .await;
+    rig.reconciled().await;
+    rig.stop().await;
+}
+
+/// `vidq api` as a child process holding the ingest on fixed ports, spooling into the test
+/// app's spool as the test node (whose sweeper the test starts later).
+fn api_process(
+    app: &TestApp,
+    http: u16,
+    ingest: u16,
+    log: &std::path::Path,
+) -> tokio::process::Child {
+    let mut command = vidq_child("api", log);
+    command
+        .env("DATABASE_URL", &app.db.url)
+        .env("VIDQ_NO_MIGRATE", "true")
+        .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{http}"))
+        .env("VIDQ_INGEST_ADDR", format!("127.0.0.1:{ingest}"))
+        .env("VIDQ_SPOOL_DIR", app.spool.path())
+        .env("VIDQ_NODE_ID", SPOOL_NODE)
+        .env("VIDQ_LIVE_GRACE_SECS", "1")
+        .env("VIDQ_PLAYBACK_SECRET", "7".repeat(64))
+        .env("VIDQ_S3_ENDPOINT", app.s3.as_ref().unwrap().endpoint())
+        .env("VIDQ_S3_BUCKET", TEST_BUCKET)
+        .env("VIDQ_S3_FORCE_PATH_STYLE", "true")
+        .env("AWS_ACCESS_KEY_ID", "test-access")
+        .env("AWS_SECRET_ACCESS_KEY", "test-secret");
+    command.spawn().unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn answering(app: &TestApp, base: &str, log: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while app
+        .http
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_sigkill_of_the_ingesting_api_mid_broadcast_loses_nothing_and_puts_nothing_twice() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("broadcaster").await;
+    let (http, ingest_port) = (free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("api.log");
+    let base = format!("http://127.0.0.1:{http}");
+    let mut api = api_process(&app, http, ingest_port, &log);
+    answering(&app, &base, &log).await;
+    let created = app
+        .http
+        .post(format!("{base}/v1/live"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let recording: Value = created.json().await.unwrap();
+    let id = recording["id"].as_str().unwrap().to_owned();
+    let ingest = recording["ingest_url"].as_str().unwrap().to_owned();
+    assert!(ingest.contains(&format!(":{ingest_port}/")), "{ingest}");
+
+    let clip = clips::video(20, 320, 240);
+    let push = pusher(&clip, &ingest)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Two segments are on the node's disk (no sweeper runs yet): kill the process that
+    // holds the ingest right after the second one, and start it again.
+    let segments = format!(
+        "SELECT count(*) AS n FROM recording_files WHERE recording_id = '{id}' AND axis = 'segment'"
+    );
+    crate::queue::wait_for_count(&app, &segments, 2, Duration::from_secs(30)).await;
+    let pid = api.id().unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    api.wait().await.unwrap();
+    let on_disk = app
+        .count(&format!(
+            "SELECT count(*) AS n FROM recording_files WHERE recording_id = '{id}' AND state = 'pending'"
+        ))
+        .await;
+    assert!(
+        on_disk >= 3,
+        "init and two segments wait on the spool ({on_disk})"
+    );
+    let log2 = dir.path().join("api-2.log");
+    let _api = api_process(&app, http, ingest_port, &log2);
+    answering(&app, &base, &log2).await;
+
+    // The encoder's next files reach the new process; the recording goes on to its end.
+    finished(push).await;
+    crate::queue::wait_for_count(
+        &app,
+        &format!(
+            "SELECT count(*) AS n FROM recordings WHERE id = '{id}' AND end_reason = 'endlist'"
+        ),
+        1,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(app.count(&segments).await, 5, "every segment arrived");
+
+    // The node's sweeper lands what the killed process had spooled and the rest, each file
+    // once under its one key; a worker makes the video.
+    let store = vidq::bench::sweeper::FaultStore::new(app.storage.clone());
+    let mut settings = crate::tus::woken_sweeper();
+    settings.interval = Duration::from_millis(100);
+    settings.live_grace = Duration::from_secs(1);
+    app.start_sweeper(store.clone(), settings).await;
+    let work = tempfile::tempdir().unwrap();
+    let body = std::sync::Arc::new(vidq::pipeline::Pipeline {
+        storage: app.storage.clone(),
+        db: app.pool.clone(),
+        media: vidq::adapters::ffmpeg::MediaConfig::default(),
+        work_root: work.path().to_owned(),
+        live: Some(vidq::pipeline::repackage::LiveOriginals {
+            spool_dir: app.spool.path().to_owned(),
+            node: SPOOL_NODE.to_owned(),
+            wait: Duration::from_secs(60),
+        }),
+    });
+    let worker =
+        crate::queue::Worker::start(&app.db.url, body, crate::queue::fast_settings("repackager"))
+            .await;
+    crate::queue::wait_for_count(
+        &app,
+        &format!(
+            "SELECT count(*) AS n FROM videos WHERE recording_id = '{id}' AND status = 'ready'"
+        ),
+        1,
+        Duration::from_secs(60),
+    )
+    .await;
+    worker.stop().await;
+    let objects = segment_objects(&app, &id).await;
+    assert_eq!(objects.len(), 5, "{objects:?}");
+    let puts = store.puts();
+    assert!(puts.values().all(|n| *n == 1), "{puts:?}");
+    assert_eq!(puts.len(), 7, "init, 5 segments and the original: {puts:?}");
+    let status: Value = app
+        .get(&key, &format!("/v1/live/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let video = app.video(&key, &status["video_id"].as_str().unwrap()).await;
+    let seconds = played_seconds(video["playback"]["hls_url"].as_str().unwrap()).await;
+    assert!((seconds - 20.0).abs() < 0.5, "{seconds} s");
+    crate::reconcile::expect(
+        &crate::reconcile::reconcile(&app, &["--grace-secs", "0"]).await,
+        0,
+    );
+}
