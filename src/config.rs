@@ -556,10 +556,15 @@ pub struct WorkerConfig {
     pub storage: StorageConfig,
     #[command(flatten)]
     pub media: MediaArgs,
-    // Where repackage attempts keep a live recording's joined original until this node's
-    // sweeper (same VIDQ_NODE_ID and VIDQ_SPOOL_DIR) has landed it in S3.
+    // Where repackage attempts keep a live recording's joined original until a sweeper has
+    // landed it in S3.
     #[command(flatten)]
     pub spool: SpoolArgs,
+    /// The node name live recordings' joined originals are registered under: the sweeper
+    /// run with this `VIDQ_NODE_ID` and the same `VIDQ_SPOOL_DIR` lands them (on this host,
+    /// or sharing the spool volume). Default: this worker's node id.
+    #[arg(long = "spool-node", env = "VIDQ_SPOOL_NODE", value_name = "NAME")]
+    pub spool_node: Option<String>,
 }
 
 /// How a relay claims, sends and retries.

@@ -460,6 +460,9 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
             Err(err) => return Err(err.into()),
         };
         db::videos::lock_for_update(conn, video.0).await?;
+        // A live recording's row follows its video below: locked now, before the job (lock
+        // order).
+        db::live_videos::lock_recording_of(conn, video.0).await?;
         let (status, run) = db::jobs::lock_status(conn, id)
             .await?
             .ok_or(OperatorError::NotFound(id))?;

@@ -410,13 +410,17 @@ pub async fn playlist(
         }
     }
     // ENDLIST only once nothing more can be listed: a player stops reloading when it sees
-    // it. Past the cutoff (`ended`), or ended by the encoder's own ENDLIST with every
+    // it. Past the cutoff (`ended` and after), or ended by the encoder's own ENDLIST with every
     // segment up to the last one it named listed.
     let final_listed = recording
         .final_sequence
         .is_some_and(|last| playable == last as usize + 1);
-    let over = state == RecordingState::Ended
-        || (recording.end_reason.as_deref() == Some(EndReason::Endlist.as_str()) && final_listed);
+    // Past the cutoff, a recording stays final when it follows its video (`ready`, `failed`).
+    let over = matches!(
+        state,
+        RecordingState::Ended | RecordingState::Ready | RecordingState::Failed
+    ) || (recording.end_reason.as_deref() == Some(EndReason::Endlist.as_str())
+        && final_listed);
     let ended = over && playable == kept.len() && init_url.is_some();
     Ok(recording::render_live_playlist(
         init_url.as_deref(),

@@ -29,10 +29,18 @@ pub async fn settle_ended(pool: &DbPool, node: &str) -> Result<Settled, DbError>
     let mut conn = pool.get().await?;
     let mut settled = Settled::default();
     for whole in db::live_videos::whole(&mut conn, node).await? {
-        if let Some(video) = make_video(&mut conn, whole).await? {
-            tracing::info!(recording_id = %whole.id, video_id = %video,
-                "live recording is whole; its video is queued for repackaging");
-            settled.videos.push((whole.id, video));
+        // One recording's failure must not hold back the others (nor the failed pass).
+        match make_video(&mut conn, whole).await {
+            Ok(Some(video)) => {
+                tracing::info!(recording_id = %whole.id, video_id = %video,
+                    "live recording is whole; its video is queued for repackaging");
+                settled.videos.push((whole.id, video));
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(recording_id = %whole.id, error = %crate::telemetry::error_chain(&error),
+                    "could not make a live recording's video; the next pass tries again");
+            }
         }
     }
     settled.failed = db::live_videos::fail_unplayable(&mut conn, node).await?;
@@ -54,6 +62,9 @@ async fn make_video(
             .await?
             .is_none()
             || !db::live_videos::lock_for_video(conn, whole.id).await?
+            // Read again after the lock, in a statement of its own (a fresh snapshot): a
+            // sweeper that made the video while this one waited for the lock has committed.
+            || db::live_videos::video_of(conn, whole.id).await?.is_some()
         {
             return Ok(None);
         }

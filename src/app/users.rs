@@ -57,8 +57,10 @@ pub struct DeletedUser {
 /// 2. one transaction per page of upload contracts locks them, their videos and jobs (lock
 ///    order users -> uploads -> videos -> jobs, see `db`) and deletes them; the page's
 ///    objects are deleted after it commits;
-/// 3. one transaction per page of outbox rows deletes them with their deliveries;
-/// 4. a last transaction locks the user `FOR UPDATE` and deletes it with its endpoints.
+/// 3. one transaction per page of live recordings locks their videos and deletes them (their
+///    files, videos and jobs cascade); the page's objects are deleted after it commits;
+/// 4. one transaction per page of outbox rows deletes them with their deliveries;
+/// 5. a last transaction locks the user `FOR UPDATE` and deletes it with its endpoints.
 ///
 /// A crash anywhere leaves a user without a key and with fewer rows, which a second
 /// `vidq user delete` finishes; objects whose rows are gone stay in the bucket
@@ -81,6 +83,22 @@ pub async fn delete_user(ctx: &AppContext, name: &str) -> Result<DeletedUser, Ap
             deleted.transactions += 1;
             deleted.videos += videos.len();
             deleted.objects += delete_objects(&ctx.storage, &originals, &videos).await;
+        }
+        while let Some((recordings, videos)) = delete_recording_page(ctx, user).await? {
+            deleted.transactions += 1;
+            deleted.videos += videos.len();
+            deleted.objects += delete_objects(&ctx.storage, &[], &videos).await;
+            for recording in recordings {
+                match ctx
+                    .storage
+                    .delete_prefix(&format!("live/{recording}/"))
+                    .await
+                {
+                    Ok(n) => deleted.objects += n,
+                    Err(error) => tracing::error!(error = %crate::telemetry::error_chain(&error),
+                        "could not delete a recording's files; the orphan pass removes them"),
+                }
+            }
         }
         while delete_event_page(ctx, user).await? > 0 {
             deleted.transactions += 1;
@@ -125,6 +143,32 @@ async fn delete_upload_page(
     .await
 }
 
+/// Deletes one page of the user's live recordings with their videos and jobs (lock order
+/// users -> videos -> recordings -> jobs); returns the page's recordings and videos, or
+/// `None` when none is left.
+async fn delete_recording_page(
+    ctx: &AppContext,
+    user: Uuid,
+) -> Result<Option<(Vec<Uuid>, Vec<VideoId>)>, AppError> {
+    let mut conn = ctx.db.get().await?;
+    conn.transaction::<_, AppError, _>(async |conn| {
+        if db::users::lock_for_key_share(conn, user).await?.is_none() {
+            return Ok(None);
+        }
+        let recordings = db::live_videos::page_of_owner(conn, user, DELETE_PAGE).await?;
+        if recordings.is_empty() {
+            return Ok(None);
+        }
+        let videos = db::videos::lock_for_recordings(conn, &recordings).await?;
+        db::live_videos::delete_recordings(conn, &recordings).await?;
+        Ok(Some((
+            recordings,
+            videos.into_iter().map(VideoId).collect(),
+        )))
+    })
+    .await
+}
+
 /// Deletes one page of the user's events with their deliveries; returns how many events.
 async fn delete_event_page(ctx: &AppContext, user: Uuid) -> Result<usize, AppError> {
     let mut conn = ctx.db.get().await?;
@@ -146,7 +190,11 @@ async fn delete_user_row(ctx: &AppContext, user: Uuid) -> Result<bool, AppError>
             // Another deletion finished first.
             return Ok(true);
         }
-        if db::uploads::any_of_owner(conn, user).await? {
+        if db::uploads::any_of_owner(conn, user).await?
+            || !db::live_videos::page_of_owner(conn, user, 1)
+                .await?
+                .is_empty()
+        {
             return Ok(false);
         }
         db::deliveries::lock_of_owner(conn, user).await?;

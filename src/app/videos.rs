@@ -161,9 +161,10 @@ pub async fn list_videos(
     Ok((views, next))
 }
 
-/// Deletes a video, its job and its upload contract in one transaction (in the lock order of
-/// `db`: users, videos, jobs; the confirmed contract last, which no path waits for), then
-/// its original and every output object. A worker still encoding it
+/// Deletes a video, its job and its upload contract (or its live recording) in one
+/// transaction (in the lock order of `db`: users, videos, recordings, jobs; the confirmed
+/// contract last, which no path waits for), then its original (or the recording's files)
+/// and every output object. A worker still encoding it
 /// finds its claim gone and its results fenced out.
 #[tracing::instrument(skip_all, fields(owner = %owner, video_id = %id))]
 pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Result<(), AppError> {
@@ -179,6 +180,12 @@ pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Resul
             let video = db::videos::lock_owned_for_update(conn, owner.0, id.0)
                 .await?
                 .ok_or(AppError::NotFound)?;
+            // A recording goes with its video (after the video, before its job: lock order;
+            // left behind it would be made into a video again). Deleting it cascades to the
+            // video and its job.
+            if let Some(recording) = video.recording_id {
+                db::recordings::delete(conn, recording).await?;
+            }
             db::jobs::lock_for_videos(conn, &[id.0]).await?;
             db::videos::delete(conn, id.0).await?;
             match (video.upload_id, video.recording_id) {
@@ -186,13 +193,7 @@ pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Resul
                     db::uploads::delete(conn, upload).await?;
                     Ok(Source::Upload(UploadId(upload)))
                 }
-                // The recording goes with its video (after it, lock order): left behind it
-                // would be made into a video again. Its files' objects become orphans the
-                // sweeper's orphan pass removes, and are deleted right below.
-                (None, Some(recording)) => {
-                    db::recordings::delete(conn, recording).await?;
-                    Ok(Source::Recording(recording))
-                }
+                (None, Some(recording)) => Ok(Source::Recording(recording)),
                 (None, None) => Ok(Source::None),
             }
         })

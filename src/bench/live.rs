@@ -15,10 +15,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use chrono::{DateTime, Utc};
 use clap::Args;
-use diesel::QueryableByName;
-use diesel_async::RunQueryDsl;
 
-use super::stats::percentile;
+use super::stats::{median, percentile};
 use super::{BenchS3, Scratch};
 
 /// `vidq bench live`.
@@ -31,6 +29,9 @@ pub struct LiveBenchArgs {
     /// Length of each broadcast in seconds (4 s segments).
     #[arg(long, default_value_t = 24)]
     pub seconds: u32,
+    /// Rounds of each step (the medians of the rounds' figures are reported).
+    #[arg(long, default_value_t = 1)]
+    pub rounds: u32,
     /// How often each stream's playlist is read, in milliseconds.
     #[arg(long = "poll-ms", default_value_t = 100)]
     pub poll_ms: u64,
@@ -95,19 +96,43 @@ async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> 
         "vidq bench live: {} s broadcasts of 4 s segments (FFmpeg -re, stream copy), playlists read every {} ms\n",
         args.seconds, args.poll_ms
     );
-    println!("| streams | segments | p50 | p99 | max | not seen |");
-    println!("|---|---|---|---|---|---|");
+    println!("| streams | segments a round | p50 | p99 | max | p99 of each round | not seen |");
+    println!("|---|---|---|---|---|---|---|");
     let mut held = 0;
     let mut steps = Vec::new();
     for &streams in &args.streams {
-        let step = one_step(&client, &base, key.reveal(), &clip, streams, args, &pool).await?;
+        let mut rounds = Vec::new();
+        for _ in 0..args.rounds.max(1) {
+            rounds.push(one_step(&client, &base, key.reveal(), &clip, streams, args, &pool).await?);
+        }
+        let med = |f: fn(&Step) -> Duration| {
+            Duration::from_secs_f64(median(
+                &rounds
+                    .iter()
+                    .map(|r| f(r).as_secs_f64())
+                    .collect::<Vec<_>>(),
+            ))
+        };
+        let step = Step {
+            streams,
+            segments: rounds[0].segments,
+            p50: med(|r| r.p50),
+            p99: med(|r| r.p99),
+            max: med(|r| r.max),
+            missing: rounds.iter().map(|r| r.missing).sum(),
+        };
+        let each: Vec<String> = rounds
+            .iter()
+            .map(|r| r.p99.as_millis().to_string())
+            .collect();
         println!(
-            "| {} | {} | {} ms | {} ms | {} ms | {} |",
+            "| {} | {} | {} ms | {} ms | {} ms | {} | {} |",
             step.streams,
             step.segments,
             step.p50.as_millis(),
             step.p99.as_millis(),
             step.max.as_millis(),
+            each.join(" / "),
             step.missing
         );
         let within = step.p99 <= Duration::from_secs(1) && step.missing == 0;
@@ -118,7 +143,8 @@ async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> 
         held = streams;
     }
     println!(
-        "\none API process held {held} concurrent streams with the arrival -> playlist p99 at or under 1 s{}",
+        "\none API process held {held} concurrent streams with the arrival -> playlist p99 (median of {} rounds) at or under 1 s{}",
+        args.rounds.max(1),
         if steps.last().is_some_and(|s| s.streams == held) {
             " (the largest step tried)"
         } else {
@@ -246,29 +272,13 @@ async fn watch(
     seen
 }
 
-#[derive(QueryableByName)]
-struct Arrival {
-    #[diesel(sql_type = diesel::sql_types::Uuid)]
-    recording_id: uuid::Uuid,
-    #[diesel(sql_type = diesel::sql_types::Integer)]
-    sequence: i32,
-    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
-    received_at: DateTime<Utc>,
-}
-
 /// When each segment of `recordings` arrived (kept ones only).
 async fn arrivals(
     pool: &crate::db::DbPool,
     recordings: &[uuid::Uuid],
-) -> anyhow::Result<Vec<Arrival>> {
+) -> anyhow::Result<Vec<crate::db::bench::SegmentArrival>> {
     let mut conn = pool.get().await?;
-    Ok(diesel::sql_query(
-        "SELECT recording_id, sequence, received_at FROM recording_files
-          WHERE recording_id = ANY($1) AND axis = 'segment' AND state <> 'excluded'",
-    )
-    .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(recordings)
-    .load(&mut conn)
-    .await?)
+    Ok(crate::db::bench::segment_arrivals(&mut conn, recordings).await?)
 }
 
 /// `vidq ROLE` on the scratch database, the bench S3 and the spool, as node `bench`.

@@ -101,3 +101,31 @@ pub async fn confirmed_among(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Quer
     .await?;
     Ok(usize::try_from(found.n).unwrap_or(0))
 }
+
+/// When one live segment arrived (its row's registration, after the file was fsynced).
+#[derive(Debug, QueryableByName)]
+pub struct SegmentArrival {
+    /// Its recording.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub recording_id: Uuid,
+    /// Its number.
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub sequence: i32,
+    /// When its row was written.
+    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+    pub received_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// The kept segments of `recordings` with their arrival times (`vidq bench live`).
+pub async fn segment_arrivals(
+    conn: &mut AsyncPgConnection,
+    recordings: &[Uuid],
+) -> QueryResult<Vec<SegmentArrival>> {
+    diesel::sql_query(
+        "SELECT recording_id, sequence, received_at FROM recording_files
+          WHERE recording_id = ANY($1) AND axis = 'segment' AND state <> 'excluded'",
+    )
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(recordings)
+    .load(conn)
+    .await
+}

@@ -139,6 +139,51 @@ pub async fn follow_video(
     .await
 }
 
+/// Up to `limit` of `owner`'s recordings, in id order (a user deletion's page).
+pub async fn page_of_owner(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    limit: i64,
+) -> diesel::QueryResult<Vec<Uuid>> {
+    let rows: Vec<Id> =
+        diesel::sql_query("SELECT id FROM recordings WHERE owner_id = $1 ORDER BY id LIMIT $2")
+            .bind::<diesel::sql_types::Uuid, _>(owner)
+            .bind::<BigInt, _>(limit)
+            .load(conn)
+            .await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+/// Locks these recordings `FOR UPDATE` in id order (after their videos) and deletes them;
+/// their files, videos, jobs and output rows cascade. Returns how many.
+pub async fn delete_recordings(
+    conn: &mut AsyncPgConnection,
+    recordings: &[Uuid],
+) -> diesel::QueryResult<usize> {
+    diesel::sql_query("SELECT 1 FROM recordings WHERE id = ANY($1) ORDER BY id FOR UPDATE")
+        .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(recordings)
+        .execute(conn)
+        .await?;
+    diesel::sql_query("DELETE FROM recordings WHERE id = ANY($1)")
+        .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(recordings)
+        .execute(conn)
+        .await
+}
+
+/// Locks the recording a video was made from `FOR UPDATE` (nothing for an upload's video).
+pub async fn lock_recording_of(
+    conn: &mut AsyncPgConnection,
+    video: Uuid,
+) -> diesel::QueryResult<usize> {
+    diesel::sql_query(
+        "SELECT 1 FROM recordings
+          WHERE id = (SELECT recording_id FROM videos WHERE id = $1) FOR UPDATE",
+    )
+    .bind::<diesel::sql_types::Uuid, _>(video)
+    .execute(conn)
+    .await
+}
+
 /// Segments of the recording a video was made from: kept (in S3) and excluded.
 pub async fn segments_of_video(
     conn: &mut AsyncPgConnection,
@@ -251,6 +296,9 @@ pub struct OriginalRow {
     /// The last failed try's error.
     #[diesel(sql_type = Nullable<Text>)]
     pub last_error: Option<String>,
+    /// A sweeper holds a claim on it now (its PUT may be under way).
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    pub claimed: bool,
 }
 
 /// The recording's original axis, once a repackage attempt registered it.
@@ -259,7 +307,9 @@ pub async fn original(
     recording: Uuid,
 ) -> diesel::QueryResult<Option<OriginalRow>> {
     diesel::sql_query(format!(
-        "SELECT state, size_bytes, spool_path, node_id, last_error FROM recording_files
+        "SELECT state, size_bytes, spool_path, node_id, last_error,
+                COALESCE(claimed_until > statement_timestamp(), false) AS claimed
+           FROM recording_files
           WHERE recording_id = $1 AND axis = '{original}' AND sequence = 0",
         original = FileAxis::Original.as_str(),
     ))
@@ -280,63 +330,90 @@ pub struct NewOriginal<'a> {
     pub size: i64,
     /// Relative to the worker's `VIDQ_SPOOL_DIR`.
     pub spool_path: &'a str,
-    /// The worker's node: its sweeper lands the file.
+    /// The node whose sweeper lands the file.
     pub node: &'a str,
+    /// The attempt's fence: its run and attempt number, which must still hold the
+    /// recording's job (`PROCESSING`, lease running).
+    pub run: i32,
+    /// See `run`.
+    pub attempt: i32,
 }
 
-/// Registers the original axis `pending`, then wakes `node`'s sweeper:
-/// a new row, or a `pending` one of an earlier attempt that now names this attempt's file
-/// (tries start over). An `uploaded` row stays as it is. Returns the row's state after the
-/// statement and the spool path it named before when that was replaced (to remove).
+/// What registering the original did.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct RegisteredOriginal {
+    /// The row now names this attempt's file, `pending`.
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    pub taken: bool,
+    /// The row's state after the statement (`None`: no row).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub state: Option<String>,
+    /// The node and spool file the row named before, when this replaced them.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub replaced_node: Option<String>,
+    /// See `replaced_node`.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub replaced_path: Option<String>,
+}
+
+/// Registers the original axis `pending` naming this attempt's file, then wakes the node's
+/// sweeper: a new row, or one an earlier attempt left `pending` or that was refused at the
+/// file boundary (tries start over). An `uploaded` row stays as it is, and so does every row
+/// when the attempt no longer holds its job (a zombie cannot take the row from the live
+/// attempt).
 pub async fn register_original(
     conn: &mut AsyncPgConnection,
     new: &NewOriginal<'_>,
-) -> diesel::QueryResult<(String, Option<String>)> {
-    #[derive(QueryableByName)]
-    struct Registered {
-        #[diesel(sql_type = Text)]
-        state: String,
-        #[diesel(sql_type = Nullable<Text>)]
-        replaced: Option<String>,
-    }
-    let row: Registered = diesel::sql_query(format!(
-        "WITH before AS (
-             SELECT spool_path, node_id FROM recording_files
+) -> diesel::QueryResult<RegisteredOriginal> {
+    let row: RegisteredOriginal = diesel::sql_query(format!(
+        "WITH fence AS (
+             SELECT 1 FROM video_encoding_jobs j JOIN videos v ON v.id = j.video_id
+              WHERE v.recording_id = $1 AND j.run = $6 AND j.attempt_count = $7
+                AND j.status = 'PROCESSING' AND j.lease_until > statement_timestamp()),
+         before AS (
+             SELECT node_id, spool_path FROM recording_files
               WHERE recording_id = $1 AND axis = '{original}' AND sequence = 0
-                AND state = '{pending}'),
+                AND state IN ('{pending}', '{rejected}')),
          upserted AS (
              INSERT INTO recording_files
                     (recording_id, axis, sequence, object_key, size_bytes, spool_path, node_id)
-             VALUES ($1, '{original}', 0, $2, $3, $4, $5)
+             SELECT $1, '{original}', 0, $2, $3, $4, $5 FROM fence
              ON CONFLICT (recording_id, axis, sequence) DO UPDATE
-                SET size_bytes = EXCLUDED.size_bytes, spool_path = EXCLUDED.spool_path,
+                SET state = '{pending}', reject_reason = NULL,
+                    size_bytes = EXCLUDED.size_bytes, spool_path = EXCLUDED.spool_path,
                     node_id = EXCLUDED.node_id, tries = 0, next_try_at = NULL,
                     last_error = NULL, claimed_until = NULL,
                     received_at = statement_timestamp()
-              WHERE recording_files.state = '{pending}'
+              WHERE recording_files.state IN ('{pending}', '{rejected}')
              RETURNING state)
-         SELECT COALESCE((SELECT state FROM upserted),
+         SELECT EXISTS (SELECT 1 FROM upserted) AS taken,
+                COALESCE((SELECT state FROM upserted),
                          (SELECT state FROM recording_files
                            WHERE recording_id = $1 AND axis = '{original}' AND sequence = 0))
                     AS state,
-                (SELECT spool_path FROM before
-                  WHERE EXISTS (SELECT 1 FROM upserted) AND node_id = $5) AS replaced",
+                (SELECT node_id FROM before WHERE EXISTS (SELECT 1 FROM upserted))
+                    AS replaced_node,
+                (SELECT spool_path FROM before WHERE EXISTS (SELECT 1 FROM upserted))
+                    AS replaced_path",
         original = FileAxis::Original.as_str(),
         pending = FileState::Pending.as_str(),
+        rejected = FileState::Rejected.as_str(),
     ))
     .bind::<diesel::sql_types::Uuid, _>(new.recording)
     .bind::<Text, _>(new.object_key)
     .bind::<BigInt, _>(new.size)
     .bind::<Text, _>(new.spool_path)
     .bind::<Text, _>(new.node)
+    .bind::<diesel::sql_types::Int4, _>(new.run)
+    .bind::<diesel::sql_types::Int4, _>(new.attempt)
     .get_result(conn)
     .await?;
-    if row.state == FileState::Pending.as_str() {
+    if row.taken {
         diesel::sql_query("SELECT pg_notify($1, $2)")
             .bind::<Text, _>(super::ingest::SWEEP_CHANNEL)
             .bind::<Text, _>(new.node)
             .execute(conn)
             .await?;
     }
-    Ok((row.state, row.replaced))
+    Ok(row)
 }

@@ -30,7 +30,8 @@
 //!    its recording; the ingest and the sweeper's passes take a recording (share lock or one
 //!    UPDATE) and then its files, and lock nothing else; the transaction that makes a
 //!    finished recording's video locks the recording `FOR UPDATE` after `users` and then only
-//!    inserts (video, job, outbox).
+//!    inserts (video, job, outbox); a user deletion's page of recordings locks their videos,
+//!    then the recordings, and deletes them (files, videos and jobs cascade).
 //! 4. `video_encoding_jobs`, then that job's `job_attempts` (the claim and every fenced job
 //!    update write the attempt row in the same statement). `video_artifacts` sit beside
 //!    them, after `videos`: the output ledger's writes (register, CAS, forget) take no other

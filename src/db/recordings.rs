@@ -174,7 +174,11 @@ pub async fn record_file(
         "WITH decided AS (
              -- FOR SHARE: a playlist's durations (`set_durations`) either committed before
              -- this reads them, or wait for this row and then find it.
+             -- A recording past `ending` is final: a file whose statement waited here on
+             -- the row lock of the pass that closed it is excluded too (the locked row is
+             -- read again after the wait), so no file joins a recording already judged.
              SELECT CASE WHEN r.cutoff_at < statement_timestamp()
+                           OR r.state NOT IN ('{waiting}', '{live}', '{ending}')
                            OR ($2 = '{segment}' AND r.final_sequence IS NOT NULL
                                AND $3 > r.final_sequence)
                          THEN '{excluded}' ELSE '{pending}' END AS state,
@@ -208,6 +212,9 @@ pub async fn record_file(
         excluded = FileState::Excluded.as_str(),
         pending = FileState::Pending.as_str(),
         channel = super::ingest::SWEEP_CHANNEL,
+        waiting = RecordingState::Waiting.as_str(),
+        live = RecordingState::Live.as_str(),
+        ending = RecordingState::Ending.as_str(),
     );
     let stored: Stored = diesel::sql_query(sql)
         .bind::<diesel::sql_types::Uuid, _>(file.recording)
@@ -377,22 +384,25 @@ pub async fn claim_files(
     Ok(rows)
 }
 
-/// CAS `pending -> uploaded` when S3 holds the object with the size the ledger holds now
-/// (a file sent again while it was PUT changed that size: 0 rows, the next try PUTs it).
+/// CAS `pending -> uploaded` when S3 holds the object with the size the ledger holds now and
+/// the row still names the spool file that was PUT (a file sent again while it was PUT
+/// changed them: 0 rows, the next try PUTs the new one).
 pub async fn mark_file_uploaded(
     conn: &mut AsyncPgConnection,
     id: i64,
     size: i64,
+    spool_path: &str,
 ) -> QueryResult<usize> {
     diesel::sql_query(format!(
         "UPDATE recording_files SET state = '{uploaded}', uploaded_at = statement_timestamp(),
                 claimed_until = NULL
-          WHERE id = $1 AND state = '{pending}' AND size_bytes = $2",
+          WHERE id = $1 AND state = '{pending}' AND size_bytes = $2 AND spool_path = $3",
         uploaded = FileState::Uploaded.as_str(),
         pending = FileState::Pending.as_str(),
     ))
     .bind::<BigInt, _>(id)
     .bind::<BigInt, _>(size)
+    .bind::<Text, _>(spool_path)
     .execute(conn)
     .await
 }

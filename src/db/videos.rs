@@ -200,6 +200,20 @@ pub async fn lock_for_uploads(
         .await
 }
 
+/// Locks the videos made from these live recordings `FOR UPDATE`, in id order; returns their ids.
+pub async fn lock_for_recordings(
+    conn: &mut AsyncPgConnection,
+    recordings: &[Uuid],
+) -> QueryResult<Vec<Uuid>> {
+    videos::table
+        .filter(videos::recording_id.eq_any(recordings))
+        .select(videos::id)
+        .order(videos::id)
+        .for_update()
+        .load(conn)
+        .await
+}
+
 /// Deletes a video (its job cascades).
 pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
     diesel::delete(videos::table.filter(videos::id.eq(id)))

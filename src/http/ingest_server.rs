@@ -28,6 +28,14 @@ use crate::http::error::ApiError;
 /// The path every ingest URL starts with.
 pub const PREFIX: &str = "/v1/live/ingest/";
 
+/// Connections the listener serves at once; one more is closed as soon as it is accepted
+/// (an encoder retries its PUT). A broadcast holds one or two at a time.
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// A connection that has not sent a whole request head this long after it opened (or after
+/// its previous request) is closed: idle or trickling clients cannot hold the slots.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Serves the ingest listener until `shutdown`.
 pub fn serve(
     listener: tokio::net::TcpListener,
@@ -36,6 +44,7 @@ pub fn serve(
     shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         loop {
             let socket = tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -47,15 +56,25 @@ pub fn serve(
                     }
                 },
             };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                tracing::warn!(
+                    max = MAX_CONNECTIONS,
+                    "ingest listener at its connection limit; closing a new connection"
+                );
+                continue;
+            };
             let ctx = ctx.clone();
             let stop = shutdown.clone();
             tokio::spawn(async move {
+                let _slot = slot;
                 let service = hyper::service::service_fn(move |req| {
                     let ctx = ctx.clone();
                     async move { Ok::<_, Infallible>(handle(&ctx, req, body_idle).await) }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .half_close(true)
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
                     .serve_connection(TokioIo::new(socket), service);
                 tokio::select! {
                     _ = conn => {}

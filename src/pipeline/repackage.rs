@@ -83,28 +83,33 @@ impl Pipeline {
                 .await
                 .map_err(db_error)?
         };
-        match row {
-            Some(row) if row.state == FileState::Uploaded.as_str() => {
-                self.fetch_original(recording, &original, cancel).await?;
-            }
-            // An earlier attempt on this node spooled it and the sweeper has not landed it
-            // yet: that file is the original; wait for it rather than join again.
+        // An earlier attempt on this node spooled it and the sweeper has not landed it yet:
+        // that file is the original; wait for it rather than join again (unless it is gone
+        // by now, landed and removed, or unreadable: then the row is read anew below).
+        let reusable = match &row {
             Some(row)
                 if row.state == FileState::Pending.as_str()
                     && row.node_id == live.node
                     && matches!(spool.check(Some(&row.spool_path)),
                             SpoolCheck::File { size, .. } if i64::try_from(size) == Ok(row.size_bytes)) =>
             {
-                tokio::fs::copy(spool.path().join(&row.spool_path), &original)
-                    .await
-                    .map_err(|e| io_error("reading the spooled original", &e))?;
-                self.wait_landed(live, recording, &row.spool_path, cancel)
+                let copied = tokio::fs::copy(spool.path().join(&row.spool_path), &original).await;
+                copied.is_ok().then(|| row.spool_path.clone())
+            }
+            _ => None,
+        };
+        match (row, reusable) {
+            (Some(row), _) if row.state == FileState::Uploaded.as_str() => {
+                self.fetch_original(recording, &original, cancel).await?;
+            }
+            (_, Some(path)) => {
+                self.wait_landed(live, &spool, recording, &original, &path, cancel)
                     .await?;
             }
             _ => {
                 self.join(recording, scratch.path(), &original, cancel)
                     .await?;
-                self.land(live, &spool, recording, &original, cancel)
+                self.land(plan, live, &spool, recording, &original, cancel)
                     .await?;
             }
         }
@@ -214,9 +219,11 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Spools `original`, registers it `pending` and waits until the sweeper has landed it.
+    /// Spools `original`, registers it `pending` (fenced on the attempt's claim) and waits
+    /// until the sweeper has landed it.
     async fn land(
         &self,
+        plan: &AttemptPlan,
         live: &LiveOriginals,
         spool: &SpoolRoot,
         recording: Uuid,
@@ -233,35 +240,55 @@ impl Pipeline {
             size: i64::try_from(size).unwrap_or(i64::MAX),
             spool_path: &relative,
             node: &live.node,
+            run: plan.run,
+            attempt: plan.attempt,
         };
-        let (state, replaced) = {
+        let registered = async {
             let mut conn = self.db.get().await.map_err(db_error)?;
             until_cancelled(cancel, db::live_videos::register_original(&mut conn, &new))
                 .await?
-                .map_err(db_error)?
+                .map_err(db_error)
+        }
+        .await;
+        let registered = match registered {
+            Ok(registered) if registered.taken => registered,
+            other => {
+                // No row names this file: it must not stay on the spool.
+                let _ = tokio::fs::remove_file(&spooled).await;
+                let registered = other?;
+                if registered.state.as_deref() == Some(FileState::Uploaded.as_str()) {
+                    // Landed by another attempt meanwhile: that version is the original.
+                    return self.fetch_original(recording, original, cancel).await;
+                }
+                return Err(MediaError::retryable(
+                    "original_pending",
+                    "the attempt no longer holds its job",
+                ));
+            }
         };
-        if let Some(old) = replaced {
+        if let (Some(node), Some(old)) = (&registered.replaced_node, &registered.replaced_path)
+            && node == &live.node
+            && old != &relative
+        {
             // An earlier attempt's version on this node: the row no longer names it.
             let _ = tokio::fs::remove_file(spool.path().join(old)).await;
-        }
-        if state != FileState::Pending.as_str() {
-            // Landed by another attempt meanwhile: that version is the original.
-            let _ = tokio::fs::remove_file(&spooled).await;
-            return self.fetch_original(recording, original, cancel).await;
         }
         tracing::info!(
             size,
             "joined recording spooled; waiting for the sweeper to land it"
         );
-        self.wait_landed(live, recording, &relative, cancel).await
+        self.wait_landed(live, spool, recording, original, &relative, cancel)
+            .await
     }
 
-    /// Reads the original's row until the sweeper has landed the version at `relative`, for
-    /// at most `live.wait`.
+    /// Reads the original's row until the sweeper has landed the version at `relative`: for
+    /// at most `live.wait`, longer while a sweeper holds the row (its PUT is under way).
     async fn wait_landed(
         &self,
         live: &LiveOriginals,
+        spool: &SpoolRoot,
         recording: Uuid,
+        original: &Path,
         relative: &str,
         cancel: &CancellationToken,
     ) -> Result<(), MediaError> {
@@ -273,41 +300,43 @@ impl Pipeline {
                     .await?
                     .map_err(db_error)?
             };
-            match row {
-                Some(row) if row.state == FileState::Uploaded.as_str() => {
-                    tracing::info!("the joined recording is in S3");
-                    return Ok(());
+            let Some(row) = row else {
+                return Err(MediaError::retryable(
+                    "original_pending",
+                    "the recording's original row is gone",
+                ));
+            };
+            if row.spool_path != relative {
+                // Another attempt registered its own version: this one's file is nobody's.
+                let _ = tokio::fs::remove_file(spool.path().join(relative)).await;
+                if row.state == FileState::Uploaded.as_str() {
+                    return self.fetch_original(recording, original, cancel).await;
                 }
-                Some(row) if row.state == FileState::Rejected.as_str() => {
-                    return Err(MediaError::retryable(
-                        "original_pending",
-                        "the joined recording was refused at the spool's file boundary",
-                    ));
-                }
-                // Another attempt registered its own version: this one is not ours to wait for.
-                Some(row) if row.spool_path != relative => {
-                    return Err(MediaError::retryable(
-                        "original_pending",
-                        "another attempt registered the recording's original",
-                    ));
-                }
-                Some(row) if Instant::now() >= deadline => {
-                    tracing::warn!(
-                        last_error = row.last_error.as_deref().unwrap_or(""),
-                        "the sweeper has not landed the joined recording yet; the row stays pending"
-                    );
-                    return Err(MediaError::retryable(
-                        "original_pending",
-                        "the joined recording is not in storage yet",
-                    ));
-                }
-                Some(_) => {}
-                None => {
-                    return Err(MediaError::retryable(
-                        "original_pending",
-                        "the recording's original row is gone",
-                    ));
-                }
+                return Err(MediaError::retryable(
+                    "original_pending",
+                    "another attempt registered the recording's original",
+                ));
+            }
+            if row.state == FileState::Uploaded.as_str() {
+                tracing::info!("the joined recording is in S3");
+                return Ok(());
+            }
+            if row.state == FileState::Rejected.as_str() {
+                // The next attempt registers a new version over the refused one.
+                return Err(MediaError::retryable(
+                    "original_pending",
+                    "the joined recording was refused at the spool's file boundary",
+                ));
+            }
+            if Instant::now() >= deadline && !row.claimed {
+                tracing::warn!(
+                    last_error = row.last_error.as_deref().unwrap_or(""),
+                    "the sweeper has not landed the joined recording yet; the row stays pending"
+                );
+                return Err(MediaError::retryable(
+                    "original_pending",
+                    "the joined recording is not in storage yet",
+                ));
             }
             until_cancelled(cancel, tokio::time::sleep(LEDGER_POLL)).await?;
         }

@@ -96,7 +96,10 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         &config.database_url,
         &config.queue,
         &config.media,
-        &spool_dir,
+        super::worker::LiveSpool {
+            dir: &spool_dir,
+            node: Some(&node_id),
+        },
         storage,
         Default::default(),
         shutdown.clone(),
@@ -109,7 +112,7 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         &config.sweeper,
         config.live,
         super::sweeper::SweeperNode {
-            node_id,
+            node_id: node_id.clone(),
             spool_dir: spool_dir.clone(),
             health_listen: None,
         },

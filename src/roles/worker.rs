@@ -68,7 +68,10 @@ pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::R
         config.database.url.expose(),
         &config.queue,
         &config.media,
-        &config.spool.dir_or("spool"),
+        LiveSpool {
+            dir: &config.spool.dir_or("spool"),
+            node: config.spool_node.as_deref(),
+        },
         storage,
         health,
         shutdown,
@@ -76,12 +79,22 @@ pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::R
     .await
 }
 
+/// Where a worker spools live recordings' originals, and the node whose sweeper lands them
+/// (`None`: the worker's own node id).
+#[derive(Debug, Clone, Copy)]
+pub struct LiveSpool<'a> {
+    /// `VIDQ_SPOOL_DIR`.
+    pub dir: &'a std::path::Path,
+    /// `VIDQ_SPOOL_NODE`.
+    pub node: Option<&'a str>,
+}
+
 /// Runs a worker with a storage client already built (`vidq dev` passes the embedded S3's).
 pub async fn run_with(
     database_url: &str,
     queue: &QueueArgs,
     media: &MediaArgs,
-    spool_dir: &std::path::Path,
+    spool: LiveSpool<'_>,
     storage: Storage,
     health: Arc<WorkerHealth>,
     shutdown: CancellationToken,
@@ -110,8 +123,8 @@ pub async fn run_with(
         media,
         work_root,
         live: Some(LiveOriginals {
-            spool_dir: spool_dir.to_owned(),
-            node: super::spool_node(queue.node_id.as_deref()),
+            spool_dir: spool.dir.to_owned(),
+            node: super::spool_node(spool.node.or(queue.node_id.as_deref())),
             wait: ORIGINAL_WAIT,
         }),
     };

@@ -161,7 +161,7 @@ impl<S: SweepStore> Shared<S> {
         self.note(transition);
         let marked = async {
             let mut conn = self.pool.get().await?;
-            db::recordings::mark_file_uploaded(&mut conn, file.id, stored_size)
+            db::recordings::mark_file_uploaded(&mut conn, file.id, stored_size, &file.spool_path)
                 .await
                 .map_err(db::DbError::from)
         }

@@ -13,6 +13,7 @@ mod harness;
 mod health;
 mod http_edges;
 mod idle_line;
+mod ingest_listener;
 mod jobs_cli;
 mod layout;
 mod leftovers;
