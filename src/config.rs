@@ -688,6 +688,26 @@ pub struct SweeperArgs {
     pub breaker_cooldown_ms: u64,
 }
 
+/// How log lines are written (every role and command).
+#[derive(Debug, Clone, Copy, Args)]
+pub struct LogArgs {
+    /// `text`: one human-readable line per event (ANSI colours on a terminal); `json`: one
+    /// JSON object per line (`timestamp`, `level`, `target`, `fields`, `span`, `spans`) for
+    /// a log shipper. The filter is `RUST_LOG` (default `info`).
+    #[arg(long = "log-format", env = "VIDQ_LOG_FORMAT", value_name = "FORMAT", global = true,
+          value_enum, default_value_t = LogFormat::Text)]
+    pub format: LogFormat,
+}
+
+/// See [`LogArgs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
 /// Where a node keeps the bytes of uploads through vidq until the ledger says they are in S3.
 #[derive(Debug, Clone, Args)]
 pub struct SpoolArgs {

@@ -13,6 +13,8 @@ use vidq::roles::dev::DevConfig;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: vidq::config::LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,8 +67,8 @@ struct MigrateArgs {
 fn main() -> std::process::ExitCode {
     let cli: Cli = vidq::config::parse_cli();
     match cli.command {
-        Command::Bench(_) => vidq::telemetry::init_with_default("warn"),
-        _ => vidq::telemetry::init(),
+        Command::Bench(_) => vidq::telemetry::init_with_default("warn", cli.log.format),
+        _ => vidq::telemetry::init(cli.log.format),
     }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

@@ -149,6 +149,50 @@ async fn a_worker_without_its_media_tools_refuses_to_start() {
 }
 
 #[tokio::test]
+async fn vidq_log_format_json_writes_one_json_object_per_log_line() {
+    let db = TestDb::new().await;
+    let out = vidq(
+        &["migrate"],
+        &[("DATABASE_URL", &db.url), ("VIDQ_LOG_FORMAT", "json")],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = stderr(&out)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    assert!(!lines.is_empty());
+    let schema = lines
+        .iter()
+        .find(|l| l["fields"]["applied"].is_number())
+        .unwrap_or_else(|| panic!("no line with the applied count: {lines:?}"));
+    assert_eq!(schema["level"], "INFO");
+    assert!(schema["timestamp"].is_string() && schema["target"].is_string());
+    // The flag says the same, and a wrong value is refused naming the choices.
+    let flag = vidq(
+        &["--log-format", "json", "migrate"],
+        &[("DATABASE_URL", &db.url)],
+    )
+    .await;
+    assert!(
+        stderr(&flag).lines().all(|l| l.starts_with('{')),
+        "{}",
+        stderr(&flag)
+    );
+    let wrong = vidq(
+        &["migrate"],
+        &[("DATABASE_URL", &db.url), ("VIDQ_LOG_FORMAT", "xml")],
+    )
+    .await;
+    assert!(!wrong.status.success());
+    assert!(
+        stderr(&wrong).contains("text") && stderr(&wrong).contains("json"),
+        "{}",
+        stderr(&wrong)
+    );
+}
+
+#[tokio::test]
 async fn migrate_applies_the_schema_to_an_empty_database() {
     let db = TestDb::new().await;
     // The template already carries the schema: check migrate is a no-op there, then run it on
