@@ -688,6 +688,15 @@ pub struct SweeperArgs {
     pub breaker_cooldown_ms: u64,
 }
 
+/// Where `vidq dev` gets its PostgreSQL when no DATABASE_URL is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DevPostgres {
+    /// The server on localhost:5432 if one answers, else a private one.
+    Auto,
+    /// Always a private server under the data directory.
+    Private,
+}
+
 /// How log lines are written (every role and command).
 #[derive(Debug, Clone, Copy, Args)]
 pub struct LogArgs {
@@ -844,15 +853,24 @@ pub struct ReconcileConfig {
 // Flattened groups are documented on their own types.
 #[allow(missing_docs)]
 pub struct DevConfig {
-    /// PostgreSQL URL; the database is created if it does not exist.
+    /// PostgreSQL URL; the database is created if it does not exist. Unset: the server on
+    /// localhost:5432 if one answers there (database `vidq`), else a private one (see
+    /// `--postgres`).
     #[arg(
         long = "database-url",
         env = "DATABASE_URL",
         value_name = "URL",
-        default_value = "postgres://localhost/vidq",
         hide_env_values = true
     )]
-    pub database_url: String,
+    pub database_url: Option<String>,
+
+    /// Without DATABASE_URL: `auto` uses the server on localhost:5432 if one answers and
+    /// otherwise starts a private one; `private` always starts a private server from the
+    /// installed PostgreSQL (`initdb`/`pg_ctl` on the PATH or in /usr/lib/postgresql/*/bin)
+    /// under `<VIDQ_DEV_DATA_DIR>/pg`, on a free loopback port, stopped when vidq dev exits.
+    #[arg(long = "postgres", env = "VIDQ_DEV_POSTGRES", value_name = "MODE", value_enum,
+          default_value_t = DevPostgres::Auto)]
+    pub postgres: DevPostgres,
 
     #[command(flatten)]
     pub http: HttpConfig,

@@ -1,9 +1,10 @@
 //! The outside world: S3 storage through aws-sdk-s3, an embedded S3-compatible server for
-//! `vidq dev` and the tests, FFmpeg, webhook destinations and the NATS JetStream sink.
+//! `vidq dev` and the tests, a private PostgreSQL server for `vidq dev`, FFmpeg, webhook destinations and the NATS JetStream sink.
 
 pub mod destination;
 pub mod ffmpeg;
 pub mod nats;
+pub mod private_pg;
 pub mod s3_server;
 pub mod spool;
 pub mod storage;

@@ -7,9 +7,11 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
+use crate::adapters::private_pg::PrivatePostgres;
 use crate::adapters::s3_server::EmbeddedS3;
 use crate::adapters::storage::StaticCredentials;
 pub use crate::config::DevConfig;
+use crate::config::DevPostgres;
 use crate::config::{DatabaseConfig, Secret, StorageConfig};
 use crate::db;
 
@@ -20,18 +22,52 @@ pub const DEV_SECRET_KEY: &str = "vidq-dev-secret";
 /// Bucket `vidq dev` creates and uses.
 pub const DEV_BUCKET: &str = "vidq";
 
-/// Runs every part of vidq in this process until `shutdown` is cancelled.
+/// Runs every part of vidq in this process until `shutdown` is cancelled; a private
+/// PostgreSQL it started for itself is stopped afterwards.
 pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let (database_url, private) = database(&config).await?;
+    let result = run_on(&config, &database_url, shutdown).await;
+    if let Some(private) = private {
+        private.stop().await;
+    }
+    result
+}
+
+/// The database URL to use, and the private server started for it if any.
+async fn database(config: &DevConfig) -> anyhow::Result<(String, Option<PrivatePostgres>)> {
+    if let Some(url) = &config.database_url {
+        return Ok((url.clone(), None));
+    }
+    let local = tokio::time::timeout(
+        std::time::Duration::from_secs(1),
+        tokio::net::TcpStream::connect("127.0.0.1:5432"),
+    )
+    .await
+    .is_ok_and(|c| c.is_ok());
+    if config.postgres == DevPostgres::Auto && local {
+        return Ok(("postgres://localhost/vidq".to_owned(), None));
+    }
+    let private = PrivatePostgres::start(&config.data_dir.join("pg"))
+        .await
+        .context("starting a private PostgreSQL (set DATABASE_URL to use your own)")?;
+    Ok((private.url.clone(), Some(private)))
+}
+
+async fn run_on(
+    config: &DevConfig,
+    database_url: &str,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let playback = crate::app::playback::PlaybackSettings::from_args(&config.playback)
         .context("VIDQ_PLAYBACK_SECRET (--playback-secret)")?;
-    if db::provision::create_database_if_missing(&config.database_url)
+    if db::provision::create_database_if_missing(database_url)
         .await
         .context("creating the database (DATABASE_URL); is PostgreSQL running?")?
     {
         tracing::info!("created the database");
     }
     let database = DatabaseConfig {
-        url: Secret::new(config.database_url.clone()),
+        url: Secret::new(database_url.to_owned()),
         pool_size: 10,
     };
     super::api::migrate(&database).await?;
@@ -75,7 +111,7 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         config.live,
         ingest_listener.local_addr()?.port(),
     )?);
-    super::api::listen_for_events(&ctx, &config.database_url, &shutdown).await;
+    super::api::listen_for_events(&ctx, database_url, &shutdown).await;
     ctx.storage
         .ensure_bucket()
         .await
@@ -93,7 +129,7 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
     let sweeper_storage = ctx.storage.clone();
     let server = crate::http::serve_with(listener, ctx, config.http.limits(), shutdown.clone())?;
     let worker = super::worker::run_with(
-        &config.database_url,
+        database_url,
         &config.queue,
         &config.media,
         super::worker::LiveSpool {
@@ -106,9 +142,9 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
     );
     let mut relay_args = config.relay.clone();
     relay_args.webhooks.allow_private = true;
-    let relay = super::relay::run_with(&config.database_url, &relay_args, shutdown.clone());
+    let relay = super::relay::run_with(database_url, &relay_args, shutdown.clone());
     let sweeper = super::sweeper::run_with(
-        &config.database_url,
+        database_url,
         &config.sweeper,
         config.live,
         super::sweeper::SweeperNode {
@@ -128,7 +164,7 @@ pub async fn run(config: DevConfig, shutdown: CancellationToken) -> anyhow::Resu
         s3 = s3.endpoint(),
         root = s3_root.display(),
         spool = spool_dir.display(),
-        db = config.database_url,
+        db = database_url,
         nats = match &config.relay.nats_url {
             Some(url) => format!(", NATS {url}"),
             None => String::new(),

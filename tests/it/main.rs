@@ -6,6 +6,7 @@ mod attempt_faults;
 mod cli;
 mod clips;
 mod confirm;
+mod dev_postgres;
 mod endpoints;
 mod error_texts;
 mod events;

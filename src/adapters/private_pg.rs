@@ -1,0 +1,266 @@
+//! A private PostgreSQL server for `vidq dev` on a machine with the server installed and
+//! none running: its cluster lives under the dev data directory (`<dir>/pg`), it listens on
+//! a free loopback port (no Unix socket), trusts local connections, and is stopped when
+//! `vidq dev` exits. PostgreSQL refuses to run as root, so as root the cluster is owned by
+//! and run as the `postgres` system user (else `nobody`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Why the private server could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum PrivatePgError {
+    /// No `initdb`/`pg_ctl` on the PATH or under `/usr/lib/postgresql/*/bin`.
+    #[error(
+        "no PostgreSQL server is installed (initdb and pg_ctl were looked for on the PATH and in /usr/lib/postgresql/*/bin): install it (Debian/Ubuntu: apt-get install postgresql) or set DATABASE_URL"
+    )]
+    NotInstalled,
+    /// A tool ran and failed; its log says why.
+    #[error("{tool} failed ({status}); see {log}")]
+    Failed {
+        /// `initdb` or `pg_ctl`.
+        tool: &'static str,
+        /// Its exit status.
+        status: String,
+        /// Where its output went.
+        log: String,
+    },
+    /// The disk or a process could not be used.
+    #[error("{what}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> PrivatePgError {
+    let what = what.into();
+    move |source| PrivatePgError::Io { what, source }
+}
+
+/// A running private server.
+#[derive(Debug)]
+pub struct PrivatePostgres {
+    data: PathBuf,
+    pg_ctl: PathBuf,
+    owner: Option<(u32, u32)>,
+    /// `postgres://postgres@127.0.0.1:{port}/vidq`.
+    pub url: String,
+}
+
+impl PrivatePostgres {
+    /// Initializes `<dir>` on first use and starts the server on a free port.
+    pub async fn start(dir: &Path) -> Result<Self, PrivatePgError> {
+        let (initdb, pg_ctl) = find_tools().ok_or(PrivatePgError::NotInstalled)?;
+        let owner = if is_root() {
+            Some(system_user().ok_or_else(|| PrivatePgError::Io {
+                what: "running as root, and there is no postgres or nobody user to run PostgreSQL as"
+                    .into(),
+                source: std::io::Error::other("no such user"),
+            })?)
+        } else {
+            None
+        };
+        std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+        let data =
+            std::fs::canonicalize(dir).map_err(io(format!("resolving {}", dir.display())))?;
+        let log = data.with_file_name("pg.log");
+        if let Some((uid, gid)) = owner {
+            chown_tree(&data, uid, gid).map_err(io(format!(
+                "handing {} to the server's user",
+                data.display()
+            )))?;
+        }
+        if !data.join("PG_VERSION").exists() {
+            let args: Vec<String> = [
+                "-D",
+                &data.to_string_lossy(),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+            ]
+            .map(str::to_owned)
+            .to_vec();
+            run("initdb", &initdb, &args, owner, &log).await?;
+            tracing::info!(dir = %data.display(), "created a private PostgreSQL cluster");
+        }
+        let server = Self {
+            data,
+            pg_ctl,
+            owner,
+            url: String::new(),
+        };
+        // A server a killed `vidq dev` left running holds the cluster: stop it first.
+        let _ = server.ctl(&["stop", "-m", "fast", "-w"], &log).await;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(io("finding a free port"))?
+            .port();
+        let options =
+            format!("-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''");
+        // Inside the cluster's directory: the server's user can write there.
+        let data_log = server.data.join("server.log");
+        server
+            .ctl(
+                &[
+                    "start",
+                    "-w",
+                    "-t",
+                    "60",
+                    "-l",
+                    &data_log.to_string_lossy(),
+                    "-o",
+                    &options,
+                ],
+                &log,
+            )
+            .await?;
+        tracing::info!(port, dir = %server.data.display(), "private PostgreSQL started");
+        Ok(Self {
+            url: format!("postgres://postgres@127.0.0.1:{port}/vidq"),
+            ..server
+        })
+    }
+
+    /// Stops the server (fast shutdown: sessions are ended, nothing is lost).
+    pub async fn stop(self) {
+        let log = self.data.with_file_name("pg.log");
+        match self.ctl(&["stop", "-m", "fast", "-w"], &log).await {
+            Ok(()) => tracing::info!("private PostgreSQL stopped"),
+            Err(error) => tracing::warn!(%error, "could not stop the private PostgreSQL"),
+        }
+    }
+
+    async fn ctl(&self, args: &[&str], log: &Path) -> Result<(), PrivatePgError> {
+        let mut all = vec!["-D".to_owned(), self.data.to_string_lossy().into_owned()];
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        run("pg_ctl", &self.pg_ctl, &all, self.owner, log).await
+    }
+}
+
+/// Runs `tool` (as `owner` when given, through `setpriv`), its output appended to `log`.
+async fn run(
+    name: &'static str,
+    tool: &Path,
+    args: &[String],
+    owner: Option<(u32, u32)>,
+    log: &Path,
+) -> Result<(), PrivatePgError> {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(io(format!("opening {}", log.display())))?;
+    let err = out.try_clone().map_err(io("opening the log"))?;
+    let mut command = match owner {
+        Some((uid, gid)) => {
+            let mut c = tokio::process::Command::new("setpriv");
+            c.args([
+                format!("--reuid={uid}"),
+                format!("--regid={gid}"),
+                "--clear-groups".to_owned(),
+                "--".to_owned(),
+            ])
+            .arg(tool);
+            c
+        }
+        None => tokio::process::Command::new(tool),
+    };
+    command
+        .args(args)
+        // The server's cwd must be reachable by its user.
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .kill_on_drop(true);
+    let child = command.spawn().map_err(io(format!("running {name}")))?;
+    let status = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .map_err(|_| PrivatePgError::Io {
+            what: format!("{name} did not finish within 120 s"),
+            source: std::io::Error::from(std::io::ErrorKind::TimedOut),
+        })?
+        .map_err(io(format!("waiting for {name}")))?
+        .status;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(PrivatePgError::Failed {
+            tool: name,
+            status: status.to_string(),
+            log: log.display().to_string(),
+        })
+    }
+}
+
+/// `initdb` and `pg_ctl` from the PATH, else from the newest `/usr/lib/postgresql/*/bin`.
+fn find_tools() -> Option<(PathBuf, PathBuf)> {
+    let on_path = |name: &str| {
+        std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join(name))
+                .find(|p| p.is_file())
+        })
+    };
+    if let (Some(initdb), Some(pg_ctl)) = (on_path("initdb"), on_path("pg_ctl")) {
+        return Some((initdb, pg_ctl));
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let version = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            (bin.join("initdb").is_file() && bin.join("pg_ctl").is_file()).then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    let (_, bin) = versions.pop()?;
+    Some((bin.join("initdb"), bin.join("pg_ctl")))
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// The uid and gid of `postgres`, else `nobody`, from `/etc/passwd`.
+fn system_user() -> Option<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    let find = |name: &str| {
+        passwd.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            (fields.first() == Some(&name) && fields.len() > 3)
+                .then(|| Some((fields[2].parse().ok()?, fields[3].parse().ok()?)))
+                .flatten()
+        })
+    };
+    find("postgres").or_else(|| find("nobody"))
+}
+
+fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::chown(dir, Some(uid), Some(gid))?;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() && !path.is_symlink() {
+            chown_tree(&path, uid, gid)?;
+        } else {
+            std::os::unix::fs::lchown(&path, Some(uid), Some(gid))?;
+        }
+    }
+    Ok(())
+}

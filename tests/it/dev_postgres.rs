@@ -1,0 +1,91 @@
+//! `vidq dev` on a machine with PostgreSQL installed but not running: it starts a private
+//! server under its data directory on a free port, and stops it when it exits.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::vidq_child;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs `vidq dev --postgres private` until its API is ready (its database answers), then
+/// stops it with SIGTERM; returns its log.
+async fn dev_once(data: &std::path::Path, log: &std::path::Path) -> String {
+    let http = free_port();
+    let mut command = vidq_child("dev", log);
+    command
+        .args(["--postgres", "private"])
+        .env("VIDQ_DEV_DATA_DIR", data)
+        .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{http}"))
+        .env("VIDQ_DEV_S3_ADDR", format!("127.0.0.1:{}", free_port()))
+        .env("VIDQ_INGEST_ADDR", format!("127.0.0.1:{}", free_port()));
+    let mut dev = command.spawn().unwrap();
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let ready = client
+            .get(format!("http://127.0.0.1:{http}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ready {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let pid = dev.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = tokio::time::timeout(Duration::from_secs(60), dev.wait())
+        .await
+        .expect("vidq dev stops")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    std::fs::read_to_string(log).unwrap()
+}
+
+#[tokio::test]
+async fn vidq_dev_starts_a_private_postgres_under_its_data_dir_and_stops_it_on_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    // The server may run as another user (as root: `postgres`), which must reach the cluster.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = dir.path().join("data");
+    let first = dev_once(&data, &dir.path().join("dev-1.log")).await;
+    assert!(
+        first.contains("created a private PostgreSQL cluster"),
+        "{first}"
+    );
+    assert!(first.contains("private PostgreSQL started"), "{first}");
+    assert!(first.contains("private PostgreSQL stopped"), "{first}");
+    let pg = data.join("pg");
+    assert!(pg.join("PG_VERSION").exists());
+    assert!(!pg.join("postmaster.pid").exists(), "the server is stopped");
+    // A second run keeps the cluster (and its data) and starts it again.
+    let second = dev_once(&data, &dir.path().join("dev-2.log")).await;
+    assert!(
+        !second.contains("created a private PostgreSQL cluster"),
+        "{second}"
+    );
+    assert!(second.contains("private PostgreSQL started"), "{second}");
+    assert!(
+        second.contains("database schema is up to date applied=0"),
+        "{second}"
+    );
+    assert!(!pg.join("postmaster.pid").exists());
+}
