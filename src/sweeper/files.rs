@@ -4,7 +4,6 @@
 //! before PUT and backoff; the CAS is `pending -> uploaded` on the size the ledger holds.
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -12,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 use super::{Held, Outcome, Round, Shared, SweepStore, Sweeper, Work};
 use crate::adapters::spool::SpoolCheck;
 use crate::db::{self, recordings::ClaimedFile};
-use crate::domain::sweep::Admission;
 
 impl<S: SweepStore> Sweeper<S> {
     /// Claims a page of due recording files through their cursor and offers them to the
@@ -106,59 +104,28 @@ impl<S: SweepStore> Shared<S> {
                     .await;
             }
         };
-        let admission = self
-            .breaker
-            .lock()
-            .expect("breaker lock")
-            .admit(Instant::now());
-        match admission {
-            Admission::Allowed => {}
-            Admission::Probe(t) => self.note(Some(t)),
-            Admission::Refused => {
-                self.stats.held_by_breaker.fetch_add(1, Ordering::Relaxed);
-                self.release(Held::File(file.id)).await;
-                return Outcome::HeldByBreaker;
-            }
-        }
         let content_type = if file.object_key.ends_with(".m4s") {
             "video/iso.segment"
         } else {
             "video/mp4"
         };
-        // Same key, same size already there: the PUT landed before a crash.
         // The size S3 holds is what the CAS checks: a file sent again between the claim and
         // the PUT has another size than the claim's, and its row is not marked with it.
-        let stored = match self.store.head(&file.object_key).await {
-            Ok(Some(head)) if head.size == file.size_bytes => {
-                self.stats.found_by_head.fetch_add(1, Ordering::Relaxed);
-                Ok(head.size)
-            }
-            Ok(_) => {
-                self.stats.puts.fetch_add(1, Ordering::Relaxed);
-                match self
-                    .store
-                    .put_file(&file.object_key, &path, content_type, cancel)
-                    .await
-                {
-                    Err(_) if cancel.is_cancelled() => {
-                        self.release(Held::File(file.id)).await;
-                        return Outcome::Stopped;
-                    }
-                    other => other.map(|sent| i64::try_from(sent).unwrap_or(i64::MAX)),
-                }
-            }
-            Err(error) => Err(error),
+        let stored_size = match self
+            .land(
+                Held::File(file.id),
+                file.tries,
+                &file.object_key,
+                &path,
+                file.size_bytes,
+                content_type,
+                cancel,
+            )
+            .await
+        {
+            Ok(landed) => landed.size,
+            Err(outcome) => return outcome,
         };
-        let stored_size = match stored {
-            Ok(size) => size,
-            Err(error) => {
-                return self
-                    .storage_failed(Held::File(file.id), file.tries, &error)
-                    .await;
-            }
-        };
-        let transition = self.breaker.lock().expect("breaker lock").on_success();
-        self.note(transition);
         let marked = async {
             let mut conn = self.pool.get().await?;
             db::recordings::mark_file_uploaded(&mut conn, file.id, stored_size, &file.spool_path)

@@ -468,6 +468,13 @@ impl<S: SweepStore> Sweeper<S> {
     }
 }
 
+/// S3 holds a row's object: whether this try PUT it (or found it by HEAD), and the size S3
+/// holds.
+struct Landed {
+    put: bool,
+    size: i64,
+}
+
 /// How one row ended, for the counters and the log.
 #[derive(Debug)]
 enum Outcome {
@@ -567,6 +574,39 @@ impl<S: SweepStore> Shared<S> {
                     .await;
             }
         };
+        let landed = self
+            .land(
+                Held::Upload(row.id),
+                row.tries,
+                &row.object_key,
+                &file,
+                row.declared_size,
+                &row.content_type,
+                cancel,
+            )
+            .await;
+        match landed {
+            Ok(landed) => self.confirm(row, &file, landed.put).await,
+            Err(outcome) => outcome,
+        }
+    }
+
+    /// From the breaker's admission to S3 holding `key` with `size` bytes, for a row of
+    /// either ledger. The PUT may have landed before a crash (or its answer was lost): the
+    /// same key with the right size needs no second PUT, and there is never a second key.
+    /// `Err` is how the row ended otherwise (held by the breaker, stopped, failed), the row
+    /// already given back or backed off.
+    #[allow(clippy::too_many_arguments)]
+    async fn land(
+        &self,
+        row: Held,
+        tries: i32,
+        key: &str,
+        path: &Path,
+        size: i64,
+        content_type: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Landed, Outcome> {
         let admission = self
             .breaker
             .lock()
@@ -577,47 +617,39 @@ impl<S: SweepStore> Shared<S> {
             Admission::Probe(t) => self.note(Some(t)),
             Admission::Refused => {
                 self.stats.held_by_breaker.fetch_add(1, Ordering::Relaxed);
-                self.release(Held::Upload(row.id)).await;
-                return Outcome::HeldByBreaker;
+                self.release(row).await;
+                return Err(Outcome::HeldByBreaker);
             }
         }
-        // The PUT may have landed before a crash (or its answer was lost): the same key
-        // with the right size needs no second PUT. Never a second key.
-        let put = match self.store.head(&row.object_key).await {
-            Ok(Some(head)) if head.size == row.declared_size => {
+        let landed = match self.store.head(key).await {
+            Ok(Some(head)) if head.size == size => {
                 self.stats.found_by_head.fetch_add(1, Ordering::Relaxed);
-                false
+                Landed {
+                    put: false,
+                    size: head.size,
+                }
             }
             Ok(_) => {
                 self.stats.puts.fetch_add(1, Ordering::Relaxed);
-                match self
-                    .store
-                    .put_file(&row.object_key, &file, &row.content_type, cancel)
-                    .await
-                {
-                    Ok(_) => true,
+                match self.store.put_file(key, path, content_type, cancel).await {
+                    Ok(sent) => Landed {
+                        put: true,
+                        size: i64::try_from(sent).unwrap_or(i64::MAX),
+                    },
                     // Stopped by a shutdown, not failed by S3: the row is given back as it
                     // was (no try counted, the breaker untouched).
                     Err(_) if cancel.is_cancelled() => {
-                        self.release(Held::Upload(row.id)).await;
-                        return Outcome::Stopped;
+                        self.release(row).await;
+                        return Err(Outcome::Stopped);
                     }
-                    Err(error) => {
-                        return self
-                            .storage_failed(Held::Upload(row.id), row.tries, &error)
-                            .await;
-                    }
+                    Err(error) => return Err(self.storage_failed(row, tries, &error).await),
                 }
             }
-            Err(error) => {
-                return self
-                    .storage_failed(Held::Upload(row.id), row.tries, &error)
-                    .await;
-            }
+            Err(error) => return Err(self.storage_failed(row, tries, &error).await),
         };
         let transition = self.breaker.lock().expect("breaker lock").on_success();
         self.note(transition);
-        self.confirm(row, &file, put).await
+        Ok(landed)
     }
 
     /// The confirm's one transaction (upload CAS, video, job, `video.accepted`).
