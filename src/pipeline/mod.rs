@@ -1,5 +1,6 @@
-//! One encoding attempt, between its claim and its finalize: download the original, probe
-//! it, encode it, and put the outputs under the attempt's own S3 prefix with every object in
+//! One encoding attempt, between its claim and its finalize: get the original (an upload's
+//! from S3; a live recording's joined by [`repackage`]), probe it, encode it (a recording's
+//! is cut into HLS again without re-encoding), and put the outputs under the attempt's own S3 prefix with every object in
 //! the artifact ledger. No transaction is open while any of this runs (invariant I7); each
 //! ledger write is its own short statement.
 
@@ -11,10 +12,11 @@ use std::path::PathBuf;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::adapters::ffmpeg::{MediaConfig, encode, probe};
+use crate::adapters::ffmpeg::{MediaConfig, encode, probe, repackage as repackage_files};
 use crate::adapters::storage::Storage;
 use crate::db::{DbError, DbPool};
 use crate::domain::ids::VideoId;
+use crate::domain::job::JobKind;
 use crate::domain::keys;
 use crate::domain::media::{MediaError, MediaInfo};
 
@@ -106,9 +108,6 @@ impl Pipeline {
         plan: &AttemptPlan,
         cancel: &CancellationToken,
     ) -> Result<AttemptOutput, MediaError> {
-        if plan.kind == crate::domain::job::JobKind::Repackage {
-            return self.repackage(plan, cancel).await;
-        }
         let scratch = scratch::Scratch::create(&self.work_root).map_err(|e| {
             MediaError::retryable(
                 "io_error",
@@ -116,7 +115,44 @@ impl Pipeline {
             )
         })?;
         let original = scratch.path().join("original");
-        let download = self.storage.download_to_file(&plan.original_key, &original);
+        match plan.kind {
+            JobKind::Encode => self.download_original(plan, &original, cancel).await?,
+            JobKind::Repackage => {
+                self.live_original(plan, scratch.path(), &original, cancel)
+                    .await?
+            }
+        }
+        let media = probe::probe(&self.media, &original, cancel).await?;
+        tracing::info!(
+            duration_ms = media.duration_ms,
+            width = media.width,
+            height = media.height,
+            "probed"
+        );
+        let out = scratch.path().join("out");
+        let files = match plan.kind {
+            JobKind::Encode => encode::encode(&self.media, &media, &original, &out, cancel).await?,
+            // The recording is H.264/AAC already: its segments are cut again, not re-encoded.
+            JobKind::Repackage => {
+                repackage_files::vod(&self.media, &media, &original, &out, cancel).await?
+            }
+        };
+        tracing::info!(renditions = files.renditions.len(), "encoded");
+        // Not dropped on a stop: it stops itself, so a multipart upload is aborted first.
+        let keys = outputs::upload(&self.storage, &self.db, plan, &files, cancel).await?;
+        Ok(AttemptOutput { media, keys })
+    }
+}
+
+impl Pipeline {
+    /// An upload's original, from S3.
+    async fn download_original(
+        &self,
+        plan: &AttemptPlan,
+        original: &std::path::Path,
+        cancel: &CancellationToken,
+    ) -> Result<(), MediaError> {
+        let download = self.storage.download_to_file(&plan.original_key, original);
         let downloaded = until_cancelled(cancel, download)
             .await?
             .map_err(outputs::storage_error)?;
@@ -126,29 +162,9 @@ impl Pipeline {
                 "the uploaded original is no longer in storage",
             ));
         }
-        let media = probe::probe(&self.media, &original, cancel).await?;
-        tracing::info!(
-            duration_ms = media.duration_ms,
-            width = media.width,
-            height = media.height,
-            "probed"
-        );
-        let files = encode::encode(
-            &self.media,
-            &media,
-            &original,
-            &scratch.path().join("out"),
-            cancel,
-        )
-        .await?;
-        tracing::info!(renditions = files.renditions.len(), "encoded");
-        // Not dropped on a stop: it stops itself, so a multipart upload is aborted first.
-        let keys = outputs::upload(&self.storage, &self.db, plan, &files, cancel).await?;
-        Ok(AttemptOutput { media, keys })
+        Ok(())
     }
-}
 
-impl Pipeline {
     /// After a READY commit: deletes every object of the video outside its live prefix (the
     /// run's other attempts and, after an operator retry, every earlier run), then forgets their
     /// ledger rows, so the ledger lists only objects that exist.

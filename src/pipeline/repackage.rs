@@ -1,8 +1,8 @@
-//! A repackage attempt (a finished live recording's job): join the recording's init and
-//! segments from S3 into its original axis without re-encoding, hand that MP4 to the ledger
-//! (spooled under this worker's allowed root, registered `pending`, landed by its node's
-//! sweeper with the same CAS as every recording file), then cut the VOD outputs from it and
-//! put them under the attempt's prefix like an encode's.
+//! The original of a repackage attempt (a finished live recording's job): join the
+//! recording's init and segments from S3 into its original axis without re-encoding, and
+//! hand that MP4 to the ledger (spooled under this worker's allowed root, registered
+//! `pending`, landed by its node's sweeper with the same CAS as every recording file). The
+//! attempt then goes on like an encode's ([`Pipeline::run`]): probe, outputs, upload.
 //!
 //! The original is the ledger's, not this attempt's: an attempt that finds it `uploaded`
 //! (an earlier attempt got that far) downloads it instead of joining again, and one that
@@ -15,8 +15,8 @@ use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{AttemptOutput, AttemptPlan, Pipeline, outputs, scratch, until_cancelled};
-use crate::adapters::ffmpeg::{probe, repackage};
+use super::{AttemptPlan, Pipeline, outputs, until_cancelled};
+use crate::adapters::ffmpeg::repackage;
 use crate::adapters::spool::{SpoolCheck, SpoolRoot};
 use crate::db::{self, DbError, live_videos::NewOriginal};
 use crate::domain::media::MediaError;
@@ -51,12 +51,15 @@ fn io_error(what: &str, err: &std::io::Error) -> MediaError {
 }
 
 impl Pipeline {
-    /// Runs a repackage attempt (see the module's text).
-    pub(super) async fn repackage(
+    /// Puts a recording's original at `original` (see the module's text): downloaded when
+    /// the ledger has it in S3, else joined in `scratch` and landed through the ledger.
+    pub(super) async fn live_original(
         &self,
         plan: &AttemptPlan,
+        scratch: &Path,
+        original: &Path,
         cancel: &CancellationToken,
-    ) -> Result<AttemptOutput, MediaError> {
+    ) -> Result<(), MediaError> {
         let live = self.live.as_ref().ok_or_else(|| {
             MediaError::retryable(
                 "io_error",
@@ -65,8 +68,6 @@ impl Pipeline {
         })?;
         let spool = SpoolRoot::open(&live.spool_dir)
             .map_err(|e| io_error("cannot open the spool (VIDQ_SPOOL_DIR)", &e.source))?;
-        let scratch = scratch::Scratch::create(&self.work_root)
-            .map_err(|e| io_error("cannot create a scratch directory", &e))?;
         let recording = {
             let mut conn = self.db.get().await.map_err(db_error)?;
             db::live_videos::recording_of(&mut conn, plan.video.0)
@@ -76,7 +77,6 @@ impl Pipeline {
                     MediaError::permanent("recording_incomplete", "the video has no recording")
                 })?
         };
-        let original = scratch.path().join("original.mp4");
         let row = {
             let mut conn = self.db.get().await.map_err(db_error)?;
             db::live_videos::original(&mut conn, recording)
@@ -93,43 +93,25 @@ impl Pipeline {
                     && matches!(spool.check(Some(&row.spool_path)),
                             SpoolCheck::File { size, .. } if i64::try_from(size) == Ok(row.size_bytes)) =>
             {
-                let copied = tokio::fs::copy(spool.path().join(&row.spool_path), &original).await;
+                let copied = tokio::fs::copy(spool.path().join(&row.spool_path), original).await;
                 copied.is_ok().then(|| row.spool_path.clone())
             }
             _ => None,
         };
         match (row, reusable) {
             (Some(row), _) if row.state == FileState::Uploaded.as_str() => {
-                self.fetch_original(recording, &original, cancel).await?;
+                self.fetch_original(recording, original, cancel).await
             }
             (_, Some(path)) => {
-                self.wait_landed(live, &spool, recording, &original, &path, cancel)
-                    .await?;
+                self.wait_landed(live, &spool, recording, original, &path, cancel)
+                    .await
             }
             _ => {
-                self.join(recording, scratch.path(), &original, cancel)
-                    .await?;
-                self.land(plan, live, &spool, recording, &original, cancel)
-                    .await?;
+                self.join(recording, scratch, original, cancel).await?;
+                self.land(plan, live, &spool, recording, original, cancel)
+                    .await
             }
         }
-        let media = probe::probe(&self.media, &original, cancel).await?;
-        tracing::info!(
-            duration_ms = media.duration_ms,
-            width = media.width,
-            height = media.height,
-            "probed the joined recording"
-        );
-        let files = repackage::vod(
-            &self.media,
-            &media,
-            &original,
-            &scratch.path().join("out"),
-            cancel,
-        )
-        .await?;
-        let keys = outputs::upload(&self.storage, &self.db, plan, &files, cancel).await?;
-        Ok(AttemptOutput { media, keys })
     }
 
     /// The original an earlier attempt landed, from S3.

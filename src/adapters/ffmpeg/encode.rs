@@ -319,14 +319,7 @@ pub async fn encode(
         let (width, height) = scaled(info, rung.short_side);
         renditions.push(collect(&dir, &rung.prefix, width, height).await?);
     }
-    process::run(
-        &config.ffmpeg,
-        &thumbnail_args(config, info, input, out),
-        config.call_timeout,
-        cancel,
-    )
-    .await
-    .map_err(|err| classify_encode(err, input))?;
+    let thumbnail = thumbnail(config, info, input, out, cancel).await?;
     let playlist = out.join(outputs::PLAYLIST);
     if renditions.len() > 1 {
         let master = master_playlist(&renditions, info.duration_ms)
@@ -339,9 +332,9 @@ pub async fn encode(
         playlist,
         renditions,
         mp4: out.join(outputs::MP4),
-        thumbnail: out.join(outputs::THUMBNAIL),
+        thumbnail,
     };
-    for path in [&files.mp4, &files.thumbnail, &files.playlist] {
+    for path in [&files.mp4, &files.playlist] {
         if !tokio::fs::try_exists(path).await.unwrap_or(false) {
             return Err(missing(
                 &path.file_name().unwrap_or_default().to_string_lossy(),
@@ -349,6 +342,29 @@ pub async fn encode(
         }
     }
     Ok(files)
+}
+
+/// Makes `out/thumb.jpg` from `input`; its path once it exists.
+pub(super) async fn thumbnail(
+    config: &MediaConfig,
+    info: &MediaInfo,
+    input: &Path,
+    out: &Path,
+    cancel: &CancellationToken,
+) -> Result<PathBuf, MediaError> {
+    process::run(
+        &config.ffmpeg,
+        &thumbnail_args(config, info, input, out),
+        config.call_timeout,
+        cancel,
+    )
+    .await
+    .map_err(|err| classify_encode(err, input))?;
+    let path = out.join(outputs::THUMBNAIL);
+    if !tokio::fs::try_exists(&path).await.unwrap_or(false) {
+        return Err(missing(outputs::THUMBNAIL));
+    }
+    Ok(path)
 }
 
 /// The master playlist of a ladder: each rendition with its average bandwidth and size.

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::MediaConfig;
 use super::encode::{
     EncodedFiles, Rung, classify_encode, collect, hardened_input, missing, stream_selection,
-    tee_outputs, thumbnail_args,
+    tee_outputs, thumbnail,
 };
 use super::process;
 use crate::domain::keys::outputs;
@@ -90,28 +90,14 @@ pub async fn vod(
     .await
     .map_err(|err| classify_encode(err, original))?;
     let rendition = collect(&dir, "", info.width, info.height).await?;
-    process::run(
-        &config.ffmpeg,
-        &thumbnail_args(config, info, original, out),
-        config.call_timeout,
-        cancel,
-    )
-    .await
-    .map_err(|err| classify_encode(err, original))?;
-    let files = EncodedFiles {
+    let thumbnail = thumbnail(config, info, original, out, cancel).await?;
+    Ok(EncodedFiles {
         dir: out.to_owned(),
         playlist: out.join(outputs::PLAYLIST),
         renditions: vec![rendition],
         mp4: original.to_owned(),
-        thumbnail: out.join(outputs::THUMBNAIL),
-    };
-    if !tokio::fs::try_exists(&files.thumbnail)
-        .await
-        .unwrap_or(false)
-    {
-        return Err(missing("thumbnail"));
-    }
-    Ok(files)
+        thumbnail,
+    })
 }
 
 #[cfg(test)]
