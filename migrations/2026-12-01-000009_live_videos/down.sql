@@ -1,3 +1,4 @@
+DROP INDEX recordings_open_idx;
 DELETE FROM recording_files WHERE axis = 'original';
 ALTER TABLE recording_files DROP CONSTRAINT recording_files_axis_check;
 ALTER TABLE recording_files ADD CONSTRAINT recording_files_axis_check CHECK (axis IN ('init', 'segment'));

@@ -18,3 +18,9 @@ ALTER TABLE video_encoding_jobs ADD COLUMN kind text NOT NULL DEFAULT 'encode'
 ALTER TABLE recording_files DROP CONSTRAINT recording_files_axis_check;
 ALTER TABLE recording_files ADD CONSTRAINT recording_files_axis_check
     CHECK (axis IN ('init', 'segment', 'original'));
+
+-- Each round of a node's sweeper looks for its recordings that are live (idle end), ending
+-- (cutoff) or ended (to become a video); finished ones (ready, failed) pile up and are
+-- never looked at again.
+CREATE INDEX recordings_open_idx ON recordings (node_id, state)
+    WHERE state IN ('live', 'ending', 'ended');
