@@ -203,9 +203,17 @@ async fn run(
 
 /// `initdb` and `pg_ctl` from the PATH, else from the newest `/usr/lib/postgresql/*/bin`.
 fn find_tools() -> Option<(PathBuf, PathBuf)> {
+    find_tools_in(
+        std::env::var_os("PATH").as_deref(),
+        Path::new("/usr/lib/postgresql"),
+    )
+}
+
+/// [`find_tools`] over a given PATH value and package root.
+fn find_tools_in(path: Option<&std::ffi::OsStr>, packages: &Path) -> Option<(PathBuf, PathBuf)> {
     let on_path = |name: &str| {
-        std::env::var_os("PATH").and_then(|path| {
-            std::env::split_paths(&path)
+        path.and_then(|path| {
+            std::env::split_paths(path)
                 .map(|dir| dir.join(name))
                 .find(|p| p.is_file())
         })
@@ -213,7 +221,7 @@ fn find_tools() -> Option<(PathBuf, PathBuf)> {
     if let (Some(initdb), Some(pg_ctl)) = (on_path("initdb"), on_path("pg_ctl")) {
         return Some((initdb, pg_ctl));
     }
-    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir(packages)
         .ok()?
         .filter_map(|e| e.ok())
         .filter_map(|e| {
@@ -263,4 +271,41 @@ fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(dir: &Path, name: &str) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join(name), "").unwrap();
+    }
+
+    #[test]
+    fn the_tools_come_from_the_path_else_the_newest_package_and_their_absence_says_what_to_install()
+    {
+        let root = tempfile::tempdir().unwrap();
+        let packages = root.path().join("postgresql");
+        let empty = root.path().join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        assert_eq!(find_tools_in(Some(empty.as_os_str()), &packages), None);
+        let message = PrivatePgError::NotInstalled.to_string();
+        assert!(message.contains("apt-get install postgresql") && message.contains("DATABASE_URL"));
+        for version in ["13", "16", "9"] {
+            let bin = packages.join(version).join("bin");
+            tool(&bin, "initdb");
+            tool(&bin, "pg_ctl");
+        }
+        let (initdb, _) = find_tools_in(Some(empty.as_os_str()), &packages).unwrap();
+        assert_eq!(initdb, packages.join("16/bin/initdb"));
+        let on_path = root.path().join("path");
+        tool(&on_path, "initdb");
+        tool(&on_path, "pg_ctl");
+        let (initdb, pg_ctl) = find_tools_in(Some(on_path.as_os_str()), &packages).unwrap();
+        assert_eq!(
+            (initdb, pg_ctl),
+            (on_path.join("initdb"), on_path.join("pg_ctl"))
+        );
+    }
 }

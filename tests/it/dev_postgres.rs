@@ -3,15 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::vidq_child;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::harness::{free_port, vidq_child};
 
 /// Runs `vidq dev --postgres private` until its API is ready (its database answers), then
 /// stops it with SIGTERM; returns its log.

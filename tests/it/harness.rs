@@ -27,6 +27,15 @@ pub const SPOOL_NODE: &str = "test-node";
 const S3_ACCESS_KEY: &str = "test-access";
 const S3_SECRET_KEY: &str = "test-secret";
 
+/// A loopback port free a moment ago (for child processes that need a fixed one).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// The server every test database lives on.
 pub fn server_url() -> String {
     std::env::var("VIDQ_TEST_DATABASE_URL")

@@ -19,6 +19,15 @@ async fn rows(app: &TestApp, recording: &str, filter: &str) -> i64 {
     .await
 }
 
+/// `GET /v1/live/{id}` as its owner sees it.
+pub async fn recording_status(app: &TestApp, key: &str, id: &str) -> Value {
+    app.get(key, &format!("/v1/live/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap()
+}
+
 pub async fn create_recording(app: &TestApp, key: &str) -> Value {
     let r = app
         .http
@@ -59,12 +68,7 @@ async fn an_ffmpeg_hls_push_lands_every_file_in_the_recordings_ledger_and_its_en
         std::time::Duration::from_secs(10),
     )
     .await;
-    let status: Value = app
-        .get(&key, &format!("/v1/live/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let status = recording_status(&app, &key, &id).await;
     assert_eq!(status["state"], "ending", "{status}");
     assert_eq!(status["end_reason"], "endlist");
     assert!(
@@ -189,12 +193,7 @@ async fn an_ffmpeg_hls_push_lands_every_file_in_the_recordings_ledger_and_its_en
         0,
         "the spool is emptied"
     );
-    let status: Value = app
-        .get(&key, &format!("/v1/live/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let status = recording_status(&app, &key, &id).await;
     assert_eq!(status["segments"]["uploaded"], 3);
     assert_eq!(status["init_uploaded"], true);
 
@@ -350,12 +349,7 @@ async fn names_that_could_leave_the_recording_a_wrong_key_and_files_after_the_cu
     .await;
     let r = put(format!("{ingest}index1.m4s")).await.unwrap();
     assert_error(r, StatusCode::CONFLICT, "excluded").await;
-    let status: Value = app
-        .get(&key, &format!("/v1/live/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let status = recording_status(&app, &key, &id).await;
     assert_eq!(status["segments"]["received"], 2);
     assert_eq!(status["segments"]["excluded"], 1);
     assert!(
@@ -493,12 +487,7 @@ async fn a_recording_with_nothing_arriving_ends_as_idle_and_is_final_after_its_c
         put("index0.m4s").await.unwrap().status(),
         StatusCode::CREATED
     );
-    let status: Value = app
-        .get(&key, &format!("/v1/live/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let status = recording_status(&app, &key, &id).await;
     assert_eq!(status["state"], "live");
     // The encoder went quiet an hour ago.
     app.count(&format!(
@@ -519,12 +508,7 @@ async fn a_recording_with_nothing_arriving_ends_as_idle_and_is_final_after_its_c
         std::time::Duration::from_secs(20),
     )
     .await;
-    let status: Value = app
-        .get(&key, &format!("/v1/live/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let status = recording_status(&app, &key, &id).await;
     assert_eq!(status["end_reason"], "idle");
     assert_eq!(status["state"], "failed");
     assert!(status["video_id"].is_null(), "{status}");

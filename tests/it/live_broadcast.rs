@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::clips;
-use crate::harness::{SPOOL_NODE, TEST_BUCKET, TestApp, vidq_child};
+use crate::harness::{SPOOL_NODE, TEST_BUCKET, TestApp, free_port, vidq_child};
 use crate::live_recovery::{LiveRig, played_seconds};
 
 /// FFmpeg pushing `clip` in real time as fMP4 HLS with 4 s segments to `ingest`, the way
@@ -147,14 +147,6 @@ fn api_process(
     command.spawn().unwrap()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn answering(app: &TestApp, base: &str, log: &std::path::Path) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while app
@@ -276,20 +268,7 @@ async fn a_sigkill_of_the_ingesting_api_mid_broadcast_loses_nothing_and_puts_not
     settings.live_grace = Duration::from_secs(1);
     app.start_sweeper(store.clone(), settings).await;
     let work = tempfile::tempdir().unwrap();
-    let body = std::sync::Arc::new(vidq::pipeline::Pipeline {
-        storage: app.storage.clone(),
-        db: app.pool.clone(),
-        media: vidq::adapters::ffmpeg::MediaConfig::default(),
-        work_root: work.path().to_owned(),
-        live: Some(vidq::pipeline::repackage::LiveOriginals {
-            spool_dir: app.spool.path().to_owned(),
-            node: SPOOL_NODE.to_owned(),
-            wait: Duration::from_secs(60),
-        }),
-    });
-    let worker =
-        crate::queue::Worker::start(&app.db.url, body, crate::queue::fast_settings("repackager"))
-            .await;
+    let worker = crate::live_recovery::repackager(&app, work.path()).await;
     crate::queue::wait_for_count(
         &app,
         &format!(
@@ -309,12 +288,7 @@ async fn a_sigkill_of_the_ingesting_api_mid_broadcast_loses_nothing_and_puts_not
         kept + 2,
         "init, the segments and the original: {puts:?}"
     );
-    let status: Value = app
-        .get(&key, &format!("/v1/live/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let status = crate::live::recording_status(&app, &key, &id).await;
     let video = app.video(&key, &status["video_id"].as_str().unwrap()).await;
     if whole {
         let seconds = played_seconds(video["playback"]["hls_url"].as_str().unwrap()).await;

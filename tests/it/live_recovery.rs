@@ -66,18 +66,7 @@ impl LiveRig {
         settings.live_grace = Duration::from_secs(1);
         app.start_sweeper(store.clone(), settings).await;
         let work = tempfile::tempdir().unwrap();
-        let body = Arc::new(Pipeline {
-            storage: app.storage.clone(),
-            db: app.pool.clone(),
-            media: MediaConfig::default(),
-            work_root: work.path().to_owned(),
-            live: Some(LiveOriginals {
-                spool_dir: app.spool.path().to_owned(),
-                node: SPOOL_NODE.to_owned(),
-                wait: Duration::from_secs(60),
-            }),
-        });
-        let worker = Worker::start(&app.db.url, body, fast_settings("repackager")).await;
+        let worker = repackager(&app, work.path()).await;
         Self {
             ingest: recording["ingest_url"].as_str().unwrap().to_owned(),
             playback: recording["playback_url"].as_str().unwrap().to_owned(),
@@ -109,12 +98,7 @@ impl LiveRig {
     }
 
     pub async fn status(&self) -> Value {
-        self.app
-            .get(&self.key, &format!("/v1/live/{}", self.id))
-            .await
-            .json()
-            .await
-            .unwrap()
+        crate::live::recording_status(&self.app, &self.key, &self.id).await
     }
 
     /// Waits for the recording's video to be READY; returns it as the API shows it.
@@ -198,6 +182,23 @@ impl LiveRig {
             worker.stop().await;
         }
     }
+}
+
+/// A worker whose repackage attempts spool originals on the app's spool as its node, for
+/// the app's sweeper to land.
+pub async fn repackager(app: &TestApp, work: &std::path::Path) -> Worker {
+    let body = Arc::new(Pipeline {
+        storage: app.storage.clone(),
+        db: app.pool.clone(),
+        media: MediaConfig::default(),
+        work_root: work.to_owned(),
+        live: Some(LiveOriginals {
+            spool_dir: app.spool.path().to_owned(),
+            node: SPOOL_NODE.to_owned(),
+            wait: Duration::from_secs(60),
+        }),
+    });
+    Worker::start(&app.db.url, body, fast_settings("repackager")).await
 }
 
 /// Seconds a player reads from `url` (ffprobe's container duration).
