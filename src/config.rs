@@ -471,6 +471,23 @@ pub struct WebhookArgs {
     pub allow_private: bool,
 }
 
+/// Who may open the operator dashboard (`/admin`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct AdminArgs {
+    /// Operator token: logging in to `/admin` with it opens the dashboard (queue, nodes,
+    /// deliveries, sweepers, live recordings; retry and cancel jobs). At least 16
+    /// characters. Unset, the dashboard is off (404) unless a user was made with `vidq user
+    /// create --admin`, whose API key then logs in instead.
+    #[arg(
+        long = "admin-token",
+        env = "VIDQ_ADMIN_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    // Checked at start-up, not by clap: clap's refusal would print the value.
+    pub admin_token: Option<Secret>,
+}
+
 /// Settings of the `api` role.
 #[derive(Debug, Clone, Args)]
 // Flattened groups are documented on their own types.
@@ -494,6 +511,8 @@ pub struct ApiConfig {
     pub ingest: IngestArgs,
     #[command(flatten)]
     pub live: LiveArgs,
+    #[command(flatten)]
+    pub admin: AdminArgs,
     /// This node's name: uploads through vidq are spooled here under it, and the sweeper
     /// run with the same name and `VIDQ_SPOOL_DIR` lands them in S3. Default: the host name.
     #[arg(long = "node-id", env = "VIDQ_NODE_ID", value_name = "NAME")]
@@ -637,6 +656,11 @@ pub struct RelayConfig {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub relay: RelayArgs,
+    /// Serve `GET /healthz` and `GET /metrics` (the outbox backlog, deliveries by outcome,
+    /// commit-to-delivery lag) on this loopback address, e.g. `127.0.0.1:9093`.
+    #[arg(long = "health-listen", env = "VIDQ_HEALTH_LISTEN", value_name = "ADDR",
+          value_parser = crate::http::health_listener::loopback_addr)]
+    pub health_listen: Option<SocketAddr>,
 }
 
 /// How the upload sweeper pages, queues, retries and protects S3 (DESIGN, "Upload
@@ -919,6 +943,9 @@ pub struct DevConfig {
 
     #[command(flatten)]
     pub live: LiveArgs,
+
+    #[command(flatten)]
+    pub admin: AdminArgs,
 }
 
 fn parse_bucket(name: &str) -> Result<String, String> {

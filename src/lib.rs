@@ -17,6 +17,7 @@
 //! - [`admin`]: one-shot operator commands (`user create`, `user delete`).
 //! - [`bench`]: `vidq bench queue`, `vidq bench e2e` and `vidq bench relay`.
 //! - [`telemetry`]: logging set-up.
+//! - [`metrics`]: the Prometheus families every role's `/metrics` renders.
 
 pub mod adapters;
 pub mod admin;
@@ -26,6 +27,7 @@ pub mod config;
 pub mod db;
 pub mod domain;
 pub mod http;
+pub mod metrics;
 pub mod pipeline;
 pub mod queue;
 pub mod relay;

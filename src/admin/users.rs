@@ -25,6 +25,10 @@ pub struct UserCreate {
     /// Unique name of the uploader (1-100 characters).
     #[arg(long)]
     pub name: String,
+    /// Make the user an operator: their API key also logs in to the dashboard (`/admin`),
+    /// which shows every user's jobs and can retry and cancel them.
+    #[arg(long)]
+    pub admin: bool,
     #[command(flatten)]
     pub database: DatabaseConfig,
 }
@@ -50,10 +54,10 @@ pub async fn user(command: UserCommand) -> anyhow::Result<()> {
             let pool = crate::db::connect(args.database.url.expose(), 1)
                 .await
                 .context("connecting to the database (DATABASE_URL)")?;
-            let (id, key) = app::users::create_user(&pool, &args.name)
+            let (id, key) = app::users::create_user_as(&pool, &args.name, args.admin)
                 .await
                 .map_err(explain)?;
-            tracing::info!(user_id = %id, name = args.name.trim(), "user created");
+            tracing::info!(user_id = %id, name = args.name.trim(), operator = args.admin, "user created");
             println!("{}", key.reveal());
             Ok(())
         }

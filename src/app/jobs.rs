@@ -37,6 +37,8 @@ pub struct Claim {
     pub original_key: String,
     /// What the attempt does.
     pub kind: JobKind,
+    /// When the job was enqueued (the confirm): where time to READY is measured from.
+    pub enqueued_at: chrono::DateTime<chrono::Utc>,
 }
 
 impl From<db::jobs::ClaimedJob> for Claim {
@@ -50,6 +52,7 @@ impl From<db::jobs::ClaimedJob> for Claim {
             original_key: job.original_s3_key,
             // The schema's CHECK allows these two spellings only.
             kind: job.kind.parse().unwrap_or(JobKind::Encode),
+            enqueued_at: job.enqueued_at,
         }
     }
 }

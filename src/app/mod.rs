@@ -8,6 +8,7 @@ pub mod ingest;
 pub mod jobs;
 pub mod live;
 pub mod live_videos;
+pub mod operators;
 pub mod playback;
 pub mod reconcile;
 pub mod upload_locks;
@@ -38,6 +39,8 @@ pub struct AppContext {
     pub playback: playback::PlaybackSettings,
     /// Where this node spools uploads through vidq (`None`: this process takes none).
     pub ingest: Option<ingest::Ingest>,
+    /// Who may open the operator dashboard.
+    pub operators: operators::OperatorAccess,
 }
 
 /// Why a use-case did not do what was asked. `http::error` maps each kind to one status and

@@ -12,6 +12,15 @@ use uuid::Uuid;
 
 /// Creates a user and returns the API key, which exists nowhere else after this returns.
 pub async fn create_user(db: &DbPool, name: &str) -> Result<(UserId, ApiKey), AppError> {
+    create_user_as(db, name, false).await
+}
+
+/// [`create_user`]; `operator`: the key also logs in to the dashboard.
+pub async fn create_user_as(
+    db: &DbPool,
+    name: &str,
+    operator: bool,
+) -> Result<(UserId, ApiKey), AppError> {
     let name = name.trim();
     if !(1..=100).contains(&name.chars().count()) || name.chars().any(char::is_control) {
         return Err(AppError::BadRequest(
@@ -21,7 +30,7 @@ pub async fn create_user(db: &DbPool, name: &str) -> Result<(UserId, ApiKey), Ap
     let id = UserId::new();
     let key = ApiKey::generate();
     let mut conn = db.get().await?;
-    match db::users::insert(&mut conn, id.0, name, &key.hash()).await {
+    match db::users::insert(&mut conn, id.0, name, &key.hash(), operator).await {
         Ok(_) => Ok((id, key)),
         Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
             Err(AppError::NameTaken(name.to_owned()))

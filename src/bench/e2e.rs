@@ -205,6 +205,7 @@ async fn run_nodes(
         events: app::events::EventSignal::default(),
         playback: app::playback::PlaybackSettings::generated(),
         ingest: None,
+        operators: Default::default(),
     };
     ctx.storage.ensure_bucket().await?;
     let (owner, _) = app::users::create_user(&ctx.db, "bench").await?;

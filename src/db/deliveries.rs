@@ -227,6 +227,14 @@ pub enum Settled {
 }
 
 impl Settled {
+    /// How the try ended, as the relay's metrics label it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Retry => "retry",
+            other => other.as_str(),
+        }
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             Self::Delivered => "delivered",

@@ -64,6 +64,7 @@
 //!   insert only tries the wake-up lock (`wake`), and the idle line's lock lives on a
 //!   session of its own (`session`).
 
+pub mod admin_sessions;
 pub mod artifacts;
 pub mod attempts;
 pub mod bench;
@@ -74,6 +75,8 @@ pub mod jobs;
 pub mod ledger;
 pub mod live_videos;
 pub mod migrations;
+pub mod nodes;
+pub mod operator_view;
 pub mod outbox;
 pub mod pool;
 pub mod prepared;

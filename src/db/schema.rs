@@ -7,6 +7,16 @@ pub mod sql_types {
 }
 
 diesel::table! {
+    admin_sessions (token_hash) {
+        token_hash -> Bytea,
+        subject -> Text,
+        csrf -> Text,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     delivery_attempts (delivery_id, attempt) {
         delivery_id -> Int8,
         attempt -> Int4,
@@ -49,6 +59,17 @@ diesel::table! {
         error_code -> Nullable<Text>,
         error_message -> Nullable<Text>,
         run -> Int4,
+    }
+}
+
+diesel::table! {
+    nodes (role, node_id) {
+        role -> Text,
+        node_id -> Text,
+        slots -> Int4,
+        started_at -> Timestamptz,
+        seen_at -> Timestamptz,
+        detail -> Jsonb,
     }
 }
 
@@ -140,6 +161,7 @@ diesel::table! {
         name -> Text,
         api_key_hash -> Bytea,
         created_at -> Timestamptz,
+        is_admin -> Bool,
     }
 }
 
@@ -234,9 +256,11 @@ diesel::joinable!(videos -> users (owner_id));
 diesel::joinable!(webhook_endpoints -> users (owner_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
+    admin_sessions,
     delivery_attempts,
     event_deliveries,
     job_attempts,
+    nodes,
     notification_outbox,
     recording_files,
     recordings,

@@ -34,12 +34,14 @@ pub async fn insert(
     id: Uuid,
     name: &str,
     api_key_hash: &[u8],
+    is_admin: bool,
 ) -> QueryResult<UserRow> {
     diesel::insert_into(users::table)
         .values((
             users::id.eq(id),
             users::name.eq(name),
             users::api_key_hash.eq(api_key_hash),
+            users::is_admin.eq(is_admin),
         ))
         .returning(UserRow::as_returning())
         .get_result(conn)
@@ -57,6 +59,27 @@ pub async fn find_by_key_hash(
         .first(conn)
         .await
         .optional()
+}
+
+/// The operator (`is_admin`) holding the key with this hash: their name.
+pub async fn find_admin_by_key_hash(
+    conn: &mut AsyncPgConnection,
+    hash: &[u8],
+) -> QueryResult<Option<String>> {
+    users::table
+        .filter(users::api_key_hash.eq(hash))
+        .filter(users::is_admin)
+        .select(users::name)
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Whether any operator exists (the dashboard is off until one does, or a token is set).
+pub async fn any_admin(conn: &mut AsyncPgConnection) -> QueryResult<bool> {
+    diesel::select(diesel::dsl::exists(users::table.filter(users::is_admin)))
+        .get_result(conn)
+        .await
 }
 
 /// Locks the user row against deletion (`FOR KEY SHARE`) without blocking the user's other

@@ -2,6 +2,8 @@
 //! (`/healthz`, `/readyz`, `/metrics`) at TRACE, so a load balancer polling them (or `wrk`)
 //! does not fill the disk; successes at DEBUG; client errors at INFO; server errors at WARN
 //! (their cause is logged once, at ERROR, where it is known). Target `vidq::http::access`.
+//! The same measurement feeds the request counter and latency histogram of `/metrics`,
+//! labelled by route pattern (never the raw path: ids would make a series per video).
 
 use std::time::Instant;
 
@@ -35,12 +37,22 @@ pub async fn log(
     let started = Instant::now();
     let method = req.method().clone();
     let path = req.path().to_owned();
+    let route = req
+        .match_pattern()
+        .unwrap_or_else(|| "unmatched".to_owned());
     let result = next.call(req).await;
     let status = match &result {
         Ok(response) => response.status(),
         Err(err) => err.as_response_error().status_code(),
     };
-    let ms = started.elapsed().as_millis();
+    let took = started.elapsed();
+    crate::metrics::HTTP_REQUESTS
+        .with_label_values(&[route.as_str(), method.as_str(), status.as_str()])
+        .inc();
+    crate::metrics::HTTP_SECONDS
+        .with_label_values(&[route.as_str(), method.as_str()])
+        .observe(took.as_secs_f64());
+    let ms = took.as_millis();
     macro_rules! line {
         ($level:expr) => {
             tracing::event!(target: "vidq::http::access", $level, %method, %path, status = status.as_u16(), ms, "request")

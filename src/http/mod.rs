@@ -5,6 +5,7 @@
 //! when the shared cancellation token is cancelled.
 
 pub mod access_log;
+pub mod admin;
 pub mod auth;
 pub mod cors;
 pub mod dto;
@@ -63,6 +64,7 @@ pub fn serve_with(
             })
             .wrap(from_fn(access_log::log))
             .configure(routes::configure)
+            .configure(admin::configure)
             .default_service(web::to(|| async {
                 Err::<actix_web::HttpResponse, _>(ApiError::not_found())
             }))

@@ -34,7 +34,7 @@ impl Ended {
         Ended::Unrecorded,
     ];
 
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Ended::Ready => "ready",
             Ended::Retry => "retry",
@@ -45,9 +45,6 @@ impl Ended {
         }
     }
 }
-
-/// One metric family: name, type, help, and its rows (labels, value).
-type Family = (&'static str, &'static str, &'static str, Vec<(String, u64)>);
 
 /// The worker's own account of itself.
 #[derive(Debug)]
@@ -145,62 +142,54 @@ impl WorkerHealth {
         self.running.load(Ordering::Relaxed)
     }
 
-    /// The counters in Prometheus' text format.
+    /// The counters in Prometheus' text format, with the process's claim, attempt, time to
+    /// READY, heartbeat and ClaimLost families.
     pub fn metrics(&self, slots: u32) -> String {
-        use std::fmt::Write;
+        use crate::metrics;
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
         let database_up = self.database_error.lock().expect("not poisoned").is_none();
-        let families: [Family; 5] = [
-            (
+        let exposition = metrics::Exposition::new();
+        exposition
+            .gauge(
                 "vidq_worker_slots",
-                "gauge",
                 "Attempts this process runs at once.",
-                vec![(String::new(), u64::from(slots))],
-            ),
-            (
+                f64::from(slots),
+            )
+            .gauge(
                 "vidq_worker_running",
-                "gauge",
                 "Attempts running now.",
-                vec![(String::new(), self.running())],
-            ),
-            (
+                self.running() as f64,
+            )
+            .counter_by(
                 "vidq_worker_claims_total",
-                "counter",
                 "Claim statements run, by what they found.",
+                "result",
                 [
-                    ("job", &self.claims_job),
-                    ("empty", &self.claims_empty),
-                    ("error", &self.claims_failed),
-                ]
-                .into_iter()
-                .map(|(result, n)| (format!("{{result=\"{result}\"}}"), load(n)))
-                .collect(),
-            ),
-            (
+                    ("job", load(&self.claims_job)),
+                    ("empty", load(&self.claims_empty)),
+                    ("error", load(&self.claims_failed)),
+                ],
+            )
+            .counter_by(
                 "vidq_worker_attempts_total",
-                "counter",
                 "Attempts ended, by how.",
+                "outcome",
                 Ended::ALL
                     .iter()
                     .zip(&self.ended)
-                    .map(|(how, n)| (format!("{{outcome=\"{}\"}}", how.label()), load(n)))
-                    .collect(),
-            ),
-            (
+                    .map(|(how, n)| (how.label(), load(n))),
+            )
+            .gauge(
                 "vidq_worker_database_up",
-                "gauge",
                 "1 if the last database call worked.",
-                vec![(String::new(), u64::from(database_up))],
-            ),
-        ];
-        let mut out = String::new();
-        for (name, kind, help, rows) in families {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, value) in rows {
-                let _ = writeln!(out, "{name}{labels} {value}");
-            }
-        }
-        out
+                f64::from(u8::from(database_up)),
+            )
+            .family(&*metrics::CLAIM_SECONDS)
+            .family(&*metrics::ATTEMPT_SECONDS)
+            .family(&*metrics::TIME_TO_READY_SECONDS)
+            .family(&*metrics::HEARTBEAT_FAILURES)
+            .family(&*metrics::CLAIMS_LOST);
+        exposition.render()
     }
 
     fn elapsed_ms(&self) -> u64 {

@@ -53,12 +53,21 @@ pub async fn keep_alive(
                     job_id = claim.job_id,
                     "heartbeat matched nothing: the claim is lost"
                 );
+                crate::metrics::CLAIMS_LOST
+                    .with_label_values(&["heartbeat"])
+                    .inc();
                 let _ = reason.set(StopReason::Lost);
                 stop.cancel();
                 return;
             }
-            Ok(Err(error)) => tracing::warn!(job_id = claim.job_id, %error, "heartbeat failed"),
-            Err(_) => tracing::warn!(job_id = claim.job_id, "heartbeat timed out"),
+            Ok(Err(error)) => {
+                crate::metrics::HEARTBEAT_FAILURES.inc();
+                tracing::warn!(job_id = claim.job_id, %error, "heartbeat failed");
+            }
+            Err(_) => {
+                crate::metrics::HEARTBEAT_FAILURES.inc();
+                tracing::warn!(job_id = claim.job_id, "heartbeat timed out");
+            }
         }
         if last_renewed.elapsed() >= lease {
             tracing::warn!(

@@ -19,6 +19,7 @@ use super::line::Listeners;
 use crate::app::jobs::{self, Claim, JobError};
 use crate::db::{self, DbPool};
 use crate::domain::media::MediaError;
+use crate::metrics;
 use crate::pipeline::AttemptPlan;
 
 /// How a worker paces itself.
@@ -211,6 +212,7 @@ impl<B: JobBody> Runner<B> {
     }
 
     async fn claim_one(&self) -> Result<Option<Claim>, JobError> {
+        let asked = Instant::now();
         let mut conn = self.pool.get().await?;
         let claimed = db::jobs::claim(
             &mut conn,
@@ -218,6 +220,7 @@ impl<B: JobBody> Runner<B> {
             self.settings.lease.as_secs_f64(),
         )
         .await?;
+        metrics::observe(&metrics::CLAIM_SECONDS, asked.elapsed());
         if let Some(observe) = &self.on_claim {
             observe(claimed.as_ref().map(|job| job.id));
         }
@@ -269,14 +272,19 @@ impl<B: JobBody> Runner<B> {
         };
         // A panicking body is a failed attempt like any other: caught here, it goes through
         // the same fenced retry as an error, instead of ending the task with the claim open.
+        let started = Instant::now();
         let result = AssertUnwindSafe(self.body.run(&plan, &stop))
             .catch_unwind()
             .await
             .unwrap_or_else(|panic| Err(panicked(panic.as_ref())));
+        let worked = started.elapsed();
         let why = reason.get().copied();
         // Ends the heartbeat and the deadline watch (neither sets a reason on this path).
         stop.cancel();
-        self.conclude(&claim, result, why).await;
+        let ended = self.conclude(&claim, result, why).await;
+        metrics::ATTEMPT_SECONDS
+            .with_label_values(&[claim.kind.as_str(), ended.label()])
+            .observe(worked.as_secs_f64());
     }
 
     async fn conclude(
@@ -284,7 +292,7 @@ impl<B: JobBody> Runner<B> {
         claim: &Claim,
         result: Result<crate::pipeline::AttemptOutput, MediaError>,
         why: Option<StopReason>,
-    ) {
+    ) -> Ended {
         let outcome = match (result, why) {
             // A finished result is always offered to the fenced finalize, even when the
             // heartbeat gave up (a renewal that timed out may still have committed): the
@@ -292,6 +300,10 @@ impl<B: JobBody> Runner<B> {
             (Ok(output), _) => match jobs::finalize_ready(&self.pool, claim, &output).await {
                 Ok(()) => {
                     tracing::info!("video ready");
+                    let waited = (chrono::Utc::now() - claim.enqueued_at)
+                        .to_std()
+                        .unwrap_or_default();
+                    metrics::observe(&metrics::TIME_TO_READY_SECONDS, waited);
                     self.body
                         .after_ready(claim.video, claim.run, claim.attempt)
                         .await;
@@ -346,6 +358,7 @@ impl<B: JobBody> Runner<B> {
         let ended = match outcome {
             Ok(ended) => ended,
             Err(JobError::ClaimLost) => {
+                metrics::CLAIMS_LOST.with_label_values(&["finalize"]).inc();
                 tracing::warn!("claim lost before the result was recorded; nothing was written");
                 let _ =
                     jobs::record_lost(&self.pool, claim, "fence matched nothing at finalize").await;
@@ -360,6 +373,7 @@ impl<B: JobBody> Runner<B> {
             }
         };
         self.health.attempt_ended(ended);
+        ended
     }
 }
 

@@ -9,6 +9,7 @@
 //!
 //! It wakes on LISTEN/NOTIFY from the producing transactions and polls as the safety net.
 
+pub mod probe;
 pub mod sink;
 pub mod webhook;
 
@@ -387,6 +388,24 @@ impl Relay {
                 ack.response_status = status.map(i32::from);
                 ack.error = Some(error);
             }
+        }
+        // A 410 is discarded like any refusal, but an operator wants it told apart.
+        let outcome = if disable.is_some() {
+            "gone"
+        } else {
+            ack.settled.label()
+        };
+        let sink = delivery.sink.as_str();
+        crate::metrics::DELIVERIES
+            .with_label_values(&[sink, outcome])
+            .inc();
+        if ack.settled == Settled::Delivered {
+            let lag = (Utc::now() - delivery.event_created_at)
+                .to_std()
+                .unwrap_or_default();
+            crate::metrics::DELIVERY_LAG_SECONDS
+                .with_label_values(&[sink])
+                .observe(lag.as_secs_f64());
         }
         Settlement { ack, disable }
     }

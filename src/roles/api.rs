@@ -18,10 +18,14 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     } else {
         migrate(&config.database).await?;
     }
+    let operators = crate::app::operators::OperatorAccess::from_args(&config.admin)
+        .map_err(anyhow::Error::msg)?;
     let mut ctx = context(&config.database, &config.storage, &config.upload, None).await?;
     ctx.webhooks = config.webhooks;
     ctx.playback = playback;
+    ctx.operators = operators;
     let node_id = super::spool_node(config.node_id.as_deref());
+    report_presence(&ctx, &node_id, &shutdown);
     let ingest_listener = bind_ingest(&config.ingest).await?;
     let ingest = ingest(
         &config.spool.dir_or("spool"),
@@ -58,6 +62,9 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     let listener = std::net::TcpListener::bind(config.http.addr)
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
     tracing::info!(addr = %config.http.addr, "API listening");
+    if ctx.operators.token.is_some() {
+        tracing::info!(url = %format!("http://{}/admin", config.http.addr), "operator dashboard on");
+    }
     tracing::info!(addr = %config.ingest.ingest_addr, "live ingest listening");
     crate::http::ingest_server::serve(
         ingest_listener,
@@ -91,6 +98,20 @@ pub fn ingest(
         },
         locks: Default::default(),
     })
+}
+
+/// Reports this API node on the dashboard every few seconds.
+pub fn report_presence(ctx: &AppContext, node_id: &str, shutdown: &CancellationToken) {
+    super::presence::spawn(
+        ctx.db.clone(),
+        super::presence::Presence {
+            role: "api",
+            node_id: node_id.to_owned(),
+            slots: 0,
+            detail: std::sync::Arc::new(|| serde_json::json!({})),
+        },
+        shutdown.child_token(),
+    );
 }
 
 /// Binds the live ingest listener (`VIDQ_INGEST_ADDR`).
@@ -149,5 +170,6 @@ pub async fn context(
         events: crate::app::events::EventSignal::default(),
         playback: PlaybackSettings::generated(),
         ingest: None,
+        operators: Default::default(),
     })
 }

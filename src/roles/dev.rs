@@ -101,8 +101,20 @@ async fn run_on(
     ctx.webhooks.allow_private = true;
     // One API node: a generated playback key is fine unless one is given.
     ctx.playback = playback;
+    // A laptop gets the dashboard: with no token given, one is made for this run and printed.
+    let mut admin = config.admin.clone();
+    let generated_token = admin.admin_token.is_none();
+    if generated_token {
+        admin.admin_token = Some(Secret::new(
+            crate::domain::api_key::ApiKey::generate().reveal(),
+        ));
+    }
+    ctx.operators =
+        crate::app::operators::OperatorAccess::from_args(&admin).map_err(anyhow::Error::msg)?;
+    let admin_token = admin.admin_token.as_ref().map(|t| t.expose().to_owned());
     let spool_dir = config.spool.dir_or(config.data_dir.join("spool"));
     let node_id = super::spool_node(config.queue.node_id.as_deref());
+    super::api::report_presence(&ctx, &node_id, &shutdown);
     let ingest_listener = super::api::bind_ingest(&config.ingest).await?;
     ctx.ingest = Some(super::api::ingest(
         &spool_dir,
@@ -156,10 +168,14 @@ async fn run_on(
         shutdown,
     );
     eprintln!(
-        "\nvidq dev is running\n  API         http://{api}\n  live ingest http://{ingest} (encoders PUT HLS here)\n  worker      1 slot, FFmpeg from PATH\n  relay       webhooks (private addresses allowed){nats}\n  sweeper     spool {spool}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
+        "\nvidq dev is running\n  API         http://{api}\n  dashboard   http://{api}/admin (log in with {token})\n  metrics     http://{api}/metrics\n  live ingest http://{ingest} (encoders PUT HLS here)\n  worker      1 slot, FFmpeg from PATH\n  relay       webhooks (private addresses allowed){nats}\n  sweeper     spool {spool}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
          Get an API key (in another terminal):\n  DATABASE_URL={db} cargo run -- user create --name me\n\
          Then follow the curl walk-through in README.md. Ctrl-C stops everything.\n",
         api = config.http.addr,
+        token = match (&admin_token, generated_token) {
+            (Some(token), true) => format!("the token {token}, made for this run"),
+            _ => "VIDQ_ADMIN_TOKEN".to_owned(),
+        },
         ingest = config.ingest.ingest_addr,
         s3 = s3.endpoint(),
         root = s3_root.display(),

@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod dev;
+pub mod presence;
 pub mod relay;
 pub mod sweeper;
 pub mod worker;

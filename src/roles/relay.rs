@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::adapters::nats::NatsSink;
 pub use crate::config::{RelayArgs, RelayConfig};
 use crate::db;
+use crate::relay::probe::RelayProbe;
 use crate::relay::sink::Sinks;
 use crate::relay::webhook::WebhookSender;
 use crate::relay::{Relay, RelaySettings};
@@ -47,7 +48,39 @@ impl RelayArgs {
 
 /// Runs a relay until `shutdown`.
 pub async fn run(config: RelayConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    run_with(config.database.url.expose(), &config.relay, shutdown).await
+    let relay = Arc::new(build(config.database.url.expose(), &config.relay).await?);
+    if let Some(addr) = config.health_listen {
+        let listener = std::net::TcpListener::bind(addr)
+            .with_context(|| format!("cannot listen on {addr} (VIDQ_HEALTH_LISTEN)"))?;
+        let probe = RelayProbe::default();
+        probe.watch(
+            relay.pool.clone(),
+            super::presence::REPORT_EVERY,
+            shutdown.child_token(),
+        );
+        let server =
+            crate::http::health_listener::serve(listener, Arc::new(probe), shutdown.clone())?;
+        tracing::info!(%addr, "health listener on /healthz and /metrics");
+        tokio::spawn(server);
+    }
+    run_built(relay, shutdown).await;
+    Ok(())
+}
+
+/// Runs a built relay, reporting it on the dashboard.
+async fn run_built(relay: Arc<Relay>, shutdown: CancellationToken) {
+    let concurrency = relay.settings.concurrency;
+    super::presence::spawn(
+        relay.pool.clone(),
+        super::presence::Presence {
+            role: "relay",
+            node_id: relay.settings.relay_id.clone(),
+            slots: concurrency,
+            detail: Arc::new(move || serde_json::json!({ "concurrency": concurrency })),
+        },
+        shutdown.child_token(),
+    );
+    relay.run(shutdown).await;
 }
 
 /// Builds and runs a relay against `database_url` (`vidq dev` and the benchmarks call this).
@@ -57,7 +90,7 @@ pub async fn run_with(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let relay = build(database_url, args).await?;
-    Arc::new(relay).run(shutdown).await;
+    run_built(Arc::new(relay), shutdown).await;
     Ok(())
 }
 

@@ -69,16 +69,26 @@ pub async fn run_with(
         .context("connecting to the database (DATABASE_URL)")?;
     tracing::info!(node = %node_id, spool = %root.path().display(), "sweeper started");
     let sweeper = Sweeper::start(
-        pool,
+        pool.clone(),
         storage,
         root,
-        args.settings(node_id, live),
+        args.settings(node_id.clone(), live),
         shutdown.clone(),
+    );
+    let probe = std::sync::Arc::new(sweeper.probe());
+    super::presence::spawn(
+        pool,
+        super::presence::Presence {
+            role: "sweeper",
+            node_id: node_id.clone(),
+            slots: args.workers,
+            detail: super::presence::from_probe(probe.clone()),
+        },
+        shutdown.child_token(),
     );
     if let Some(addr) = health_listen {
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("cannot listen on {addr} (VIDQ_HEALTH_LISTEN)"))?;
-        let probe = std::sync::Arc::new(sweeper.probe());
         let server = crate::http::health_listener::serve(listener, probe, shutdown.clone())?;
         tracing::info!(%addr, "health listener on /healthz and /metrics");
         tokio::spawn(server);

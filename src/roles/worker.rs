@@ -128,6 +128,17 @@ pub async fn run_with(
             wait: ORIGINAL_WAIT,
         }),
     };
+    let running = health.clone();
+    super::presence::spawn(
+        pool.clone(),
+        super::presence::Presence {
+            role: "worker",
+            node_id: settings.node_id.clone(),
+            slots: queue.slots,
+            detail: Arc::new(move || serde_json::json!({ "running": running.running() })),
+        },
+        shutdown.child_token(),
+    );
     let runner = Arc::new(Runner {
         pool,
         database_url: database_url.to_owned(),

@@ -2,7 +2,6 @@
 //! turn and the database answers; its counters, its queue and its circuit breaker's state
 //! in Prometheus' text format.
 
-use std::fmt::Write;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,6 +12,7 @@ use super::SweepStats;
 use crate::domain::sweep::{Breaker, BreakerState};
 use crate::domain::upload::UploadState;
 use crate::http::health_listener::Probe;
+use crate::metrics::Exposition;
 
 /// A running sweeper's counters and breaker.
 #[derive(Clone, Debug)]
@@ -62,85 +62,60 @@ impl Probe for SweeperProbe {
         let s = &self.stats;
         let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
         let state = self.breaker_state();
-        let mut out = String::new();
-        let mut family = |name: &str, kind: &str, help: &str, rows: Vec<(String, u64)>| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, value) in rows {
-                let _ = writeln!(out, "{name}{labels} {value}");
-            }
-        };
-        family(
-            "vidq_sweeper_breaker_state",
-            "gauge",
-            "The circuit breaker in front of S3: 1 for its current state.",
-            BREAKER_STATES
-                .iter()
-                .map(|b| {
-                    (
-                        format!("{{state=\"{}\"}}", b.as_str()),
-                        u64::from(*b == state),
-                    )
-                })
-                .collect(),
-        );
-        family(
-            "vidq_sweeper_breaker_transitions_total",
-            "counter",
-            "Times the breaker changed state.",
-            vec![(String::new(), load(&s.breaker_transitions))],
-        );
-        family(
-            "vidq_sweeper_queue_rows",
-            "gauge",
-            "Rows in the in-memory queue or held by an upload worker.",
-            vec![(String::new(), in_queue(s))],
-        );
-        family(
-            "vidq_sweeper_rounds_total",
-            "counter",
-            "Rounds run (a page read through the cursor).",
-            vec![(String::new(), load(&s.rounds))],
-        );
-        family(
-            "vidq_sweeper_queue_saturated_total",
-            "counter",
-            "Rows a full queue refused, left for a later round.",
-            vec![(String::new(), load(&s.saturated))],
-        );
-        family(
-            "vidq_sweeper_rows_total",
-            "counter",
-            "Rows the upload workers finished, by outcome.",
-            [
-                // A row's outcome is the upload state it left the row in, where it has one.
-                (UploadState::Confirmed.as_str(), &s.confirmed),
-                ("failed", &s.failed),
-                (UploadState::Rejected.as_str(), &s.rejected),
-                ("held_by_breaker", &s.held_by_breaker),
-            ]
-            .into_iter()
-            .map(|(outcome, n)| (format!("{{outcome=\"{outcome}\"}}"), load(n)))
-            .collect(),
-        );
-        family(
-            "vidq_sweeper_puts_total",
-            "counter",
-            "PUTs sent to S3.",
-            vec![(String::new(), load(&s.puts))],
-        );
-        family(
-            "vidq_sweeper_found_by_head_total",
-            "counter",
-            "Rows whose object was already in S3 with the right size (no PUT).",
-            vec![(String::new(), load(&s.found_by_head))],
-        );
-        family(
-            "vidq_sweeper_expired_total",
-            "counter",
-            "Uploads expired (presigned never confirmed, or never finished arriving).",
-            vec![(String::new(), load(&s.expired))],
-        );
-        out
+        let exposition = Exposition::new();
+        exposition
+            .gauge_by(
+                "vidq_sweeper_breaker_state",
+                "The circuit breaker in front of S3: 1 for its current state.",
+                "state",
+                BREAKER_STATES
+                    .iter()
+                    .map(|b| (b.as_str(), f64::from(u8::from(*b == state)))),
+            )
+            .counter(
+                "vidq_sweeper_breaker_transitions_total",
+                "Times the breaker changed state.",
+                load(&s.breaker_transitions),
+            )
+            .gauge(
+                "vidq_sweeper_queue_rows",
+                "Rows in the in-memory queue or held by an upload worker.",
+                in_queue(s) as f64,
+            )
+            .counter(
+                "vidq_sweeper_rounds_total",
+                "Rounds run (a page read through the cursor).",
+                load(&s.rounds),
+            )
+            .counter(
+                "vidq_sweeper_queue_saturated_total",
+                "Rows a full queue refused, left for a later round.",
+                load(&s.saturated),
+            )
+            .counter_by(
+                "vidq_sweeper_rows_total",
+                "Rows the upload workers finished, by outcome.",
+                "outcome",
+                [
+                    // A row's outcome is the upload state it left the row in, where it has one.
+                    (UploadState::Confirmed.as_str(), load(&s.confirmed)),
+                    ("failed", load(&s.failed)),
+                    (UploadState::Rejected.as_str(), load(&s.rejected)),
+                    ("held_by_breaker", load(&s.held_by_breaker)),
+                ],
+            )
+            .counter("vidq_sweeper_puts_total", "PUTs sent to S3.", load(&s.puts))
+            .counter(
+                "vidq_sweeper_found_by_head_total",
+                "Rows whose object was already in S3 with the right size (no PUT).",
+                load(&s.found_by_head),
+            )
+            .counter(
+                "vidq_sweeper_expired_total",
+                "Uploads expired (presigned never confirmed, or never finished arriving).",
+                load(&s.expired),
+            );
+        exposition.render()
     }
 }
 

@@ -198,6 +198,8 @@ pub struct TestAppOptions {
     pub public_base_url: Option<String>,
     /// `VIDQ_LIVE_IDLE_SECS` and `VIDQ_LIVE_GRACE_SECS` of the ingest.
     pub live: vidq::config::LiveArgs,
+    /// `VIDQ_ADMIN_TOKEN`: unset, the dashboard is off unless an operator user exists.
+    pub admin_token: Option<String>,
 }
 
 impl Default for TestAppOptions {
@@ -207,6 +209,7 @@ impl Default for TestAppOptions {
             allow_private_webhooks: true,
             public_base_url: None,
             live: vidq::config::LiveArgs::default(),
+            admin_token: None,
         }
     }
 }
@@ -264,6 +267,7 @@ impl TestApp {
                 .await
                 .unwrap();
         ctx.webhooks.allow_private = options.allow_private_webhooks;
+        ctx.operators.token = options.admin_token.map(Secret::new);
         let spool = tempfile::tempdir().unwrap();
         let ingest_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         ctx.ingest = Some(

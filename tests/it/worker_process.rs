@@ -343,7 +343,7 @@ async fn probe(port: u16, path: &str) -> Option<(u16, String)> {
 }
 
 /// Polls `path` until it answers `status`; returns the body.
-async fn probe_until(port: u16, path: &str, status: u16, within: Duration) -> String {
+pub async fn probe_until(port: u16, path: &str, status: u16, within: Duration) -> String {
     let deadline = Instant::now() + within;
     loop {
         let got = probe(port, path).await;
@@ -395,6 +395,11 @@ async fn the_health_listener_reports_work_done_and_a_lost_database() {
         "vidq_worker_attempts_total{outcome=\"ready\"} 1\n",
         "vidq_worker_running 0\n",
         "vidq_worker_database_up 1\n",
+        "# TYPE vidq_worker_claim_duration_seconds histogram\n",
+        "vidq_worker_attempt_duration_seconds_count{kind=\"encode\",outcome=\"ready\"} 1\n",
+        "vidq_time_to_ready_seconds_count 1\n",
+        "vidq_worker_heartbeat_failures_total 0\n",
+        "vidq_worker_claims_lost_total{at=\"heartbeat\"} 0\n",
     ];
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {

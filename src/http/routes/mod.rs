@@ -4,6 +4,7 @@
 pub mod events;
 pub mod health;
 pub mod live;
+pub mod metrics;
 pub mod playback;
 pub mod tus;
 pub mod uploads;
@@ -27,6 +28,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(get().to(health::readyz))
             .route(head().to(health::readyz)),
     )
+    .service(resource("/metrics").route(get().to(metrics::metrics)))
     .service(
         web::scope("/v1")
             .service(resource("/uploads").route(post().to(uploads::create)))

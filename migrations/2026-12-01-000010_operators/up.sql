@@ -1,0 +1,29 @@
+-- The operator surface: who may open the dashboard, its login sessions, and what each
+-- running process says about itself (the dashboard's node list and the sweeper's breaker).
+
+-- An operator is a user whose API key also opens /admin (`vidq user create --admin`).
+ALTER TABLE users ADD COLUMN is_admin BOOLEAN NOT NULL DEFAULT false;
+
+-- A dashboard login. The cookie carries a random token; only its SHA-256 is stored, so a
+-- database dump opens no session. `csrf` is echoed by every form the dashboard renders.
+CREATE TABLE admin_sessions (
+    token_hash BYTEA PRIMARY KEY,
+    subject TEXT NOT NULL,
+    csrf TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    expires_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX admin_sessions_expires_idx ON admin_sessions (expires_at);
+
+-- One row per running process and role, upserted every few seconds by the process itself.
+-- `detail` is what the role knows that the tables do not (a worker's running attempts, a
+-- sweeper's breaker). Rows of processes that stopped are kept: their age tells the story.
+CREATE TABLE nodes (
+    role TEXT NOT NULL CHECK (role IN ('api', 'worker', 'relay', 'sweeper')),
+    node_id TEXT NOT NULL,
+    slots INTEGER NOT NULL DEFAULT 0,
+    started_at TIMESTAMPTZ NOT NULL,
+    seen_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    detail JSONB NOT NULL DEFAULT '{}'::jsonb,
+    PRIMARY KEY (role, node_id)
+);

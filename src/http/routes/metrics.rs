@@ -1,0 +1,88 @@
+//! `GET /metrics` of the API: its HTTP requests by route, status and latency, and the
+//! cluster's state read from the database at scrape time (queue depth by status, the oldest
+//! waiting job, the outbox backlog, the sweepers' backlog, open recordings). Aggregates
+//! only, no user's data; it needs no key, like `/healthz` (keep it off the public edge).
+
+use actix_web::{HttpResponse, web};
+
+use crate::app::AppContext;
+use crate::db::{self, operator_view};
+use crate::metrics::{self, Exposition};
+
+/// The database's part of a scrape.
+struct ClusterState {
+    queue: Vec<operator_view::StatusCount>,
+    oldest_pending: Option<f64>,
+    outbox: operator_view::Backlog,
+    sweep: Vec<operator_view::SweepBacklog>,
+    recordings: usize,
+}
+
+async fn read(ctx: &AppContext) -> Result<ClusterState, db::DbError> {
+    let mut conn = ctx.db.get().await?;
+    Ok(ClusterState {
+        queue: operator_view::queue_by_status(&mut conn).await?,
+        oldest_pending: operator_view::oldest_pending_secs(&mut conn).await?,
+        outbox: operator_view::outbox_backlog(&mut conn).await?,
+        sweep: operator_view::sweep_backlog(&mut conn).await?,
+        recordings: operator_view::open_recordings(&mut conn, 10_000)
+            .await?
+            .len(),
+    })
+}
+
+/// Prometheus' text format. A database that does not answer leaves its families out and
+/// sets `vidq_database_up` to 0, so the scrape itself still works.
+pub async fn metrics(ctx: web::Data<AppContext>) -> HttpResponse {
+    let exposition = Exposition::new();
+    let state = read(&ctx).await;
+    if let Err(error) = &state {
+        tracing::warn!(error = %crate::telemetry::error_chain(error), "metrics: the database did not answer");
+    }
+    exposition.gauge(
+        "vidq_database_up",
+        "1 if the database answered this scrape's reads.",
+        f64::from(u8::from(state.is_ok())),
+    );
+    if let Ok(state) = state {
+        exposition
+            .gauge_by(
+                "vidq_queue_jobs",
+                "Encoding jobs by status.",
+                "status",
+                state.queue.iter().map(|s| (s.status.as_str(), s.count as f64)),
+            )
+            .gauge(
+                "vidq_queue_oldest_pending_seconds",
+                "Seconds the oldest claimable PENDING job has waited (0: none waits).",
+                state.oldest_pending.unwrap_or(0.0),
+            )
+            .gauge(
+                "vidq_outbox_backlog",
+                "Events not yet delivered: unrouted outbox rows plus deliveries waiting or in flight.",
+                state.outbox.pending as f64,
+            )
+            .gauge(
+                "vidq_outbox_oldest_pending_seconds",
+                "Seconds since the oldest undelivered event committed (0: none waits).",
+                state.outbox.oldest_secs.unwrap_or(0.0),
+            )
+            .gauge_by(
+                "vidq_sweep_backlog",
+                "Rows a sweeper still has to land in S3, by ledger axis (upload, init, segment, original).",
+                "axis",
+                state.sweep.iter().map(|s| (s.axis.as_str(), s.pending as f64)),
+            )
+            .gauge(
+                "vidq_live_recordings_open",
+                "Recordings waiting, live, ending or ended without their video yet.",
+                state.recordings as f64,
+            );
+    }
+    exposition
+        .family(&*metrics::HTTP_REQUESTS)
+        .family(&*metrics::HTTP_SECONDS);
+    HttpResponse::Ok()
+        .content_type(metrics::CONTENT_TYPE)
+        .body(exposition.render())
+}

@@ -1,0 +1,125 @@
+//! `/metrics` of the API and of the relay: Prometheus text with the families operators
+//! alert on, values that follow what happened (the worker's and the sweeper's listeners are
+//! scraped in `worker_process` and `recovery`).
+
+use std::time::Duration;
+
+use crate::harness::{TestApp, free_port, vidq_child};
+use crate::worker_process::probe_until;
+
+/// The value of the first sample line starting with `series ` in `text`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test]
+async fn the_api_counts_requests_by_route_and_reads_the_queue_outbox_and_sweepers_at_scrape_time() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let video = app.uploaded_video(&key).await;
+    let id = video["id"].as_str().unwrap();
+    app.get(&key, &format!("/v1/videos/{id}")).await;
+    app.get(&key, "/v1/videos/not-a-video").await;
+
+    let response = reqwest::get(app.url("/metrics")).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    let text = response.text().await.unwrap();
+    assert_eq!(sample(&text, "vidq_database_up"), Some(1.0), "{text}");
+    assert_eq!(
+        sample(&text, "vidq_queue_jobs{status=\"PENDING\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "vidq_queue_jobs{status=\"DEAD\"}"),
+        Some(0.0),
+        "{text}"
+    );
+    assert!(sample(&text, "vidq_queue_oldest_pending_seconds").unwrap() >= 0.0);
+    // The confirm wrote `video.accepted`; no relay runs, so it waits unrouted.
+    assert!(
+        sample(&text, "vidq_outbox_backlog").unwrap() >= 1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "vidq_sweep_backlog{axis=\"upload\"}"),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "vidq_live_recordings_open"),
+        Some(0.0),
+        "{text}"
+    );
+    // Labelled by the route's pattern, never by the id in the path.
+    assert_eq!(
+        sample(
+            &text,
+            "vidq_http_requests_total{method=\"GET\",route=\"/v1/videos/{video_id}\",status=\"200\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "vidq_http_requests_total{method=\"GET\",route=\"/v1/videos/{video_id}\",status=\"404\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(!text.contains(id), "no video id in any label");
+    assert!(
+        text.contains("# TYPE vidq_http_request_duration_seconds histogram"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn the_relays_listener_reports_its_backlog_and_deliveries() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    app.uploaded_video(&key).await;
+    let logs = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _relay = vidq_child("relay", &logs.path().join("relay.log"))
+        .env("DATABASE_URL", &app.db.url)
+        .env("VIDQ_RELAY_POLL_MS", "100")
+        .env("VIDQ_HEALTH_LISTEN", format!("127.0.0.1:{port}"))
+        .spawn()
+        .unwrap();
+    let health = probe_until(port, "/healthz", 200, Duration::from_secs(15)).await;
+    let health: serde_json::Value = serde_json::from_str(&health).unwrap();
+    assert_eq!(health["status"], "ok");
+    // No webhook and no NATS: the relay routes `video.accepted` to nothing, so the backlog
+    // drains to 0 on its next look.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = probe_until(port, "/metrics", 200, Duration::from_secs(5)).await;
+        if sample(&text, "vidq_outbox_backlog") == Some(0.0) {
+            assert!(
+                text.contains("# TYPE vidq_outbox_oldest_pending_seconds gauge"),
+                "{text}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the backlog never drained:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM nodes WHERE role = 'relay'")
+            .await,
+        1,
+        "the relay reported itself for the dashboard"
+    );
+}
