@@ -138,6 +138,42 @@ impl PrivatePostgres {
         }
     }
 
+    /// Leaves the server running past this handle and stops it once process `pid` has
+    /// exited: a detached watcher polls the pid every second, then runs `pg_ctl stop`. For a
+    /// caller that has no place to stop it, such as a test binary, whose statics are never
+    /// dropped.
+    pub fn stop_after_process(self, pid: u32) -> std::io::Result<()> {
+        let mut stop: Vec<String> = Vec::new();
+        if let Some((uid, gid)) = self.owner {
+            stop.extend([
+                "setpriv".to_owned(),
+                format!("--reuid={uid}"),
+                format!("--regid={gid}"),
+                "--clear-groups".to_owned(),
+                "--".to_owned(),
+            ]);
+        }
+        stop.extend([
+            self.pg_ctl.to_string_lossy().into_owned(),
+            "-D".to_owned(),
+            self.data.to_string_lossy().into_owned(),
+            "stop".to_owned(),
+            "-m".to_owned(),
+            "fast".to_owned(),
+        ]);
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"while kill -0 "$0" 2>/dev/null; do sleep 1; done; exec "$@""#)
+            .arg(pid.to_string())
+            .args(stop)
+            .current_dir("/")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map(drop)
+    }
+
     async fn ctl(&self, args: &[&str], log: &Path) -> Result<(), PrivatePgError> {
         let mut all = vec!["-D".to_owned(), self.data.to_string_lossy().into_owned()];
         all.extend(args.iter().map(|a| (*a).to_owned()));

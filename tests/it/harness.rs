@@ -2,7 +2,8 @@
 //! `127.0.0.1:0` and the real API server on `127.0.0.1:0`, torn down when dropped.
 //!
 //! `VIDQ_TEST_DATABASE_URL` points at the server to use (default
-//! `postgres://postgres@127.0.0.1:5432/postgres`).
+//! `postgres://postgres@127.0.0.1:5432/postgres`, or a private server when nothing answers
+//! there).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,10 +37,70 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// The server every test database lives on.
+/// Whether something accepts TCP connections on `addr` within a second.
+pub fn answers(addr: &str) -> bool {
+    addr.parse().is_ok_and(|addr| {
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
+    })
+}
+
+/// The server every test database lives on: `VIDQ_TEST_DATABASE_URL`, else the one on
+/// 127.0.0.1:5432, else (nothing answers there) a private server this run starts from the
+/// installed PostgreSQL, as `vidq dev` does, and that stops once the test process is gone.
 pub fn server_url() -> String {
-    std::env::var("VIDQ_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        if let Ok(url) = std::env::var("VIDQ_TEST_DATABASE_URL") {
+            url
+        } else if answers("127.0.0.1:5432") {
+            "postgres://postgres@127.0.0.1:5432/postgres".to_owned()
+        } else {
+            private_server()
+        }
+    })
+    .clone()
+}
+
+fn private_server() -> String {
+    // Under the temporary directory: the server's own user (postgres, when the tests run as
+    // root) must be able to reach it. Kept between runs, so only the first one pays initdb.
+    let dir = std::env::temp_dir().join("vidq-test-postgres");
+    // On a runtime of its own: the first caller may be inside a test's runtime or not.
+    let started = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(vidq::adapters::private_pg::PrivatePostgres::start(&dir))
+    })
+    .join()
+    .unwrap()
+    .unwrap_or_else(|e| {
+        panic!("nothing answers on 127.0.0.1:5432 and no private PostgreSQL could start: {e}")
+    });
+    let url = db::pool::with_database(&started.url, "postgres").unwrap();
+    started
+        .stop_after_process(std::process::id())
+        .expect("a watcher that stops the private PostgreSQL after the tests");
+    url
+}
+
+/// Runs `program args...` until this test process exits (a detached shell watches the pid
+/// and then kills it): for servers the tests share, which no test owns.
+// The watcher is meant to outlive this process; nobody waits for it.
+#[allow(clippy::zombie_processes)]
+pub fn run_while_tests_run(program: &str, args: &[&str]) {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"pid=$0; "$@" & child=$!; while kill -0 "$pid" 2>/dev/null && kill -0 "$child" 2>/dev/null; do sleep 1; done; kill "$child" 2>/dev/null"#)
+        .arg(std::process::id().to_string())
+        .arg(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
 }
 
 static TEMPLATE: OnceCell<String> = OnceCell::const_new();

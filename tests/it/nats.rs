@@ -1,4 +1,5 @@
-//! The NATS JetStream sink against the NATS server on 127.0.0.1:4222: a republished event is
+//! The NATS JetStream sink against the NATS server on 127.0.0.1:4222 (or, when none answers
+//! there, a `nats-server -js` this run starts on a free port): a republished event is
 //! dropped by the stream's duplicate window, so a relay retry within it is invisible to
 //! consumers (after the window, delivery is at least once and consumers dedupe by id).
 
@@ -10,7 +11,39 @@ use crate::harness::TestApp;
 use crate::queue::wait_for_count;
 use crate::relay::{RelayRun, produce, relay_args, user_id};
 
-const NATS_URL: &str = "nats://127.0.0.1:4222";
+/// The server the tests publish to.
+fn nats_url() -> &'static str {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        if crate::harness::answers("127.0.0.1:4222") {
+            return "nats://127.0.0.1:4222".to_owned();
+        }
+        let port = crate::harness::free_port().to_string();
+        let store = tempfile::tempdir().unwrap().keep();
+        crate::harness::run_while_tests_run(
+            "nats-server",
+            &[
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-sd",
+                &store.to_string_lossy(),
+            ],
+        );
+        let addr = format!("127.0.0.1:{port}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !crate::harness::answers(&addr) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nothing answers on 127.0.0.1:4222 and nats-server (-js) did not start; install it"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        format!("nats://{addr}")
+    })
+}
 
 /// A stream and subject prefix no other test run uses.
 fn names() -> (String, String) {
@@ -19,14 +52,14 @@ fn names() -> (String, String) {
 }
 
 async fn messages_in(stream: &str) -> u64 {
-    let client = async_nats::connect(NATS_URL).await.unwrap();
+    let client = async_nats::connect(nats_url()).await.unwrap();
     let js = async_nats::jetstream::new(client);
     let mut stream = js.get_stream(stream).await.unwrap();
     stream.info().await.unwrap().state.messages
 }
 
 async fn delete_stream(stream: &str) {
-    let client = async_nats::connect(NATS_URL).await.unwrap();
+    let client = async_nats::connect(nats_url()).await.unwrap();
     async_nats::jetstream::new(client)
         .delete_stream(stream)
         .await
@@ -36,7 +69,9 @@ async fn delete_stream(stream: &str) {
 #[tokio::test]
 async fn jetstream_drops_a_republished_event_as_a_duplicate() {
     let (stream, prefix) = names();
-    let sink = NatsSink::connect(NATS_URL, &stream, &prefix).await.unwrap();
+    let sink = NatsSink::connect(nats_url(), &stream, &prefix)
+        .await
+        .unwrap();
     let id = uuid::Uuid::now_v7().to_string();
     let first = sink
         .publish(&id, "video.ready", b"{}".to_vec())
@@ -69,7 +104,7 @@ async fn the_relay_publishes_every_event_and_a_resend_changes_nothing_for_consum
     let owner = user_id(&app, "alice").await;
     let (stream, prefix) = names();
     let mut args = relay_args("0,100ms");
-    args.nats_url = Some(NATS_URL.into());
+    args.nats_url = Some(nats_url().into());
     args.nats_stream = stream.clone();
     args.nats_subject_prefix = prefix;
     let relay = RelayRun::start(&app, &args).await;
@@ -79,7 +114,7 @@ async fn the_relay_publishes_every_event_and_a_resend_changes_nothing_for_consum
     wait_for_count(&app, delivered, 3, Duration::from_secs(20)).await;
     assert_eq!(messages_in(&stream).await, 3);
     // Each message carries its event id as Nats-Msg-Id, and the envelope as its payload.
-    let client = async_nats::connect(NATS_URL).await.unwrap();
+    let client = async_nats::connect(nats_url()).await.unwrap();
     let js = async_nats::jetstream::new(client);
     let handle = js.get_stream(&stream).await.unwrap();
     let mut published = Vec::new();
