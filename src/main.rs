@@ -150,6 +150,27 @@ mod tests {
         names
     }
 
+    #[test]
+    fn every_command_says_what_it_does_and_every_setting_what_it_sets() {
+        let mut missing = Vec::new();
+        let mut stack = vec![(String::from("vidq"), Cli::command())];
+        while let Some((path, command)) = stack.pop() {
+            if command.get_about().is_none() && path != "vidq help" {
+                missing.push(format!("`{path}` has no description"));
+            }
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if !["help", "version"].contains(&id) && arg.get_help().is_none() {
+                    missing.push(format!("`{path}`: `{id}` has no help"));
+                }
+            }
+            for sub in command.get_subcommands() {
+                stack.push((format!("{path} {}", sub.get_name()), sub.clone()));
+            }
+        }
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
     /// Every `VIDQ_*` name in the first column of the README's settings table (the table
     /// under `## Configuration`, up to the next heading).
     fn documented(readme: &str) -> BTreeSet<String> {

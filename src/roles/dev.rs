@@ -45,7 +45,18 @@ async fn database(config: &DevConfig) -> anyhow::Result<(String, Option<PrivateP
     .await
     .is_ok_and(|c| c.is_ok());
     if config.postgres == DevPostgres::Auto && local {
-        return Ok(("postgres://localhost/vidq".to_owned(), None));
+        let url = "postgres://localhost/vidq".to_owned();
+        // A server that answers but refuses this user (a packaged PostgreSQL asks for a
+        // password on TCP) is no reason to stop a newcomer: vidq runs its own instead.
+        let maintenance = db::pool::with_database(&url, "postgres")?;
+        match db::pool::dedicated(&maintenance).await {
+            Ok(_) => return Ok((url, None)),
+            Err(error) => tracing::warn!(
+                error = %crate::telemetry::error_chain(&error),
+                "the PostgreSQL on localhost:5432 does not let this user in; starting a private \
+                 one instead (set DATABASE_URL to use that server)"
+            ),
+        }
     }
     let private = PrivatePostgres::start(&config.data_dir.join("pg"))
         .await

@@ -45,15 +45,15 @@ pub fn answers(addr: &str) -> bool {
 }
 
 /// The server every test database lives on: `VIDQ_TEST_DATABASE_URL`, else the one on
-/// 127.0.0.1:5432, else (nothing answers there) a private server this run starts from the
+/// 127.0.0.1:5432, else (nothing answers there, or it wants a password) a private server this run starts from the
 /// installed PostgreSQL, as `vidq dev` does, and that stops once the test process is gone.
 pub fn server_url() -> String {
     static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     URL.get_or_init(|| {
         if let Ok(url) = std::env::var("VIDQ_TEST_DATABASE_URL") {
             url
-        } else if answers("127.0.0.1:5432") {
-            "postgres://postgres@127.0.0.1:5432/postgres".to_owned()
+        } else if answers("127.0.0.1:5432") && lets_us_in(LOCAL_SERVER) {
+            LOCAL_SERVER.to_owned()
         } else {
             private_server()
         }
@@ -61,23 +61,40 @@ pub fn server_url() -> String {
     .clone()
 }
 
-fn private_server() -> String {
-    // Under the temporary directory: the server's own user (postgres, when the tests run as
-    // root) must be able to reach it. Kept between runs, so only the first one pays initdb.
-    let dir = std::env::temp_dir().join("vidq-test-postgres");
-    // On a runtime of its own: the first caller may be inside a test's runtime or not.
-    let started = std::thread::spawn(move || {
+/// The server on the standard port, when it lets the `postgres` user in without a password.
+const LOCAL_SERVER: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// Whether `url` accepts a connection (a packaged server may ask for a password on TCP).
+fn lets_us_in(url: &'static str) -> bool {
+    on_own_runtime(async move { db::pool::dedicated(url).await.is_ok() })
+}
+
+/// Runs `work` on a runtime of its own: the first caller may be inside a test's runtime or not.
+fn on_own_runtime<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap()
-            .block_on(vidq::adapters::private_pg::PrivatePostgres::start(&dir))
+            .block_on(work)
     })
     .join()
     .unwrap()
-    .unwrap_or_else(|e| {
-        panic!("nothing answers on 127.0.0.1:5432 and no private PostgreSQL could start: {e}")
-    });
+}
+
+fn private_server() -> String {
+    // Under the temporary directory: the server's own user (postgres, when the tests run as
+    // root) must be able to reach it. Kept between runs, so only the first one pays initdb.
+    let dir = std::env::temp_dir().join("vidq-test-postgres");
+    let started =
+        on_own_runtime(
+            async move { vidq::adapters::private_pg::PrivatePostgres::start(&dir).await },
+        )
+        .unwrap_or_else(|e| {
+            panic!("nothing answers on 127.0.0.1:5432 and no private PostgreSQL could start: {e}")
+        });
     let url = db::pool::with_database(&started.url, "postgres").unwrap();
     started
         .stop_after_process(std::process::id())
