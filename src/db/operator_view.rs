@@ -357,6 +357,21 @@ pub async fn open_recordings(
     .await
 }
 
+/// How many recordings are not yet finished (the `recordings_open_idx` states, plus `waiting`).
+pub async fn open_recordings_count(conn: &mut AsyncPgConnection) -> diesel::QueryResult<i64> {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let row: Count = diesel::sql_query(
+        "SELECT count(*) AS n FROM recordings WHERE state IN ('waiting', 'live', 'ending', 'ended')",
+    )
+    .get_result(conn)
+    .await?;
+    Ok(row.n)
+}
+
 /// A process's own report.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct NodeReport {

@@ -186,7 +186,9 @@ fn chart(slices: &[view::ReadySlice]) -> String {
         .filter_map(|s| s.p99_secs)
         .fold(0.0_f64, f64::max)
         .max(1.0);
-    let step = (W - LEFT) / (slices.len().max(2) - 1) as f64;
+    // The last slice (now) sits inside the frame, where its dot stays whole.
+    const RIGHT: f64 = 8.0;
+    let step = (W - LEFT - RIGHT) / (slices.len().max(2) - 1) as f64;
     let points = |pick: fn(&view::ReadySlice) -> Option<f64>| -> Vec<(f64, f64)> {
         slices
             .iter()

@@ -15,7 +15,7 @@ struct ClusterState {
     oldest_pending: Option<f64>,
     outbox: operator_view::Backlog,
     sweep: Vec<operator_view::SweepBacklog>,
-    recordings: usize,
+    recordings: i64,
 }
 
 async fn read(ctx: &AppContext) -> Result<ClusterState, db::DbError> {
@@ -25,9 +25,7 @@ async fn read(ctx: &AppContext) -> Result<ClusterState, db::DbError> {
         oldest_pending: operator_view::oldest_pending_secs(&mut conn).await?,
         outbox: operator_view::outbox_backlog(&mut conn).await?,
         sweep: operator_view::sweep_backlog(&mut conn).await?,
-        recordings: operator_view::open_recordings(&mut conn, 10_000)
-            .await?
-            .len(),
+        recordings: operator_view::open_recordings_count(&mut conn).await?,
     })
 }
 
