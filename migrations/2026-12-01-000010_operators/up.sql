@@ -27,3 +27,12 @@ CREATE TABLE nodes (
     detail JSONB NOT NULL DEFAULT '{}'::jsonb,
     PRIMARY KEY (role, node_id)
 );
+
+-- What the dashboard and /metrics read on every refresh, without walking all history: DEAD
+-- jobs, jobs finished in the last hour (and their videos' time to READY), failed videos.
+-- The completed index costs each finalize one index entry; the other two only take rows
+-- that failed.
+CREATE INDEX video_encoding_jobs_dead_idx ON video_encoding_jobs (id) WHERE status = 'DEAD';
+CREATE INDEX video_encoding_jobs_completed_idx ON video_encoding_jobs (completed_at)
+    WHERE status = 'COMPLETED';
+CREATE INDEX videos_failed_idx ON videos (updated_at) WHERE status = 'failed';

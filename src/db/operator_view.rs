@@ -15,20 +15,26 @@ pub struct StatusCount {
     /// `PENDING`, `PROCESSING`, `COMPLETED` or `DEAD`.
     #[diesel(sql_type = Text)]
     pub status: String,
-    /// How many.
+    /// How many (for `COMPLETED`: in the last hour, so the count stays an index range
+    /// however long the history is).
     #[diesel(sql_type = BigInt)]
     pub count: i64,
 }
 
-/// The queue by status.
+/// The queue by status: every PENDING, PROCESSING and DEAD job, and the jobs COMPLETED in
+/// the last hour. Each count is a partial index's range.
 pub async fn queue_by_status(
     conn: &mut AsyncPgConnection,
 ) -> diesel::QueryResult<Vec<StatusCount>> {
     diesel::sql_query(
-        "SELECT s.status, count(j.id) AS count
-         FROM unnest(ARRAY['PENDING','PROCESSING','COMPLETED','DEAD']) AS s(status)
-         LEFT JOIN video_encoding_jobs j ON j.status = s.status
-         GROUP BY s.status ORDER BY array_position(ARRAY['PENDING','PROCESSING','COMPLETED','DEAD'], s.status)",
+        "SELECT 'PENDING' AS status, count(*) AS count FROM video_encoding_jobs WHERE status = 'PENDING'
+         UNION ALL
+         SELECT 'PROCESSING', count(*) FROM video_encoding_jobs WHERE status = 'PROCESSING'
+         UNION ALL
+         SELECT 'COMPLETED', count(*) FROM video_encoding_jobs
+             WHERE status = 'COMPLETED' AND completed_at > now() - interval '1 hour'
+         UNION ALL
+         SELECT 'DEAD', count(*) FROM video_encoding_jobs WHERE status = 'DEAD'",
     )
     .load(conn)
     .await
@@ -154,14 +160,21 @@ const JOB_LINE: &str = "SELECT j.id AS job_id, j.video_id, u.name AS owner, j.ki
      ORDER BY a.id DESC LIMIT 1
  ) last ON true";
 
-/// Jobs a human should look at: DEAD ones and finished ones whose video failed, newest first.
+/// Jobs a human should look at: DEAD ones and finished ones whose video failed, newest
+/// first (each side read through its partial index, then joined).
 pub async fn needing_attention(
     conn: &mut AsyncPgConnection,
     limit: i64,
 ) -> diesel::QueryResult<Vec<JobLine>> {
     diesel::sql_query(format!(
         "{JOB_LINE}
-         WHERE j.status = 'DEAD' OR (j.status = 'COMPLETED' AND v.status = 'failed')
+         WHERE j.id IN (
+             (SELECT id FROM video_encoding_jobs WHERE status = 'DEAD' ORDER BY id DESC LIMIT $1)
+             UNION ALL
+             (SELECT fj.id FROM videos fv JOIN video_encoding_jobs fj ON fj.video_id = fv.id
+              WHERE fv.status = 'failed' AND fj.status = 'COMPLETED'
+              ORDER BY fv.updated_at DESC LIMIT $1)
+         )
          ORDER BY j.id DESC LIMIT $1"
     ))
     .bind::<BigInt, _>(limit)
@@ -434,16 +447,24 @@ pub struct ReadySlice {
     pub p99_secs: Option<f64>,
 }
 
-/// The last hour in twelve 5-minute slices, oldest first, each with its time to READY.
+/// The last hour in twelve 5-minute slices, oldest first, each with its time to READY
+/// (from the video's creation, the confirm, to its READY commit; read through the jobs
+/// completed in the hour).
 pub async fn time_to_ready(conn: &mut AsyncPgConnection) -> diesel::QueryResult<Vec<ReadySlice>> {
     diesel::sql_query(
-        "SELECT (60 - 5 * s.i)::int4 AS minutes_ago, count(v.id) AS ready,
-            percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM v.ready_at - v.created_at)) AS p50_secs,
-            percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM v.ready_at - v.created_at)) AS p99_secs
+        "WITH ready AS (
+             SELECT v.ready_at, extract(epoch FROM v.ready_at - v.created_at) AS secs
+             FROM video_encoding_jobs j JOIN videos v ON v.id = j.video_id
+             WHERE j.status = 'COMPLETED' AND j.completed_at > now() - interval '1 hour'
+               AND v.status = 'ready'
+         )
+         SELECT (60 - 5 * s.i)::int4 AS minutes_ago, count(r.ready_at) AS ready,
+            percentile_cont(0.5) WITHIN GROUP (ORDER BY r.secs) AS p50_secs,
+            percentile_cont(0.99) WITHIN GROUP (ORDER BY r.secs) AS p99_secs
          FROM generate_series(0, 11) AS s(i)
-         LEFT JOIN videos v ON v.status = 'ready'
-             AND v.ready_at >= now() - make_interval(mins => 60 - 5 * s.i)
-             AND v.ready_at <  now() - make_interval(mins => 55 - 5 * s.i)
+         LEFT JOIN ready r
+             ON r.ready_at >= now() - make_interval(mins => 60 - 5 * s.i)
+            AND r.ready_at <  now() - make_interval(mins => 55 - 5 * s.i)
          GROUP BY s.i ORDER BY s.i",
     )
     .load(conn)

@@ -7,6 +7,7 @@ use actix_web::{HttpResponse, web};
 
 use crate::app::AppContext;
 use crate::db::{self, operator_view};
+use crate::domain::job::JobStatus;
 use crate::metrics::{self, Exposition};
 
 /// The database's part of a scrape.
@@ -46,9 +47,22 @@ pub async fn metrics(ctx: web::Data<AppContext>) -> HttpResponse {
         exposition
             .gauge_by(
                 "vidq_queue_jobs",
-                "Encoding jobs by status.",
+                "Encoding jobs waiting, running or dead, by status.",
                 "status",
-                state.queue.iter().map(|s| (s.status.as_str(), s.count as f64)),
+                state
+                    .queue
+                    .iter()
+                    .filter(|s| s.status != JobStatus::Completed.as_str())
+                    .map(|s| (s.status.as_str(), s.count as f64)),
+            )
+            .gauge(
+                "vidq_queue_completed_last_hour",
+                "Encoding jobs finished (READY or FAILED) in the last hour.",
+                state
+                    .queue
+                    .iter()
+                    .find(|s| s.status == JobStatus::Completed.as_str())
+                    .map_or(0.0, |s| s.count as f64),
             )
             .gauge(
                 "vidq_queue_oldest_pending_seconds",
