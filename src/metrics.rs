@@ -115,7 +115,7 @@ pub static CLAIMS_LOST: LazyLock<IntCounterVec> = LazyLock::new(|| {
 pub static DELIVERIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     counter_vec(
         "vidq_relay_deliveries_total",
-        "Delivery tries, by sink (webhook, nats) and outcome (delivered, retry, dead).",
+        "Delivery tries, by sink (webhook, nats) and outcome (delivered, retry, exhausted, discarded, gone).",
         &["sink", "outcome"],
     )
 });

@@ -1,6 +1,11 @@
+DROP INDEX recordings_unfinished_idx;
+DROP INDEX event_deliveries_given_up_idx;
+DROP INDEX event_deliveries_waiting_idx;
+DROP INDEX video_encoding_jobs_processing_idx;
 DROP INDEX videos_failed_idx;
 DROP INDEX video_encoding_jobs_completed_idx;
 DROP INDEX video_encoding_jobs_dead_idx;
 DROP TABLE nodes;
 DROP TABLE admin_sessions;
+DROP INDEX users_admin_idx;
 ALTER TABLE users DROP COLUMN is_admin;

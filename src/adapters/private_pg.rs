@@ -161,9 +161,12 @@ impl PrivatePostgres {
             "-m".to_owned(),
             "fast".to_owned(),
         ]);
+        use std::os::unix::process::CommandExt;
+        // Its own process group: a Ctrl-C of the caller must not take the watcher with it.
         std::process::Command::new("sh")
             .arg("-c")
             .arg(r#"while kill -0 "$0" 2>/dev/null; do sleep 1; done; exec "$@""#)
+            .process_group(0)
             .arg(pid.to_string())
             .args(stop)
             .current_dir("/")

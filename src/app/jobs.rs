@@ -37,8 +37,24 @@ pub struct Claim {
     pub original_key: String,
     /// What the attempt does.
     pub kind: JobKind,
-    /// When the job was enqueued (the confirm): where time to READY is measured from.
-    pub enqueued_at: chrono::DateTime<chrono::Utc>,
+    /// Time to READY so far: the wait from enqueueing (the confirm, or an operator's retry)
+    /// to the claim by the database's clock, plus this node's monotonic time since the
+    /// claim; no two clocks are ever subtracted.
+    pub waited: TimeSince,
+}
+
+/// A wait measured partly by the database (until the claim) and then by this process.
+#[derive(Clone, Copy, Debug)]
+pub struct TimeSince {
+    before_claim: std::time::Duration,
+    claimed: std::time::Instant,
+}
+
+impl TimeSince {
+    /// The whole wait until now.
+    pub fn until_now(&self) -> std::time::Duration {
+        self.before_claim + self.claimed.elapsed()
+    }
 }
 
 impl From<db::jobs::ClaimedJob> for Claim {
@@ -52,7 +68,11 @@ impl From<db::jobs::ClaimedJob> for Claim {
             original_key: job.original_s3_key,
             // The schema's CHECK allows these two spellings only.
             kind: job.kind.parse().unwrap_or(JobKind::Encode),
-            enqueued_at: job.enqueued_at,
+            waited: TimeSince {
+                before_claim: std::time::Duration::try_from_secs_f64(job.queued_secs)
+                    .unwrap_or_default(),
+                claimed: std::time::Instant::now(),
+            },
         }
     }
 }

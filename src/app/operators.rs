@@ -110,6 +110,7 @@ impl OperatorAccess {
         db::admin_sessions::open(
             &mut conn,
             &session_hash(&cookie_token),
+            &hash_presented_key(secret),
             &subject,
             &csrf,
             Utc::now() + Duration::hours(SESSION_HOURS),
@@ -122,17 +123,39 @@ impl OperatorAccess {
     }
 }
 
-/// The live session the cookie's token names, if any.
-pub async fn session(
-    pool: &DbPool,
-    cookie_token: &str,
-) -> Result<Option<OperatorSession>, AppError> {
-    let mut conn = pool.get().await?;
-    let found = db::admin_sessions::find(&mut conn, &session_hash(cookie_token)).await?;
-    Ok(found.map(|s| OperatorSession {
-        subject: s.subject,
-        csrf: s.csrf,
-    }))
+impl OperatorAccess {
+    /// The live session the cookie's token names, if any, and only while the secret that
+    /// opened it still opens the dashboard: a changed `VIDQ_ADMIN_TOKEN`, or an operator's
+    /// key revoked (`vidq user delete`) or no longer an operator's, ends it at once.
+    pub async fn session(
+        &self,
+        pool: &DbPool,
+        cookie_token: &str,
+    ) -> Result<Option<OperatorSession>, AppError> {
+        let mut conn = pool.get().await?;
+        let Some(found) = db::admin_sessions::find(&mut conn, &session_hash(cookie_token)).await?
+        else {
+            return Ok(None);
+        };
+        let still_valid = match &self.token {
+            Some(token)
+                if hash_presented_key(token.expose().trim())[..] == found.credential_hash[..] =>
+            {
+                true
+            }
+            _ => db::users::find_admin_by_key_hash(&mut conn, &found.credential_hash)
+                .await?
+                .is_some(),
+        };
+        if !still_valid {
+            db::admin_sessions::close(&mut conn, &session_hash(cookie_token)).await?;
+            return Ok(None);
+        }
+        Ok(Some(OperatorSession {
+            subject: found.subject,
+            csrf: found.csrf,
+        }))
+    }
 }
 
 /// Ends the session the cookie's token names.
@@ -177,23 +200,34 @@ pub struct Overview {
 /// Rows per table on the dashboard.
 const ROWS: i64 = 25;
 
-/// Reads the overview (a dozen plain reads on one connection, no locks).
+/// Longest any one read of the overview may take.
+const READ_BUDGET_MS: u32 = 3_000;
+
+/// Reads the overview: a dozen plain reads in one read-only transaction, each bounded by
+/// [`READ_BUDGET_MS`].
 pub async fn overview(pool: &DbPool) -> Result<Overview, AppError> {
     let mut conn = pool.get().await?;
-    let conn = &mut conn;
-    Ok(Overview {
-        nodes: view::node_reports(conn).await?,
-        queue: view::queue_by_status(conn).await?,
-        oldest_pending_secs: view::oldest_pending_secs(conn).await?,
-        running: view::running_attempts(conn, ROWS).await?,
-        attention: view::needing_attention(conn, ROWS).await?,
-        recent: view::recent_jobs(conn, ROWS).await?,
-        outbox: view::outbox_backlog(conn).await?,
-        endpoints: view::endpoint_health(conn, ROWS).await?,
-        sweep: view::sweep_backlog(conn).await?,
-        recordings: view::open_recordings(conn, ROWS).await?,
-        ready: view::time_to_ready(conn).await?,
-    })
+    let read = conn
+        .build_transaction()
+        .read_only()
+        .run::<_, diesel::result::Error, _>(async |conn| {
+            view::bound_statements(conn, READ_BUDGET_MS).await?;
+            Ok(Overview {
+                nodes: view::node_reports(conn).await?,
+                queue: view::queue_by_status(conn).await?,
+                oldest_pending_secs: view::oldest_pending_secs(conn).await?,
+                running: view::running_attempts(conn, ROWS).await?,
+                attention: view::needing_attention(conn, ROWS).await?,
+                recent: view::recent_jobs(conn, ROWS).await?,
+                outbox: view::outbox_backlog(conn).await?,
+                endpoints: view::endpoint_health(conn, ROWS).await?,
+                sweep: view::sweep_backlog(conn).await?,
+                recordings: view::open_recordings(conn, ROWS).await?,
+                ready: view::time_to_ready(conn).await?,
+            })
+        })
+        .await?;
+    Ok(read)
 }
 
 #[cfg(test)]

@@ -10,6 +10,8 @@ use super::schema::admin_sessions;
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = admin_sessions)]
 pub struct AdminSession {
+    /// SHA-256 of the secret that opened it.
+    pub credential_hash: Vec<u8>,
     /// `token` (the operator token) or `user:<name>` (an operator's API key).
     pub subject: String,
     /// Echoed by every form of this session.
@@ -22,6 +24,7 @@ pub struct AdminSession {
 pub async fn open(
     conn: &mut AsyncPgConnection,
     token_hash: &[u8],
+    credential_hash: &[u8],
     subject: &str,
     csrf: &str,
     expires_at: DateTime<Utc>,
@@ -32,6 +35,7 @@ pub async fn open(
     diesel::insert_into(admin_sessions::table)
         .values((
             admin_sessions::token_hash.eq(token_hash),
+            admin_sessions::credential_hash.eq(credential_hash),
             admin_sessions::subject.eq(subject),
             admin_sessions::csrf.eq(csrf),
             admin_sessions::expires_at.eq(expires_at),

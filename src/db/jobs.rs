@@ -75,9 +75,9 @@ pub struct ClaimedJob {
     /// The run (1, then one more for each operator retry).
     #[diesel(sql_type = diesel::sql_types::Integer)]
     pub run: i32,
-    /// When the job was enqueued.
-    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
-    pub enqueued_at: chrono::DateTime<chrono::Utc>,
+    /// Seconds from the job's enqueueing to this claim, both by the database's clock.
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    pub queued_secs: f64,
 }
 
 /// The claim: the seed's single statement (one row, fixed order, `FOR UPDATE OF j SKIP
@@ -106,7 +106,8 @@ WITH clock AS (
         lease_until = c.now + make_interval(secs => $3)
     FROM candidate, clock c
     WHERE j.id = candidate.id
-    RETURNING j.id, j.video_id, j.original_s3_key, j.kind, j.claim_token, j.attempt_count, j.run, j.enqueued_at
+    RETURNING j.id, j.video_id, j.original_s3_key, j.kind, j.claim_token, j.attempt_count, j.run,
+              extract(epoch FROM c.now - j.enqueued_at)::float8 AS queued_secs
 ), superseded AS (
     UPDATE job_attempts a
     SET ended_at = statement_timestamp(), outcome = 'lost', error_code = 'lease_expired'
@@ -116,7 +117,7 @@ WITH clock AS (
     INSERT INTO job_attempts (job_id, run, attempt, claim_token, node_id)
     SELECT id, run, attempt_count, claim_token, $2 FROM claimed
 )
-SELECT id, video_id, original_s3_key, kind, claim_token, attempt_count, run, enqueued_at FROM claimed";
+SELECT id, video_id, original_s3_key, kind, claim_token, attempt_count, run, queued_secs FROM claimed";
 
 /// Claims the next job for `node` with a lease of `lease_secs`; commits at once.
 pub async fn claim(
@@ -443,6 +444,7 @@ pub async fn requeue(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> Q
     super::prepared::prepared(
         "UPDATE video_encoding_jobs
             SET status = 'PENDING', run = run + 1, attempt_count = 0, available_at = statement_timestamp(),
+                enqueued_at = statement_timestamp(),
                 completed_at = NULL, claim_token = NULL, claimed_by = NULL, lease_until = NULL, last_error = NULL
           WHERE id = $1 AND status = $2",
     )

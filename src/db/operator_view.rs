@@ -9,6 +9,16 @@ use diesel::sql_types::{BigInt, Double, Integer, Jsonb, Nullable, Text, Timestam
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
+/// Bounds every later statement of the caller's transaction to `ms` milliseconds, so a
+/// dashboard refresh over an unexpectedly large table gives up instead of holding a pooled
+/// connection.
+pub async fn bound_statements(conn: &mut AsyncPgConnection, ms: u32) -> diesel::QueryResult<()> {
+    diesel::sql_query(format!("SET LOCAL statement_timeout = {ms}"))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
 /// Jobs in one status.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct StatusCount {
@@ -231,22 +241,22 @@ pub struct EndpointHealth {
     /// Where it points.
     #[diesel(sql_type = Text)]
     pub url: String,
-    /// Deliveries waiting.
+    /// Deliveries waiting or in flight.
     #[diesel(sql_type = BigInt)]
     pub pending: i64,
     /// Seconds the oldest waiting one has waited since its event committed.
     #[diesel(sql_type = Nullable<Double>)]
     pub oldest_pending_secs: Option<f64>,
-    /// Tries that failed in the last hour.
+    /// Of the waiting ones, those that failed at least one try.
     #[diesel(sql_type = BigInt)]
-    pub failed_last_hour: i64,
-    /// Deliveries exhausted or discarded in the last day.
+    pub retrying: i64,
+    /// Deliveries of the last day's events that were exhausted or discarded.
     #[diesel(sql_type = BigInt)]
     pub given_up_last_day: i64,
-    /// Median commit-to-delivery lag in the last hour, seconds.
+    /// Median commit-to-delivery lag of its last 100 deliveries, seconds.
     #[diesel(sql_type = Nullable<Double>)]
     pub lag_p50_secs: Option<f64>,
-    /// When and why it was turned off.
+    /// When it was turned off.
     #[diesel(sql_type = Nullable<Timestamptz>)]
     pub disabled_at: Option<DateTime<Utc>>,
     /// Why.
@@ -254,31 +264,34 @@ pub struct EndpointHealth {
     pub disabled_reason: Option<String>,
 }
 
-/// Every webhook endpoint with its backlog, failures and lag; disabled ones and the ones
-/// with a backlog first.
+/// Every webhook endpoint with its backlog, retries, give-ups and lag; disabled ones and the
+/// ones with a backlog first. Each number is a partial index's range or the endpoint's last
+/// 100 deliveries, never its whole history.
 pub async fn endpoint_health(
     conn: &mut AsyncPgConnection,
     limit: i64,
 ) -> diesel::QueryResult<Vec<EndpointHealth>> {
     diesel::sql_query(
         "SELECT e.id, u.name AS owner, e.url,
-            (SELECT count(*) FROM event_deliveries d
-             WHERE d.endpoint_id = e.id AND d.status IN ('pending', 'sending')) AS pending,
-            (SELECT extract(epoch FROM now() - min(o.created_at))::float8 FROM event_deliveries d
-             JOIN notification_outbox o ON o.id = d.outbox_id
-             WHERE d.endpoint_id = e.id AND d.status IN ('pending', 'sending')) AS oldest_pending_secs,
-            (SELECT count(*) FROM delivery_attempts t JOIN event_deliveries d ON d.id = t.delivery_id
-             WHERE d.endpoint_id = e.id AND t.finished_at > now() - interval '1 hour'
-               AND (t.error IS NOT NULL OR t.response_status NOT BETWEEN 200 AND 299)) AS failed_last_hour,
+            w.pending, w.oldest_pending_secs, w.retrying,
             (SELECT count(*) FROM event_deliveries d
              WHERE d.endpoint_id = e.id AND d.status IN ('exhausted', 'discarded')
                AND d.created_at > now() - interval '1 day') AS given_up_last_day,
-            (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM d.delivered_at - o.created_at))
-             FROM event_deliveries d JOIN notification_outbox o ON o.id = d.outbox_id
-             WHERE d.endpoint_id = e.id AND d.delivered_at > now() - interval '1 hour') AS lag_p50_secs,
+            (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY recent.lag) FROM (
+                SELECT extract(epoch FROM d.delivered_at - o.created_at) AS lag
+                FROM event_deliveries d JOIN notification_outbox o ON o.id = d.outbox_id
+                WHERE d.endpoint_id = e.id AND d.status = 'delivered'
+                ORDER BY d.id DESC LIMIT 100) recent) AS lag_p50_secs,
             e.disabled_at, e.disabled_reason
-         FROM webhook_endpoints e JOIN users u ON u.id = e.owner_id
-         ORDER BY (e.disabled_at IS NULL), pending DESC, e.created_at
+         FROM webhook_endpoints e
+         JOIN users u ON u.id = e.owner_id
+         CROSS JOIN LATERAL (
+             SELECT count(*) AS pending, count(*) FILTER (WHERE d.attempt_count > 0) AS retrying,
+                    extract(epoch FROM now() - min(o.created_at))::float8 AS oldest_pending_secs
+             FROM event_deliveries d JOIN notification_outbox o ON o.id = d.outbox_id
+             WHERE d.endpoint_id = e.id AND d.status IN ('pending', 'sending')
+         ) w
+         ORDER BY (e.disabled_at IS NULL), w.pending DESC, e.created_at
          LIMIT $1",
     )
     .bind::<BigInt, _>(limit)
@@ -417,12 +430,13 @@ pub async fn node_reports(conn: &mut AsyncPgConnection) -> diesel::QueryResult<V
         "SELECT n.role, n.node_id, n.slots,
             extract(epoch FROM now() - n.seen_at)::float8 AS seen_secs,
             extract(epoch FROM now() - n.started_at)::float8 AS up_secs,
-            n.detail,
-            CASE WHEN n.role = 'worker' THEN (
-                SELECT string_agg(j.id || '/' || j.run || '.' || j.attempt_count, ' ' ORDER BY j.id)
-                FROM video_encoding_jobs j WHERE j.status = 'PROCESSING' AND j.claimed_by = n.node_id
-            ) END AS holding
+            n.detail, h.holding
          FROM nodes n
+         LEFT JOIN (
+             SELECT j.claimed_by,
+                    string_agg(j.id || '/' || j.run || '.' || j.attempt_count, ' ' ORDER BY j.id) AS holding
+             FROM video_encoding_jobs j WHERE j.status = 'PROCESSING' GROUP BY j.claimed_by
+         ) h ON n.role = 'worker' AND h.claimed_by = n.node_id
          WHERE n.seen_at > now() - interval '1 day'
          ORDER BY n.role, n.seen_at DESC, n.node_id",
     )

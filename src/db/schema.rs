@@ -9,6 +9,7 @@ pub mod sql_types {
 diesel::table! {
     admin_sessions (token_hash) {
         token_hash -> Bytea,
+        credential_hash -> Bytea,
         subject -> Text,
         csrf -> Text,
         created_at -> Timestamptz,

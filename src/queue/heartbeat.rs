@@ -53,9 +53,6 @@ pub async fn keep_alive(
                     job_id = claim.job_id,
                     "heartbeat matched nothing: the claim is lost"
                 );
-                crate::metrics::CLAIMS_LOST
-                    .with_label_values(&["heartbeat"])
-                    .inc();
                 let _ = reason.set(StopReason::Lost);
                 stop.cancel();
                 return;

@@ -300,10 +300,7 @@ impl<B: JobBody> Runner<B> {
             (Ok(output), _) => match jobs::finalize_ready(&self.pool, claim, &output).await {
                 Ok(()) => {
                     tracing::info!("video ready");
-                    let waited = (chrono::Utc::now() - claim.enqueued_at)
-                        .to_std()
-                        .unwrap_or_default();
-                    metrics::observe(&metrics::TIME_TO_READY_SECONDS, waited);
+                    metrics::observe(&metrics::TIME_TO_READY_SECONDS, claim.waited.until_now());
                     self.body
                         .after_ready(claim.video, claim.run, claim.attempt)
                         .await;
@@ -358,7 +355,6 @@ impl<B: JobBody> Runner<B> {
         let ended = match outcome {
             Ok(ended) => ended,
             Err(JobError::ClaimLost) => {
-                metrics::CLAIMS_LOST.with_label_values(&["finalize"]).inc();
                 tracing::warn!("claim lost before the result was recorded; nothing was written");
                 let _ =
                     jobs::record_lost(&self.pool, claim, "fence matched nothing at finalize").await;
@@ -372,6 +368,15 @@ impl<B: JobBody> Runner<B> {
                 Ended::Unrecorded
             }
         };
+        if ended == Ended::Lost {
+            // Once per lost claim, by who noticed first.
+            let at = if why == Some(StopReason::Lost) {
+                "heartbeat"
+            } else {
+                "finalize"
+            };
+            metrics::CLAIMS_LOST.with_label_values(&[at]).inc();
+        }
         self.health.attempt_ended(ended);
         ended
     }

@@ -239,6 +239,73 @@ async fn an_operator_users_api_key_opens_the_dashboard_with_no_token_set() {
     assert!(page.text().await.unwrap().contains("user:ops"));
 }
 
+#[tokio::test]
+async fn a_session_ends_when_its_key_is_revoked_or_no_longer_an_operators() {
+    let app = TestApp::spawn().await;
+    let (_, key) = vidq::app::users::create_user_as(&app.pool, "ops", true)
+        .await
+        .unwrap();
+    let (_, other) = vidq::app::users::create_user_as(&app.pool, "ops2", true)
+        .await
+        .unwrap();
+    let page = |cookie: String| {
+        let url = app.url("/admin");
+        async move {
+            browserless()
+                .get(url)
+                .header(COOKIE, cookie)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    let (demoted, _) = log_in(&app, key.reveal()).await;
+    let (revoked, _) = log_in(&app, other.reveal()).await;
+    assert_eq!(page(demoted.clone()).await, StatusCode::OK);
+    assert_eq!(page(revoked.clone()).await, StatusCode::OK);
+
+    app.count("WITH d AS (UPDATE users SET is_admin = false WHERE name = 'ops' RETURNING 1) SELECT count(*) AS n FROM d")
+        .await;
+    assert_eq!(
+        page(demoted).await,
+        StatusCode::SEE_OTHER,
+        "no longer an operator"
+    );
+    // What `vidq user delete` does first.
+    let mut conn = app.pool.get().await.unwrap();
+    vidq::db::users::revoke_key_by_name(&mut conn, "ops2", &[0u8; 32])
+        .await
+        .unwrap();
+    assert_eq!(
+        page(revoked).await,
+        StatusCode::SEE_OTHER,
+        "its key is revoked"
+    );
+}
+
+#[tokio::test]
+async fn what_users_wrote_is_shown_as_text_never_as_markup() {
+    let app = with_token().await;
+    let key = app.create_user("<img src=x onerror=alert(1)>").await;
+    app.uploaded_video(&key).await;
+    let (cookie, _) = log_in(&app, TOKEN).await;
+    let page = browserless()
+        .get(app.url("/admin"))
+        .header(COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!page.contains("<img src=x"), "{page}");
+    assert!(
+        page.contains("&#60;img src=x onerror=alert(1)&#62;"),
+        "{page}"
+    );
+}
+
 /// Makes job `id` die: three claims whose leases run out, then the reaper.
 async fn kill_job(app: &TestApp) {
     for _ in 0..3 {

@@ -85,16 +85,27 @@ fn on_own_runtime<T: Send + 'static>(
 }
 
 fn private_server() -> String {
-    // Under the temporary directory: the server's own user (postgres, when the tests run as
-    // root) must be able to reach it. Kept between runs, so only the first one pays initdb.
-    let dir = std::env::temp_dir().join("vidq-test-postgres");
-    let started =
-        on_own_runtime(
-            async move { vidq::adapters::private_pg::PrivatePostgres::start(&dir).await },
+    // In this checkout's target directory, which this user owns (never a path in /tmp that
+    // someone else could have planted); kept between runs, so only the first pays initdb.
+    let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    // One run at a time owns the cluster: a second concurrent `cargo test` waits here rather
+    // than restarting the server under the first.
+    let lock = std::fs::File::create(tmp.join("test-postgres.lock")).unwrap();
+    if lock.try_lock().is_err() {
+        eprintln!("another test run holds the private PostgreSQL; waiting for it to finish");
+        lock.lock().unwrap();
+    }
+    // Held (and so the cluster owned) until this process exits.
+    std::mem::forget(lock);
+    let dir = tmp.join("test-postgres");
+    let started = on_own_runtime(async move {
+        vidq::adapters::private_pg::PrivatePostgres::start(&dir).await
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "nothing lets the tests in on 127.0.0.1:5432 and no private PostgreSQL could start: {e}"
         )
-        .unwrap_or_else(|e| {
-            panic!("nothing answers on 127.0.0.1:5432 and no private PostgreSQL could start: {e}")
-        });
+    });
     let url = db::pool::with_database(&started.url, "postgres").unwrap();
     started
         .stop_after_process(std::process::id())
@@ -102,17 +113,21 @@ fn private_server() -> String {
     url
 }
 
-/// Runs `program args...` until this test process exits (a detached shell watches the pid
-/// and then kills it): for servers the tests share, which no test owns.
+/// Runs `program args...` until this test process exits, then kills it and removes
+/// `scratch` (a detached shell in its own process group, so a Ctrl-C of the run does not
+/// take the watcher down before it has cleaned up): for servers the tests share.
 // The watcher is meant to outlive this process; nobody waits for it.
 #[allow(clippy::zombie_processes)]
-pub fn run_while_tests_run(program: &str, args: &[&str]) {
+pub fn run_while_tests_run(program: &str, args: &[&str], scratch: &std::path::Path) {
+    use std::os::unix::process::CommandExt;
     std::process::Command::new("sh")
         .arg("-c")
-        .arg(r#"pid=$0; "$@" & child=$!; while kill -0 "$pid" 2>/dev/null && kill -0 "$child" 2>/dev/null; do sleep 1; done; kill "$child" 2>/dev/null"#)
+        .arg(r#"pid=$0; scratch=$1; shift; "$@" & child=$!; while kill -0 "$pid" 2>/dev/null && kill -0 "$child" 2>/dev/null; do sleep 1; done; kill "$child" 2>/dev/null; wait "$child"; rm -rf "$scratch""#)
         .arg(std::process::id().to_string())
+        .arg(scratch)
         .arg(program)
         .args(args)
+        .process_group(0)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -31,6 +31,7 @@ fn nats_url() -> &'static str {
                 "-sd",
                 &store.to_string_lossy(),
             ],
+            &store,
         );
         let addr = format!("127.0.0.1:{port}");
         let deadline = std::time::Instant::now() + Duration::from_secs(10);

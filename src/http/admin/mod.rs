@@ -94,7 +94,9 @@ async fn current(
         return Ok(None);
     };
     let token = cookie.value().to_owned();
-    Ok(operators::session(&ctx.db, &token)
+    Ok(ctx
+        .operators
+        .session(&ctx.db, &token)
         .await?
         .map(|session| (session, token)))
 }
@@ -136,18 +138,23 @@ fn same_origin(req: &HttpRequest) -> bool {
     let Some(origin) = req.headers().get(header::ORIGIN) else {
         return true;
     };
-    let host = req.connection_info().host().to_owned();
-    origin
-        .to_str()
-        .ok()
-        .and_then(|o| url::Url::parse(o).ok())
-        .is_some_and(|o| {
-            let authority = match o.port() {
-                Some(port) => format!("{}:{port}", o.host_str().unwrap_or_default()),
-                None => o.host_str().unwrap_or_default().to_owned(),
-            };
-            authority.eq_ignore_ascii_case(&host)
-        })
+    // The host the client reached (behind a proxy: Forwarded / X-Forwarded-Host), as a URL
+    // of the same scheme, so `example.com` and `example.com:443` compare equal.
+    let info = req.connection_info();
+    let here = url::Url::parse(&format!("{}://{}", info.scheme(), info.host())).ok();
+    let there = origin.to_str().ok().and_then(|o| url::Url::parse(o).ok());
+    match (here, there) {
+        (Some(here), Some(there)) => {
+            let same_host = here.host_str().map(str::to_ascii_lowercase)
+                == there.host_str().map(str::to_ascii_lowercase);
+            // A Host with no port (a TLS proxy that does not say so in X-Forwarded-Proto)
+            // names the host only.
+            same_host
+                && (here.port().is_none()
+                    || here.port_or_known_default() == there.port_or_known_default())
+        }
+        _ => false,
+    }
 }
 
 async fn panels_html(ctx: &AppContext, session: &OperatorSession) -> Result<String, ApiError> {
@@ -309,4 +316,40 @@ async fn stylesheet() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/css; charset=utf-8")
         .body(include_str!("static/dashboard.css"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::test::TestRequest;
+
+    fn post(host: &str, origin: Option<&str>) -> HttpRequest {
+        let mut req = TestRequest::post().insert_header((header::HOST, host));
+        if let Some(origin) = origin {
+            req = req.insert_header((header::ORIGIN, origin));
+        }
+        req.to_http_request()
+    }
+
+    #[test]
+    fn only_a_post_from_the_dashboards_own_host_passes_the_origin_check() {
+        assert!(same_origin(&post("127.0.0.1:8080", None)));
+        assert!(same_origin(&post(
+            "127.0.0.1:8080",
+            Some("http://127.0.0.1:8080")
+        )));
+        assert!(same_origin(&post(
+            "Media.Example.com",
+            Some("https://media.example.com")
+        )));
+        assert!(!same_origin(&post(
+            "127.0.0.1:8080",
+            Some("http://127.0.0.1:9999")
+        )));
+        assert!(!same_origin(&post(
+            "127.0.0.1:8080",
+            Some("https://evil.example")
+        )));
+        assert!(!same_origin(&post("127.0.0.1:8080", Some("null"))));
+    }
 }

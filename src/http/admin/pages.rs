@@ -103,7 +103,7 @@ struct EndpointLine {
     pending: i64,
     oldest: String,
     lag: String,
-    failed: i64,
+    retrying: i64,
     given_up: i64,
     disabled: Option<String>,
 }
@@ -304,7 +304,7 @@ impl Panels {
                     pending: e.pending,
                     oldest: age_or_dash(e.oldest_pending_secs),
                     lag: age_or_dash(e.lag_p50_secs),
-                    failed: e.failed_last_hour,
+                    retrying: e.retrying,
                     given_up: e.given_up_last_day,
                     disabled: e.disabled_at.map(|at| {
                         format!(

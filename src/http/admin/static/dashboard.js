@@ -47,5 +47,8 @@
       .then(refresh);
   });
 
-  window.setInterval(refresh, 2000);
+  // The next refresh is planned when this one is done, so a slow server never has several
+  // refreshes of one page in flight.
+  function loop() { refresh().then(function () { window.setTimeout(loop, 2000); }); }
+  window.setTimeout(loop, 2000);
 })();
