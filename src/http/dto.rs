@@ -30,6 +30,7 @@ pub struct CreateUploadRequest {
     #[schema(schema_with = content_types)]
     pub content_type: String,
     /// Exact size of the file in bytes; at most the server's upload limit (`Tus-Max-Size`).
+    #[serde(deserialize_with = "whole_number")]
     #[schema(minimum = 1)]
     pub size_bytes: i64,
     /// `presigned` (default): PUT the bytes straight to S3. `vidq`: PUT them to vidq
@@ -75,6 +76,43 @@ impl From<CreatedUpload> for CreateUploadResponse {
             expires_at: created.upload.expires_at,
         }
     }
+}
+
+/// A whole number, written `813` or `813.0`: JSON Schema's `integer` (the document's
+/// type) takes both, and a client's JSON library may write either. A fraction, or a value
+/// out of range, is refused as an `i64` field refuses it.
+fn whole_number<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    struct Whole;
+
+    impl serde::de::Visitor<'_> for Whole {
+        type Value = i64;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            // serde's name of the kind, which the JSON extractor turns into a sentence.
+            f.write_str("i64")
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<i64, E> {
+            Ok(v)
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<i64, E> {
+            i64::try_from(v)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+        }
+
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<i64, E> {
+            // 2^63 is exact in f64; every whole f64 below it (and at or above -2^63) fits.
+            const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+            if v.fract() == 0.0 && (-LIMIT..LIMIT).contains(&v) {
+                Ok(v as i64)
+            } else {
+                Err(E::invalid_value(serde::de::Unexpected::Float(v), &self))
+            }
+        }
+    }
+
+    deserializer.deserialize_any(Whole)
 }
 
 /// `201` answer to `POST /v1/uploads`; `via` tells which.
@@ -661,6 +699,30 @@ mod tests {
         let mut keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
         keys.sort();
         keys
+    }
+
+    #[test]
+    fn a_size_may_be_written_as_a_whole_float_but_not_as_a_fraction_or_text() {
+        let parse = |size: &str| {
+            serde_json::from_str::<CreateUploadRequest>(&format!(
+                r#"{{"filename": "a.mp4", "content_type": "video/mp4", "size_bytes": {size}}}"#
+            ))
+            .map(|r| r.size_bytes)
+        };
+        assert_eq!(parse("813").unwrap(), 813);
+        assert_eq!(parse("813.0").unwrap(), 813);
+        assert_eq!(parse("-5").unwrap(), -5);
+        for bad in ["813.5", "\"813\"", "1e300", "9223372036854775808"] {
+            let body = format!(
+                r#"{{"filename": "a.mp4", "content_type": "video/mp4", "size_bytes": {bad}}}"#
+            );
+            let err = parse(bad).unwrap_err();
+            assert_eq!(
+                crate::http::json::describe(&err, body.as_bytes()),
+                "the field `size_bytes` must be a whole number",
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -302,9 +302,8 @@ impl From<AppError> for ApiError {
                 }
             },
             AppError::UploadIncomplete => Self::new(S::CONFLICT, "upload_incomplete", message),
-            AppError::SizeMismatch { .. } => {
-                Self::new(S::UNPROCESSABLE_ENTITY, "size_mismatch", message)
-            }
+            // The bytes are well formed; they conflict with the size the contract declared.
+            AppError::SizeMismatch { .. } => Self::new(S::CONFLICT, "size_mismatch", message),
             AppError::UploadClosed { .. } => Self::new(S::CONFLICT, "upload_closed", message),
             AppError::IngestDisabled => {
                 Self::new(S::SERVICE_UNAVAILABLE, "ingest_disabled", message)

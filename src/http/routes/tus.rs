@@ -80,17 +80,22 @@ pub async fn options(ctx: web::Data<AppContext>) -> HttpResponse {
         .finish()
 }
 
-/// `OPTIONS` on an upload: the same discovery answer (the id is not looked at).
+/// `OPTIONS` on an upload: the same discovery answer. The upload is not looked up, but a
+/// malformed id names no upload: `404`, as on every other route.
 #[utoipa::path(
     options,
     path = "/v1/tus/{upload_id}",
     tag = "tus",
     operation_id = "tus_options_upload",
     params(("upload_id" = String, Path, format = Uuid, description = "The upload.")),
-    responses((status = 204, response = Discovery)),
+    responses((status = 204, response = Discovery), (status = 404, response = NotFound)),
 )]
-pub async fn options_upload(ctx: web::Data<AppContext>) -> HttpResponse {
-    options(ctx).await
+pub async fn options_upload(
+    ctx: web::Data<AppContext>,
+    upload_id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    path_id::<crate::domain::ids::UploadId>(&upload_id)?;
+    Ok(options(ctx).await)
 }
 
 /// `POST`: a new upload from `Upload-Length` and `Upload-Metadata` (`filename`,
@@ -397,8 +402,10 @@ fn patch_content_type(req: &HttpRequest) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// `Upload-Checksum`; an empty one asks for nothing, as an empty `Upload-Metadata` does.
 fn upload_checksum(req: &HttpRequest) -> Result<Option<tus::Checksum>, ApiError> {
     text(req, "Upload-Checksum")?
+        .filter(|raw| !raw.trim().is_empty())
         .map(tus::parse_checksum)
         .transpose()
         .map_err(|e| ApiError::bad_request(e.to_string()))

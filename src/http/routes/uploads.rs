@@ -18,7 +18,7 @@ use crate::http::dto::{
 use crate::http::error::ApiError;
 use crate::http::json::JsonBody;
 use crate::http::openapi::{
-    Bytes, Conflict, KeyErrors, NotFound, ReceiveErrors, RequestTimeout, TooLarge, Unprocessable,
+    Bytes, Conflict, KeyErrors, NotFound, ReceiveErrors, RequestTimeout, TooLarge,
     UnsupportedMediaType,
 };
 
@@ -113,7 +113,6 @@ pub async fn create(
         (status = 202, description = "Confirmed now: the new video, queued.", body = VideoDto),
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
-        (status = 422, response = Unprocessable),
         KeyErrors,
     ),
 )]
@@ -178,7 +177,6 @@ pub async fn status(
     responses(
         (status = 200, description = "All bytes are on the spool; vidq lands them in S3 and \
             confirms.", body = UploadStatusDto),
-        (status = 422, response = Unprocessable),
         ReceiveErrors,
         KeyErrors,
     ),
