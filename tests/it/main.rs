@@ -24,6 +24,7 @@ mod live_recovery;
 mod media;
 mod mp4;
 mod nats;
+mod openapi;
 mod orphans;
 mod pipeline;
 mod playback;
