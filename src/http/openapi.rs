@@ -1,9 +1,10 @@
 //! The OpenAPI 3.1 document of the HTTP API, generated from the handlers' `#[utoipa::path]`
 //! attributes and the request/response types, served at `GET /openapi.json`.
 //!
-//! The few facts a type cannot carry are filled in here: the security schemes, the
-//! trailing-slash alias of the tus collection, and the upload size limit this server was
-//! started with.
+//! The few facts a type cannot carry are filled in here: the security schemes, the shared
+//! error answers, the trailing-slash alias of the tus collection, that a `checksum` needs
+//! `"via": "vidq"`, and the upload size limit this server was started with. The tus
+//! request headers, which the handlers read from the raw request, are in [`tus`].
 
 use std::sync::OnceLock;
 
