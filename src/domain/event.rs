@@ -27,6 +27,9 @@ pub enum EventType {
 }
 
 impl EventType {
+    /// Every type, in the order a video meets them.
+    pub const ALL: &'static [Self] = &[Self::VideoAccepted, Self::VideoReady, Self::VideoFailed];
+
     /// The wire and database spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -46,8 +49,9 @@ impl std::str::FromStr for EventType {
     type Err = UnknownEventType;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        [Self::VideoAccepted, Self::VideoReady, Self::VideoFailed]
-            .into_iter()
+        Self::ALL
+            .iter()
+            .copied()
             .find(|t| t.as_str() == text)
             .ok_or_else(|| UnknownEventType(text.to_owned()))
     }

@@ -5,39 +5,59 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::app::uploads::CreatedUpload;
 use crate::app::videos::VideoView;
 use crate::app::webhooks::{Delivery, DeliveryTry, Endpoint};
+use crate::domain::event::EventType;
+use crate::domain::upload::UploadVia;
 use crate::domain::video::VideoStatus;
+use crate::http::openapi::one_of;
 
 /// `POST /v1/uploads`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct CreateUploadRequest {
-    /// The client's filename (a label; never part of a key).
+    /// The client's filename (a label; never part of a key): 1-255 characters once
+    /// surrounding whitespace is trimmed, no control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    )]
     pub filename: String,
-    /// The video's media type, e.g. `video/mp4`.
+    /// The video's media type, e.g. `video/mp4` (any case, parameters allowed).
+    #[schema(schema_with = content_types)]
     pub content_type: String,
-    /// Exact size of the file in bytes.
+    /// Exact size of the file in bytes; at most the server's upload limit (`Tus-Max-Size`).
+    #[serde(deserialize_with = "whole_number")]
+    #[schema(minimum = 1)]
     pub size_bytes: i64,
     /// `presigned` (default): PUT the bytes straight to S3. `vidq`: PUT them to vidq
     /// (`PUT /v1/uploads/{upload_id}/content`), which lands them in S3 and confirms.
     #[serde(default)]
+    #[schema(value_type = Option<UploadVia>)]
     pub via: Option<String>,
-    /// For `"via": "vidq"`: `sha256:<hex>` (or `sha1:<hex>`) of the whole file; a PUT
-    /// whose bytes do not match is refused and nothing is kept.
+    /// For `"via": "vidq"` only: `sha256:<hex>` (or `sha1:<hex>`) of the whole file; a
+    /// PUT whose bytes do not match is refused and nothing is kept.
     #[serde(default)]
+    #[schema(pattern = r"^(?:sha1:[0-9a-fA-F]{40}|sha256:[0-9a-fA-F]{64})$")]
     pub checksum: Option<String>,
 }
 
 /// `201` answer to `POST /v1/uploads`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct CreateUploadResponse {
     /// Confirm with `POST /v1/uploads/{upload_id}/confirm` after the PUT.
+    #[schema(format = Uuid)]
     pub upload_id: String,
+    /// Always `presigned`.
+    #[schema(schema_with = presigned_via)]
+    pub via: &'static str,
     /// Presigned S3 URL to PUT the file to.
     pub upload_url: String,
     /// Always `PUT`.
+    #[schema(schema_with = put_method)]
     pub method: &'static str,
     /// Headers the PUT must carry (they are part of the signature).
     pub headers: BTreeMap<String, String>,
@@ -49,6 +69,7 @@ impl From<CreatedUpload> for CreateUploadResponse {
     fn from(created: CreatedUpload) -> Self {
         Self {
             upload_id: created.upload.id.to_string(),
+            via: UploadVia::Presigned.as_str(),
             upload_url: created.presigned.url,
             method: "PUT",
             headers: created.presigned.headers.into_iter().collect(),
@@ -57,16 +78,66 @@ impl From<CreatedUpload> for CreateUploadResponse {
     }
 }
 
+/// A whole number, written `813` or `813.0`: JSON Schema's `integer` (the document's
+/// type) takes both, and a client's JSON library may write either. A fraction, or a value
+/// out of range, is refused as an `i64` field refuses it.
+fn whole_number<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    struct Whole;
+
+    impl serde::de::Visitor<'_> for Whole {
+        type Value = i64;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            // serde's name of the kind, which the JSON extractor turns into a sentence.
+            f.write_str("i64")
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<i64, E> {
+            Ok(v)
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<i64, E> {
+            i64::try_from(v)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+        }
+
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<i64, E> {
+            // 2^63 is exact in f64; every whole f64 below it (and at or above -2^63) fits.
+            const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+            if v.fract() == 0.0 && (-LIMIT..LIMIT).contains(&v) {
+                Ok(v as i64)
+            } else {
+                Err(E::invalid_value(serde::de::Unexpected::Float(v), &self))
+            }
+        }
+    }
+
+    deserializer.deserialize_any(Whole)
+}
+
+/// `201` answer to `POST /v1/uploads`; `via` tells which.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum CreatedUploadDto {
+    /// `"via": "presigned"`: PUT the file to S3, then confirm.
+    Presigned(CreateUploadResponse),
+    /// `"via": "vidq"`: PUT the file to vidq, which confirms it.
+    Vidq(CreateVidqUploadResponse),
+}
+
 /// `201` answer to `POST /v1/uploads` with `"via": "vidq"`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct CreateVidqUploadResponse {
     /// `GET /v1/uploads/{upload_id}` shows its progress.
+    #[schema(format = Uuid)]
     pub upload_id: String,
     /// Always `vidq`.
+    #[schema(schema_with = vidq_via)]
     pub via: &'static str,
     /// PUT the whole file here, with the API key; vidq confirms it when it is in S3.
     pub upload_url: String,
     /// Always `PUT`.
+    #[schema(schema_with = put_method)]
     pub method: &'static str,
     /// Headers the PUT must carry besides `Authorization`.
     pub headers: BTreeMap<String, String>,
@@ -75,13 +146,15 @@ pub struct CreateVidqUploadResponse {
 }
 
 /// `GET /v1/uploads/{upload_id}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct UploadStatusDto {
     /// The upload.
     pub upload_id: String,
     /// `receiving | pending | uploaded | confirmed | rejected | expired`.
+    #[schema(value_type = crate::domain::upload::UploadState)]
     pub state: String,
     /// `presigned` or `vidq`.
+    #[schema(value_type = UploadVia)]
     pub via: String,
     /// The client's filename.
     pub filename: String,
@@ -125,11 +198,12 @@ impl From<crate::app::ingest::UploadStatus> for UploadStatusDto {
 }
 
 /// A live recording, as `POST /v1/live` and `GET /v1/live/{id}` show it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct RecordingDto {
     /// The recording.
     pub id: String,
     /// `waiting | live | ending | ended | ready | failed`.
+    #[schema(value_type = crate::domain::recording::RecordingState)]
     pub state: String,
     /// Where the encoder PUTs its HLS (`{ingest_url}index.m3u8`); it carries the secret
     /// stream key, so it is only in the answer to `POST /v1/live`.
@@ -143,6 +217,7 @@ pub struct RecordingDto {
     /// Whether the init segment is in S3 (nothing plays before it is).
     pub init_uploaded: bool,
     /// Why it ended: `endlist | ended_by_client | idle`.
+    #[schema(value_type = Option<crate::domain::recording::EndReason>)]
     pub end_reason: Option<String>,
     /// When it ended.
     pub ended_at: Option<DateTime<Utc>>,
@@ -155,7 +230,7 @@ pub struct RecordingDto {
 }
 
 /// Segment counts of a recording.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct SegmentCountsDto {
     /// Received (any state).
     pub received: i64,
@@ -194,7 +269,7 @@ impl RecordingDto {
 }
 
 /// Playback URLs of a ready video.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct PlaybackDto {
     /// HLS playlist: vidq's `/v1/videos/{id}/hls.m3u8?token=...`, or a plain URL under
     /// `VIDQ_PUBLIC_BASE_URL`.
@@ -206,7 +281,7 @@ pub struct PlaybackDto {
 }
 
 /// Why a video failed.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct VideoErrorDto {
     /// Stable code (`invalid_media`, `too_long`...).
     pub code: String,
@@ -215,7 +290,7 @@ pub struct VideoErrorDto {
 }
 
 /// A video's status.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct VideoDto {
     /// Video id.
     pub id: String,
@@ -226,6 +301,7 @@ pub struct VideoDto {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recording_id: Option<String>,
     /// `upload` or `live`.
+    #[schema(schema_with = video_sources)]
     pub source: &'static str,
     /// `queued | processing | ready | failed`.
     pub status: VideoStatus,
@@ -261,9 +337,9 @@ impl VideoDto {
             upload_id: video.upload_id.map(|u| u.to_string()),
             recording_id: video.recording_id.map(|r| r.to_string()),
             source: if video.recording_id.is_some() {
-                "live"
+                SOURCE_LIVE
             } else {
-                "upload"
+                SOURCE_UPLOAD
             },
             status: view.status,
             attempts: view.attempts,
@@ -283,18 +359,22 @@ impl VideoDto {
 }
 
 /// `GET /v1/videos` query.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListVideosQuery {
     /// Only videos in this status.
+    #[param(value_type = Option<VideoStatus>)]
     pub status: Option<String>,
     /// Page size, 1-100 (default 20).
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<i64>,
     /// `next_cursor` of the previous page.
+    #[param(format = Uuid)]
     pub cursor: Option<String>,
 }
 
 /// A page of videos.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct VideoListDto {
     /// Newest first.
     pub videos: Vec<VideoDto>,
@@ -303,24 +383,28 @@ pub struct VideoListDto {
 }
 
 /// `POST /v1/webhooks`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct CreateWebhookRequest {
     /// Where to POST events (http or https, a public address).
+    #[schema(format = "uri")]
     pub url: String,
-    /// Only these types; every type when left out.
+    /// Only these types (at least one, none twice); every type when left out.
+    #[schema(schema_with = event_type_set_or_null)]
     pub event_types: Option<Vec<String>>,
 }
 
 /// A webhook endpoint. `secret` only appears when it is created or rotated.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct WebhookDto {
     /// Endpoint id.
     pub id: String,
     /// Destination.
     pub url: String,
     /// Types it receives; `null` is every type.
+    #[schema(schema_with = event_type_set_or_null)]
     pub event_types: Option<Vec<String>>,
     /// `active` or `disabled`.
+    #[schema(schema_with = endpoint_statuses)]
     pub status: &'static str,
     /// Why it was disabled.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -342,9 +426,9 @@ impl From<Endpoint> for WebhookDto {
             url: endpoint.url,
             event_types: endpoint.event_types,
             status: if endpoint.disabled_at.is_some() {
-                "disabled"
+                ENDPOINT_DISABLED
             } else {
-                "active"
+                ENDPOINT_ACTIVE
             },
             disabled_reason: endpoint.disabled_reason,
             created_at: endpoint.created_at,
@@ -355,28 +439,30 @@ impl From<Endpoint> for WebhookDto {
 }
 
 /// `GET /v1/webhooks`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct WebhookListDto {
     /// Oldest first.
     pub webhooks: Vec<WebhookDto>,
 }
 
 /// `202` answer to a resend.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ResendDto {
     /// The new delivery (same event id on the wire).
     pub delivery_id: i64,
 }
 
 /// `?limit=` of the delivery log.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct DeliveriesQuery {
     /// At most this many deliveries (1-100, default 20).
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<i64>,
 }
 
 /// One try of a delivery.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct DeliveryTryDto {
     /// Try number.
     pub attempt: i32,
@@ -393,15 +479,17 @@ pub struct DeliveryTryDto {
 }
 
 /// One delivery of an event to the endpoint.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct DeliveryDto {
     /// Delivery id.
     pub id: i64,
     /// The event (`webhook-id`).
     pub event_id: String,
     /// Its type.
+    #[schema(value_type = EventType)]
     pub event_type: String,
     /// pending, sending, delivered, exhausted or discarded.
+    #[schema(value_type = crate::domain::delivery::DeliveryStatus)]
     pub status: &'static str,
     /// Tries started.
     pub attempts: i32,
@@ -416,7 +504,7 @@ pub struct DeliveryDto {
 }
 
 /// `GET /v1/webhooks/{id}/deliveries`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct DeliveryListDto {
     /// Newest first.
     pub deliveries: Vec<DeliveryDto>,
@@ -456,27 +544,148 @@ impl From<DeliveryTry> for DeliveryTryDto {
 }
 
 /// `GET /v1/events` query.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
-    /// `next_cursor` of the previous page; the beginning of the retained feed when absent.
+    /// `next_cursor` of the previous page; the beginning of the retained feed when absent
+    /// or empty.
+    #[param(pattern = r"^(?:[0-9]{1,19}-[0-9]{1,18})?$")]
     pub after: Option<String>,
     /// Page size, 1-1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
     /// Only this type.
     #[serde(rename = "type")]
+    #[param(value_type = Option<EventType>)]
     pub event_type: Option<String>,
     /// Long-poll: wait up to this many seconds (at most 30) for an event when none is ready.
+    #[param(maximum = 30)]
     pub wait: Option<u64>,
 }
 
 /// `GET /v1/events` answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct EventPageDto {
     /// Events in feed order, each the versioned envelope.
+    #[schema(value_type = Vec<EventSchema>)]
     pub events: Vec<serde_json::Value>,
     /// Pass as `after` to continue; the same cursor when the page is empty.
     pub next_cursor: String,
 }
+
+/// The shape of one event in the feed ([`crate::domain::event::Event`] as stored in the
+/// outbox): only the OpenAPI document uses it, the feed hands out the stored JSON.
+#[derive(ToSchema)]
+#[schema(as = Event)]
+#[allow(dead_code)]
+pub struct EventSchema {
+    /// Stable across every delivery try (`webhook-id`).
+    #[schema(format = Uuid)]
+    id: String,
+    /// What happened.
+    #[schema(value_type = EventType)]
+    r#type: String,
+    /// When the producing transaction ran.
+    occurred_at: DateTime<Utc>,
+    /// The video it is about.
+    #[schema(format = Uuid)]
+    video_id: String,
+    /// Type-specific facts; every `data` carries `run`.
+    #[schema(value_type = Object)]
+    data: serde_json::Value,
+}
+
+/// `GET /healthz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HealthDto {
+    /// Always `ok`.
+    #[schema(schema_with = ok_status)]
+    pub status: &'static str,
+}
+
+/// `GET /readyz`: what answers and what does not.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReadinessDto {
+    /// `ready` when both answer, else `unavailable`.
+    #[schema(schema_with = readiness)]
+    pub status: &'static str,
+    /// `ok` or `unavailable`.
+    #[schema(schema_with = check_verdicts)]
+    pub database: &'static str,
+    /// `ok` or `unavailable`.
+    #[schema(schema_with = check_verdicts)]
+    pub storage: &'static str,
+}
+
+// Schemas of fields whose values are fixed: the media types the pipeline takes and the
+// constants the handlers write.
+
+fn content_types() -> utoipa::openapi::Object {
+    one_of(
+        crate::domain::upload::ACCEPTED_CONTENT_TYPES
+            .iter()
+            .copied(),
+    )
+}
+
+fn vidq_via() -> utoipa::openapi::Object {
+    one_of([UploadVia::Vidq.as_str()])
+}
+
+fn presigned_via() -> utoipa::openapi::Object {
+    one_of([UploadVia::Presigned.as_str()])
+}
+
+fn put_method() -> utoipa::openapi::Object {
+    one_of(["PUT"])
+}
+
+fn video_sources() -> utoipa::openapi::Object {
+    one_of([SOURCE_UPLOAD, SOURCE_LIVE])
+}
+
+fn endpoint_statuses() -> utoipa::openapi::Object {
+    one_of([ENDPOINT_ACTIVE, ENDPOINT_DISABLED])
+}
+
+fn event_type_set_or_null() -> utoipa::openapi::schema::Array {
+    utoipa::openapi::schema::ArrayBuilder::new()
+        .schema_type(utoipa::openapi::schema::SchemaType::from_iter([
+            utoipa::openapi::schema::Type::Array,
+            utoipa::openapi::schema::Type::Null,
+        ]))
+        .items(utoipa::openapi::Ref::from_schema_name("EventType"))
+        .min_items(Some(1))
+        .unique_items(true)
+        .build()
+}
+
+fn ok_status() -> utoipa::openapi::Object {
+    one_of([HEALTH_OK])
+}
+
+fn readiness() -> utoipa::openapi::Object {
+    one_of([READY, UNAVAILABLE])
+}
+
+fn check_verdicts() -> utoipa::openapi::Object {
+    one_of([HEALTH_OK, UNAVAILABLE])
+}
+
+/// `source` of a video made from an upload.
+const SOURCE_UPLOAD: &str = "upload";
+/// `source` of a video made from a live recording.
+const SOURCE_LIVE: &str = "live";
+/// `status` of an endpoint that receives events.
+const ENDPOINT_ACTIVE: &str = "active";
+/// `status` of an endpoint that was disabled.
+const ENDPOINT_DISABLED: &str = "disabled";
+/// What `/healthz` and a check of `/readyz` that answered say.
+pub const HEALTH_OK: &str = "ok";
+/// `status` of `/readyz` when every check answered.
+pub const READY: &str = "ready";
+/// What `/readyz` says of itself or of a check that did not answer.
+pub const UNAVAILABLE: &str = "unavailable";
 
 #[cfg(test)]
 mod tests {
@@ -490,6 +699,30 @@ mod tests {
         let mut keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
         keys.sort();
         keys
+    }
+
+    #[test]
+    fn a_size_may_be_written_as_a_whole_float_but_not_as_a_fraction_or_text() {
+        let parse = |size: &str| {
+            serde_json::from_str::<CreateUploadRequest>(&format!(
+                r#"{{"filename": "a.mp4", "content_type": "video/mp4", "size_bytes": {size}}}"#
+            ))
+            .map(|r| r.size_bytes)
+        };
+        assert_eq!(parse("813").unwrap(), 813);
+        assert_eq!(parse("813.0").unwrap(), 813);
+        assert_eq!(parse("-5").unwrap(), -5);
+        for bad in ["813.5", "\"813\"", "1e300", "9223372036854775808"] {
+            let body = format!(
+                r#"{{"filename": "a.mp4", "content_type": "video/mp4", "size_bytes": {bad}}}"#
+            );
+            let err = parse(bad).unwrap_err();
+            assert_eq!(
+                crate::http::json::describe(&err, body.as_bytes()),
+                "the field `size_bytes` must be a whole number",
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::app::AppError;
 use crate::db::DbError;
@@ -27,19 +28,82 @@ pub struct ApiError {
     retry_after: Option<u64>,
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
+/// Every stable error code an answer may carry. The OpenAPI document lists them as the
+/// values of `error.code`, and a debug build refuses to build an error with a code not
+/// here, so the list cannot fall behind the constructors below.
+pub const CODES: &[&str] = &[
+    "bad_request",
+    "unauthorized",
+    "not_found",
+    "request_timeout",
+    "unsupported_version",
+    "origin_not_allowed",
+    "excluded",
+    "too_large",
+    "unsupported_media_type",
+    "too_many_connections",
+    "method_not_allowed",
+    "headers_too_large",
+    "internal",
+    "upload_incomplete",
+    "size_mismatch",
+    "upload_closed",
+    "ingest_disabled",
+    "presigned_upload",
+    "wrong_node",
+    "upload_busy",
+    "upload_gone",
+    "upload_complete",
+    "bad_file_name",
+    "wrong_upload_method",
+    "spool_busy",
+    "offset_mismatch",
+    "checksum_mismatch",
+    "body_interrupted",
+    "spool_unavailable",
+    "invalid_webhook_url",
+    "invalid_event_types",
+    "endpoint_disabled",
+    "event_type_not_subscribed",
+    "too_many_resends",
+    "conflict",
+    "invalid_token",
+    "unavailable",
+    "storage_unavailable",
+];
+
+/// The body of every error answer: `{"error": {"code", "message"}}`.
+#[derive(Serialize, ToSchema)]
+#[schema(as = ErrorBody)]
+pub struct Body<'a> {
+    /// What went wrong.
     error: Detail<'a>,
 }
 
-#[derive(Serialize)]
-struct Detail<'a> {
+/// The `error` object of an error answer.
+#[derive(Serialize, ToSchema)]
+#[schema(as = ErrorDetail)]
+pub struct Detail<'a> {
+    /// The stable code: clients branch on it; it never changes meaning.
+    #[schema(schema_with = code_schema)]
     code: &'a str,
+    /// A sentence for people; its wording may change.
     message: &'a str,
+}
+
+fn code_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .description(Some(
+            "The stable code: clients branch on it; it never changes meaning.",
+        ))
+        .enum_values(Some(CODES.iter().copied()))
+        .build()
 }
 
 impl ApiError {
     fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        debug_assert!(CODES.contains(&code), "{code} is missing from CODES");
         Self {
             status,
             code,
@@ -238,9 +302,8 @@ impl From<AppError> for ApiError {
                 }
             },
             AppError::UploadIncomplete => Self::new(S::CONFLICT, "upload_incomplete", message),
-            AppError::SizeMismatch { .. } => {
-                Self::new(S::UNPROCESSABLE_ENTITY, "size_mismatch", message)
-            }
+            // The bytes are well formed; they conflict with the size the contract declared.
+            AppError::SizeMismatch { .. } => Self::new(S::CONFLICT, "size_mismatch", message),
             AppError::UploadClosed { .. } => Self::new(S::CONFLICT, "upload_closed", message),
             AppError::IngestDisabled => {
                 Self::new(S::SERVICE_UNAVAILABLE, "ingest_disabled", message)

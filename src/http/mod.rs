@@ -14,6 +14,7 @@ pub mod health_listener;
 pub mod ingest_server;
 pub mod json;
 pub mod limits;
+pub mod openapi;
 pub mod routes;
 
 use actix_web::body::MessageBody;

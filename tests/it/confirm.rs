@@ -37,7 +37,7 @@ async fn confirm_before_the_put_is_409_and_the_upload_stays_confirmable() {
 }
 
 #[tokio::test]
-async fn a_size_mismatch_is_422_and_a_correct_reupload_then_confirms() {
+async fn a_size_mismatch_is_409_and_a_correct_reupload_then_confirms() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let upload = app.create_upload(&key, 100).await;
@@ -60,7 +60,7 @@ async fn a_size_mismatch_is_422_and_a_correct_reupload_then_confirms() {
         .unwrap();
     let body = assert_error(
         app.confirm(&key, id).await,
-        StatusCode::UNPROCESSABLE_ENTITY,
+        StatusCode::CONFLICT,
         "size_mismatch",
     )
     .await;

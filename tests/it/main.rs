@@ -26,6 +26,7 @@ mod media;
 mod metrics;
 mod mp4;
 mod nats;
+mod openapi;
 mod orphans;
 mod pipeline;
 mod playback;

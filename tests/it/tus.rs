@@ -606,7 +606,7 @@ async fn a_single_put_lands_whole_or_not_at_all_and_is_confirmed_by_the_sweeper(
         .send()
         .await
         .unwrap();
-    assert_error(r, StatusCode::UNPROCESSABLE_ENTITY, "size_mismatch").await;
+    assert_error(r, StatusCode::CONFLICT, "size_mismatch").await;
     // The right size with other bytes: the checksum refuses it, nothing kept.
     let mut corrupt = file.clone();
     corrupt[60_000] ^= 0xff;

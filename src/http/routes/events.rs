@@ -10,11 +10,25 @@ use crate::domain::event::EventType;
 use crate::http::auth::Caller;
 use crate::http::dto::{EventPageDto, EventsQuery};
 use crate::http::error::ApiError;
+use crate::http::openapi::KeyErrors;
 
 /// Default page size.
 const DEFAULT_LIMIT: i64 = 100;
 
 /// A page of events after `after`; with `wait`, holds the request until one commits.
+#[utoipa::path(
+    get,
+    path = "/v1/events",
+    tag = "events",
+    operation_id = "list_events",
+    security(("api_key" = [])),
+    params(EventsQuery),
+    responses(
+        (status = 200, description = "A page of events (empty when none came within `wait`).",
+            body = EventPageDto),
+        KeyErrors,
+    ),
+)]
 pub async fn list(
     ctx: web::Data<AppContext>,
     caller: Caller,

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use actix_web::{HttpResponse, web};
-use serde_json::json;
 
 use crate::app::AppContext;
+use crate::http::dto::{HEALTH_OK, HealthDto, READY, ReadinessDto, UNAVAILABLE};
 
 /// How long readiness waits for the database and the bucket. A probe must answer well inside
 /// an orchestrator's probe timeout, whatever the storage call's own (longer) bounds are.
@@ -24,11 +24,28 @@ async fn within_budget<E>(
 }
 
 /// `200` while the process serves requests.
+#[utoipa::path(
+    method(get, head),
+    path = "/healthz",
+    tag = "health",
+    operation_id = "healthz",
+    responses((status = 200, description = "The process serves requests.", body = HealthDto)),
+)]
 pub async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(json!({ "status": "ok" }))
+    HttpResponse::Ok().json(HealthDto { status: HEALTH_OK })
 }
 
 /// `200` when the database and the bucket both answer, else `503` naming what does not.
+#[utoipa::path(
+    method(get, head),
+    path = "/readyz",
+    tag = "health",
+    operation_id = "readyz",
+    responses(
+        (status = 200, description = "The database and the bucket answer.", body = ReadinessDto),
+        (status = 503, description = "The database or the bucket does not answer.", body = ReadinessDto),
+    ),
+)]
 pub async fn readyz(ctx: web::Data<AppContext>) -> HttpResponse {
     let database = within_budget(
         async {
@@ -45,14 +62,18 @@ pub async fn readyz(ctx: web::Data<AppContext>) -> HttpResponse {
     let (database, storage) = tokio::join!(database, storage);
     // Details (hosts, users, buckets) go to the log only: this route needs no credentials.
     let verdict = |r: &Result<(), String>| match r {
-        Ok(()) => "ok",
-        Err(_) => "unavailable",
+        Ok(()) => HEALTH_OK,
+        Err(_) => UNAVAILABLE,
     };
-    let body = json!({
-        "status": if database.is_ok() && storage.is_ok() { "ready" } else { "unavailable" },
-        "database": verdict(&database),
-        "storage": verdict(&storage),
-    });
+    let body = ReadinessDto {
+        status: if database.is_ok() && storage.is_ok() {
+            READY
+        } else {
+            UNAVAILABLE
+        },
+        database: verdict(&database),
+        storage: verdict(&storage),
+    };
     if database.is_ok() && storage.is_ok() {
         HttpResponse::Ok().json(body)
     } else {

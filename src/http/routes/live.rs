@@ -12,8 +12,20 @@ use crate::app::{self, AppContext};
 use crate::http::auth::Caller;
 use crate::http::dto::RecordingDto;
 use crate::http::error::ApiError;
+use crate::http::openapi::{Forbidden, KeyErrors, NotFound, TooManyRequests, Unavailable};
 
 /// `201` with the recording and its ingest URL (shown once: it holds the stream key).
+#[utoipa::path(
+    post,
+    path = "/v1/live",
+    tag = "live",
+    operation_id = "create_live",
+    security(("api_key" = [])),
+    responses(
+        (status = 201, description = "The recording, with its `ingest_url`.", body = RecordingDto),
+        KeyErrors,
+    ),
+)]
 pub async fn create(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -36,6 +48,19 @@ pub async fn create(
 }
 
 /// The recording's state and counts.
+#[utoipa::path(
+    get,
+    path = "/v1/live/{id}",
+    tag = "live",
+    operation_id = "get_live",
+    security(("api_key" = [])),
+    params(("id" = String, Path, format = Uuid, description = "The recording.")),
+    responses(
+        (status = 200, description = "The recording.", body = RecordingDto),
+        (status = 404, response = NotFound),
+        KeyErrors,
+    ),
+)]
 pub async fn get(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -50,6 +75,23 @@ pub async fn get(
 
 /// The live playlist (no API key: its token authorizes the player). Never cached: it
 /// grows while the broadcast goes on.
+#[utoipa::path(
+    get,
+    path = "/v1/live/{id}/playlist.m3u8",
+    tag = "live",
+    operation_id = "live_playlist",
+    security(("playback_token" = [])),
+    params(("id" = String, Path, format = Uuid, description = "The recording.")),
+    responses(
+        (status = 200, description = "The HLS EVENT playlist of the segments in S3 so far; \
+            `#EXT-X-ENDLIST` once it has ended and is all there.", body = String,
+            content_type = "application/vnd.apple.mpegurl"),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        (status = 429, response = TooManyRequests),
+        (status = 503, response = Unavailable),
+    ),
+)]
 pub async fn playlist(
     ctx: web::Data<AppContext>,
     id: web::Path<String>,
@@ -71,6 +113,19 @@ fn playback_url(ctx: &AppContext, base: &ApiBase, id: uuid::Uuid) -> String {
 }
 
 /// Ends the recording (files until the cutoff still count): `202` with its state.
+#[utoipa::path(
+    post,
+    path = "/v1/live/{id}/end",
+    tag = "live",
+    operation_id = "end_live",
+    security(("api_key" = [])),
+    params(("id" = String, Path, format = Uuid, description = "The recording.")),
+    responses(
+        (status = 202, description = "Ending (or ended before): the recording.", body = RecordingDto),
+        (status = 404, response = NotFound),
+        KeyErrors,
+    ),
+)]
 pub async fn end(
     ctx: web::Data<AppContext>,
     caller: Caller,

@@ -1,4 +1,4 @@
-//! Route table: `/healthz`, `/readyz`, and the `/v1` API (authenticated by API key, except
+//! Route table: `/healthz`, `/readyz`, `/openapi.json`, and the `/v1` API (authenticated by API key, except
 //! the HLS playlists, which a playback token in the URL authorizes).
 
 pub mod events;
@@ -18,6 +18,7 @@ use actix_web::web;
 pub fn configure(cfg: &mut web::ServiceConfig) {
     use web::{delete, get, head, patch, post, put, resource};
     let tus_options = || web::route().method(actix_web::http::Method::OPTIONS);
+    cfg.service(resource("/openapi.json").route(get().to(super::openapi::openapi_json)));
     cfg.service(
         resource("/healthz")
             .route(get().to(health::healthz))
@@ -45,7 +46,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     )
                     .service(
                         resource("/{upload_id}")
-                            .route(tus_options().to(tus::options))
+                            .route(tus_options().to(tus::options_upload))
                             .route(head().to(tus::head))
                             .route(patch().to(tus::patch))
                             .route(delete().to(tus::terminate)),

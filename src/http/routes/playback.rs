@@ -5,18 +5,22 @@
 use actix_web::http::header::{CacheControl, CacheDirective};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload, web};
 use serde::Deserialize;
+use utoipa::IntoParams;
 
 use super::path_id;
 use crate::app::{self, AppContext};
 use crate::http::error::ApiError;
+use crate::http::openapi::{Forbidden, NotFound, TooManyRequests, Unavailable};
 
 /// The media type of an HLS playlist (RFC 8216).
 const MPEGURL: &str = "application/vnd.apple.mpegurl";
 
 /// `?token=` of a playlist URL.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 pub struct PlaybackQuery {
-    /// The playback token from `hls_url`.
+    /// The playback token from `hls_url`. The document declares it as the
+    /// `playback_token` security scheme, not as a parameter: it is a credential.
+    #[param(ignore)]
     pub token: Option<String>,
 }
 
@@ -61,6 +65,23 @@ fn api_base(scheme: &str, host: &str) -> Option<ApiBase> {
 
 /// The top playlist: a ladder's master (its variants point back here) or the only media
 /// playlist.
+#[utoipa::path(
+    get,
+    path = "/v1/videos/{video_id}/hls.m3u8",
+    tag = "videos",
+    operation_id = "video_playlist",
+    security(("playback_token" = [])),
+    params(("video_id" = String, Path, format = Uuid, description = "The video.")),
+    responses(
+        (status = 200, description = "The HLS playlist, every URI in it presigned or \
+            pointing back here with the same token.", body = String,
+            content_type = "application/vnd.apple.mpegurl"),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        (status = 429, response = TooManyRequests),
+        (status = 503, response = Unavailable),
+    ),
+)]
 pub async fn top_playlist(
     ctx: web::Data<AppContext>,
     video_id: web::Path<String>,
@@ -72,6 +93,26 @@ pub async fn top_playlist(
 }
 
 /// One rendition's media playlist of a ladder.
+#[utoipa::path(
+    get,
+    path = "/v1/videos/{video_id}/hls/{rendition}.m3u8",
+    tag = "videos",
+    operation_id = "rendition_playlist",
+    security(("playback_token" = [])),
+    params(
+        ("video_id" = String, Path, format = Uuid, description = "The video."),
+        ("rendition" = String, Path, pattern = "^[A-Za-z0-9_-]{1,16}$",
+            description = "A rendition of the video's ladder, as its master playlist names it."),
+    ),
+    responses(
+        (status = 200, description = "The rendition's media playlist, every URI in it \
+            presigned.", body = String, content_type = "application/vnd.apple.mpegurl"),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        (status = 429, response = TooManyRequests),
+        (status = 503, response = Unavailable),
+    ),
+)]
 pub async fn rendition_playlist(
     ctx: web::Data<AppContext>,
     path: web::Path<(String, String)>,

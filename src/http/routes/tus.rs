@@ -20,6 +20,11 @@ use crate::domain::upload::UploadState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::limits::BodyIdle;
+use crate::http::openapi::tus::{CreationHeaders, Discovery, PatchHeaders, VersionHeader};
+use crate::http::openapi::{
+    Bytes, ChecksumMismatch, Conflict, Gone, KeyErrors, Locked, MisdirectedRequest, NotFound,
+    PreconditionFailed, ReceiveErrors, RequestTimeout, TooLarge, UnsupportedMediaType,
+};
 
 const TUS_RESUMABLE: &str = "Tus-Resumable";
 
@@ -59,6 +64,13 @@ pub async fn protocol(
 }
 
 /// `OPTIONS`: what this server speaks and the largest upload it takes.
+#[utoipa::path(
+    options,
+    path = "/v1/tus",
+    tag = "tus",
+    operation_id = "tus_options",
+    responses((status = 204, response = Discovery)),
+)]
 pub async fn options(ctx: web::Data<AppContext>) -> HttpResponse {
     HttpResponse::NoContent()
         .insert_header(("Tus-Version", tus::VERSION))
@@ -68,9 +80,53 @@ pub async fn options(ctx: web::Data<AppContext>) -> HttpResponse {
         .finish()
 }
 
+/// `OPTIONS` on an upload: the same discovery answer. The upload is not looked up, but a
+/// malformed id names no upload: `404`, as on every other route.
+#[utoipa::path(
+    options,
+    path = "/v1/tus/{upload_id}",
+    tag = "tus",
+    operation_id = "tus_options_upload",
+    params(("upload_id" = String, Path, format = Uuid, description = "The upload.")),
+    responses((status = 204, response = Discovery), (status = 404, response = NotFound)),
+)]
+pub async fn options_upload(
+    ctx: web::Data<AppContext>,
+    upload_id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    path_id::<crate::domain::ids::UploadId>(&upload_id)?;
+    Ok(options(ctx).await)
+}
+
 /// `POST`: a new upload from `Upload-Length` and `Upload-Metadata` (`filename`,
 /// `filetype`); `201` with its `Location`. A body (creation-with-upload) is the first
 /// chunk, taken like a PATCH at offset 0.
+#[utoipa::path(
+    post,
+    path = "/v1/tus",
+    tag = "tus",
+    operation_id = "tus_create",
+    security(("api_key" = [])),
+    params(CreationHeaders),
+    request_body(
+        description = "Creation-with-upload: the first bytes (none for a plain creation).",
+        content = inline(Bytes),
+        content_type = "application/offset+octet-stream",
+    ),
+    responses(
+        (status = 201, description = "Created; `Location` is the upload's URL.", headers(
+            ("Location" = String, description = "The upload's URL."),
+            ("Upload-Expires" = String, description = "When an unfinished upload expires."),
+            ("Upload-Offset" = u64, description = "With a body: the bytes kept of it."),
+            ("Tus-Resumable" = String, description = "`1.0.0`."),
+        )),
+        (status = 408, response = RequestTimeout),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = TooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        KeyErrors,
+    ),
+)]
 pub async fn create(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -153,6 +209,35 @@ pub async fn create(
 
 /// `HEAD`: the offset vidq holds (taking the upload over from a request whose client is
 /// gone), the length, the metadata; never cached.
+#[utoipa::path(
+    head,
+    path = "/v1/tus/{upload_id}",
+    tag = "tus",
+    operation_id = "tus_head",
+    security(("api_key" = [])),
+    params(
+        ("upload_id" = String, Path, format = Uuid, description = "The upload."),
+        VersionHeader,
+    ),
+    responses(
+        (status = 200, description = "Where the upload stands.", headers(
+            ("Upload-Offset" = u64, description = "The bytes vidq holds."),
+            ("Upload-Length" = u64, description = "The declared size."),
+            ("Upload-Metadata" = String, description = "`filename` and `filetype`, base64."),
+            ("Upload-Expires" = String, description = "While incomplete: when it expires."),
+            ("Tus-Resumable" = String, description = "`1.0.0`."),
+        )),
+        (status = 400, description = "`bad_request` (no body: HEAD)."),
+        (status = 401, description = "`unauthorized` (no body: HEAD)."),
+        (status = 404, description = "`not_found` (no body: HEAD)."),
+        (status = 410, description = "`upload_gone` (no body: HEAD)."),
+        (status = 412, description = "`unsupported_version` (no body: HEAD)."),
+        (status = 421, description = "`wrong_node` (no body: HEAD)."),
+        (status = 429, description = "`too_many_connections` (no body: HEAD)."),
+        (status = 503, description = "A dependency is unavailable (no body: HEAD)."),
+        KeyErrors,
+    ),
+)]
 pub async fn head(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -170,6 +255,34 @@ pub async fn head(
 /// `PATCH`: bytes at `Upload-Offset` (409 if vidq holds another count), with an optional
 /// `Upload-Checksum` (460 on mismatch, nothing kept); `204` with the new offset (and
 /// `Upload-Expires` while incomplete) once the bytes are fsynced.
+#[utoipa::path(
+    patch,
+    path = "/v1/tus/{upload_id}",
+    tag = "tus",
+    operation_id = "tus_patch",
+    security(("api_key" = [])),
+    params(
+        ("upload_id" = String, Path, format = Uuid, description = "The upload."),
+        PatchHeaders,
+    ),
+    request_body(
+        description = "Bytes from `Upload-Offset` on.",
+        content = inline(Bytes),
+        content_type = "application/offset+octet-stream",
+    ),
+    responses(
+        (status = 204, description = "The bytes are on disk.", headers(
+            ("Upload-Offset" = u64, description = "The new offset."),
+            ("Upload-Expires" = String, description = "While incomplete: when it expires."),
+            ("Tus-Resumable" = String, description = "`1.0.0`."),
+        )),
+        (status = 412, response = PreconditionFailed),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 460, response = ChecksumMismatch),
+        ReceiveErrors,
+        KeyErrors,
+    ),
+)]
 pub async fn patch(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -199,6 +312,29 @@ pub async fn patch(
 }
 
 /// `DELETE`: termination of an upload still receiving; its bytes are dropped.
+#[utoipa::path(
+    delete,
+    path = "/v1/tus/{upload_id}",
+    tag = "tus",
+    operation_id = "tus_terminate",
+    security(("api_key" = [])),
+    params(
+        ("upload_id" = String, Path, format = Uuid, description = "The upload."),
+        VersionHeader,
+    ),
+    responses(
+        (status = 204, description = "Terminated; its bytes are dropped.", headers(
+            ("Tus-Resumable" = String, description = "`1.0.0`."),
+        )),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 410, response = Gone),
+        (status = 412, response = PreconditionFailed),
+        (status = 421, response = MisdirectedRequest),
+        (status = 423, response = Locked),
+        KeyErrors,
+    ),
+)]
 pub async fn terminate(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -266,8 +402,10 @@ fn patch_content_type(req: &HttpRequest) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// `Upload-Checksum`; an empty one asks for nothing, as an empty `Upload-Metadata` does.
 fn upload_checksum(req: &HttpRequest) -> Result<Option<tus::Checksum>, ApiError> {
     text(req, "Upload-Checksum")?
+        .filter(|raw| !raw.trim().is_empty())
         .map(tus::parse_checksum)
         .transpose()
         .map_err(|e| ApiError::bad_request(e.to_string()))

@@ -12,13 +12,33 @@ use crate::domain::tus::Checksum;
 use crate::domain::upload::UploadVia;
 use crate::http::auth::Caller;
 use crate::http::dto::{
-    CreateUploadRequest, CreateUploadResponse, CreateVidqUploadResponse, UploadStatusDto, VideoDto,
+    CreateUploadRequest, CreateUploadResponse, CreateVidqUploadResponse, CreatedUploadDto,
+    UploadStatusDto, VideoDto,
 };
 use crate::http::error::ApiError;
 use crate::http::json::JsonBody;
+use crate::http::openapi::{
+    Bytes, Conflict, KeyErrors, NotFound, ReceiveErrors, RequestTimeout, TooLarge,
+    UnsupportedMediaType,
+};
 
 /// Issues an upload contract: `201` with a presigned PUT URL to a server-chosen key, or
 /// with `"via": "vidq"`, vidq's own URL to PUT the file to.
+#[utoipa::path(
+    post,
+    path = "/v1/uploads",
+    tag = "uploads",
+    operation_id = "create_upload",
+    security(("api_key" = [])),
+    request_body = CreateUploadRequest,
+    responses(
+        (status = 201, description = "The upload contract.", body = CreatedUploadDto),
+        (status = 408, response = RequestTimeout),
+        (status = 413, response = TooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        KeyErrors,
+    ),
+)]
 pub async fn create(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -48,14 +68,16 @@ pub async fn create(
         )
         .await?;
         let headers = BTreeMap::from([("content-type".to_owned(), body.content_type.clone())]);
-        return Ok(HttpResponse::Created().json(CreateVidqUploadResponse {
-            upload_id: created.id.to_string(),
-            via: UploadVia::Vidq.as_str(),
-            upload_url: format!("{}/v1/uploads/{}/content", base.0, created.id),
-            method: "PUT",
-            headers,
-            expires_at: created.expires_at,
-        }));
+        return Ok(HttpResponse::Created().json(CreatedUploadDto::Vidq(
+            CreateVidqUploadResponse {
+                upload_id: created.id.to_string(),
+                via: UploadVia::Vidq.as_str(),
+                upload_url: format!("{}/v1/uploads/{}/content", base.0, created.id),
+                method: "PUT",
+                headers,
+                expires_at: created.expires_at,
+            },
+        )));
     }
     if body.checksum.is_some() {
         return Err(ApiError::bad_request(
@@ -70,11 +92,30 @@ pub async fn create(
         body.size_bytes,
     )
     .await?;
-    Ok(HttpResponse::Created().json(CreateUploadResponse::from(created)))
+    Ok(
+        HttpResponse::Created().json(CreatedUploadDto::Presigned(CreateUploadResponse::from(
+            created,
+        ))),
+    )
 }
 
 /// Confirms an upload: `202` with the new video the first time, `200` with the same video on
 /// every repeat.
+#[utoipa::path(
+    post,
+    path = "/v1/uploads/{upload_id}/confirm",
+    tag = "uploads",
+    operation_id = "confirm_upload",
+    security(("api_key" = [])),
+    params(("upload_id" = String, Path, format = Uuid, description = "The upload.")),
+    responses(
+        (status = 200, description = "Confirmed before: the same video.", body = VideoDto),
+        (status = 202, description = "Confirmed now: the new video, queued.", body = VideoDto),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        KeyErrors,
+    ),
+)]
 pub async fn confirm(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -95,6 +136,19 @@ pub async fn confirm(
 }
 
 /// Where an upload stands: state, bytes received, why it was rejected, its video.
+#[utoipa::path(
+    get,
+    path = "/v1/uploads/{upload_id}",
+    tag = "uploads",
+    operation_id = "get_upload",
+    security(("api_key" = [])),
+    params(("upload_id" = String, Path, format = Uuid, description = "The upload.")),
+    responses(
+        (status = 200, description = "The upload's state.", body = UploadStatusDto),
+        (status = 404, response = NotFound),
+        KeyErrors,
+    ),
+)]
 pub async fn status(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -108,6 +162,25 @@ pub async fn status(
 /// The single-request upload of a `"via": "vidq"` contract: the whole file, streamed to
 /// the spool and fsynced; `200` with the upload's status once it is all there (vidq lands
 /// it in S3 and confirms it without the client).
+#[utoipa::path(
+    put,
+    path = "/v1/uploads/{upload_id}/content",
+    tag = "uploads",
+    operation_id = "put_upload_content",
+    security(("api_key" = [])),
+    params(("upload_id" = String, Path, format = Uuid, description = "The upload.")),
+    request_body(
+        description = "The whole file, exactly `size_bytes` long.",
+        content = inline(Bytes),
+        content_type = "application/octet-stream",
+    ),
+    responses(
+        (status = 200, description = "All bytes are on the spool; vidq lands them in S3 and \
+            confirms.", body = UploadStatusDto),
+        ReceiveErrors,
+        KeyErrors,
+    ),
+)]
 pub async fn put_content(
     ctx: web::Data<AppContext>,
     caller: Caller,

@@ -10,11 +10,25 @@ use crate::domain::video::VideoStatus;
 use crate::http::auth::Caller;
 use crate::http::dto::{ListVideosQuery, VideoDto, VideoListDto};
 use crate::http::error::ApiError;
+use crate::http::openapi::{KeyErrors, NotFound};
 
 /// Default page size of the listing.
 const DEFAULT_LIMIT: i64 = 20;
 
 /// One video's status.
+#[utoipa::path(
+    get,
+    path = "/v1/videos/{video_id}",
+    tag = "videos",
+    operation_id = "get_video",
+    security(("api_key" = [])),
+    params(("video_id" = String, Path, format = Uuid, description = "The video.")),
+    responses(
+        (status = 200, description = "The video.", body = VideoDto),
+        (status = 404, response = NotFound),
+        KeyErrors,
+    ),
+)]
 pub async fn get(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -26,6 +40,18 @@ pub async fn get(
 }
 
 /// The caller's videos, newest first, keyset-paginated.
+#[utoipa::path(
+    get,
+    path = "/v1/videos",
+    tag = "videos",
+    operation_id = "list_videos",
+    security(("api_key" = [])),
+    params(ListVideosQuery),
+    responses(
+        (status = 200, description = "A page of videos.", body = VideoListDto),
+        KeyErrors,
+    ),
+)]
 pub async fn list(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -61,6 +87,19 @@ pub async fn list(
 }
 
 /// Deletes a video, its rows and its objects: `204`.
+#[utoipa::path(
+    delete,
+    path = "/v1/videos/{video_id}",
+    tag = "videos",
+    operation_id = "delete_video",
+    security(("api_key" = [])),
+    params(("video_id" = String, Path, format = Uuid, description = "The video.")),
+    responses(
+        (status = 204, description = "Deleted, with its objects."),
+        (status = 404, response = NotFound),
+        KeyErrors,
+    ),
+)]
 pub async fn delete(
     ctx: web::Data<AppContext>,
     caller: Caller,

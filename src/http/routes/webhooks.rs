@@ -11,8 +11,27 @@ use crate::http::dto::{
 };
 use crate::http::error::ApiError;
 use crate::http::json::JsonBody;
+use crate::http::openapi::{
+    Conflict, KeyErrors, NotFound, RequestTimeout, TooLarge, Unprocessable, UnsupportedMediaType,
+};
 
 /// Registers an endpoint: `201` with the secret (shown only here and on rotation).
+#[utoipa::path(
+    post,
+    path = "/v1/webhooks",
+    tag = "webhooks",
+    operation_id = "create_webhook",
+    security(("api_key" = [])),
+    request_body = CreateWebhookRequest,
+    responses(
+        (status = 201, description = "The endpoint, with its `secret`.", body = WebhookDto),
+        (status = 408, response = RequestTimeout),
+        (status = 413, response = TooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 422, response = Unprocessable),
+        KeyErrors,
+    ),
+)]
 pub async fn create(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -26,6 +45,17 @@ pub async fn create(
 }
 
 /// The caller's endpoints.
+#[utoipa::path(
+    get,
+    path = "/v1/webhooks",
+    tag = "webhooks",
+    operation_id = "list_webhooks",
+    security(("api_key" = [])),
+    responses(
+        (status = 200, description = "The caller's endpoints.", body = WebhookListDto),
+        KeyErrors,
+    ),
+)]
 pub async fn list(ctx: web::Data<AppContext>, caller: Caller) -> Result<HttpResponse, ApiError> {
     let rows = app::webhooks::list(&ctx, caller.0).await?;
     Ok(HttpResponse::Ok().json(WebhookListDto {
@@ -34,6 +64,19 @@ pub async fn list(ctx: web::Data<AppContext>, caller: Caller) -> Result<HttpResp
 }
 
 /// One endpoint.
+#[utoipa::path(
+    get,
+    path = "/v1/webhooks/{id}",
+    tag = "webhooks",
+    operation_id = "get_webhook",
+    security(("api_key" = [])),
+    params(("id" = String, Path, format = Uuid, description = "The endpoint.")),
+    responses(
+        (status = 200, description = "The endpoint.", body = WebhookDto),
+        (status = 404, response = NotFound),
+        KeyErrors,
+    ),
+)]
 pub async fn get(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -44,6 +87,19 @@ pub async fn get(
 }
 
 /// Deletes an endpoint: `204`.
+#[utoipa::path(
+    delete,
+    path = "/v1/webhooks/{id}",
+    tag = "webhooks",
+    operation_id = "delete_webhook",
+    security(("api_key" = [])),
+    params(("id" = String, Path, format = Uuid, description = "The endpoint.")),
+    responses(
+        (status = 204, description = "Deleted."),
+        (status = 404, response = NotFound),
+        KeyErrors,
+    ),
+)]
 pub async fn delete(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -54,6 +110,20 @@ pub async fn delete(
 }
 
 /// New secret; the old one keeps signing for 24 hours.
+#[utoipa::path(
+    post,
+    path = "/v1/webhooks/{id}/rotate-secret",
+    tag = "webhooks",
+    operation_id = "rotate_webhook_secret",
+    security(("api_key" = [])),
+    params(("id" = String, Path, format = Uuid, description = "The endpoint.")),
+    responses(
+        (status = 200, description = "The endpoint with its new `secret` and until when the \
+            old one still signs.", body = WebhookDto),
+        (status = 404, response = NotFound),
+        KeyErrors,
+    ),
+)]
 pub async fn rotate_secret(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -68,6 +138,22 @@ pub async fn rotate_secret(
 }
 
 /// Sends one event to the endpoint again, with the same id: `202`.
+#[utoipa::path(
+    post,
+    path = "/v1/webhooks/{id}/resend/{event_id}",
+    tag = "webhooks",
+    operation_id = "resend_event",
+    security(("api_key" = [])),
+    params(("id" = String, Path, format = Uuid, description = "The endpoint."),
+        ("event_id" = String, Path, format = Uuid, description = "The event.")),
+    responses(
+        (status = 202, description = "A new delivery of the event is queued.", body = ResendDto),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 422, response = Unprocessable),
+        KeyErrors,
+    ),
+)]
 pub async fn resend(
     ctx: web::Data<AppContext>,
     caller: Caller,
@@ -80,6 +166,22 @@ pub async fn resend(
 }
 
 /// The endpoint's newest deliveries with every try.
+#[utoipa::path(
+    get,
+    path = "/v1/webhooks/{id}/deliveries",
+    tag = "webhooks",
+    operation_id = "list_deliveries",
+    security(("api_key" = [])),
+    params(
+        ("id" = String, Path, format = Uuid, description = "The endpoint."),
+        DeliveriesQuery,
+    ),
+    responses(
+        (status = 200, description = "The newest deliveries, newest first.", body = DeliveryListDto),
+        (status = 404, response = NotFound),
+        KeyErrors,
+    ),
+)]
 pub async fn deliveries(
     ctx: web::Data<AppContext>,
     caller: Caller,
