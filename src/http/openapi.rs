@@ -42,6 +42,7 @@ pub const PLAYBACK_TOKEN: &str = "playback_token";
     paths(
         routes::health::healthz,
         routes::health::readyz,
+        routes::metrics::metrics,
         openapi_json,
         routes::uploads::create,
         routes::uploads::status,

@@ -32,6 +32,14 @@ async fn read(ctx: &AppContext) -> Result<ClusterState, db::DbError> {
 
 /// Prometheus' text format. A database that does not answer leaves its families out and
 /// sets `vidq_database_up` to 0, so the scrape itself still works.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "health",
+    operation_id = "metrics",
+    responses((status = 200, description = "Prometheus' text exposition format.", body = String,
+        content_type = "text/plain; version=0.0.4")),
+)]
 pub async fn metrics(ctx: web::Data<AppContext>) -> HttpResponse {
     let exposition = Exposition::new();
     let state = read(&ctx).await;
