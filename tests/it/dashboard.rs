@@ -77,6 +77,16 @@ async fn post_form(
     request.send().await.unwrap()
 }
 
+/// `GET /admin` with the session cookie `cookie`.
+async fn dashboard_page(app: &TestApp, cookie: &str) -> reqwest::Response {
+    browserless()
+        .get(app.url("/admin"))
+        .header(COOKIE, cookie)
+        .send()
+        .await
+        .unwrap()
+}
+
 /// The CSRF token the page's forms carry.
 fn csrf_of(page: &str) -> String {
     let at = page
@@ -152,12 +162,7 @@ async fn a_login_sets_a_strict_http_only_cookie_and_the_buttons_need_its_csrf_to
         assert!(set_cookie.contains(attribute), "{set_cookie}");
     }
     let client = browserless();
-    let page = client
-        .get(app.url("/admin"))
-        .header(COOKIE, &cookie)
-        .send()
-        .await
-        .unwrap();
+    let page = dashboard_page(&app, &cookie).await;
     assert_eq!(page.status(), StatusCode::OK);
     let page = page.text().await.unwrap();
     assert!(
@@ -213,12 +218,7 @@ async fn a_login_sets_a_strict_http_only_cookie_and_the_buttons_need_its_csrf_to
         .await
         .unwrap();
     assert_eq!(logout.status(), StatusCode::SEE_OTHER);
-    let after = client
-        .get(app.url("/admin"))
-        .header(COOKIE, &cookie)
-        .send()
-        .await
-        .unwrap();
+    let after = dashboard_page(&app, &cookie).await;
     assert_eq!(after.status(), StatusCode::SEE_OTHER, "the session is gone");
 }
 
@@ -229,12 +229,7 @@ async fn an_operator_users_api_key_opens_the_dashboard_with_no_token_set() {
         .await
         .unwrap();
     let (cookie, _) = log_in(&app, key.reveal()).await;
-    let page = browserless()
-        .get(app.url("/admin"))
-        .header(COOKIE, &cookie)
-        .send()
-        .await
-        .unwrap();
+    let page = dashboard_page(&app, &cookie).await;
     assert_eq!(page.status(), StatusCode::OK);
     assert!(page.text().await.unwrap().contains("user:ops"));
 }
@@ -248,27 +243,21 @@ async fn a_session_ends_when_its_key_is_revoked_or_no_longer_an_operators() {
     let (_, other) = vidq::app::users::create_user_as(&app.pool, "ops2", true)
         .await
         .unwrap();
-    let page = |cookie: String| {
-        let url = app.url("/admin");
-        async move {
-            browserless()
-                .get(url)
-                .header(COOKIE, cookie)
-                .send()
-                .await
-                .unwrap()
-                .status()
-        }
-    };
     let (demoted, _) = log_in(&app, key.reveal()).await;
     let (revoked, _) = log_in(&app, other.reveal()).await;
-    assert_eq!(page(demoted.clone()).await, StatusCode::OK);
-    assert_eq!(page(revoked.clone()).await, StatusCode::OK);
+    assert_eq!(
+        dashboard_page(&app, &demoted).await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        dashboard_page(&app, &revoked).await.status(),
+        StatusCode::OK
+    );
 
     app.count("WITH d AS (UPDATE users SET is_admin = false WHERE name = 'ops' RETURNING 1) SELECT count(*) AS n FROM d")
         .await;
     assert_eq!(
-        page(demoted).await,
+        dashboard_page(&app, &demoted).await.status(),
         StatusCode::SEE_OTHER,
         "no longer an operator"
     );
@@ -278,7 +267,7 @@ async fn a_session_ends_when_its_key_is_revoked_or_no_longer_an_operators() {
         .await
         .unwrap();
     assert_eq!(
-        page(revoked).await,
+        dashboard_page(&app, &revoked).await.status(),
         StatusCode::SEE_OTHER,
         "its key is revoked"
     );
@@ -290,15 +279,7 @@ async fn what_users_wrote_is_shown_as_text_never_as_markup() {
     let key = app.create_user("<img src=x onerror=alert(1)>").await;
     app.uploaded_video(&key).await;
     let (cookie, _) = log_in(&app, TOKEN).await;
-    let page = browserless()
-        .get(app.url("/admin"))
-        .header(COOKIE, &cookie)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = dashboard_page(&app, &cookie).await.text().await.unwrap();
     assert!(!page.contains("<img src=x"), "{page}");
     assert!(
         page.contains("&#60;img src=x onerror=alert(1)&#62;"),

@@ -370,9 +370,11 @@ async fn names_that_could_leave_the_recording_a_wrong_key_and_files_after_the_cu
     .await;
 }
 
-/// Pushes the 6 s clip as three 2 s fMP4 segments to `ingest`.
-pub async fn push(ingest: &str) {
-    let out = tokio::process::Command::new("ffmpeg")
+/// FFmpeg making the 6 s clip into an encoder's HLS: three 2 s fMP4 segments and an init;
+/// the caller adds where they go.
+pub fn hls_encoder() -> tokio::process::Command {
+    let mut command = tokio::process::Command::new("ffmpeg");
+    command
         .args(["-nostdin", "-v", "error", "-i"])
         .arg(clips::small())
         .args([
@@ -385,7 +387,13 @@ pub async fn push(ingest: &str) {
             "-c:a",
             "aac",
         ])
-        .args(["-f", "hls", "-hls_segment_type", "fmp4", "-hls_time", "2"])
+        .args(["-f", "hls", "-hls_segment_type", "fmp4", "-hls_time", "2"]);
+    command
+}
+
+/// Pushes the 6 s clip as three 2 s fMP4 segments to `ingest`.
+pub async fn push(ingest: &str) {
+    let out = hls_encoder()
         .args(["-hls_playlist_type", "event", "-method", "PUT"])
         .arg(format!("{ingest}index.m3u8"))
         .output()

@@ -522,20 +522,7 @@ async fn an_explicitly_ended_broadcast_becomes_a_video_and_its_playlist_stays_en
     let rig = LiveRig::start(&[]).await;
     // An encoder's files, made locally, PUT by hand without the final ENDLIST playlist.
     let dir = tempfile::tempdir().unwrap();
-    let made = tokio::process::Command::new("ffmpeg")
-        .args(["-nostdin", "-v", "error", "-i"])
-        .arg(crate::clips::small())
-        .args([
-            "-c:v",
-            "libx264",
-            "-g",
-            "25",
-            "-preset",
-            "ultrafast",
-            "-c:a",
-            "aac",
-        ])
-        .args(["-f", "hls", "-hls_segment_type", "fmp4", "-hls_time", "2"])
+    let made = crate::live::hls_encoder()
         .arg(dir.path().join("index.m3u8"))
         .status()
         .await

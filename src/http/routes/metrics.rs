@@ -52,6 +52,7 @@ pub async fn metrics(ctx: web::Data<AppContext>) -> HttpResponse {
         f64::from(u8::from(state.is_ok())),
     );
     if let Ok(state) = state {
+        crate::relay::probe::outbox_gauges(&exposition, &state.outbox);
         exposition
             .gauge_by(
                 "vidq_queue_jobs",
@@ -76,16 +77,6 @@ pub async fn metrics(ctx: web::Data<AppContext>) -> HttpResponse {
                 "vidq_queue_oldest_pending_seconds",
                 "Seconds the oldest claimable PENDING job has waited (0: none waits).",
                 state.oldest_pending.unwrap_or(0.0),
-            )
-            .gauge(
-                "vidq_outbox_backlog",
-                "Events not yet delivered: unrouted outbox rows plus deliveries waiting or in flight.",
-                state.outbox.pending as f64,
-            )
-            .gauge(
-                "vidq_outbox_oldest_pending_seconds",
-                "Seconds since the oldest undelivered event committed (0: none waits).",
-                state.outbox.oldest_secs.unwrap_or(0.0),
             )
             .gauge_by(
                 "vidq_sweep_backlog",
