@@ -104,7 +104,7 @@ impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for JobErro
 /// Takes the uploader's lock (`FOR KEY SHARE`: it blocks the user's deletion but not the
 /// user's other finalizations), the first lock of every path. `ClaimLost` if the video or its
 /// owner is gone.
-async fn lock_owner(conn: &mut AsyncPgConnection, video: VideoId) -> Result<Uuid, JobError> {
+async fn lock_owner(conn: &AsyncPgConnection, video: VideoId) -> Result<Uuid, JobError> {
     db::users::lock_owner_of_video(conn, video.0)
         .await?
         .ok_or(JobError::ClaimLost)
@@ -233,57 +233,98 @@ async fn finalize_ready_once(
     claim: &Claim,
     output: &AttemptOutput,
 ) -> Result<(), JobError> {
+    let media = &output.media;
+    let facts = db::videos::ReadyFacts {
+        duration_ms: media.duration_ms,
+        width: media.width,
+        height: media.height,
+        video_codec: &media.video_codec,
+        audio_codec: media.audio_codec.as_deref(),
+        live_run: claim.run,
+        live_attempt: claim.attempt,
+        hls_key: &output.keys.hls,
+        mp4_key: &output.keys.mp4,
+        thumbnail_key: &output.keys.thumbnail,
+    };
+    let ended = end(Outcome::Completed, None);
     let mut conn = pool.get().await?;
-    conn.transaction::<_, JobError, _>(async |conn| {
-        let owner = lock_owner(conn, claim.video).await?;
-        let media = &output.media;
-        let facts = db::videos::ReadyFacts {
-            duration_ms: media.duration_ms,
-            width: media.width,
-            height: media.height,
-            video_codec: &media.video_codec,
-            audio_codec: media.audio_codec.as_deref(),
-            live_run: claim.run,
-            live_attempt: claim.attempt,
-            hls_key: &output.keys.hls,
-            mp4_key: &output.keys.mp4,
-            thumbnail_key: &output.keys.thumbnail,
-        };
-        let at = db::videos::set_ready(conn, claim.video.0, &facts)
-            .await
-            .map_err(video_gone)?;
-        let mut data = json!({
-            "status": VideoStatus::Ready.as_str(),
-            "duration_ms": media.duration_ms,
-            "width": media.width,
-            "height": media.height,
-            "source": "upload",
-            "playback": {
-                "hls_key": output.keys.hls,
-                "mp4_key": output.keys.mp4,
-                "thumbnail_key": output.keys.thumbnail,
-            },
-        });
-        if claim.kind == JobKind::Repackage
-            && db::live_videos::follow_video(conn, claim.video.0, RecordingState::Ready).await? > 0
-        {
-            let (kept, excluded) = db::live_videos::segments_of_video(conn, claim.video.0).await?;
-            data["source"] = "live".into();
-            data["segments"] = json!({ "kept": kept, "excluded": excluded });
-        }
-        let event = Event::video_ready(claim.video, claim.run, at, data);
-        db::outbox::insert(conn, owner, &event).await?;
-        fenced(
-            db::jobs::complete(
-                conn,
-                claim.job_id,
-                claim.token,
-                end(Outcome::Completed, None),
-            )
-            .await?,
-        )
-    })
-    .await
+    let tx = db::pipeline::Pipeline::new(&mut conn);
+    let c = tx.conn();
+    let lock_and_update = || async {
+        futures_util::try_join!(lock_owner(c, claim.video), async {
+            db::videos::set_ready(c, claim.video.0, &facts)
+                .await
+                .map_err(video_gone)
+        })
+    };
+    let event_and_fence = |event: Event| async move {
+        let (_, completed) = futures_util::try_join!(
+            db::outbox::insert_stamped(c, &event),
+            db::jobs::complete(c, claim.job_id, claim.token, ended),
+        )?;
+        fenced(completed)
+    };
+    if claim.kind != JobKind::Repackage {
+        // One round trip. The event's time and owner are read from the updated video row by
+        // the database, so nothing waits for an answer before the COMMIT is sent. The only
+        // statements that can fail in the client alone (the video or its owner gone) are
+        // those of a video whose job went with it, so the fence fails on the server too.
+        let event = Event::video_ready(
+            claim.video,
+            claim.run,
+            chrono::Utc::now(), // replaced by the video's updated_at (insert_stamped)
+            ready_data(output, None),
+        );
+        return tx
+            .run(async {
+                futures_util::try_join!(lock_and_update(), event_and_fence(event)).map(drop)
+            })
+            .await;
+    }
+    // A recording's video: its event counts the segments kept, read in this transaction, so
+    // this takes two round trips.
+    let (_, live) = tx
+        .begin_with(async {
+            let live = async {
+                let followed =
+                    db::live_videos::follow_video(c, claim.video.0, RecordingState::Ready);
+                let segments = db::live_videos::segments_of_video(c, claim.video.0);
+                let (followed, segments) = futures_util::try_join!(followed, segments)?;
+                Ok::<_, JobError>((followed > 0).then_some(segments))
+            };
+            futures_util::try_join!(lock_and_update(), live)
+        })
+        .await?;
+    let event = Event::video_ready(
+        claim.video,
+        claim.run,
+        chrono::Utc::now(), // replaced by the video's updated_at (insert_stamped)
+        ready_data(output, live),
+    );
+    tx.commit_with(event_and_fence(event)).await
+}
+
+/// The `data` of `video.ready`: the probe's facts and the playback keys, and for a video made
+/// from a recording (`live`: its kept and excluded segments) where it came from.
+fn ready_data(output: &AttemptOutput, live: Option<(i64, i64)>) -> serde_json::Value {
+    let media = &output.media;
+    let mut data = json!({
+        "status": VideoStatus::Ready.as_str(),
+        "duration_ms": media.duration_ms,
+        "width": media.width,
+        "height": media.height,
+        "source": "upload",
+        "playback": {
+            "hls_key": output.keys.hls,
+            "mp4_key": output.keys.mp4,
+            "thumbnail_key": output.keys.thumbnail,
+        },
+    });
+    if let Some((kept, excluded)) = live {
+        data["source"] = "live".into();
+        data["segments"] = json!({ "kept": kept, "excluded": excluded });
+    }
+    data
 }
 
 /// FAILED, in one transaction shaped like [`finalize_ready`]: the error on the video,
@@ -309,23 +350,42 @@ async fn finalize_failed_once(
 ) -> Result<(), JobError> {
     let message = error.public_message();
     let mut conn = pool.get().await?;
-    conn.transaction::<_, JobError, _>(async |conn| {
-        let owner = lock_owner(conn, claim.video).await?;
-        let at = db::videos::set_failed(conn, claim.video.0, error.code, &message)
-            .await
-            .map_err(video_gone)?;
-        db::live_videos::follow_video(conn, claim.video.0, RecordingState::Failed).await?;
-        let event = Event::video_failed(claim.video, claim.run, at, error.code, &message);
-        db::outbox::insert(conn, owner, &event).await?;
-        fenced(
-            db::jobs::complete(
-                conn,
-                claim.job_id,
-                claim.token,
-                end(Outcome::Failed, Some((error.code, &message))),
-            )
-            .await?,
-        )
+    let tx = db::pipeline::Pipeline::new(&mut conn);
+    let c = tx.conn();
+    // One round trip, like the READY finalize of an upload.
+    let event = Event::video_failed(
+        claim.video,
+        claim.run,
+        chrono::Utc::now(), // replaced by the video's updated_at (insert_stamped)
+        error.code,
+        &message,
+    );
+    let ended = end(Outcome::Failed, Some((error.code, &message)));
+    tx.run(async {
+        let (_, _, _, _, completed) = futures_util::try_join!(
+            lock_owner(c, claim.video),
+            async {
+                db::videos::set_failed(c, claim.video.0, error.code, &message)
+                    .await
+                    .map_err(video_gone)
+            },
+            async {
+                db::live_videos::follow_video(c, claim.video.0, RecordingState::Failed)
+                    .await
+                    .map_err(JobError::from)
+            },
+            async {
+                db::outbox::insert_stamped(c, &event)
+                    .await
+                    .map_err(JobError::from)
+            },
+            async {
+                db::jobs::complete(c, claim.job_id, claim.token, ended)
+                    .await
+                    .map_err(JobError::from)
+            },
+        )?;
+        fenced(completed)
     })
     .await
 }

@@ -184,14 +184,20 @@ pub async fn accept(
     upload_id: UploadId,
     object_key: &str,
 ) -> Result<Option<Accepted>, AppError> {
-    // Lock order: users first, so a concurrent user deletion waits or wins cleanly.
-    if db::users::lock_for_key_share(conn, owner.0)
-        .await?
-        .is_none()
-    {
+    // Two batches of statements sent back to back (`db::pipeline`), in the caller's
+    // transaction: each runs in the order written, so the lock order holds. Lock order:
+    // users first, so a concurrent user deletion waits or wins cleanly.
+    let (user, confirmed) = {
+        let c: &AsyncPgConnection = conn;
+        futures_util::try_join!(
+            db::users::lock_for_key_share(c, owner.0),
+            db::uploads::mark_confirmed(c, upload_id.0),
+        )?
+    };
+    if user.is_none() {
         return Err(AppError::NotFound);
     }
-    if db::uploads::mark_confirmed(conn, upload_id.0).await? == 0 {
+    if confirmed == 0 {
         // Lost: to a concurrent confirm (its video is the answer), or to the sweeper, which
         // expired or rejected the contract after this confirm read it (409 upload_closed).
         let state = db::uploads::state_of(conn, upload_id.0)
@@ -204,11 +210,18 @@ pub async fn accept(
         };
     }
     let video_id = VideoId::new();
-    let video = db::videos::insert(conn, video_id.0, owner.0, upload_id.0).await?;
-    let job_id = db::jobs::insert(conn, video_id.0, object_key, JobKind::Encode).await?;
-    db::jobs::notify_claimable(conn).await?;
-    let event = Event::video_accepted(video_id, upload_id, video.created_at);
-    db::outbox::insert(conn, owner.0, &event).await?;
+    let event = Event::video_accepted(
+        video_id,
+        upload_id,
+        Utc::now(), // replaced by the new video's time (insert_stamped)
+    );
+    let c: &AsyncPgConnection = conn;
+    let (video, job_id, (), ()) = futures_util::try_join!(
+        db::videos::insert(c, video_id.0, owner.0, upload_id.0),
+        db::jobs::insert(c, video_id.0, object_key, JobKind::Encode),
+        db::jobs::notify_claimable(c),
+        db::outbox::insert_stamped(c, &event),
+    )?;
     Ok(Some(Accepted { video, job_id }))
 }
 

@@ -236,7 +236,7 @@ async fn latency(
     seen.count.store(0, Ordering::SeqCst);
     seen.target.store(args.events, Ordering::SeqCst);
     let (stop, handle) = start(url, relay_args, listen).await?;
-    let mut conn = db::pool::dedicated(url)
+    let conn = db::pool::dedicated(url)
         .await
         .context("connecting the producer")?;
     let mut committed = Vec::with_capacity(args.events);
@@ -246,7 +246,7 @@ async fn latency(
     for _ in 0..args.events {
         tick.tick().await;
         let event = Event::video_accepted(VideoId::new(), UploadId::new(), Utc::now());
-        db::outbox::insert(&mut conn, owner, &event).await?;
+        db::outbox::insert(&conn, owner, &event).await?;
         committed.push((event.id.to_string(), Instant::now()));
     }
     let reached = seen.reached.notified();

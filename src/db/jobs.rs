@@ -12,7 +12,7 @@ pub const JOBS_CHANNEL: &str = "vidq_jobs";
 
 /// Enqueues a PENDING job of `kind` for a video; joins the caller's transaction.
 pub async fn insert(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     video: Uuid,
     original_key: &str,
     kind: JobKind,
@@ -24,15 +24,15 @@ pub async fn insert(
             video_encoding_jobs::kind.eq(kind.as_str()),
         ))
         .returning(video_encoding_jobs::id)
-        .get_result(conn)
+        .get_result(&mut conn)
         .await
 }
 
 /// Wakes listening workers when the caller's transaction commits (NOTIFY is delivered at
 /// commit and dropped on rollback, so a worker is never woken for a job that does not exist).
-pub async fn notify_claimable(conn: &mut AsyncPgConnection) -> QueryResult<()> {
+pub async fn notify_claimable(mut conn: &AsyncPgConnection) -> QueryResult<()> {
     super::prepared::prepared(format!("NOTIFY {JOBS_CHANNEL}"))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
@@ -173,20 +173,25 @@ struct Count {
 /// if it matched, closes the claim's attempt with `$3` outcome, `$4` code, `$5` message.
 /// Returns how many jobs it changed: 0 means the claim is no longer ours.
 fn fenced(job_update: &str) -> String {
+    fenced_counting(job_update, "count(*)")
+}
+
+/// [`fenced`], answering `counted`: `count(*)` over the changed jobs, or an SQL function of it.
+fn fenced_counting(job_update: &str, counted: &str) -> String {
     format!(
         "WITH done AS ({job_update} RETURNING id),
          closed AS (
              UPDATE job_attempts
                 SET ended_at = statement_timestamp(), outcome = $3, error_code = $4, error_message = $5
               WHERE claim_token = $2 AND ended_at IS NULL AND EXISTS (SELECT 1 FROM done))
-         SELECT count(*) AS n FROM done"
+         SELECT {counted} AS n FROM done"
     )
 }
 
 macro_rules! fenced_query {
     ($sql:expr, $id:expr, $token:expr, $end:expr) => {{
         use diesel::sql_types::{BigInt, Nullable, Text, Uuid as SqlUuid};
-        super::prepared::prepared(fenced($sql))
+        super::prepared::prepared($sql)
             .bind::<BigInt, _>($id)
             .bind::<SqlUuid, _>($token)
             .bind::<Text, _>($end.outcome.as_str())
@@ -199,22 +204,38 @@ fn rows(count: Count) -> usize {
     usize::try_from(count.n).unwrap_or_default()
 }
 
-/// The fenced completion, the LAST statement of a finalize: 0 means the claim was lost and
-/// the caller must roll the whole transaction back.
+/// The message of the error `vidq_claim_held` raises (migration 000011): diesel does not
+/// surface SQLSTATEs, and this text is vidq's own.
+pub const CLAIM_LOST_MESSAGE: &str = "vidq: the claim was lost";
+
+/// The fenced completion, the LAST statement of a finalize: 0 means the claim was lost. A
+/// fence that matches nothing also fails the statement on the server (`vidq_claim_held`), so
+/// the transaction is already failed and its COMMIT, even one sent in the same pipeline
+/// (`super::pipeline`), rolls it back.
 pub async fn complete(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     id: i64,
     token: Uuid,
     end: AttemptEnd<'_>,
 ) -> QueryResult<usize> {
-    let sql =
+    let sql = fenced_counting(
         "UPDATE video_encoding_jobs SET status = 'COMPLETED', completed_at = statement_timestamp()
-                WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
-                  AND lease_until > statement_timestamp()";
-    fenced_query!(sql, id, token, end)
-        .get_result(conn)
-        .await
-        .map(rows)
+          WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
+            AND lease_until > statement_timestamp()",
+        "vidq_claim_held(count(*))",
+    );
+    let counted = fenced_query!(sql, id, token, end)
+        .get_result(&mut conn)
+        .await;
+    match counted {
+        Ok(count) => Ok(rows(count)),
+        Err(diesel::result::Error::DatabaseError(_, info))
+            if info.message() == CLAIM_LOST_MESSAGE =>
+        {
+            Ok(0)
+        }
+        Err(other) => Err(other),
+    }
 }
 
 /// Fenced `PROCESSING -> PENDING` after a retryable error, claimable again after `delay_secs`.
@@ -230,7 +251,8 @@ pub async fn retry_later(
                       last_error = $4 || ': ' || $5, claim_token = NULL, claimed_by = NULL, lease_until = NULL
                 WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
                   AND lease_until > statement_timestamp() AND attempt_count < 3";
-    let query = fenced_query!(sql, id, token, end).bind::<diesel::sql_types::Double, _>(delay_secs);
+    let query =
+        fenced_query!(fenced(sql), id, token, end).bind::<diesel::sql_types::Double, _>(delay_secs);
     query.get_result(conn).await.map(rows)
 }
 
@@ -248,7 +270,7 @@ pub async fn release(
                       available_at = statement_timestamp()
                 WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
                   AND attempt_count > 0 AND lease_until > statement_timestamp()";
-    fenced_query!(sql, id, token, end)
+    fenced_query!(fenced(sql), id, token, end)
         .get_result(conn)
         .await
         .map(rows)
@@ -266,7 +288,7 @@ pub async fn mark_dead(
                   SET status = 'DEAD', completed_at = statement_timestamp(), last_error = 'lease_expired'
                 WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
                   AND attempt_count >= 3 AND lease_until <= statement_timestamp()";
-    fenced_query!(sql, id, token, end)
+    fenced_query!(fenced(sql), id, token, end)
         .get_result(conn)
         .await
         .map(rows)

@@ -121,11 +121,11 @@ pub async fn lock_for_video(
 /// The recording's state follows its video's end, in the finalize's transaction: `ended ->
 /// ready` or `ended -> failed`. 0 rows for a video made from an upload.
 pub async fn follow_video(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     video: Uuid,
     state: RecordingState,
 ) -> diesel::QueryResult<usize> {
-    diesel::sql_query(format!(
+    super::prepared::prepared(format!(
         "UPDATE recordings SET state = $2, updated_at = statement_timestamp()
           WHERE id = (SELECT recording_id FROM videos WHERE id = $1)
             AND state IN ('{ended}', '{ready}', '{failed}')",
@@ -135,7 +135,7 @@ pub async fn follow_video(
     ))
     .bind::<diesel::sql_types::Uuid, _>(video)
     .bind::<Text, _>(state.as_str())
-    .execute(conn)
+    .execute(&mut conn)
     .await
 }
 
@@ -186,7 +186,7 @@ pub async fn lock_recording_of(
 
 /// Segments of the recording a video was made from: kept (in S3) and excluded.
 pub async fn segments_of_video(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     video: Uuid,
 ) -> diesel::QueryResult<(i64, i64)> {
     #[derive(QueryableByName)]
@@ -196,7 +196,7 @@ pub async fn segments_of_video(
         #[diesel(sql_type = BigInt)]
         excluded: i64,
     }
-    let row: Segments = diesel::sql_query(format!(
+    let row: Segments = super::prepared::prepared(format!(
         "SELECT count(*) FILTER (WHERE f.state = '{uploaded}') AS kept,
                 count(*) FILTER (WHERE f.state = '{excluded}') AS excluded
            FROM videos v JOIN recording_files f ON f.recording_id = v.recording_id
@@ -206,7 +206,7 @@ pub async fn segments_of_video(
         segment = FileAxis::Segment.as_str(),
     ))
     .bind::<diesel::sql_types::Uuid, _>(video)
-    .get_result(conn)
+    .get_result(&mut conn)
     .await?;
     Ok((row.kept, row.excluded))
 }

@@ -1,5 +1,8 @@
 //! The only code that knows SQL. Query functions take `&mut AsyncPgConnection`, so the caller
 //! decides which transaction they join (a confirm's video, job and outbox inserts share one).
+//! Those of the hot transactions (the confirm, the finalize) take `&AsyncPgConnection`
+//! instead: a shared reference is how several statements of one transaction are sent at once
+//! and answered in order ([`pipeline`]). They still join the caller's transaction.
 //!
 //! # Lock order
 //!
@@ -78,6 +81,7 @@ pub mod migrations;
 pub mod nodes;
 pub mod operator_view;
 pub mod outbox;
+pub mod pipeline;
 pub mod pool;
 pub mod prepared;
 pub mod provision;

@@ -12,21 +12,50 @@ pub const EVENTS_CHANNEL: &str = "vidq_events";
 
 /// Inserts an event into the caller's transaction and, in the same statement, wakes relays
 /// and long-polling feed readers when it commits, if any is waiting (see [`super::wake`]).
-pub async fn insert(conn: &mut AsyncPgConnection, owner: Uuid, event: &Event) -> QueryResult<()> {
+pub async fn insert(conn: &AsyncPgConnection, owner: Uuid, event: &Event) -> QueryResult<()> {
+    insert_with(conn, Some(owner), event, "VALUES ($1, $2, $3, $4, $5)").await
+}
+
+/// [`insert`] for an event about a video this transaction has just updated: the owner and
+/// `occurred_at` (the video's `updated_at` as this transaction left it) are read from the
+/// video row. A finalize sends it right behind its video update, in the same pipeline,
+/// without waiting for the update's answer. No row is inserted if the video is gone; the
+/// finalize's fence then fails too, because its job went with the video.
+pub async fn insert_stamped(conn: &AsyncPgConnection, event: &Event) -> QueryResult<()> {
+    let source = format!(
+        "SELECT $1, $2, v.owner_id, $4,
+                jsonb_set($5, '{{occurred_at}}',
+                          to_jsonb(to_char(v.updated_at AT TIME ZONE 'UTC', '{pattern}')))
+           FROM videos v WHERE v.id = $4",
+        pattern = OCCURRED_AT_SQL_PATTERN
+    );
+    insert_with(conn, None, event, &source).await
+}
+
+/// [`crate::domain::event::OCCURRED_AT_FORMAT`] in `to_char`'s words.
+const OCCURRED_AT_SQL_PATTERN: &str = r#"YYYY-MM-DD"T"HH24:MI:SS.US"Z""#;
+
+/// `source` gives the row (`$1` event id, `$2` type, `$3` owner, `$4` video, `$5` payload).
+async fn insert_with(
+    mut conn: &AsyncPgConnection,
+    owner: Option<Uuid>,
+    event: &Event,
+    source: &str,
+) -> QueryResult<()> {
     use diesel::sql_types::{Jsonb, Text, Uuid as SqlUuid};
     super::prepared::prepared(format!(
         "WITH ins AS (
              INSERT INTO notification_outbox (event_id, event_type, owner_id, video_id, payload)
-             VALUES ($1, $2, $3, $4, $5) RETURNING 1)
+             {source} RETURNING 1)
          SELECT pg_notify('{EVENTS_CHANNEL}', '') FROM ins WHERE NOT {nobody_waits}",
         nobody_waits = super::wake::nobody_waits_sql()
     ))
     .bind::<SqlUuid, _>(event.id.0)
     .bind::<Text, _>(event.event_type.as_str())
-    .bind::<SqlUuid, _>(owner)
+    .bind::<diesel::sql_types::Nullable<SqlUuid>, _>(owner)
     .bind::<SqlUuid, _>(event.video_id.0)
     .bind::<Jsonb, _>(event.to_json())
-    .execute(conn)
+    .execute(&mut conn)
     .await
     .map(drop)
 }

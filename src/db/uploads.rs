@@ -94,20 +94,18 @@ pub async fn find_owned(
 
 /// CAS `pending|uploaded -> confirmed`. Returns 0 when another confirm got there first (the
 /// row lock makes a concurrent confirm wait, then re-check the state and match nothing).
-pub async fn mark_confirmed(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
-    diesel::update(
-        uploads::table.filter(uploads::id.eq(id).and(uploads::state.eq_any([
-            UploadState::Pending.as_str(),
-            UploadState::Uploaded.as_str(),
-        ]))),
-    )
-    .set((
-        uploads::state.eq(UploadState::Confirmed.as_str()),
-        uploads::updated_at.eq(diesel::dsl::sql::<diesel::sql_types::Timestamptz>(
-            "statement_timestamp()",
-        )),
+pub async fn mark_confirmed(mut conn: &AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+    // One prepared text (diesel's `eq_any` over a list is re-planned on every call): every
+    // confirm runs it.
+    super::prepared::prepared(format!(
+        "UPDATE uploads SET state = '{confirmed}', updated_at = statement_timestamp()
+          WHERE id = $1 AND state IN ('{pending}', '{uploaded}')",
+        confirmed = UploadState::Confirmed.as_str(),
+        pending = UploadState::Pending.as_str(),
+        uploaded = UploadState::Uploaded.as_str(),
     ))
-    .execute(conn)
+    .bind::<diesel::sql_types::Uuid, _>(id)
+    .execute(&mut conn)
     .await
 }
 

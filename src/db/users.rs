@@ -85,13 +85,13 @@ pub async fn any_admin(conn: &mut AsyncPgConnection) -> QueryResult<bool> {
 /// Locks the user row against deletion (`FOR KEY SHARE`) without blocking the user's other
 /// transactions; the first lock every write path takes. `None` if the user is gone.
 pub async fn lock_for_key_share(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     id: Uuid,
 ) -> QueryResult<Option<Uuid>> {
     by_id(id)
         .select(users::id)
         .for_key_share()
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
@@ -114,7 +114,7 @@ pub async fn lock_for_no_key_update(
 /// Locks the owner of a video `FOR KEY SHARE` (found through the video in the same
 /// statement); `None` if the video or its owner is gone.
 pub async fn lock_owner_of_video(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     video: Uuid,
 ) -> QueryResult<Option<Uuid>> {
     #[derive(diesel::QueryableByName)]
@@ -126,7 +126,7 @@ pub async fn lock_owner_of_video(
         "SELECT u.id FROM users u JOIN videos v ON v.owner_id = u.id WHERE v.id = $1 FOR KEY SHARE OF u",
     )
     .bind::<diesel::sql_types::Uuid, _>(video)
-    .get_result(conn)
+    .get_result(&mut conn)
     .await
     .optional()?;
     Ok(owner.map(|o| o.id))

@@ -58,7 +58,7 @@ pub type VideoWithAttempts = (VideoRow, Option<i32>, Option<String>);
 
 /// Inserts a queued video.
 pub async fn insert(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     id: Uuid,
     owner: Uuid,
     upload: Uuid,
@@ -70,7 +70,7 @@ pub async fn insert(
             videos::upload_id.eq(upload),
         ))
         .returning(VideoRow::as_returning())
-        .get_result(conn)
+        .get_result(&mut conn)
         .await
 }
 
@@ -119,6 +119,28 @@ pub async fn find_owned(
     videos::table
         .left_join(video_encoding_jobs::table)
         .filter(videos::id.eq(id).and(videos::owner_id.eq(owner)))
+        .select((
+            VideoRow::as_select(),
+            video_encoding_jobs::attempt_count.nullable(),
+            video_encoding_jobs::status.nullable(),
+        ))
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// The video, only if the holder of the key whose hash is `key_hash` owns it: the key's
+/// lookup and the read in one statement, for the status read clients poll.
+pub async fn find_by_key_hash(
+    conn: &mut AsyncPgConnection,
+    key_hash: &[u8],
+    id: Uuid,
+) -> QueryResult<Option<VideoWithAttempts>> {
+    use super::schema::users;
+    videos::table
+        .inner_join(users::table)
+        .left_join(video_encoding_jobs::table)
+        .filter(videos::id.eq(id).and(users::api_key_hash.eq(key_hash)))
         .select((
             VideoRow::as_select(),
             video_encoding_jobs::attempt_count.nullable(),
@@ -262,7 +284,7 @@ pub struct ReadyFacts<'a> {
 
 /// Marks a (locked) video ready; returns the transaction's timestamp.
 pub async fn set_ready(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     id: Uuid,
     facts: &ReadyFacts<'_>,
 ) -> QueryResult<DateTime<Utc>> {
@@ -285,13 +307,13 @@ pub async fn set_ready(
             videos::updated_at.eq(now_sql()),
         ))
         .returning(videos::updated_at)
-        .get_result(conn)
+        .get_result(&mut conn)
         .await
 }
 
 /// Marks a (locked) video failed with a stable code; returns the transaction's timestamp.
 pub async fn set_failed(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     id: Uuid,
     code: &str,
     message: &str,
@@ -305,7 +327,7 @@ pub async fn set_failed(
             videos::updated_at.eq(now_sql()),
         ))
         .returning(videos::updated_at)
-        .get_result(conn)
+        .get_result(&mut conn)
         .await
 }
 

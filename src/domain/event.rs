@@ -87,6 +87,15 @@ pub fn check_event_types(types: &[String]) -> Result<(), EventTypesError> {
     Ok(())
 }
 
+/// How `occurred_at` is written: RFC 3339, UTC, always six fractional digits. A finalize
+/// has the database write it (`db::outbox::insert_stamped`, with `to_char` and this pattern)
+/// so the whole transaction can go out in one round trip.
+pub const OCCURRED_AT_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.6fZ";
+
+fn utc_micros<S: serde::Serializer>(at: &DateTime<Utc>, out: S) -> Result<S::Ok, S::Error> {
+    out.collect_str(&at.format(OCCURRED_AT_FORMAT))
+}
+
 /// One event, as stored in the outbox and sent to consumers.
 #[derive(Clone, Debug, Serialize)]
 pub struct Event {
@@ -95,7 +104,9 @@ pub struct Event {
     /// What happened.
     #[serde(rename = "type")]
     pub event_type: EventType,
-    /// When the producing transaction ran.
+    /// When the producing transaction ran, in UTC to the microsecond (PostgreSQL's
+    /// precision), written the same way whether vidq or the database fills it in.
+    #[serde(serialize_with = "utc_micros")]
     pub occurred_at: DateTime<Utc>,
     /// The video it is about.
     pub video_id: VideoId,
@@ -191,6 +202,19 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::Timelike;
+
+    #[test]
+    fn occurred_at_is_utc_with_six_fractional_digits_like_the_database_writes_it() {
+        let at = DateTime::parse_from_rfc3339("2026-12-01T13:04:05.120000789+02:00")
+            .unwrap()
+            .with_timezone(&Utc);
+        let json = Event::video_accepted(VideoId::new(), UploadId::new(), at).to_json();
+        assert_eq!(json["occurred_at"], "2026-12-01T11:04:05.120000Z");
+        let whole = at.with_nanosecond(0).unwrap();
+        let json = Event::video_accepted(VideoId::new(), UploadId::new(), whole).to_json();
+        assert_eq!(json["occurred_at"], "2026-12-01T11:04:05.000000Z");
+    }
 
     #[test]
     fn accepted_event_has_the_documented_envelope() {

@@ -409,7 +409,7 @@ async fn producers_wake_relays_only_while_one_is_waiting() {
         vidq::domain::ids::UploadId::new(),
         chrono::Utc::now(),
     );
-    vidq::db::outbox::insert(&mut conn, owner, &event)
+    vidq::db::outbox::insert(&conn, owner, &event)
         .await
         .unwrap();
     assert_eq!(announce(&mut waiter).await.unwrap(), Announce::Busy);

@@ -55,14 +55,10 @@ async fn an_event_whose_transaction_is_still_open_holds_back_later_ones() {
     // Transaction A writes first (lower id, lower xid) and stays open.
     let mut a = AsyncPgConnection::establish(&app.db.url).await.unwrap();
     diesel::sql_query("BEGIN").execute(&mut a).await.unwrap();
-    vidq::db::outbox::insert(&mut a, owner, &early)
-        .await
-        .unwrap();
+    vidq::db::outbox::insert(&a, owner, &early).await.unwrap();
     // Transaction B writes after it and commits at once.
-    let mut b = app.pool.get().await.unwrap();
-    vidq::db::outbox::insert(&mut b, owner, &late)
-        .await
-        .unwrap();
+    let b = app.pool.get().await.unwrap();
+    vidq::db::outbox::insert(&b, owner, &late).await.unwrap();
 
     // A cursor on the id column would hand out B now and skip A for ever; the feed waits.
     let (ids, cursor) = page(&app, &key, "").await;
@@ -134,7 +130,7 @@ async fn the_feed_is_the_callers_own_filters_by_type_and_refuses_bad_input() {
     let key = app.create_user("alice").await;
     let stranger = app.create_user("mallory").await;
     let owner = user_id(&app, "alice").await;
-    let mut conn = app.pool.get().await.unwrap();
+    let conn = app.pool.get().await.unwrap();
     let failed = Event::video_failed(
         VideoId::new(),
         1,
@@ -142,7 +138,7 @@ async fn the_feed_is_the_callers_own_filters_by_type_and_refuses_bad_input() {
         "invalid_media",
         "not a video",
     );
-    vidq::db::outbox::insert(&mut conn, owner, &failed)
+    vidq::db::outbox::insert(&conn, owner, &failed)
         .await
         .unwrap();
     let accepted = produce(&app, owner, 2).await;

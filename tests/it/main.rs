@@ -29,6 +29,7 @@ mod nats;
 mod openapi;
 mod orphans;
 mod pipeline;
+mod pipelined;
 mod playback;
 mod proxy;
 mod queue;

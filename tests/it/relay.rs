@@ -95,11 +95,11 @@ pub async fn user_id(app: &TestApp, name: &str) -> Uuid {
 
 /// Commits `n` events for `owner`, each in its own transaction, as producers do.
 pub async fn produce(app: &TestApp, owner: Uuid, n: usize) -> Vec<String> {
-    let mut conn = app.pool.get().await.unwrap();
+    let conn = app.pool.get().await.unwrap();
     let mut ids = Vec::new();
     for _ in 0..n {
         let event = Event::video_accepted(VideoId::new(), UploadId::new(), Utc::now());
-        vidq::db::outbox::insert(&mut conn, owner, &event)
+        vidq::db::outbox::insert(&conn, owner, &event)
             .await
             .unwrap();
         ids.push(event.id.to_string());

@@ -1,0 +1,1 @@
+DROP FUNCTION vidq_claim_held(bigint);

@@ -1,0 +1,87 @@
+//! Transactions sent as pipelines (`db::pipeline`): a statement that fails on the server
+//! rolls back everything sent with it, and a pipeline abandoned half way never hands its
+//! open transaction to the pool's next user.
+
+use std::time::Duration;
+
+use diesel::QueryableByName;
+use diesel::sql_types::BigInt;
+use diesel_async::RunQueryDsl;
+use vidq::db::pipeline::Pipeline;
+
+use crate::harness::TestDb;
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// Whether the session behind `conn` sits in an open transaction block: only there does
+/// PostgreSQL accept a SAVEPOINT.
+async fn in_open_transaction(conn: &mut diesel_async::AsyncPgConnection) -> bool {
+    use diesel_async::SimpleAsyncConnection;
+    conn.batch_execute("SAVEPOINT vidq_probe").await.is_ok()
+}
+
+#[tokio::test]
+async fn a_statement_failing_on_the_server_rolls_back_what_was_sent_with_it_and_its_commit() {
+    let db = TestDb::new().await;
+    let pool = vidq::db::connect(&db.url, 1).await.unwrap();
+    let mut conn = pool.get().await.unwrap();
+    diesel::sql_query("CREATE TABLE pipelined (x int)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let tx = Pipeline::new(&mut conn);
+    let mut c = tx.conn();
+    let mut d = tx.conn();
+    let result: Result<(), diesel::result::Error> = tx
+        .run(async {
+            futures_util::try_join!(
+                diesel::sql_query("INSERT INTO pipelined VALUES (1)").execute(&mut c),
+                diesel::sql_query("SELECT vidq_claim_held(0)").execute(&mut d),
+            )
+            .map(drop)
+        })
+        .await;
+    let error = result.expect_err("the fence raised");
+    assert!(
+        error
+            .to_string()
+            .contains(vidq::db::jobs::CLAIM_LOST_MESSAGE),
+        "{error}"
+    );
+    drop(tx);
+    let left: Count = diesel::sql_query("SELECT count(*) AS n FROM pipelined")
+        .get_result(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        left.n, 0,
+        "the insert sent before the failure was rolled back"
+    );
+    assert!(!in_open_transaction(&mut conn).await);
+}
+
+#[tokio::test]
+async fn a_pipeline_abandoned_after_its_begin_never_hands_an_open_transaction_to_the_pool() {
+    let db = TestDb::new().await;
+    let pool = vidq::db::connect(&db.url, 1).await.unwrap();
+    {
+        let mut conn = pool.get().await.unwrap();
+        let tx = Pipeline::new(&mut conn);
+        // BEGIN goes out; the statements never finish; the caller gives up (a cancelled task).
+        let abandoned = tokio::time::timeout(
+            Duration::from_millis(300),
+            tx.begin_with(std::future::pending::<Result<(), diesel::result::Error>>()),
+        )
+        .await;
+        assert!(abandoned.is_err());
+    }
+    let mut conn = pool.get().await.unwrap();
+    assert!(
+        !in_open_transaction(&mut conn).await,
+        "the pool handed out the abandoned transaction"
+    );
+}
