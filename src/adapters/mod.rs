@@ -4,6 +4,7 @@
 pub mod destination;
 pub mod ffmpeg;
 pub mod nats;
+pub mod presign;
 pub mod private_pg;
 pub mod s3_server;
 pub mod spool;

@@ -144,6 +144,8 @@ pub struct PresignedPut {
 pub struct Storage {
     client: Client,
     presigner: Client,
+    /// GETs presigned without the SDK's pipeline, when the URL shape could be learned.
+    fast_get: Option<std::sync::Arc<super::presign::FastGet>>,
     bucket: String,
     transfer: TimeoutConfig,
 }
@@ -208,12 +210,40 @@ impl Storage {
             Some(public) => client_for(Some(public)),
             None => client.clone(),
         };
-        Self {
+        let mut storage = Self {
             client,
             presigner,
+            fast_get: None,
             bucket: config.bucket.clone(),
             transfer: transfer_timeouts(&t),
-        }
+        };
+        storage.fast_get = storage.learn_fast_get(&shared, &config.region).await;
+        storage
+    }
+
+    /// Presigns [`super::presign::PROBE_KEY`] through the SDK to learn how its URLs look,
+    /// for [`super::presign::FastGet`]. `None` (every GET then presigned by the SDK) when
+    /// there are no credentials yet or the URL has an unexpected shape.
+    async fn learn_fast_get(
+        &self,
+        shared: &aws_config::SdkConfig,
+        region: &str,
+    ) -> Option<std::sync::Arc<super::presign::FastGet>> {
+        let provider = shared.credentials_provider()?;
+        let probe = self
+            .sdk_presign_get(super::presign::PROBE_KEY, Duration::from_secs(60), None)
+            .await;
+        let shape = match probe {
+            Ok(url) => super::presign::ObjectUrlShape::from_presigned(&url),
+            Err(error) => {
+                tracing::debug!(error = %crate::telemetry::error_chain(&error),
+                    "no presign probe; GET URLs are presigned by the SDK");
+                None
+            }
+        }?;
+        Some(std::sync::Arc::new(super::presign::FastGet::new(
+            shape, region, provider,
+        )))
     }
 
     /// Per-call settings of a transfer (see [`transfer_timeouts`]).
@@ -257,7 +287,29 @@ impl Storage {
 
     /// A URL anyone holding it may GET the object from, valid for `ttl`.
     pub async fn presign_get(&self, key: &str, ttl: Duration) -> Result<String, StorageError> {
-        let presigning = PresigningConfig::expires_in(ttl)
+        if let Some(fast) = &self.fast_get {
+            match fast.presign(key, ttl).await {
+                Ok(url) => return Ok(url),
+                Err(error) => tracing::warn!(error = %crate::telemetry::error_chain(&error),
+                    "no credentials for the fast presigner; asking the SDK"),
+            }
+        }
+        self.sdk_presign_get(key, ttl, None).await
+    }
+
+    /// [`Storage::presign_get`] through the SDK, from `start` (now if `None`).
+    pub async fn sdk_presign_get(
+        &self,
+        key: &str,
+        ttl: Duration,
+        start: Option<std::time::SystemTime>,
+    ) -> Result<String, StorageError> {
+        let mut presigning = PresigningConfig::builder().expires_in(ttl);
+        if let Some(start) = start {
+            presigning = presigning.start_time(start);
+        }
+        let presigning = presigning
+            .build()
             .map_err(|e| StorageError::new("PresignGet", key, e))?;
         let request = self
             .presigner
@@ -268,6 +320,18 @@ impl Storage {
             .await
             .map_err(|e| StorageError::new("PresignGet", key, e))?;
         Ok(request.uri().to_owned())
+    }
+
+    /// What the fast presigner makes for `key` at `now` (`None` without one): for the test
+    /// that holds it to the SDK's URLs.
+    pub async fn fast_presign_get_at(
+        &self,
+        key: &str,
+        ttl: Duration,
+        now: std::time::SystemTime,
+    ) -> Option<String> {
+        let fast = self.fast_get.as_ref()?;
+        fast.presign_at(key, ttl, now).await.ok()
     }
 
     /// The object's size, or `None` if there is no such object.

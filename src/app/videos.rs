@@ -124,6 +124,28 @@ pub async fn get_video(
     view(ctx, found.ok_or(AppError::NotFound)?).await
 }
 
+/// The video of the holder of `presented_key`, looked up with the key in one statement;
+/// `Err(Unauthorized)` for a key nobody holds, `NotFound` for a video that is not theirs.
+pub async fn get_video_with_key(
+    ctx: &AppContext,
+    presented_key: &str,
+    id: VideoId,
+) -> Result<VideoView, AppError> {
+    let hash = crate::domain::api_key::hash_presented_key(presented_key);
+    let found = {
+        let mut conn = ctx.db.get().await?;
+        db::videos::find_by_key_hash(&mut conn, &hash, id.0).await?
+    };
+    match found {
+        Some(found) => view(ctx, found).await,
+        // Rare: tell an unknown key from a stranger's or a missing video.
+        None => match super::auth::authenticate(&ctx.db, presented_key).await? {
+            Some(_) => Err(AppError::NotFound),
+            None => Err(AppError::Unauthorized),
+        },
+    }
+}
+
 /// A page of the caller's videos, newest first, and the cursor of the next page.
 pub async fn list_videos(
     ctx: &AppContext,

@@ -289,6 +289,7 @@ impl From<AppError> for ApiError {
         let message = err.to_string();
         match &err {
             AppError::NotFound => Self::not_found(),
+            AppError::Unauthorized => Self::unauthorized(),
             AppError::BadRequest(_) => Self::bad_request(message),
             AppError::InvalidUpload(kind) => match kind {
                 UploadRequestError::UnsupportedMediaType(_) => {

@@ -7,7 +7,7 @@ use super::playback::ApiBase;
 use crate::app::{self, AppContext};
 use crate::domain::ids::VideoId;
 use crate::domain::video::VideoStatus;
-use crate::http::auth::Caller;
+use crate::http::auth::{Caller, PresentedKey};
 use crate::http::dto::{ListVideosQuery, VideoDto, VideoListDto};
 use crate::http::error::ApiError;
 use crate::http::openapi::{KeyErrors, NotFound};
@@ -31,11 +31,21 @@ const DEFAULT_LIMIT: i64 = 20;
 )]
 pub async fn get(
     ctx: web::Data<AppContext>,
-    caller: Caller,
+    key: PresentedKey,
     base: ApiBase,
     video_id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let view = app::videos::get_video(&ctx, caller.0, path_id(&video_id)?).await?;
+    let id = match path_id(&video_id) {
+        Ok(id) => id,
+        // A malformed id is answered like any other route's: after the key is known.
+        Err(malformed) => {
+            return match app::auth::authenticate(&ctx.db, &key.0).await? {
+                Some(_) => Err(malformed),
+                None => Err(ApiError::unauthorized()),
+            };
+        }
+    };
+    let view = app::videos::get_video_with_key(&ctx, &key.0, id).await?;
     Ok(HttpResponse::Ok().json(VideoDto::new(view, &base.0)))
 }
 
