@@ -288,20 +288,7 @@ fn child(
     s3: &BenchS3,
     spool: &Path,
 ) -> anyhow::Result<tokio::process::Command> {
-    let mut command = tokio::process::Command::new(std::env::current_exe()?);
-    command
-        .arg(role)
-        .env("DATABASE_URL", &scratch.url)
-        .envs(s3.env())
-        .env("VIDQ_SPOOL_DIR", spool)
-        .env("VIDQ_NODE_ID", "bench")
-        .env(
-            "VIDQ_PLAYBACK_SECRET",
-            "vidq-bench-playback-secret-0123456789abcdef",
-        )
-        .env("RUST_LOG", "warn")
-        .kill_on_drop(true);
-    Ok(command)
+    super::role_command(None, role, scratch, s3, spool)
 }
 
 fn free_port() -> anyhow::Result<u16> {

@@ -2,6 +2,7 @@
 //! a scratch database on the server it is pointed at and drops it afterwards, and reports
 //! medians and percentiles measured side by side in one run.
 
+pub mod api;
 pub mod e2e;
 pub mod live;
 pub mod queue;
@@ -32,6 +33,10 @@ pub enum BenchCommand {
     /// playlist with N concurrent FFmpeg broadcasts, and how many one API process holds
     /// with that p99 at or under 1 s.
     Live(live::LiveBenchArgs),
+    /// The API's own throughput: confirms (uploads created and PUT beforehand) and status
+    /// reads of a READY video, with many keep-alive clients, next to pgbench running the
+    /// confirm transaction's statements.
+    Api(api::ApiBenchArgs),
     /// Bytes per second through tus into the spool (one client, then many at once) next to
     /// `dd ... conv=fsync` on the same disk, and the API's peak memory during a large upload.
     Tus(tus::TusBenchArgs),
@@ -45,6 +50,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Relay(args) => relay::run(args).await,
         BenchCommand::Sweeper(args) => sweeper::run(args).await,
         BenchCommand::Tus(args) => tus::run(args).await,
+        BenchCommand::Api(args) => api::run(args).await,
         BenchCommand::Live(args) => live::run(args).await,
     }
 }
@@ -150,4 +156,66 @@ impl BenchS3 {
             ("AWS_SECRET_ACCESS_KEY", "bench-secret".to_owned()),
         ]
     }
+}
+
+/// Starts a `vidq api` child process (of `bin`, else of this binary) on a free loopback port
+/// against `scratch` and `s3`, with `extra` settings, and waits until it answers; returns it
+/// and its base URL.
+pub async fn spawn_api(
+    bin: Option<&std::path::Path>,
+    scratch: &Scratch,
+    s3: &BenchS3,
+    spool: &std::path::Path,
+    extra: &[(&str, &str)],
+) -> anyhow::Result<(tokio::process::Child, String)> {
+    use anyhow::Context;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let child = role_command(bin, "api", scratch, s3, spool)?
+        .arg("--no-migrate")
+        .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{port}"))
+        .envs(extra.iter().copied())
+        .spawn()
+        .context("starting vidq api")?;
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while http.get(format!("{base}/healthz")).send().await.is_err() {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "vidq api did not start"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Ok((child, base))
+}
+
+/// `vidq ROLE` (of `bin`, else of this binary) on the scratch database, the bench S3 and the
+/// spool, as node `bench`, quiet but for warnings, killed when dropped.
+pub fn role_command(
+    bin: Option<&std::path::Path>,
+    role: &str,
+    scratch: &Scratch,
+    s3: &BenchS3,
+    spool: &std::path::Path,
+) -> anyhow::Result<tokio::process::Command> {
+    let bin = match bin {
+        Some(bin) => bin.to_owned(),
+        None => std::env::current_exe()?,
+    };
+    let mut command = tokio::process::Command::new(bin);
+    command
+        .arg(role)
+        .env("DATABASE_URL", &scratch.url)
+        .envs(s3.env())
+        .env("VIDQ_SPOOL_DIR", spool)
+        .env("VIDQ_NODE_ID", "bench")
+        .env(
+            "VIDQ_PLAYBACK_SECRET",
+            "vidq-bench-playback-secret-0123456789abcdef",
+        )
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true);
+    Ok(command)
 }

@@ -60,45 +60,23 @@ impl Api {
         spool: &Path,
         key: &str,
     ) -> anyhow::Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let child = tokio::process::Command::new(std::env::current_exe()?)
-            .args(["api", "--no-migrate"])
-            .env("DATABASE_URL", &scratch.url)
-            .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{port}"))
-            .envs(s3.env())
-            .env("VIDQ_SPOOL_DIR", spool)
-            .env("VIDQ_NODE_ID", "bench")
-            .env("VIDQ_MAX_UPLOAD_BYTES", (64 * GIB).to_string())
-            .env(
-                "VIDQ_PLAYBACK_SECRET",
-                "vidq-bench-playback-secret-0123456789abcdef",
-            )
-            .env("RUST_LOG", "warn")
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting vidq api")?;
-        let api = Self {
+        let max_upload = (64 * GIB).to_string();
+        let (child, base) = super::spawn_api(
+            None,
+            scratch,
+            s3,
+            spool,
+            &[("VIDQ_MAX_UPLOAD_BYTES", &max_upload)],
+        )
+        .await?;
+        Ok(Self {
             child,
-            base: format!("http://127.0.0.1:{port}"),
+            base,
             key: key.to_owned(),
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(600))
                 .build()?,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while api
-            .http
-            .get(format!("{}/healthz", api.base))
-            .send()
-            .await
-            .is_err()
-        {
-            ensure!(Instant::now() < deadline, "vidq api did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Ok(api)
+        })
     }
 
     async fn create(&self, length: u64) -> anyhow::Result<String> {

@@ -129,3 +129,74 @@ pub async fn segment_arrivals(
     .load(conn)
     .await
 }
+
+/// Inserts `n` pending presigned contracts of `owner` and numbers them in
+/// `bench_contracts (n, id)`, which [`confirm_pgbench`] takes them from one by one.
+pub async fn pending_contracts(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    n: i64,
+) -> QueryResult<()> {
+    // `bench_next` hands the numbers out to pgbench's clients (the serial's own sequence is
+    // spent by the insert).
+    diesel::sql_query("CREATE TABLE bench_contracts (n bigserial PRIMARY KEY, id uuid NOT NULL)")
+        .execute(conn)
+        .await?;
+    diesel::sql_query("CREATE SEQUENCE bench_next")
+        .execute(conn)
+        .await?;
+    diesel::sql_query(
+        "WITH rows AS (SELECT gen_random_uuid() AS id FROM generate_series(1, $2)),
+         up AS (
+             INSERT INTO uploads (id, owner_id, object_key, filename, content_type, declared_size, expires_at)
+             SELECT id, $1, 'originals/' || id, 'bench.mp4', 'video/mp4', 1024,
+                    statement_timestamp() + interval '1 hour'
+               FROM rows)
+         INSERT INTO bench_contracts (id) SELECT id FROM rows",
+    )
+    .bind::<diesel::sql_types::Uuid, _>(owner)
+    .bind::<BigInt, _>(n)
+    .execute(conn)
+    .await?;
+    diesel::sql_query("VACUUM ANALYZE uploads, bench_contracts")
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// The confirm transaction's statements as a pgbench script (`-M prepared`, variable
+/// `owner`): the uploader's lock, the contract's compare-and-set, the video, the job, the
+/// workers' NOTIFY and the `video.accepted` event with its wake-up test, each its own round
+/// trip, as pgbench sends them. It measures what PostgreSQL can do with them and nothing
+/// else (no HTTP, no S3 HEAD, no key lookup).
+pub fn confirm_pgbench() -> String {
+    format!(
+        r#"BEGIN;
+SELECT id FROM users WHERE id = :owner FOR KEY SHARE;
+UPDATE uploads SET state = 'confirmed', updated_at = statement_timestamp()
+ WHERE id = (SELECT id FROM bench_contracts WHERE n = (SELECT nextval('bench_next')))
+   AND state IN ('pending', 'uploaded')
+RETURNING id AS upload_id
+\gset
+INSERT INTO videos (id, owner_id, upload_id) VALUES (gen_random_uuid(), :owner, :upload_id)
+RETURNING id AS video_id, created_at
+\gset
+INSERT INTO video_encoding_jobs (video_id, original_s3_key, kind)
+VALUES (:video_id, 'originals/' || :upload_id::text, 'encode') RETURNING id AS job_id
+\gset
+NOTIFY {jobs};
+WITH ins AS (
+    INSERT INTO notification_outbox (event_id, event_type, owner_id, video_id, payload)
+    VALUES (gen_random_uuid(), 'video.accepted', :owner, :video_id,
+            jsonb_build_object('id', gen_random_uuid(), 'type', 'video.accepted',
+                               'occurred_at', :created_at::timestamptz, 'video_id', :video_id::uuid,
+                               'data', jsonb_build_object('status', 'queued', 'upload_id', :upload_id::uuid, 'run', 1)))
+    RETURNING 1)
+SELECT pg_notify('{events}', '') FROM ins WHERE NOT {nobody_waits};
+COMMIT;
+"#,
+        jobs = super::jobs::JOBS_CHANNEL,
+        events = super::outbox::EVENTS_CHANNEL,
+        nobody_waits = super::wake::nobody_waits_sql(),
+    )
+}

@@ -1,0 +1,433 @@
+//! `vidq bench api`: the API's throughput with many keep-alive clients, against a `vidq api`
+//! child process on loopback.
+//!
+//! Confirm: presigned uploads are created and their bytes PUT to the in-process S3 first,
+//! outside the timed part; then C clients confirm them all, each over its own keep-alive
+//! connection. Status reads: the same C clients `GET /v1/videos/{id}` of a READY video for a
+//! fixed time. Beside them, in the same round, pgbench runs the confirm transaction's own
+//! statements ([`crate::db::bench::confirm_pgbench`]) at the API's pool size: the most
+//! PostgreSQL does with them, with nothing of HTTP, S3 or the key lookup in the way.
+//!
+//! The clients are hyper's bare HTTP/1.1 connections (no pool, no redirects, no
+//! decompression), so as little as possible of the two cores goes to the load itself.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use bytes::Bytes;
+use clap::Args;
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+
+use super::stats::{median, ms, percentile};
+use super::{BenchS3, Scratch};
+use crate::db;
+
+/// `vidq bench api`.
+#[derive(Debug, Args)]
+pub struct ApiBenchArgs {
+    /// Concurrent clients, each over one keep-alive connection.
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// Uploads confirmed in each round.
+    #[arg(long, default_value_t = 6400)]
+    pub confirms: usize,
+    /// Seconds of status reads in each round.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// Rounds; the table shows medians.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// The API's database pool (`VIDQ_DB_POOL_SIZE`), also pgbench's client count.
+    #[arg(long, default_value_t = 10)]
+    pub pool: u32,
+    /// Runs the API from this `vidq` binary instead of this one (to compare two builds on
+    /// one machine; the database is migrated by this one).
+    #[arg(long, value_name = "PATH")]
+    pub api_bin: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: super::ServerArgs,
+}
+
+/// One round's numbers.
+struct Round {
+    confirms_per_s: f64,
+    confirm_latencies: Vec<Duration>,
+    reads_per_s: f64,
+    read_latencies: Vec<Duration>,
+    ceiling: Result<f64, String>,
+}
+
+/// One keep-alive HTTP/1.1 connection.
+struct Connection {
+    sender: SendRequest<Full<Bytes>>,
+    key: String,
+}
+
+impl Connection {
+    async fn open(base: &str, key: &str) -> anyhow::Result<Self> {
+        let addr = base.trim_start_matches("http://");
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        Ok(Self {
+            sender,
+            key: key.to_owned(),
+        })
+    }
+
+    /// Sends one request and reads the whole answer; returns its status and body.
+    async fn call(
+        &mut self,
+        method: hyper::Method,
+        path: &str,
+        body: Option<&str>,
+    ) -> anyhow::Result<(u16, Bytes)> {
+        let mut request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "127.0.0.1")
+            .header("authorization", format!("Bearer {}", self.key));
+        if body.is_some() {
+            request = request.header("content-type", "application/json");
+        }
+        let request = request.body(Full::new(Bytes::from(body.unwrap_or("").to_owned())))?;
+        self.sender.ready().await?;
+        let answer = self.sender.send_request(request).await?;
+        let status = answer.status().as_u16();
+        let body = answer.into_body().collect().await?.to_bytes();
+        Ok((status, body))
+    }
+}
+
+/// Creates `n` presigned uploads and PUTs 1 KiB to each; returns their ids.
+async fn prepare_uploads(base: &str, key: &str, n: usize) -> anyhow::Result<Vec<String>> {
+    let http = reqwest::Client::new();
+    let body = Bytes::from(vec![7u8; 1024]);
+    let mut ids = Vec::with_capacity(n);
+    let mut pending = futures_util::stream::iter(0..n)
+        .map(|_| {
+            let (http, body) = (http.clone(), body.clone());
+            async move {
+                let created: serde_json::Value = http
+                    .post(format!("{base}/v1/uploads"))
+                    .bearer_auth(key)
+                    .json(&serde_json::json!({
+                        "filename": "bench.mp4", "content_type": "video/mp4", "size_bytes": 1024
+                    }))
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .json()
+                    .await?;
+                let mut put = http.put(created["upload_url"].as_str().context("upload_url")?);
+                for (name, value) in created["headers"].as_object().context("headers")? {
+                    put = put.header(name, value.as_str().unwrap_or_default());
+                }
+                put.body(body).send().await?.error_for_status()?;
+                anyhow::Ok(created["upload_id"].as_str().context("id")?.to_owned())
+            }
+        })
+        .buffer_unordered(16);
+    while let Some(id) = pending.next().await {
+        ids.push(id?);
+    }
+    Ok(ids)
+}
+
+/// `clients` connections confirm `ids`; returns confirms/s and each confirm's latency, and
+/// the video of the first.
+async fn confirm_all(
+    base: &str,
+    key: &str,
+    ids: Vec<String>,
+    clients: usize,
+) -> anyhow::Result<(f64, Vec<Duration>, String)> {
+    let mut shares: Vec<Vec<String>> = vec![Vec::new(); clients];
+    for (i, id) in ids.into_iter().enumerate() {
+        shares[i % clients].push(id);
+    }
+    let mut connections = Vec::new();
+    for _ in 0..clients {
+        connections.push(Connection::open(base, key).await?);
+    }
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (mut connection, share) in connections.into_iter().zip(shares) {
+        tasks.spawn(async move {
+            let mut latencies = Vec::with_capacity(share.len());
+            let mut first_video = None;
+            for id in share {
+                let at = Instant::now();
+                let (status, body) = connection
+                    .call(
+                        hyper::Method::POST,
+                        &format!("/v1/uploads/{id}/confirm"),
+                        None,
+                    )
+                    .await?;
+                latencies.push(at.elapsed());
+                ensure!(status == 202, "confirm answered {status}");
+                if first_video.is_none() {
+                    let video: serde_json::Value = serde_json::from_slice(&body)?;
+                    first_video = video["id"].as_str().map(str::to_owned);
+                }
+            }
+            anyhow::Ok((latencies, first_video))
+        });
+    }
+    let mut latencies = Vec::new();
+    let mut video = None;
+    while let Some(done) = tasks.join_next().await {
+        let (mine, first) = done??;
+        latencies.extend(mine);
+        video = video.or(first);
+    }
+    let rate = latencies.len() as f64 / started.elapsed().as_secs_f64();
+    Ok((
+        rate,
+        latencies,
+        video.context("no confirm answered a video")?,
+    ))
+}
+
+/// `clients` connections read `video` for `seconds`; returns reads/s and latencies.
+async fn read_for(
+    base: &str,
+    key: &str,
+    video: &str,
+    clients: usize,
+    seconds: u64,
+) -> anyhow::Result<(f64, Vec<Duration>)> {
+    let mut connections = Vec::new();
+    for _ in 0..clients {
+        connections.push(Connection::open(base, key).await?);
+    }
+    let path = format!("/v1/videos/{video}");
+    let started = Instant::now();
+    let until = started + Duration::from_secs(seconds);
+    let mut tasks = tokio::task::JoinSet::new();
+    for mut connection in connections {
+        let path = path.clone();
+        tasks.spawn(async move {
+            let mut latencies = Vec::new();
+            while Instant::now() < until {
+                let at = Instant::now();
+                let (status, body) = connection.call(hyper::Method::GET, &path, None).await?;
+                latencies.push(at.elapsed());
+                ensure!(status == 200, "read answered {status}");
+                ensure!(
+                    body.windows(7).any(|w| w == b"\"ready\""),
+                    "the video is not ready"
+                );
+            }
+            anyhow::Ok(latencies)
+        });
+    }
+    let mut latencies = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        latencies.extend(done??);
+    }
+    Ok((
+        latencies.len() as f64 / started.elapsed().as_secs_f64(),
+        latencies,
+    ))
+}
+
+/// Marks `video` READY with outputs, as a finalize would (the objects need not exist for
+/// the read: it presigns, it does not fetch).
+async fn make_ready(url: &str, video: &str) -> anyhow::Result<()> {
+    let id: uuid::Uuid = video.parse()?;
+    let pool = db::connect(url, 1).await?;
+    let conn = pool.get().await?;
+    let base = format!("videos/{id}/r1/a1");
+    let (hls, mp4, thumbnail) = (
+        format!("{base}/hls/index.m3u8"),
+        format!("{base}/video.mp4"),
+        format!("{base}/thumb.jpg"),
+    );
+    db::videos::set_ready(
+        &conn,
+        id,
+        &db::videos::ReadyFacts {
+            duration_ms: 10_080,
+            width: 1280,
+            height: 720,
+            video_codec: "h264",
+            audio_codec: Some("aac"),
+            live_run: 1,
+            live_attempt: 1,
+            hls_key: &hls,
+            mp4_key: &mp4,
+            thumbnail_key: &thumbnail,
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// confirms/s of pgbench running the confirm's statements at `clients`, or why not.
+async fn ceiling(server: &str, confirms: usize, clients: u32) -> Result<f64, String> {
+    let run = async {
+        let scratch = Scratch::create(server, "api_ceiling").await?;
+        let pool = db::connect(&scratch.url, 1).await?;
+        let (owner, _) = crate::app::users::create_user(&pool, "bench").await?;
+        {
+            let mut conn = pool.get().await?;
+            db::bench::pending_contracts(&mut conn, owner.0, confirms as i64).await?;
+            db::bench::checkpoint(&mut conn).await?;
+        }
+        drop(pool);
+        let dir = tempfile::tempdir()?;
+        let script = dir.path().join("confirm.sql");
+        std::fs::write(&script, db::bench::confirm_pgbench())?;
+        let per_client = confirms / clients as usize;
+        let out = tokio::process::Command::new("pgbench")
+            .args(["-n", "-M", "prepared", "-j", "2"])
+            .arg(format!("-c{clients}"))
+            .arg(format!("-t{per_client}"))
+            .arg(format!("-Downer={}", owner.0))
+            .arg("-f")
+            .arg(&script)
+            .arg(&scratch.url)
+            .output()
+            .await
+            .context("running pgbench")?;
+        scratch.drop_now().await;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let whole = format!("actually processed: {0}/{0}", per_client * clients as usize);
+        ensure!(
+            text.contains(&whole),
+            "pgbench: {}{}",
+            text,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix("tps = "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .with_context(|| format!("no tps in pgbench's output: {text}"))
+    };
+    run.await.map_err(|e: anyhow::Error| format!("{e:#}"))
+}
+
+async fn round(args: &ApiBenchArgs) -> anyhow::Result<Round> {
+    let ceiling = ceiling(&args.server.database_url, args.confirms, args.pool).await;
+    let scratch = Scratch::create(&args.server.database_url, "api").await?;
+    let s3 = BenchS3::start().await?;
+    let spool = tempfile::tempdir()?;
+    let (key, api) = {
+        let pool = db::connect(&scratch.url, 1).await?;
+        let (_, key) = crate::app::users::create_user(&pool, "bench").await?;
+        let pool_size = args.pool.to_string();
+        let api = super::spawn_api(
+            args.api_bin.as_deref(),
+            &scratch,
+            &s3,
+            spool.path(),
+            &[("VIDQ_DB_POOL_SIZE", pool_size.as_str())],
+        )
+        .await?;
+        (key.reveal().to_owned(), api)
+    };
+    let (mut child, base) = api;
+    let ids = prepare_uploads(&base, &key, args.confirms).await?;
+    {
+        let pool = db::connect(&scratch.url, 1).await?;
+        let mut conn = pool.get().await?;
+        db::bench::checkpoint(&mut conn).await?;
+    }
+    let (confirms_per_s, confirm_latencies, video) =
+        confirm_all(&base, &key, ids, args.clients).await?;
+    make_ready(&scratch.url, &video).await?;
+    let (reads_per_s, read_latencies) =
+        read_for(&base, &key, &video, args.clients, args.seconds).await?;
+    let _ = child.kill().await;
+    s3.stop().await;
+    scratch.drop_now().await;
+    Ok(Round {
+        confirms_per_s,
+        confirm_latencies,
+        reads_per_s,
+        read_latencies,
+        ceiling,
+    })
+}
+
+/// Runs the benchmark and prints its table.
+pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
+    ensure!(
+        args.clients > 0 && args.confirms >= args.clients,
+        "need confirms >= clients > 0"
+    );
+    println!(
+        "vidq bench api: {} keep-alive clients, {} confirms and {} s of status reads a round, \
+         API pool {}, medians of {} rounds",
+        args.clients, args.confirms, args.seconds, args.pool, args.rounds
+    );
+    let mut rounds = Vec::new();
+    for _ in 0..args.rounds.max(1) {
+        rounds.push(round(&args).await.context("api round")?);
+    }
+    let at = |pick: &dyn Fn(&Round) -> &Vec<Duration>, p: f64| {
+        let each: Vec<f64> = rounds
+            .iter()
+            .map(|r| percentile(pick(r), p).as_secs_f64())
+            .collect();
+        ms(Duration::from_secs_f64(median(&each)))
+    };
+    let confirm_rates: Vec<f64> = rounds.iter().map(|r| r.confirms_per_s).collect();
+    let read_rates: Vec<f64> = rounds.iter().map(|r| r.reads_per_s).collect();
+    let ceilings: Vec<f64> = rounds
+        .iter()
+        .filter_map(|r| r.ceiling.as_ref().ok().copied())
+        .collect();
+    let ratios: Vec<f64> = rounds
+        .iter()
+        .filter_map(|r| r.ceiling.as_ref().ok().map(|c| r.confirms_per_s / c))
+        .collect();
+    println!();
+    println!(
+        "{:<28} | {:>9} | {:>7} | {:>7} | {:>18} | per round",
+        "", "per s", "p50 ms", "p99 ms", "pgbench ceiling"
+    );
+    let each = |rates: &[f64]| {
+        rates
+            .iter()
+            .map(|r| format!("{r:.0}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let ceiling = if ceilings.is_empty() {
+        let why = rounds
+            .iter()
+            .find_map(|r| r.ceiling.as_ref().err().cloned())
+            .unwrap_or_default();
+        format!("- ({why})")
+    } else {
+        format!("{:.0} ({:.0}%)", median(&ceilings), 100.0 * median(&ratios))
+    };
+    println!(
+        "{:<28} | {:>9.0} | {:>7} | {:>7} | {:>18} | {}",
+        "POST /v1/uploads/{id}/confirm",
+        median(&confirm_rates),
+        at(&|r: &Round| &r.confirm_latencies, 50.0),
+        at(&|r: &Round| &r.confirm_latencies, 99.0),
+        ceiling,
+        each(&confirm_rates)
+    );
+    println!(
+        "{:<28} | {:>9.0} | {:>7} | {:>7} | {:>18} | {}",
+        "GET /v1/videos/{id} (READY)",
+        median(&read_rates),
+        at(&|r: &Round| &r.read_latencies, 50.0),
+        at(&|r: &Round| &r.read_latencies, 99.0),
+        "",
+        each(&read_rates)
+    );
+    Ok(())
+}
