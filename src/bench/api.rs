@@ -272,8 +272,10 @@ async fn make_ready(url: &str, video: &str) -> anyhow::Result<()> {
 
 /// confirms/s of pgbench running the confirm's statements at `clients`, or why not.
 async fn ceiling(server: &str, confirms: usize, clients: u32) -> Result<f64, String> {
+    let scratch = Scratch::create(server, "api_ceiling")
+        .await
+        .map_err(|e| format!("{e:#}"))?;
     let run = async {
-        let scratch = Scratch::create(server, "api_ceiling").await?;
         let pool = db::connect(&scratch.url, 1).await?;
         let (owner, _) = crate::app::users::create_user(&pool, "bench").await?;
         {
@@ -297,7 +299,6 @@ async fn ceiling(server: &str, confirms: usize, clients: u32) -> Result<f64, Str
             .output()
             .await
             .context("running pgbench")?;
-        scratch.drop_now().await;
         let text = String::from_utf8_lossy(&out.stdout);
         let whole = format!("actually processed: {0}/{0}", per_client * clients as usize);
         ensure!(
@@ -312,43 +313,18 @@ async fn ceiling(server: &str, confirms: usize, clients: u32) -> Result<f64, Str
             .and_then(|v| v.parse::<f64>().ok())
             .with_context(|| format!("no tps in pgbench's output: {text}"))
     };
-    run.await.map_err(|e: anyhow::Error| format!("{e:#}"))
+    let result = run.await;
+    scratch.drop_now().await;
+    result.map_err(|e: anyhow::Error| format!("{e:#}"))
 }
 
 async fn round(args: &ApiBenchArgs) -> anyhow::Result<Round> {
     let ceiling = ceiling(&args.server.database_url, args.confirms, args.pool).await;
     let scratch = Scratch::create(&args.server.database_url, "api").await?;
-    let s3 = BenchS3::start().await?;
-    let spool = tempfile::tempdir()?;
-    let (key, api) = {
-        let pool = db::connect(&scratch.url, 1).await?;
-        let (_, key) = crate::app::users::create_user(&pool, "bench").await?;
-        let pool_size = args.pool.to_string();
-        let api = super::spawn_api(
-            args.api_bin.as_deref(),
-            &scratch,
-            &s3,
-            spool.path(),
-            &[("VIDQ_DB_POOL_SIZE", pool_size.as_str())],
-        )
-        .await?;
-        (key.reveal().to_owned(), api)
-    };
-    let (mut child, base) = api;
-    let ids = prepare_uploads(&base, &key, args.confirms).await?;
-    {
-        let pool = db::connect(&scratch.url, 1).await?;
-        let mut conn = pool.get().await?;
-        db::bench::checkpoint(&mut conn).await?;
-    }
-    let (confirms_per_s, confirm_latencies, video) =
-        confirm_all(&base, &key, ids, args.clients).await?;
-    make_ready(&scratch.url, &video).await?;
-    let (reads_per_s, read_latencies) =
-        read_for(&base, &key, &video, args.clients, args.seconds).await?;
-    let _ = child.kill().await;
-    s3.stop().await;
+    // The scratch database goes whatever happened (the API child is gone by then).
+    let measured = measure(args, &scratch).await;
     scratch.drop_now().await;
+    let (confirms_per_s, confirm_latencies, reads_per_s, read_latencies) = measured?;
     Ok(Round {
         confirms_per_s,
         confirm_latencies,
@@ -356,6 +332,53 @@ async fn round(args: &ApiBenchArgs) -> anyhow::Result<Round> {
         read_latencies,
         ceiling,
     })
+}
+
+/// The API's part of a round on `scratch`: confirms/s and their latencies, reads/s and
+/// theirs.
+async fn measure(
+    args: &ApiBenchArgs,
+    scratch: &Scratch,
+) -> anyhow::Result<(f64, Vec<Duration>, f64, Vec<Duration>)> {
+    let s3 = BenchS3::start().await?;
+    let spool = tempfile::tempdir()?;
+    let key = {
+        let pool = db::connect(&scratch.url, 1).await?;
+        let (_, key) = crate::app::users::create_user(&pool, "bench").await?;
+        key.reveal().to_owned()
+    };
+    let pool_size = args.pool.to_string();
+    let (mut child, base) = super::spawn_api(
+        args.api_bin.as_deref(),
+        scratch,
+        &s3,
+        spool.path(),
+        &[("VIDQ_DB_POOL_SIZE", pool_size.as_str())],
+    )
+    .await?;
+    let measured = async {
+        let ids = prepare_uploads(&base, &key, args.confirms).await?;
+        {
+            let pool = db::connect(&scratch.url, 1).await?;
+            let mut conn = pool.get().await?;
+            db::bench::checkpoint(&mut conn).await?;
+        }
+        let (confirms_per_s, confirm_latencies, video) =
+            confirm_all(&base, &key, ids, args.clients).await?;
+        make_ready(&scratch.url, &video).await?;
+        let (reads_per_s, read_latencies) =
+            read_for(&base, &key, &video, args.clients, args.seconds).await?;
+        anyhow::Ok((
+            confirms_per_s,
+            confirm_latencies,
+            reads_per_s,
+            read_latencies,
+        ))
+    }
+    .await;
+    let _ = child.kill().await;
+    s3.stop().await;
+    measured
 }
 
 /// Runs the benchmark and prints its table.
