@@ -116,13 +116,13 @@ impl GetSigner {
     }
 
     /// `kSigning` for `day`: HMAC(HMAC(HMAC(HMAC("AWS4" + secret, day), region), "s3"),
-    /// "aws4_request"), kept until the day or the credentials change.
+    /// "aws4_request"), kept until the day or the access key changes (a new secret always
+    /// comes with a new key id, temporary credentials included).
     fn signing_key(&self, credentials: &Credentials, day: &str) -> [u8; 32] {
         let mut kept = self.day_key.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = kept.as_ref()
             && k.day == day
             && k.access_key_id == credentials.access_key_id()
-            && credentials.session_token().is_none()
         {
             return k.key;
         }

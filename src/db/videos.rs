@@ -100,14 +100,25 @@ pub async fn find_by_upload(
     videos::table
         .left_join(video_encoding_jobs::table)
         .filter(videos::upload_id.eq(upload))
-        .select((
-            VideoRow::as_select(),
-            video_encoding_jobs::attempt_count.nullable(),
-            video_encoding_jobs::status.nullable(),
-        ))
+        .select(with_job())
         .first(conn)
         .await
         .optional()
+}
+
+/// What a read of videos joined to their jobs selects: the row, its job's attempts and state.
+type WithJob = (
+    diesel::dsl::AsSelect<VideoRow, diesel::pg::Pg>,
+    diesel::dsl::Nullable<video_encoding_jobs::attempt_count>,
+    diesel::dsl::Nullable<video_encoding_jobs::status>,
+);
+
+fn with_job() -> WithJob {
+    (
+        VideoRow::as_select(),
+        video_encoding_jobs::attempt_count.nullable(),
+        video_encoding_jobs::status.nullable(),
+    )
 }
 
 /// The video, only if `owner` holds it.
@@ -119,11 +130,7 @@ pub async fn find_owned(
     videos::table
         .left_join(video_encoding_jobs::table)
         .filter(videos::id.eq(id).and(videos::owner_id.eq(owner)))
-        .select((
-            VideoRow::as_select(),
-            video_encoding_jobs::attempt_count.nullable(),
-            video_encoding_jobs::status.nullable(),
-        ))
+        .select(with_job())
         .first(conn)
         .await
         .optional()
@@ -141,11 +148,7 @@ pub async fn find_by_key_hash(
         .inner_join(users::table)
         .left_join(video_encoding_jobs::table)
         .filter(videos::id.eq(id).and(users::api_key_hash.eq(key_hash)))
-        .select((
-            VideoRow::as_select(),
-            video_encoding_jobs::attempt_count.nullable(),
-            video_encoding_jobs::status.nullable(),
-        ))
+        .select(with_job())
         .first(conn)
         .await
         .optional()
@@ -163,11 +166,7 @@ pub async fn list_owned(
     let mut query = videos::table
         .left_join(video_encoding_jobs::table)
         .filter(videos::owner_id.eq(owner))
-        .select((
-            VideoRow::as_select(),
-            video_encoding_jobs::attempt_count.nullable(),
-            video_encoding_jobs::status.nullable(),
-        ))
+        .select(with_job())
         .order(videos::id.desc())
         .limit(limit)
         .into_boxed();
