@@ -222,11 +222,18 @@ async fn a_sigkill_of_the_ingesting_api_mid_broadcast_loses_nothing_and_puts_not
     let restart = restarting.elapsed();
 
     // The encoder's next files reach the new process; the recording goes on to its end.
+    // FFmpeg sends the final playlist without waiting for the answer to its last segment's
+    // PUT, so the endlist can be registered a few milliseconds before that segment's row:
+    // the end is the endlist AND the segment it names last.
     finished(push).await;
     crate::queue::wait_for_count(
         &app,
         &format!(
-            "SELECT count(*) AS n FROM recordings WHERE id = '{id}' AND end_reason = 'endlist'"
+            "SELECT count(*) AS n FROM recordings r
+              WHERE r.id = '{id}' AND r.end_reason = 'endlist'
+                AND EXISTS (SELECT 1 FROM recording_files f
+                             WHERE f.recording_id = r.id AND f.axis = 'segment'
+                               AND f.sequence = r.final_sequence)"
         ),
         1,
         Duration::from_secs(20),
