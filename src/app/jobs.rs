@@ -15,7 +15,7 @@ use crate::domain::job::{JobKind, JobStatus, MAX_ATTEMPTS, Outcome};
 use crate::domain::media::MediaError;
 use crate::domain::recording::RecordingState;
 use crate::domain::video::VideoStatus;
-use crate::pipeline::AttemptOutput;
+use crate::pipeline::{AttemptOutput, AttemptPlan};
 
 /// How long a retried job waits before it can be claimed again (the seed's 5 s).
 pub const RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -73,6 +73,20 @@ impl From<db::jobs::ClaimedJob> for Claim {
                     .unwrap_or_default(),
                 claimed: std::time::Instant::now(),
             },
+        }
+    }
+}
+
+impl Claim {
+    /// What the claimed attempt works on.
+    pub fn plan(&self) -> AttemptPlan {
+        AttemptPlan {
+            video: self.video,
+            run: self.run,
+            attempt: self.attempt,
+            original_key: self.original_key.clone(),
+            kind: self.kind,
+            claim_token: self.token,
         }
     }
 }

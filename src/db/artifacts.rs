@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::schema::video_artifacts;
 use crate::domain::artifact::ArtifactState;
+use crate::domain::job::JobStatus;
 
 /// A `video_artifacts` row.
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -63,10 +64,17 @@ pub struct NewArtifact<'a> {
 /// ladder, or keys of another layout after an upgrade): its objects are about to be
 /// overwritten, so the old rows are dropped rather than merged, and no `(axis, sequence)` of
 /// the old set can collide with the new one.
+///
+/// Fenced on the attempt's claim: `None` (nothing registered) when no job of these videos is
+/// PROCESSING under `claim_token`. This is the first write of an encoding attempt, and it
+/// commits synchronously, so once it has registered anything the claim (committed without
+/// its WAL flush, `super::jobs::CLAIM_SQL`) is durable too.
 pub async fn register_pending(
     conn: &mut AsyncPgConnection,
+    claim_token: Uuid,
     rows: &[NewArtifact<'_>],
-) -> QueryResult<usize> {
+) -> QueryResult<Option<usize>> {
+    use super::schema::video_encoding_jobs as jobs;
     use diesel::upsert::excluded;
     conn.transaction(async |conn| {
         let mut attempts: Vec<(Uuid, i32, i32)> = rows
@@ -86,6 +94,16 @@ pub async fn register_pending(
             .for_key_share()
             .load::<Uuid>(conn)
             .await?;
+        let held: i64 = jobs::table
+            .filter(jobs::video_id.eq_any(&owners))
+            .filter(jobs::claim_token.eq(claim_token))
+            .filter(jobs::status.eq(JobStatus::Processing.as_str()))
+            .count()
+            .get_result(conn)
+            .await?;
+        if held == 0 {
+            return Ok(None);
+        }
         for (video, run, attempt) in attempts {
             diesel::delete(
                 video_artifacts::table.filter(
@@ -109,6 +127,7 @@ pub async fn register_pending(
             ))
             .execute(conn)
             .await
+            .map(Some)
     })
     .await
 }

@@ -332,11 +332,10 @@ pub struct NewOriginal<'a> {
     pub spool_path: &'a str,
     /// The node whose sweeper lands the file.
     pub node: &'a str,
-    /// The attempt's fence: its run and attempt number, which must still hold the
-    /// recording's job (`PROCESSING`, lease running).
-    pub run: i32,
-    /// See `run`.
-    pub attempt: i32,
+    /// The attempt's fence: its claim token, which must still hold the recording's job
+    /// (`PROCESSING`, lease running). The token and not the attempt number: a claim lost with
+    /// a database crash (`super::jobs::CLAIM_SQL`) is taken again under the same number.
+    pub claim_token: Uuid,
 }
 
 /// What registering the original did.
@@ -368,7 +367,7 @@ pub async fn register_original(
     let row: RegisteredOriginal = diesel::sql_query(format!(
         "WITH fence AS (
              SELECT 1 FROM video_encoding_jobs j JOIN videos v ON v.id = j.video_id
-              WHERE v.recording_id = $1 AND j.run = $6 AND j.attempt_count = $7
+              WHERE v.recording_id = $1 AND j.claim_token = $6
                 AND j.status = 'PROCESSING' AND j.lease_until > statement_timestamp()),
          before AS (
              SELECT node_id, spool_path FROM recording_files
@@ -404,8 +403,7 @@ pub async fn register_original(
     .bind::<BigInt, _>(new.size)
     .bind::<Text, _>(new.spool_path)
     .bind::<Text, _>(new.node)
-    .bind::<diesel::sql_types::Int4, _>(new.run)
-    .bind::<diesel::sql_types::Int4, _>(new.attempt)
+    .bind::<diesel::sql_types::Uuid, _>(new.claim_token)
     .get_result(conn)
     .await?;
     if row.taken {

@@ -33,6 +33,9 @@ pub struct AttemptPlan {
     pub original_key: String,
     /// Encode an upload, or repackage a recording.
     pub kind: crate::domain::job::JobKind,
+    /// The claim's fencing token: the attempt's first ledger write is fenced on it (and
+    /// commits synchronously), so nothing is written for a claim the database lost.
+    pub claim_token: uuid::Uuid,
 }
 
 /// Keys of the playable outputs, for the finalize to record.

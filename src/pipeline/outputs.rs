@@ -147,10 +147,16 @@ async fn register(
         })
         .collect();
     let mut conn = pool.get().await.map_err(storage_error)?;
-    db::artifacts::register_pending(&mut conn, &rows)
-        .await
-        .map_err(storage_error)?;
-    Ok(all)
+    match db::artifacts::register_pending(&mut conn, plan.claim_token, &rows).await {
+        Ok(Some(_)) => Ok(all),
+        // The claim is gone (reclaimed, cancelled, or lost with a database crash): its
+        // objects must not be written, and the finalize would be fenced out anyway.
+        Ok(None) => Err(MediaError::retryable(
+            "claim_lost",
+            "the attempt no longer holds its job; nothing was uploaded",
+        )),
+        Err(e) => Err(storage_error(e)),
+    }
 }
 
 /// Puts `objects` ([`UPLOAD_CONCURRENCY`] at a time), then `playlists` one by one: only then

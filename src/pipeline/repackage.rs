@@ -222,8 +222,7 @@ impl Pipeline {
             size: i64::try_from(size).unwrap_or(i64::MAX),
             spool_path: &relative,
             node: &live.node,
-            run: plan.run,
-            attempt: plan.attempt,
+            claim_token: plan.claim_token,
         };
         let registered = async {
             let mut conn = self.db.get().await.map_err(db_error)?;

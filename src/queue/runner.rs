@@ -20,7 +20,6 @@ use crate::app::jobs::{self, Claim, JobError};
 use crate::db::{self, DbPool};
 use crate::domain::media::MediaError;
 use crate::metrics;
-use crate::pipeline::AttemptPlan;
 
 /// How a worker paces itself.
 #[derive(Clone, Debug)]
@@ -263,13 +262,7 @@ impl<B: JobBody> Runner<B> {
                 stop.cancel();
             }
         });
-        let plan = AttemptPlan {
-            video: claim.video,
-            run: claim.run,
-            attempt: claim.attempt,
-            original_key: claim.original_key.clone(),
-            kind: claim.kind,
-        };
+        let plan = claim.plan();
         // A panicking body is a failed attempt like any other: caught here, it goes through
         // the same fenced retry as an error, instead of ending the task with the claim open.
         let started = Instant::now();

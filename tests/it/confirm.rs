@@ -360,13 +360,7 @@ async fn producers_wake_relays_only_while_one_is_waiting() {
             .unwrap()
             .unwrap();
         let claim = vidq::app::jobs::Claim::from(claim);
-        let plan = vidq::pipeline::AttemptPlan {
-            video: claim.video,
-            run: claim.run,
-            attempt: 1,
-            original_key: claim.original_key.clone(),
-            kind: vidq::domain::job::JobKind::Encode,
-        };
+        let plan = claim.plan();
         vidq::app::jobs::finalize_ready(
             &app.pool,
             &claim,

@@ -31,6 +31,14 @@ pub fn pipeline(app: &TestApp, work_root: &std::path::Path) -> Pipeline {
     }
 }
 
+/// The plan of the attempt that now holds `video`'s job (the attempt's ledger writes are
+/// fenced on its claim).
+async fn claimed(app: &TestApp, video: vidq::domain::ids::VideoId) -> AttemptPlan {
+    let claim = crate::queue::claim(app, "node", 60.0).await.unwrap();
+    assert_eq!(claim.video, video);
+    claim.plan()
+}
+
 #[tokio::test]
 async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
     let app = TestApp::spawn().await;
@@ -38,13 +46,11 @@ async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
     let video = upload_clip(&app, &key, &clips::small()).await;
     let video_id = crate::queue::video_id(&video);
     let work = tempfile::tempdir().unwrap();
-    let plan = AttemptPlan {
-        video: video_id,
-        run: 1,
-        attempt: 2,
-        original_key: format!("originals/{}", video["upload_id"].as_str().unwrap()),
-        kind: vidq::domain::job::JobKind::Encode,
-    };
+    // The second attempt: the first claim's lease runs out unused.
+    crate::queue::claim(&app, "first", 0.05).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let plan = claimed(&app, video_id).await;
+    assert_eq!(plan.attempt, 2);
     let output = pipeline(&app, work.path())
         .run(&plan, &CancellationToken::new())
         .await
@@ -156,13 +162,7 @@ async fn a_hostile_original_fails_permanently_and_writes_nothing() {
     .unwrap();
     let video = upload_clip(&app, &key, &hostile).await;
     let video_id = crate::queue::video_id(&video);
-    let plan = AttemptPlan {
-        video: video_id,
-        run: 1,
-        attempt: 1,
-        original_key: format!("originals/{}", video["upload_id"].as_str().unwrap()),
-        kind: vidq::domain::job::JobKind::Encode,
-    };
+    let plan = claimed(&app, video_id).await;
     let err = pipeline(&app, dir.path())
         .run(&plan, &CancellationToken::new())
         .await
@@ -228,13 +228,7 @@ async fn a_ladder_puts_every_rendition_up_and_the_master_playlist_last() {
     let work = tempfile::tempdir().unwrap();
     let mut pipeline = pipeline(&app, work.path());
     pipeline.media.ladder = vec![240, 120];
-    let plan = AttemptPlan {
-        video: video_id,
-        run: 1,
-        attempt: 1,
-        original_key: format!("originals/{}", video["upload_id"].as_str().unwrap()),
-        kind: vidq::domain::job::JobKind::Encode,
-    };
+    let plan = claimed(&app, video_id).await;
     let output = pipeline
         .run(&plan, &CancellationToken::new())
         .await

@@ -394,13 +394,7 @@ async fn a_finalize_that_rolled_back_sends_nothing() {
     let zombie = crate::queue::claim(&app, "zombie", 0.3).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     let winner = crate::queue::claim(&app, "winner", 30.0).await.unwrap();
-    let plan = |c: &Claim| vidq::pipeline::AttemptPlan {
-        video: c.video,
-        run: c.run,
-        attempt: c.attempt,
-        original_key: c.original_key.clone(),
-        kind: vidq::domain::job::JobKind::Encode,
-    };
+    let plan = |c: &Claim| c.plan();
     let late =
         jobs::finalize_ready(&app.pool, &zombie, &crate::scripted::output(&plan(&zombie))).await;
     assert!(matches!(late, Err(JobError::ClaimLost)), "{late:?}");

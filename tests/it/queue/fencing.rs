@@ -26,18 +26,7 @@ async fn a_late_result_after_the_lease_expired_and_another_node_reclaimed_change
     let before = app
         .count("SELECT count(*) AS n FROM notification_outbox")
         .await;
-    let late = jobs::finalize_ready(
-        &app.pool,
-        &zombie,
-        &output(&vidq::pipeline::AttemptPlan {
-            video: zombie.video,
-            run: zombie.run,
-            attempt: zombie.attempt,
-            original_key: zombie.original_key.clone(),
-            kind: vidq::domain::job::JobKind::Encode,
-        }),
-    )
-    .await;
+    let late = jobs::finalize_ready(&app.pool, &zombie, &output(&zombie.plan())).await;
     assert!(matches!(late, Err(JobError::ClaimLost)), "{late:?}");
     let failed = jobs::finalize_failed(
         &app.pool,
@@ -76,13 +65,7 @@ async fn a_late_result_after_the_lease_expired_and_another_node_reclaimed_change
         1
     );
     // The winner's result does land.
-    let plan = vidq::pipeline::AttemptPlan {
-        video: winner.video,
-        run: winner.run,
-        attempt: 2,
-        original_key: winner.original_key.clone(),
-        kind: vidq::domain::job::JobKind::Encode,
-    };
+    let plan = winner.plan();
     jobs::finalize_ready(&app.pool, &winner, &output(&plan))
         .await
         .unwrap();
@@ -112,16 +95,11 @@ async fn deleting_the_uploader_while_their_videos_finalize_neither_deadlocks_nor
         while let Some(c) = claim(&app, "node", 30.0).await {
             claims.push(c);
         }
-        let finalizes = futures_util::future::join_all(claims.iter().map(|c| async {
-            let plan = vidq::pipeline::AttemptPlan {
-                video: c.video,
-                run: c.run,
-                attempt: c.attempt,
-                original_key: c.original_key.clone(),
-                kind: vidq::domain::job::JobKind::Encode,
-            };
-            jobs::finalize_ready(&app.pool, c, &output(&plan)).await
-        }));
+        let finalizes = futures_util::future::join_all(
+            claims
+                .iter()
+                .map(|c| async { jobs::finalize_ready(&app.pool, c, &output(&c.plan())).await }),
+        );
         let (finalized, deleted) =
             tokio::join!(finalizes, vidq::app::users::delete_user(&app.ctx, &name));
         deleted.expect("the deletion completes");
@@ -146,4 +124,134 @@ async fn deleting_the_uploader_while_their_videos_finalize_neither_deadlocks_nor
             );
         }
     }
+}
+
+#[derive(diesel::QueryableByName)]
+struct Setting {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    value: String,
+}
+
+async fn commit_mode(conn: &mut diesel_async::AsyncPgConnection) -> String {
+    use diesel_async::RunQueryDsl;
+    let row: Setting = diesel::sql_query("SELECT current_setting('synchronous_commit') AS value")
+        .get_result(conn)
+        .await
+        .unwrap();
+    row.value
+}
+
+#[tokio::test]
+async fn the_claim_alone_commits_without_waiting_for_its_wal_flush() {
+    use diesel_async::AsyncConnection;
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    app.uploaded_video(&key).await;
+    app.uploaded_video(&key).await;
+    let mut conn = app.pool.get().await.unwrap();
+    assert_eq!(commit_mode(&mut conn).await, "on");
+    // Inside a transaction (rolled back) the claim's own setting can be read back...
+    let mut inside = String::new();
+    let rolled_back = conn
+        .transaction::<(), diesel::result::Error, _>(async |c| {
+            let claimed = vidq::db::jobs::claim(c, "probe", 30.0).await?;
+            assert!(claimed.is_some());
+            inside = commit_mode(c).await;
+            Err(diesel::result::Error::RollbackTransaction)
+        })
+        .await;
+    assert!(rolled_back.is_err());
+    assert_eq!(
+        inside, "off",
+        "the claim's transaction commits asynchronously"
+    );
+    assert_eq!(
+        commit_mode(&mut conn).await,
+        "on",
+        "and the connection's next transaction does not"
+    );
+    // ...and an autocommitted claim, as a worker runs it, leaves the session synchronous:
+    // the finalize that follows on the same pooled connection waits for its flush.
+    assert!(
+        vidq::db::jobs::claim(&mut conn, "node", 30.0)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(commit_mode(&mut conn).await, "on");
+}
+
+/// What PostgreSQL's crash recovery leaves of a claim whose commit was not yet flushed: the
+/// job as it was before the claim, and no attempt row.
+async fn lose_the_claim(app: &TestApp, claim: &vidq::app::jobs::Claim) {
+    app.count(&format!(
+        "WITH reverted AS (
+            UPDATE video_encoding_jobs
+               SET status = 'PENDING', attempt_count = attempt_count - 1, claim_token = NULL,
+                   claimed_by = NULL, lease_until = NULL
+             WHERE id = {} AND claim_token = '{}' RETURNING 1),
+          forgotten AS (DELETE FROM job_attempts WHERE claim_token = '{}' RETURNING 1)
+         SELECT (SELECT count(*) FROM reverted) + (SELECT count(*) FROM forgotten) AS n",
+        claim.job_id, claim.token, claim.token
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn a_claim_lost_with_a_database_crash_writes_nothing_and_the_next_claim_takes_its_number() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let video = crate::pipeline::upload_clip(&app, &key, &crate::clips::small()).await;
+    let id = video_id(&video);
+    let lost = claim(&app, "crashed", 60.0).await.unwrap();
+    lose_the_claim(&app, &lost).await;
+    let next = claim(&app, "next", 60.0).await.unwrap();
+    assert_eq!(
+        (next.job_id, next.attempt, next.run),
+        (lost.job_id, lost.attempt, lost.run),
+        "the same attempt number, so the same object prefix"
+    );
+    assert_ne!(next.token, lost.token);
+
+    // The worker answered with the lost claim encodes, and then stops at its first write:
+    // no artifact row, no object.
+    let work = tempfile::tempdir().unwrap();
+    let pipeline = crate::pipeline::pipeline(&app, work.path());
+    let stopped = pipeline
+        .run(&lost.plan(), &tokio_util::sync::CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(stopped.code, "claim_lost", "{stopped:?}");
+    let artifacts = format!("SELECT count(*) AS n FROM video_artifacts WHERE video_id = '{id}'");
+    assert_eq!(app.count(&artifacts).await, 0);
+    let prefix = format!("videos/{id}/");
+    assert!(app.storage.list_prefix(&prefix).await.unwrap().is_empty());
+    let late = jobs::finalize_ready(&app.pool, &lost, &output(&lost.plan())).await;
+    assert!(matches!(late, Err(JobError::ClaimLost)), "{late:?}");
+
+    // The next claim's attempt writes under that number and lands.
+    let made = pipeline
+        .run(&next.plan(), &tokio_util::sync::CancellationToken::new())
+        .await
+        .unwrap();
+    jobs::finalize_ready(&app.pool, &next, &made).await.unwrap();
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready'
+                AND live_attempt = {}",
+            next.attempt
+        ))
+        .await,
+        1
+    );
+    assert!(app.count(&artifacts).await > 0);
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) AS n FROM job_attempts WHERE job_id = {}",
+            next.job_id
+        ))
+        .await,
+        1,
+        "the lost attempt is not counted"
+    );
 }
