@@ -95,11 +95,11 @@ pub struct ClaimedJob {
 /// artifact ledger before the first PUT, the live original's row, every heartbeat, the
 /// finalize). A statement that saw the claim ran after the claim's commit record entered the
 /// WAL, so the synchronous commit of its transaction flushes the claim too: once such a fence
-/// has passed and committed, the claim is durable; if the claim was lost, the fence matches nothing and the
-/// worker stops, the claim lost, before it has written anything. So a re-claim under the
-/// same attempt number (and object prefix) never meets a writer of the lost claim (I2, I3,
-/// I5), and the lost attempt is not counted (I6). The cost of a loss is the encoding the
-/// worker throws away.
+/// has passed and committed, the claim is durable; if the claim was lost, the fence matches
+/// nothing and the worker stops, the claim lost, before it has written anything. So a
+/// re-claim under the same attempt number (and object prefix) never meets a writer of the
+/// lost claim (I2, I3, I5), and the lost attempt is not counted (I6). The cost of a loss is
+/// the encoding the worker throws away.
 pub const CLAIM_SQL: &str = "
 WITH clock AS (
     SELECT statement_timestamp() AS now,
