@@ -5,8 +5,9 @@
 //! whole request (endpoint resolution, interceptors, a fresh signing key: four HMACs before
 //! the signature's own). This signer learns the object URL's shape once from the SDK (scheme,
 //! host, path style, bucket) and then only encodes the key and computes one canonical request
-//! hash and one HMAC per URL. Its output is byte for byte what the SDK presigns for the same
-//! key, time and lifetime; a test holds it to that.
+//! hash and one HMAC per URL. For the same key, time and lifetime its URL has the SDK's
+//! origin, path, query parameters and signature (only the parameters' order differs); a test
+//! holds it to that.
 
 use std::fmt::Write as _;
 use std::sync::Mutex;
