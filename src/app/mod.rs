@@ -50,8 +50,7 @@ pub enum AppError {
     /// No such resource for this caller (a stranger's id reads the same as an unknown one).
     #[error("not found")]
     NotFound,
-    /// The API key presented is nobody's (found where the key is looked up together with
-    /// what it reads, not by the `Caller` extractor).
+    /// The API key presented is nobody's.
     #[error("unknown API key")]
     Unauthorized,
     /// The request for a new upload broke a rule.

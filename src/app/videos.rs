@@ -139,10 +139,10 @@ pub async fn get_video_with_key(
     match found {
         Some(found) => view(ctx, found).await,
         // Rare: tell an unknown key from a stranger's or a missing video.
-        None => match super::auth::authenticate(&ctx.db, presented_key).await? {
-            Some(_) => Err(AppError::NotFound),
-            None => Err(AppError::Unauthorized),
-        },
+        None => {
+            super::auth::authenticate(&ctx.db, presented_key).await?;
+            Err(AppError::NotFound)
+        }
     }
 }
 

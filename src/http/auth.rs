@@ -24,10 +24,7 @@ impl FromRequest for Caller {
             let (Some(ctx), PresentedKey(key)) = (ctx, key?) else {
                 return Err(ApiError::unauthorized());
             };
-            match app::auth::authenticate(&ctx.db, &key).await? {
-                Some(user) => Ok(Caller(user)),
-                None => Err(ApiError::unauthorized()),
-            }
+            Ok(Caller(app::auth::authenticate(&ctx.db, &key).await?))
         })
     }
 }

@@ -39,10 +39,8 @@ pub async fn get(
         Ok(id) => id,
         // A malformed id is answered like any other route's: after the key is known.
         Err(malformed) => {
-            return match app::auth::authenticate(&ctx.db, &key.0).await? {
-                Some(_) => Err(malformed),
-                None => Err(ApiError::unauthorized()),
-            };
+            app::auth::authenticate(&ctx.db, &key.0).await?;
+            return Err(malformed);
         }
     };
     let view = app::videos::get_video_with_key(&ctx, &key.0, id).await?;
