@@ -415,7 +415,7 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
         .collect();
     println!();
     println!(
-        "{:<28} | {:>9} | {:>7} | {:>7} | {:>18} | per round",
+        "{:<29} | {:>9} | {:>7} | {:>7} | {:>18} | per round",
         "", "per s", "p50 ms", "p99 ms", "pgbench ceiling"
     );
     let each = |rates: &[f64]| {
@@ -434,23 +434,29 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
     } else {
         format!("{:.0} ({:.0}%)", median(&ceilings), 100.0 * median(&ratios))
     };
-    println!(
-        "{:<28} | {:>9.0} | {:>7} | {:>7} | {:>18} | {}",
+    let row = |label: &str,
+               rates: &[f64],
+               latencies: &dyn Fn(&Round) -> &Vec<Duration>,
+               ceiling: &str| {
+        println!(
+            "{label:<29} | {:>9.0} | {:>7} | {:>7} | {ceiling:>18} | {}",
+            median(rates),
+            at(latencies, 50.0),
+            at(latencies, 99.0),
+            each(rates)
+        );
+    };
+    row(
         "POST /v1/uploads/{id}/confirm",
-        median(&confirm_rates),
-        at(&|r: &Round| &r.confirm_latencies, 50.0),
-        at(&|r: &Round| &r.confirm_latencies, 99.0),
-        ceiling,
-        each(&confirm_rates)
+        &confirm_rates,
+        &|r| &r.confirm_latencies,
+        &ceiling,
     );
-    println!(
-        "{:<28} | {:>9.0} | {:>7} | {:>7} | {:>18} | {}",
+    row(
         "GET /v1/videos/{id} (READY)",
-        median(&read_rates),
-        at(&|r: &Round| &r.read_latencies, 50.0),
-        at(&|r: &Round| &r.read_latencies, 99.0),
+        &read_rates,
+        &|r| &r.read_latencies,
         "",
-        each(&read_rates)
     );
     Ok(())
 }

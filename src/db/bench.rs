@@ -4,7 +4,7 @@
 use diesel::QueryResult;
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Double};
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use uuid::Uuid;
 
 /// Flushes dirty pages, so a measurement that follows a large insert does not pay for it.
@@ -139,12 +139,11 @@ pub async fn pending_contracts(
 ) -> QueryResult<()> {
     // `bench_next` hands the numbers out to pgbench's clients (the serial's own sequence is
     // spent by the insert).
-    diesel::sql_query("CREATE TABLE bench_contracts (n bigserial PRIMARY KEY, id uuid NOT NULL)")
-        .execute(conn)
-        .await?;
-    diesel::sql_query("CREATE SEQUENCE bench_next")
-        .execute(conn)
-        .await?;
+    conn.batch_execute(
+        "CREATE TABLE bench_contracts (n bigserial PRIMARY KEY, id uuid NOT NULL);
+         CREATE SEQUENCE bench_next",
+    )
+    .await?;
     diesel::sql_query(
         "WITH rows AS (SELECT gen_random_uuid() AS id FROM generate_series(1, $2)),
          up AS (
