@@ -160,20 +160,17 @@ pub async fn mark_uploaded(
     key: &str,
     size: i64,
 ) -> QueryResult<usize> {
-    diesel::update(
-        video_artifacts::table.filter(
-            video_artifacts::object_key
-                .eq(key)
-                .and(video_artifacts::state.eq(ArtifactState::Pending.as_str()))
-                .and(video_artifacts::size_bytes.eq(size)),
-        ),
-    )
-    .set((
-        video_artifacts::state.eq(ArtifactState::Uploaded.as_str()),
-        video_artifacts::uploaded_at.eq(diesel::dsl::sql::<
-            diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>,
-        >("clock_timestamp()")),
+    use diesel::sql_types::{BigInt, Text};
+    // Hand-written so it is prepared once per connection: one runs per object PUT, and
+    // diesel never caches an UPDATE it builds.
+    super::prepared::prepared(format!(
+        "UPDATE video_artifacts SET state = '{uploaded}', uploaded_at = clock_timestamp()
+          WHERE object_key = $1 AND state = '{pending}' AND size_bytes = $2",
+        uploaded = ArtifactState::Uploaded.as_str(),
+        pending = ArtifactState::Pending.as_str(),
     ))
+    .bind::<Text, _>(key)
+    .bind::<BigInt, _>(size)
     .execute(conn)
     .await
 }

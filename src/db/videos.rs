@@ -281,53 +281,71 @@ pub struct ReadyFacts<'a> {
     pub thumbnail_key: &'a str,
 }
 
+/// The `updated_at` a video update returns.
+#[derive(QueryableByName)]
+struct UpdatedAt {
+    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+    updated_at: DateTime<Utc>,
+}
+
 /// Marks a (locked) video ready; returns the transaction's timestamp.
+///
+/// Hand-written rather than `diesel::update`: diesel never caches an UPDATE as a prepared
+/// statement, so each finalize paid a Parse and a plan, and its pipeline waited a round trip
+/// for that Parse's answer before the rest of the transaction could be sent.
 pub async fn set_ready(
     mut conn: &AsyncPgConnection,
     id: Uuid,
     facts: &ReadyFacts<'_>,
 ) -> QueryResult<DateTime<Utc>> {
-    diesel::update(videos::table.filter(videos::id.eq(id)))
-        .set((
-            videos::status.eq("ready"),
-            videos::duration_ms.eq(facts.duration_ms),
-            videos::width.eq(facts.width),
-            videos::height.eq(facts.height),
-            videos::video_codec.eq(facts.video_codec),
-            videos::audio_codec.eq(facts.audio_codec),
-            videos::live_run.eq(facts.live_run),
-            videos::live_attempt.eq(facts.live_attempt),
-            videos::hls_key.eq(facts.hls_key),
-            videos::mp4_key.eq(facts.mp4_key),
-            videos::thumbnail_key.eq(facts.thumbnail_key),
-            videos::error_code.eq(None::<String>),
-            videos::error_message.eq(None::<String>),
-            videos::ready_at.eq(now_sql().nullable()),
-            videos::updated_at.eq(now_sql()),
-        ))
-        .returning(videos::updated_at)
-        .get_result(&mut conn)
-        .await
+    use diesel::sql_types::{BigInt, Integer, Nullable, Text, Uuid as SqlUuid};
+    super::prepared::prepared(
+        "UPDATE videos
+            SET status = 'ready', duration_ms = $2, width = $3, height = $4, video_codec = $5,
+                audio_codec = $6, live_run = $7, live_attempt = $8, hls_key = $9, mp4_key = $10,
+                thumbnail_key = $11, error_code = NULL, error_message = NULL,
+                ready_at = statement_timestamp(), updated_at = statement_timestamp()
+          WHERE id = $1
+      RETURNING updated_at",
+    )
+    .bind::<SqlUuid, _>(id)
+    .bind::<BigInt, _>(facts.duration_ms)
+    .bind::<Integer, _>(facts.width)
+    .bind::<Integer, _>(facts.height)
+    .bind::<Text, _>(facts.video_codec)
+    .bind::<Nullable<Text>, _>(facts.audio_codec)
+    .bind::<Integer, _>(facts.live_run)
+    .bind::<Integer, _>(facts.live_attempt)
+    .bind::<Text, _>(facts.hls_key)
+    .bind::<Text, _>(facts.mp4_key)
+    .bind::<Text, _>(facts.thumbnail_key)
+    .get_result::<UpdatedAt>(&mut conn)
+    .await
+    .map(|row| row.updated_at)
 }
 
 /// Marks a (locked) video failed with a stable code; returns the transaction's timestamp.
+/// Prepared once per connection, as [`set_ready`] is.
 pub async fn set_failed(
     mut conn: &AsyncPgConnection,
     id: Uuid,
     code: &str,
     message: &str,
 ) -> QueryResult<DateTime<Utc>> {
-    diesel::update(videos::table.filter(videos::id.eq(id)))
-        .set((
-            videos::status.eq("failed"),
-            videos::error_code.eq(code),
-            videos::error_message.eq(message),
-            videos::ready_at.eq(None::<DateTime<Utc>>),
-            videos::updated_at.eq(now_sql()),
-        ))
-        .returning(videos::updated_at)
-        .get_result(&mut conn)
-        .await
+    use diesel::sql_types::{Text, Uuid as SqlUuid};
+    super::prepared::prepared(
+        "UPDATE videos
+            SET status = 'failed', error_code = $2, error_message = $3, ready_at = NULL,
+                updated_at = statement_timestamp()
+          WHERE id = $1
+      RETURNING updated_at",
+    )
+    .bind::<SqlUuid, _>(id)
+    .bind::<Text, _>(code)
+    .bind::<Text, _>(message)
+    .get_result::<UpdatedAt>(&mut conn)
+    .await
+    .map(|row| row.updated_at)
 }
 
 fn now_sql() -> diesel::expression::SqlLiteral<diesel::sql_types::Timestamptz> {

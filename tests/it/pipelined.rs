@@ -1,6 +1,6 @@
 //! Transactions sent as pipelines (`db::pipeline`): a statement that fails on the server
-//! rolls back everything sent with it, and a pipeline abandoned half way never hands its
-//! open transaction to the pool's next user.
+//! rolls back everything sent with it, a pipeline abandoned half way never hands its open
+//! transaction to the pool's next user, and the finalize prepares nothing after its first run.
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use diesel::sql_types::BigInt;
 use diesel_async::RunQueryDsl;
 use vidq::db::pipeline::Pipeline;
 
-use crate::harness::TestDb;
+use crate::harness::{TestApp, TestDb};
 
 #[derive(QueryableByName)]
 struct Count {
@@ -83,5 +83,65 @@ async fn a_pipeline_abandoned_after_its_begin_never_hands_an_open_transaction_to
     assert!(
         !in_open_transaction(&mut conn).await,
         "the pool handed out the abandoned transaction"
+    );
+}
+
+#[derive(QueryableByName)]
+struct Statement {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    statement: String,
+}
+
+/// The statements the session behind `conn` keeps prepared, but for this query itself.
+async fn kept_prepared(conn: &mut diesel_async::AsyncPgConnection) -> Vec<String> {
+    let rows: Vec<Statement> = diesel::sql_query(
+        "SELECT statement FROM pg_prepared_statements
+          WHERE statement NOT LIKE '%pg_prepared_statements%' ORDER BY statement",
+    )
+    .load(conn)
+    .await
+    .unwrap();
+    rows.into_iter().map(|row| row.statement).collect()
+}
+
+/// A statement that is not prepared once per connection costs the finalize a Parse and a plan
+/// every time, and its pipeline a round trip: nothing after the Parse can go out until the
+/// Parse is answered.
+#[tokio::test]
+async fn a_finalize_after_the_first_runs_only_statements_its_connection_already_prepared() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    app.uploaded_video(&key).await;
+    app.uploaded_video(&key).await;
+    let pool = vidq::db::connect(&app.db.url, 1).await.unwrap();
+    let mut claims = Vec::new();
+    {
+        let mut conn = pool.get().await.unwrap();
+        for _ in 0..2 {
+            let job = vidq::db::jobs::claim(&mut conn, "node", 60.0)
+                .await
+                .unwrap()
+                .expect("a job to claim");
+            claims.push(vidq::app::jobs::Claim::from(job));
+        }
+    }
+    let finalize = async |claim: &vidq::app::jobs::Claim| {
+        let output = vidq::pipeline::AttemptOutput::placeholder(&claim.plan());
+        vidq::app::jobs::finalize_ready(&pool, claim, &output)
+            .await
+            .unwrap();
+        kept_prepared(&mut pool.get().await.unwrap()).await
+    };
+    let after_first = finalize(&claims[0]).await;
+    assert!(
+        after_first
+            .iter()
+            .any(|sql| sql.contains("UPDATE videos") && sql.contains("'ready'")),
+        "the video's READY update is kept prepared: {after_first:#?}"
+    );
+    let after_second = finalize(&claims[1]).await;
+    assert_eq!(
+        after_first, after_second,
+        "the second finalize prepared nothing new"
     );
 }
