@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 
 use super::videos::{VideoView, view};
 use super::{AppContext, AppError};
@@ -142,15 +142,13 @@ pub async fn confirm_upload(
         });
     }
 
-    let mut conn = ctx.db.get().await?;
-    let created: Option<VideoWithAttempts> = conn
-        .transaction::<_, AppError, _>(async |conn| {
-            let accepted = accept(conn, owner, upload_id, &upload.object_key).await?;
-            let pending = JobStatus::Pending.as_str().to_owned();
-            Ok(accepted.map(|accepted| (accepted.video, Some(0), Some(pending))))
-        })
-        .await?;
-    drop(conn);
+    let accepted = {
+        let mut conn = ctx.db.get().await?;
+        accept(&mut conn, owner, upload_id, &upload.object_key).await?
+    };
+    let pending = JobStatus::Pending.as_str();
+    let created: Option<VideoWithAttempts> =
+        accepted.map(|accepted| (accepted.video, Some(0), Some(pending.to_owned())));
 
     match created {
         Some(video) => {
@@ -172,34 +170,43 @@ pub struct Accepted {
     pub job_id: i64,
 }
 
-/// The confirm's writes, inside the caller's transaction (after the HEAD and size check):
-/// lock the uploader, CAS the contract to `confirmed`, insert the video, its PENDING job and
-/// the `video.accepted` outbox row, and wake a worker. `None` when a concurrent confirm
-/// committed first (its video is the answer); `UploadClosed` when the contract was expired
-/// or rejected in between. The sweeper confirms an upload through vidq through this too. `vidq bench queue`
-/// enqueues through this too, so it measures the same transaction.
+/// The confirm's one transaction (after the HEAD and size check): lock the uploader, CAS the
+/// contract to `confirmed`, insert the video, its PENDING job and the `video.accepted`
+/// outbox row, and wake a worker. `None` when a concurrent confirm committed first (its video
+/// is the answer); `UploadClosed` when the contract was expired or rejected in between. The
+/// sweeper confirms an upload through vidq through this too, and `vidq bench queue` enqueues
+/// through it, so it measures the same transaction.
 pub async fn accept(
     conn: &mut AsyncPgConnection,
     owner: UserId,
     upload_id: UploadId,
     object_key: &str,
 ) -> Result<Option<Accepted>, AppError> {
-    // Two batches of statements sent back to back (`db::pipeline`), in the caller's
-    // transaction: each runs in the order written, so the lock order holds. Lock order:
-    // users first, so a concurrent user deletion waits or wins cleanly.
-    let (user, confirmed) = {
-        let c: &AsyncPgConnection = conn;
-        futures_util::try_join!(
-            db::users::lock_for_key_share(c, owner.0),
-            db::uploads::mark_confirmed(c, upload_id.0),
-        )?
-    };
-    if user.is_none() {
-        return Err(AppError::NotFound);
-    }
-    if confirmed == 0 {
+    // Two round trips (`db::pipeline`): BEGIN goes out with the lock and the CAS, whose
+    // answers decide whether to go on, and COMMIT with the inserts. Each batch runs in the
+    // order written, so the lock order holds: users first, so a concurrent user deletion
+    // waits or wins cleanly. Every statement sent with the COMMIT fails on the server if it
+    // fails at all (a constraint), which turns that COMMIT into a rollback.
+    let tx = db::pipeline::Pipeline::new(conn);
+    let c = tx.conn();
+    let (user, confirmed) = tx
+        .begin_with(async {
+            futures_util::try_join!(
+                db::users::lock_for_key_share(c, owner.0),
+                db::uploads::mark_confirmed(c, upload_id.0),
+            )
+            .map_err(AppError::from)
+        })
+        .await?;
+    if user.is_none() || confirmed == 0 {
+        tx.rollback().await?;
+        drop(tx);
+        if user.is_none() {
+            return Err(AppError::NotFound);
+        }
         // Lost: to a concurrent confirm (its video is the answer), or to the sweeper, which
         // expired or rejected the contract after this confirm read it (409 upload_closed).
+        // Either committed before the CAS found nothing, so its state is there to read.
         let state = db::uploads::state_of(conn, upload_id.0)
             .await?
             .ok_or(AppError::NotFound)?;
@@ -215,13 +222,17 @@ pub async fn accept(
         upload_id,
         Utc::now(), // replaced by the new video's time (insert_stamped)
     );
-    let c: &AsyncPgConnection = conn;
-    let (video, job_id, (), ()) = futures_util::try_join!(
-        db::videos::insert(c, video_id.0, owner.0, upload_id.0),
-        db::jobs::insert(c, video_id.0, object_key, JobKind::Encode),
-        db::jobs::notify_claimable(c),
-        db::outbox::insert_stamped(c, &event),
-    )?;
+    let (video, job_id, (), ()) = tx
+        .commit_with(async {
+            futures_util::try_join!(
+                db::videos::insert(c, video_id.0, owner.0, upload_id.0),
+                db::jobs::insert(c, video_id.0, object_key, JobKind::Encode),
+                db::jobs::notify_claimable(c),
+                db::outbox::insert_stamped(c, &event),
+            )
+            .map_err(AppError::from)
+        })
+        .await?;
     Ok(Some(Accepted { video, job_id }))
 }
 

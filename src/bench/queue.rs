@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use diesel_async::AsyncConnection;
 use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -255,10 +254,7 @@ async fn enqueue(conn: &mut diesel_async::AsyncPgConnection, owner: UserId) -> a
         },
     )
     .await?;
-    let accepted = conn
-        .transaction::<_, crate::app::AppError, _>(async |conn| {
-            crate::app::uploads::accept(conn, owner, upload, &key).await
-        })
+    let accepted = crate::app::uploads::accept(conn, owner, upload, &key)
         .await?
         .context("the fresh contract was not confirmable")?;
     Ok(accepted.job_id)

@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use diesel_async::AsyncConnection;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -659,10 +658,7 @@ impl<S: SweepStore> Shared<S> {
         let key = row.object_key.clone();
         let accepted = async {
             let mut conn = self.pool.get().await.map_err(db::DbError::from)?;
-            conn.transaction::<_, AppError, _>(async |conn| {
-                crate::app::uploads::accept(conn, owner, upload, &key).await
-            })
-            .await
+            crate::app::uploads::accept(&mut conn, owner, upload, &key).await
         }
         .await;
         match accepted {
