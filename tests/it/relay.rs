@@ -530,3 +530,77 @@ async fn an_idle_relay_is_woken_by_every_commit_and_never_waits_for_its_poll() {
     }
     relay.stop().await;
 }
+
+#[derive(diesel::QueryableByName)]
+struct Plan {
+    #[diesel(sql_type = diesel::sql_types::Json, column_name = "QUERY PLAN")]
+    plan: Value,
+}
+
+/// Rows a plan node and its children read from `event_deliveries`, or threw away in a join
+/// filter, over all their loops.
+fn deliveries_read(node: &Value) -> f64 {
+    let number = |key: &str| node[key].as_f64().unwrap_or(0.0);
+    let loops = number("Actual Loops");
+    let mut read = number("Rows Removed by Join Filter") * loops;
+    if node["Relation Name"] == "event_deliveries" && node["Node Type"] != "ModifyTable" {
+        read += (number("Actual Rows") + number("Rows Removed by Filter")) * loops;
+    }
+    let children = node["Plans"].as_array().into_iter().flatten();
+    read + children.map(deliveries_read).sum::<f64>()
+}
+
+/// An endpoint whose receiver was down has many deliveries waiting. Routing checks every new
+/// event against the waiting ones (a resend may have queued it first); that check must stay
+/// one lookup per event whatever plan PostgreSQL picks, or each event's routing grows with
+/// the backlog. A generic plan (what a prepared statement gets once its custom plans look no
+/// cheaper) once answered it by reading every waiting delivery of the endpoint per event.
+#[tokio::test]
+async fn routing_a_batch_reads_no_more_waiting_deliveries_than_it_routes_whatever_the_backlog() {
+    use diesel_async::SimpleAsyncConnection;
+    let db = crate::harness::TestDb::new().await;
+    let pool = vidq::db::connect(&db.url, 1).await.unwrap();
+    let mut conn = pool.get().await.unwrap();
+    const WAITING: usize = 3000;
+    const NEW: i64 = 64;
+    conn.batch_execute(&format!(
+        "INSERT INTO users (id, name, api_key_hash) VALUES ('{owner}', 'backlog', sha256('k'));
+         INSERT INTO webhook_endpoints (id, owner_id, url, secret, created_at)
+              VALUES ('{endpoint}', '{owner}', 'http://127.0.0.1:9/', 's', now() - interval '1 day');
+         INSERT INTO notification_outbox (event_id, event_type, owner_id, video_id, payload, routed_at)
+              SELECT gen_random_uuid(), 'video.accepted', '{owner}', gen_random_uuid(), '{{}}',
+                     CASE WHEN n <= {WAITING} THEN now() END
+                FROM generate_series(1, {WAITING} + {NEW}) n;
+         INSERT INTO event_deliveries (outbox_id, sink, endpoint_id)
+              SELECT id, 'webhook', '{endpoint}' FROM notification_outbox WHERE routed_at IS NOT NULL;",
+        owner = Uuid::now_v7(),
+        endpoint = Uuid::now_v7(),
+    ))
+    .await
+    .unwrap();
+    for mode in ["force_generic_plan", "force_custom_plan"] {
+        conn.batch_execute(&format!(
+            "BEGIN; SET LOCAL plan_cache_mode = {mode};
+             PREPARE route_probe(bigint, boolean) AS {};",
+            vidq::db::deliveries::ROUTE_SQL
+        ))
+        .await
+        .unwrap();
+        let plan: Plan = diesel::sql_query(format!(
+            "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE route_probe({NEW}, false)"
+        ))
+        .get_result(&mut conn)
+        .await
+        .unwrap();
+        conn.batch_execute("ROLLBACK; DEALLOCATE route_probe;")
+            .await
+            .unwrap();
+        let plan = plan.plan;
+        let read = deliveries_read(&plan[0]["Plan"]);
+        assert!(
+            read <= NEW as f64,
+            "{mode}: routing {NEW} events read {read} waiting deliveries: {:#}",
+            plan[0]["Plan"]
+        );
+    }
+}
