@@ -201,19 +201,9 @@ pub async fn accept(
     if user.is_none() || confirmed == 0 {
         tx.rollback().await?;
         drop(tx);
-        if user.is_none() {
-            return Err(AppError::NotFound);
-        }
-        // Lost: to a concurrent confirm (its video is the answer), or to the sweeper, which
-        // expired or rejected the contract after this confirm read it (409 upload_closed).
-        // Either committed before the CAS found nothing, so its state is there to read.
-        let state = db::uploads::state_of(conn, upload_id.0)
-            .await?
-            .ok_or(AppError::NotFound)?;
-        let state: UploadState = state.parse().map_err(db::DbError::from)?;
-        return match state {
-            UploadState::Confirmed => Ok(None),
-            state => Err(AppError::UploadClosed { state }),
+        return match user {
+            None => Err(AppError::NotFound),
+            Some(_) => not_confirmed(conn, upload_id).await,
         };
     }
     let video_id = VideoId::new();
@@ -234,6 +224,22 @@ pub async fn accept(
         })
         .await?;
     Ok(Some(Accepted { video, job_id }))
+}
+
+/// Why a contract's CAS to `confirmed` found nothing: a concurrent confirm won (`None`: its
+/// video is the answer), or the sweeper expired or rejected the contract after the confirm
+/// read it (409 upload_closed). Either committed before the CAS, so its state is there to read.
+async fn not_confirmed(
+    conn: &mut AsyncPgConnection,
+    upload_id: UploadId,
+) -> Result<Option<Accepted>, AppError> {
+    let state = db::uploads::state_of(conn, upload_id.0)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    match state.parse().map_err(db::DbError::from)? {
+        UploadState::Confirmed => Ok(None),
+        state => Err(AppError::UploadClosed { state }),
+    }
 }
 
 async fn existing_video(ctx: &AppContext, upload_id: UploadId) -> Result<VideoView, AppError> {
