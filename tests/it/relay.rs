@@ -550,6 +550,15 @@ fn deliveries_read(node: &Value) -> f64 {
     read + children.map(deliveries_read).sum::<f64>()
 }
 
+/// The rows the plan's insert into `event_deliveries` wrote.
+fn routed(node: &Value) -> Option<f64> {
+    if node["Node Type"] == "ModifyTable" && node["Relation Name"] == "event_deliveries" {
+        return node["Actual Rows"].as_f64();
+    }
+    let children = node["Plans"].as_array().into_iter().flatten();
+    children.filter_map(routed).next()
+}
+
 /// An endpoint whose receiver was down has many deliveries waiting. Routing checks every new
 /// event against the waiting ones (a resend may have queued it first); that check must stay
 /// one lookup per event whatever plan PostgreSQL picks, or each event's routing grows with
@@ -596,6 +605,12 @@ async fn routing_a_batch_reads_no_more_waiting_deliveries_than_it_routes_whateve
             .await
             .unwrap();
         let plan = plan.plan;
+        assert_eq!(
+            routed(&plan[0]["Plan"]),
+            Some(NEW as f64),
+            "{mode}: the batch made a delivery for every new event: {:#}",
+            plan[0]["Plan"]
+        );
         let read = deliveries_read(&plan[0]["Plan"]);
         assert!(
             read <= NEW as f64,
