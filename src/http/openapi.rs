@@ -221,8 +221,8 @@ error_responses! {
     TooManyRequests => "`too_many_connections` or `too_many_resends`; retry after \
         `Retry-After` where given.",
     /// 460.
-    ChecksumMismatch => "`checksum_mismatch`: the bytes do not match `Upload-Checksum`; \
-        nothing was kept.",
+    ChecksumMismatch => "`checksum_mismatch`: the bytes do not match `Upload-Checksum` (tus) \
+        or the contract's `checksum` (the single PUT); nothing was kept.",
     /// 503.
     Unavailable => "A dependency (database, object storage, the spool) is unavailable, or \
         the route is not enabled on this node; retry.",

@@ -105,6 +105,33 @@ const METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
 
+/// Both ways of sending bytes to vidq check a checksum and answer 460 when it fails (tus's
+/// `Upload-Checksum`, the single PUT's contract `checksum`); a client generated from the
+/// document must know that answer on both.
+#[tokio::test]
+async fn both_routes_that_check_a_checksum_document_its_460() {
+    let app = TestApp::spawn().await;
+    let doc: Value = app
+        .http
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for (path, method) in [
+        ("/v1/tus/{upload_id}", "patch"),
+        ("/v1/uploads/{upload_id}/content", "put"),
+    ] {
+        let responses = &doc["paths"][path][method]["responses"];
+        assert!(
+            responses.get("460").is_some(),
+            "{method} {path} documents 460: {responses:#}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_document_is_openapi_3_1_and_lists_every_route_with_the_methods_it_answers() {
     let app = TestApp::spawn().await;

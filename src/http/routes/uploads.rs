@@ -18,8 +18,8 @@ use crate::http::dto::{
 use crate::http::error::ApiError;
 use crate::http::json::JsonBody;
 use crate::http::openapi::{
-    Bytes, Conflict, KeyErrors, NotFound, ReceiveErrors, RequestTimeout, TooLarge,
-    UnsupportedMediaType,
+    Bytes, ChecksumMismatch, Conflict, KeyErrors, NotFound, ReceiveErrors, RequestTimeout,
+    TooLarge, UnsupportedMediaType,
 };
 
 /// Issues an upload contract: `201` with a presigned PUT URL to a server-chosen key, or
@@ -161,7 +161,8 @@ pub async fn status(
 
 /// The single-request upload of a `"via": "vidq"` contract: the whole file, streamed to
 /// the spool and fsynced; `200` with the upload's status once it is all there (vidq lands
-/// it in S3 and confirms it without the client).
+/// it in S3 and confirms it without the client). A contract made with a `checksum` is
+/// checked against it: `460` on a mismatch, and nothing is kept.
 #[utoipa::path(
     put,
     path = "/v1/uploads/{upload_id}/content",
@@ -177,6 +178,7 @@ pub async fn status(
     responses(
         (status = 200, description = "All bytes are on the spool; vidq lands them in S3 and \
             confirms.", body = UploadStatusDto),
+        (status = 460, response = ChecksumMismatch),
         ReceiveErrors,
         KeyErrors,
     ),
