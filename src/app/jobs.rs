@@ -5,6 +5,7 @@
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::json;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::db::{self, DbError, DbPool, jobs::AttemptEnd};
@@ -191,10 +192,14 @@ fn is_transient(err: &JobError) -> bool {
 /// lease ran out matches nothing and rolls back like any late result. A try whose COMMIT got
 /// no reply may have committed: when the next try then finds the claim gone, the attempt's
 /// own row says whether it ended with `outcome`, which is then success.
+///
+/// `first` is the answer of a first try already made, if there was one (a finalize that
+/// carried its slot's next claim: the tries after it go alone).
 async fn retry_transient<F, Fut>(
     pool: &DbPool,
     claim: &Claim,
     outcome: Outcome,
+    mut first: Option<Result<(), JobError>>,
     mut once: F,
 ) -> Result<(), JobError>
 where
@@ -204,7 +209,11 @@ where
     let mut backoff = FINALIZE_BACKOFF;
     let mut tries = 1;
     loop {
-        match once().await {
+        let answer = match first.take() {
+            Some(answer) => answer,
+            None => once().await,
+        };
+        match answer {
             Err(JobError::ClaimLost) if tries > 1 => {
                 let mut conn = pool.get().await?;
                 return if db::attempts::ended_with(&mut conn, claim.token, outcome).await? {
@@ -236,17 +245,65 @@ pub async fn finalize_ready(
     claim: &Claim,
     output: &AttemptOutput,
 ) -> Result<(), JobError> {
-    retry_transient(pool, claim, Outcome::Completed, || {
-        finalize_ready_once(pool, claim, output)
+    retry_transient(pool, claim, Outcome::Completed, None, || async {
+        finalize_ready_once(pool, claim, output, None).await.0
     })
     .await
 }
 
+/// Who claims the next job when a finalize carries one ([`finalize_ready_then_claim`]).
+#[derive(Clone, Copy, Debug)]
+pub struct NextClaim<'a> {
+    /// Written to `claimed_by`.
+    pub node: &'a str,
+    /// The new claim's lease.
+    pub lease: std::time::Duration,
+}
+
+/// [`finalize_ready`], with the claim of the freed slot's next job sent right behind the
+/// `COMMIT`, in the same round trip: a busy worker then makes one round trip per job
+/// instead of two. The claim is its own autocommitted statement (the seed's claim, unchanged),
+/// run after the finalize's transaction has ended whichever way it ended, so a lost fence
+/// loses nothing but the result it guarded. Returns the finalize's answer and the claim's:
+/// `None` if no claim went out (a transient failure of the first try fails it too; the tries
+/// after it go alone).
+pub async fn finalize_ready_then_claim(
+    pool: &DbPool,
+    claim: &Claim,
+    output: &AttemptOutput,
+    next: NextClaim<'_>,
+) -> (
+    Result<(), JobError>,
+    Option<Result<Option<Claim>, JobError>>,
+) {
+    let (first, claimed) = finalize_ready_once(pool, claim, output, Some(next))
+        .instrument(finalize_span(claim))
+        .await;
+    let finalized = retry_transient(pool, claim, Outcome::Completed, Some(first), || async {
+        finalize_ready_once(pool, claim, output, None).await.0
+    })
+    .instrument(finalize_span(claim))
+    .await;
+    (finalized, claimed)
+}
+
+/// The span [`finalize_ready`]'s instrument gives it, for the finalize that carries a claim.
+fn finalize_span(claim: &Claim) -> tracing::Span {
+    tracing::info_span!("finalize_ready", job_id = claim.job_id, video_id = %claim.video,
+        run = claim.run, attempt = claim.attempt)
+}
+
+/// One try of the READY transaction, and `next`'s claim behind its `COMMIT` (the claim's
+/// answer is `None` when `next` is).
 async fn finalize_ready_once(
     pool: &DbPool,
     claim: &Claim,
     output: &AttemptOutput,
-) -> Result<(), JobError> {
+    next: Option<NextClaim<'_>>,
+) -> (
+    Result<(), JobError>,
+    Option<Result<Option<Claim>, JobError>>,
+) {
     let media = &output.media;
     let facts = db::videos::ReadyFacts {
         duration_ms: media.duration_ms,
@@ -261,7 +318,10 @@ async fn finalize_ready_once(
         thumbnail_key: &output.keys.thumbnail,
     };
     let ended = end(Outcome::Completed, None);
-    let mut conn = pool.get().await?;
+    let mut conn = match pool.get().await {
+        Ok(conn) => conn,
+        Err(error) => return (Err(error.into()), None),
+    };
     let tx = db::pipeline::Pipeline::new(&mut conn);
     let c = tx.conn();
     let lock_and_update = || async {
@@ -278,6 +338,18 @@ async fn finalize_ready_once(
         )?;
         fenced(completed)
     };
+    // Sent behind the COMMIT when there is a next claim to make; nothing otherwise.
+    let next_claim = || async move {
+        match next {
+            Some(next) => Some(
+                db::jobs::claim(c, next.node, next.lease.as_secs_f64())
+                    .await
+                    .map(|job| job.map(Claim::from))
+                    .map_err(JobError::from),
+            ),
+            None => None,
+        }
+    };
     if claim.kind != JobKind::Repackage {
         // One round trip. The event's time and owner are read from the updated video row by
         // the database, so nothing waits for an answer before the COMMIT is sent. The only
@@ -290,14 +362,17 @@ async fn finalize_ready_once(
             ready_data(output, None),
         );
         return tx
-            .run(async {
-                futures_util::try_join!(lock_and_update(), event_and_fence(event)).map(drop)
-            })
+            .run_then(
+                async {
+                    futures_util::try_join!(lock_and_update(), event_and_fence(event)).map(drop)
+                },
+                next_claim(),
+            )
             .await;
     }
     // A recording's video: its event counts the segments kept, read in this transaction, so
     // this takes two round trips.
-    let (_, live) = tx
+    let began = tx
         .begin_with(async {
             let live = async {
                 let followed =
@@ -308,14 +383,19 @@ async fn finalize_ready_once(
             };
             futures_util::try_join!(lock_and_update(), live)
         })
-        .await?;
+        .await;
+    let live = match began {
+        Ok((_, live)) => live,
+        Err(error) => return (Err(error), None),
+    };
     let event = Event::video_ready(
         claim.video,
         claim.run,
         chrono::Utc::now(), // replaced by the video's updated_at (insert_stamped)
         ready_data(output, live),
     );
-    tx.commit_with(event_and_fence(event)).await
+    tx.commit_with_then(event_and_fence(event), next_claim())
+        .await
 }
 
 /// The `data` of `video.ready`: the probe's facts and the playback keys, and for a video made
@@ -351,7 +431,7 @@ pub async fn finalize_failed(
     claim: &Claim,
     error: &MediaError,
 ) -> Result<(), JobError> {
-    retry_transient(pool, claim, Outcome::Failed, || {
+    retry_transient(pool, claim, Outcome::Failed, None, || {
         finalize_failed_once(pool, claim, error)
     })
     .await

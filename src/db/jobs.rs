@@ -135,9 +135,11 @@ WITH clock AS (
 )
 SELECT id, video_id, original_s3_key, kind, claim_token, attempt_count, run, queued_secs FROM claimed";
 
-/// Claims the next job for `node` with a lease of `lease_secs`; commits at once.
+/// Claims the next job for `node` with a lease of `lease_secs`; commits at once. Takes a
+/// shared connection so that it can also be sent behind another transaction's `COMMIT`, in
+/// the same round trip ([`super::pipeline::Pipeline::run_then`]).
 pub async fn claim(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     node: &str,
     lease_secs: f64,
 ) -> QueryResult<Option<ClaimedJob>> {
@@ -146,7 +148,7 @@ pub async fn claim(
         .bind::<SqlUuid, _>(Uuid::now_v7())
         .bind::<Text, _>(node)
         .bind::<Double, _>(lease_secs)
-        .get_result(conn)
+        .get_result(&mut conn)
         .await
         .optional()
 }

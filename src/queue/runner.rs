@@ -98,6 +98,9 @@ impl<B: JobBody> Runner<B> {
         let slots = Arc::new(Semaphore::new(self.settings.slots as usize));
         let mut running = JoinSet::new();
         let mut last_reap: Option<Instant> = None;
+        // Set when a slot gave up because the claim its finalize carried found nothing: the
+        // next turn claims nothing itself and joins the idle line straight away.
+        let mut queue_empty = false;
         tracing::info!(node = %self.settings.node_id, slots = self.settings.slots, "worker started");
         while !shutdown.is_cancelled() {
             self.health.turned();
@@ -105,9 +108,12 @@ impl<B: JobBody> Runner<B> {
                 self.reap().await;
                 last_reap = Some(Instant::now());
             }
-            let claimed = self
-                .fill_slots(&slots, &mut running, &heartbeats, &shutdown)
-                .await;
+            let claimed = if std::mem::take(&mut queue_empty) {
+                Claimed::Nothing
+            } else {
+                self.fill_slots(&slots, &mut running, &heartbeats, &shutdown)
+                    .await
+            };
             let found_nothing = !matches!(claimed, Claimed::Full);
             idle.send_if_modified(|was| std::mem::replace(was, found_nothing) != found_nothing);
             // A failed claim may have used up the only wake-up this process will get (a
@@ -122,7 +128,9 @@ impl<B: JobBody> Runner<B> {
                 () = shutdown.cancelled() => {}
                 () = wake.notified() => {}
                 () = tokio::time::sleep(pause) => {}
-                Some(ended) = running.join_next(), if !running.is_empty() => log_abnormal_end(ended),
+                Some(ended) = running.join_next(), if !running.is_empty() => {
+                    queue_empty = slot_found_queue_empty(ended);
+                }
             }
         }
         drain(running).await;
@@ -181,7 +189,7 @@ impl<B: JobBody> Runner<B> {
     async fn fill_slots(
         self: &Arc<Self>,
         slots: &Arc<Semaphore>,
-        running: &mut JoinSet<()>,
+        running: &mut JoinSet<SlotEnd>,
         heartbeats: &DbPool,
         shutdown: &CancellationToken,
     ) -> Claimed {
@@ -190,10 +198,10 @@ impl<B: JobBody> Runner<B> {
                 Ok(Some(claim)) => {
                     self.health.claimed(Ok(true));
                     self.health.attempt_started();
-                    let attempt =
+                    let slot =
                         self.clone()
-                            .attempt(claim, permit, heartbeats.clone(), shutdown.clone());
-                    running.spawn(attempt);
+                            .slot(claim, permit, heartbeats.clone(), shutdown.clone());
+                    running.spawn(slot);
                 }
                 Ok(None) => {
                     self.health.claimed(Ok(false));
@@ -212,28 +220,60 @@ impl<B: JobBody> Runner<B> {
 
     async fn claim_one(&self) -> Result<Option<Claim>, JobError> {
         let asked = Instant::now();
-        let mut conn = self.pool.get().await?;
+        let conn = self.pool.get().await?;
         let claimed = db::jobs::claim(
-            &mut conn,
+            &conn,
             &self.settings.node_id,
             self.settings.lease.as_secs_f64(),
         )
         .await?;
         metrics::observe(&metrics::CLAIM_SECONDS, asked.elapsed());
-        if let Some(observe) = &self.on_claim {
-            observe(claimed.as_ref().map(|job| job.id));
-        }
-        Ok(claimed.map(Claim::from))
+        let claimed = claimed.map(Claim::from);
+        self.observe_claim(claimed.as_ref());
+        Ok(claimed)
     }
 
+    fn observe_claim(&self, claimed: Option<&Claim>) {
+        if let Some(observe) = &self.on_claim {
+            observe(claimed.map(|claim| claim.job_id));
+        }
+    }
+
+    /// One slot's life: runs `claim`, and as long as each finalize brings the next job (see
+    /// [`jobs::finalize_ready_then_claim`]) runs that one too. The slot is given back when an
+    /// attempt ends without a next job; the claim loop then takes over.
+    async fn slot(
+        self: Arc<Self>,
+        mut claim: Claim,
+        _slot: OwnedSemaphorePermit,
+        heartbeats: DbPool,
+        shutdown: CancellationToken,
+    ) -> SlotEnd {
+        loop {
+            match self
+                .clone()
+                .attempt(claim, heartbeats.clone(), shutdown.clone())
+                .await
+            {
+                Next::Job(next) => {
+                    self.health.attempt_started();
+                    claim = *next;
+                }
+                Next::QueueEmpty => return SlotEnd::QueueEmpty,
+                Next::NotAsked => return SlotEnd::Other,
+            }
+        }
+    }
+
+    /// Runs one claimed attempt to its recorded end; returns what the claim its finalize
+    /// carried found, if it carried one.
     #[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, attempt = claim.attempt))]
     async fn attempt(
         self: Arc<Self>,
         claim: Claim,
-        _slot: OwnedSemaphorePermit,
         heartbeats: DbPool,
         shutdown: CancellationToken,
-    ) {
+    ) -> Next {
         tracing::info!("claimed");
         let stop = CancellationToken::new();
         // However this attempt ends (its body returns or panics, or this task is dropped),
@@ -252,7 +292,12 @@ impl<B: JobBody> Runner<B> {
             ));
         }
         tokio::spawn({
-            let (stop, reason, deadline) = (stop.clone(), reason.clone(), self.settings.deadline);
+            let (stop, reason, deadline, shutdown) = (
+                stop.clone(),
+                reason.clone(),
+                self.settings.deadline,
+                shutdown.clone(),
+            );
             async move {
                 tokio::select! {
                     () = stop.cancelled() => return,
@@ -274,23 +319,35 @@ impl<B: JobBody> Runner<B> {
         let why = reason.get().copied();
         // Ends the heartbeat and the deadline watch (neither sets a reason on this path).
         stop.cancel();
-        let ended = self.conclude(&claim, result, why).await;
+        let mut next = Next::NotAsked;
+        let ended = self
+            .conclude(
+                &claim,
+                result,
+                why,
+                (!shutdown.is_cancelled()).then_some(&mut next),
+            )
+            .await;
         metrics::ATTEMPT_SECONDS
             .with_label_values(&[claim.kind.as_str(), ended.label()])
             .observe(worked.as_secs_f64());
+        next
     }
 
+    /// Records how the attempt ended. With `next`, a READY finalize also claims the slot's
+    /// next job in its round trip and leaves what that claim found there.
     async fn conclude(
         &self,
         claim: &Claim,
         result: Result<crate::pipeline::AttemptOutput, MediaError>,
         why: Option<StopReason>,
+        next: Option<&mut Next>,
     ) -> Ended {
         let outcome = match (result, why) {
             // A finished result is always offered to the fenced finalize, even when the
             // heartbeat gave up (a renewal that timed out may still have committed): the
             // fence, not this node's guess, decides whether the claim is still ours.
-            (Ok(output), _) => match jobs::finalize_ready(&self.pool, claim, &output).await {
+            (Ok(output), _) => match self.finalize_ready(claim, &output, next).await {
                 Ok(()) => {
                     tracing::info!("video ready");
                     metrics::observe(&metrics::TIME_TO_READY_SECONDS, claim.waited.until_now());
@@ -375,6 +432,75 @@ impl<B: JobBody> Runner<B> {
     }
 }
 
+impl<B: JobBody> Runner<B> {
+    /// The READY finalize; with `next`, carrying the claim of the slot's next job, whose
+    /// answer is left in `next`.
+    async fn finalize_ready(
+        &self,
+        claim: &Claim,
+        output: &crate::pipeline::AttemptOutput,
+        next: Option<&mut Next>,
+    ) -> Result<(), JobError> {
+        let Some(next) = next else {
+            return jobs::finalize_ready(&self.pool, claim, output).await;
+        };
+        let asking = jobs::NextClaim {
+            node: &self.settings.node_id,
+            lease: self.settings.lease,
+        };
+        let (finalized, claimed) =
+            jobs::finalize_ready_then_claim(&self.pool, claim, output, asking).await;
+        match claimed {
+            Some(Ok(claimed)) => {
+                self.health.claimed(Ok(claimed.is_some()));
+                self.observe_claim(claimed.as_ref());
+                *next = match claimed {
+                    Some(claimed) => Next::Job(Box::new(claimed)),
+                    None => Next::QueueEmpty,
+                };
+            }
+            Some(Err(error)) => {
+                let error = crate::telemetry::error_chain(&error);
+                tracing::warn!(%error, "the claim sent with the finalize failed");
+                self.health.claimed(Err(error));
+            }
+            None => {}
+        }
+        finalized
+    }
+}
+
+/// What the claim a finalize carried found.
+enum Next {
+    /// No claim went with the finalize (shutting down, another ending than READY, a failed
+    /// claim or a failed first try): the claim loop looks.
+    NotAsked,
+    /// The slot's next job.
+    Job(Box<Claim>),
+    /// Nothing was claimable.
+    QueueEmpty,
+}
+
+/// How a slot ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotEnd {
+    /// Its finalize's claim found nothing claimable.
+    QueueEmpty,
+    /// Any other way.
+    Other,
+}
+
+/// Whether the slot ended on a claim that found nothing (logged if it ended abnormally).
+fn slot_found_queue_empty(ended: Result<SlotEnd, tokio::task::JoinError>) -> bool {
+    match ended {
+        Ok(end) => end == SlotEnd::QueueEmpty,
+        Err(error) => {
+            log_abnormal_end(Err(error));
+            false
+        }
+    }
+}
+
 /// The error a panicked attempt is recorded with; what it said goes to the log only.
 fn panicked(payload: &(dyn std::any::Any + Send)) -> MediaError {
     let said = payload
@@ -394,14 +520,14 @@ fn log_abnormal_end(ended: Result<(), tokio::task::JoinError>) {
 }
 
 /// Waits (bounded) for the running attempts to hand their claims back.
-async fn drain(mut running: JoinSet<()>) {
+async fn drain(mut running: JoinSet<SlotEnd>) {
     tracing::info!(
         running = running.len(),
         "worker stopping; handing claims back"
     );
     let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
         while let Some(ended) = running.join_next().await {
-            log_abnormal_end(ended);
+            log_abnormal_end(ended.map(drop));
         }
     })
     .await;

@@ -355,7 +355,7 @@ async fn producers_wake_relays_only_while_one_is_waiting() {
     let mut conn = app.pool.get().await.unwrap();
     // The earlier video's job is first in line; finish it, then this one.
     for _ in 0..2 {
-        let claim = vidq::db::jobs::claim(&mut conn, "n", 30.0)
+        let claim = vidq::db::jobs::claim(&conn, "n", 30.0)
             .await
             .unwrap()
             .unwrap();

@@ -290,8 +290,8 @@ async fn what_users_wrote_is_shown_as_text_never_as_markup() {
 /// Makes job `id` die: three claims whose leases run out, then the reaper.
 async fn kill_job(app: &TestApp) {
     for _ in 0..3 {
-        let mut conn = app.pool.get().await.unwrap();
-        vidq::db::jobs::claim(&mut conn, "doomed-node", 0.05)
+        let conn = app.pool.get().await.unwrap();
+        vidq::db::jobs::claim(&conn, "doomed-node", 0.05)
             .await
             .unwrap()
             .unwrap();

@@ -18,8 +18,8 @@ async fn an_operator_lists_shows_and_retries_a_dead_job() {
     let key = app.create_user("alice").await;
     app.uploaded_video(&key).await;
     for _ in 0..3 {
-        let mut conn = app.pool.get().await.unwrap();
-        vidq::db::jobs::claim(&mut conn, "doomed", 0.05)
+        let conn = app.pool.get().await.unwrap();
+        vidq::db::jobs::claim(&conn, "doomed", 0.05)
             .await
             .unwrap()
             .unwrap();

@@ -116,9 +116,9 @@ async fn a_finalize_after_the_first_runs_only_statements_its_connection_already_
     let pool = vidq::db::connect(&app.db.url, 1).await.unwrap();
     let mut claims = Vec::new();
     {
-        let mut conn = pool.get().await.unwrap();
+        let conn = pool.get().await.unwrap();
         for _ in 0..2 {
-            let job = vidq::db::jobs::claim(&mut conn, "node", 60.0)
+            let job = vidq::db::jobs::claim(&conn, "node", 60.0)
                 .await
                 .unwrap()
                 .expect("a job to claim");
@@ -144,4 +144,124 @@ async fn a_finalize_after_the_first_runs_only_statements_its_connection_already_
         after_first, after_second,
         "the second finalize prepared nothing new"
     );
+}
+
+#[derive(QueryableByName)]
+struct JobRow {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    status: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Uuid>)]
+    claim_token: Option<uuid::Uuid>,
+}
+
+async fn job_row(url: &str, job: i64) -> JobRow {
+    let pool = vidq::db::connect(url, 1).await.unwrap();
+    diesel::sql_query("SELECT status, claim_token FROM video_encoding_jobs WHERE id = $1")
+        .bind::<BigInt, _>(job)
+        .get_result(&mut pool.get().await.unwrap())
+        .await
+        .unwrap()
+}
+
+fn next_claim() -> vidq::app::jobs::NextClaim<'static> {
+    vidq::app::jobs::NextClaim {
+        node: "node",
+        lease: Duration::from_secs(60),
+    }
+}
+
+/// A busy worker's slot makes one round trip per job: the claim of its next job rides behind
+/// the finalize's COMMIT. Every answer the server sends here is held 300 ms, so each round
+/// trip costs at least that: a claim sent on its own after the finalize would take 600 ms.
+#[tokio::test]
+async fn a_finalize_carries_its_slots_next_claim_in_the_same_round_trip() {
+    const DELAY: Duration = Duration::from_millis(300);
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    for _ in 0..3 {
+        app.uploaded_video(&key).await;
+    }
+    let proxy = crate::proxy::Delayed::in_front_of(&app.db.url, DELAY).await;
+    let pool = vidq::db::connect(&proxy.url_for(&app.db.url), 1)
+        .await
+        .unwrap();
+    let first = vidq::db::jobs::claim(&pool.get().await.unwrap(), "node", 60.0)
+        .await
+        .unwrap()
+        .map(vidq::app::jobs::Claim::from)
+        .expect("a job to claim");
+    let finalize = async |claim: &vidq::app::jobs::Claim| {
+        let output = vidq::pipeline::AttemptOutput::placeholder(&claim.plan());
+        let started = std::time::Instant::now();
+        let (finalized, next) =
+            vidq::app::jobs::finalize_ready_then_claim(&pool, claim, &output, next_claim()).await;
+        finalized.expect("the claim was ours");
+        let next = next
+            .expect("a claim went out with the finalize")
+            .expect("the claim ran")
+            .expect("a job was waiting");
+        (next, started.elapsed())
+    };
+    // The first one also prepares the statements on the connection.
+    let (second, _) = finalize(&first).await;
+    let (third, took) = finalize(&second).await;
+    assert!(
+        took < DELAY * 2,
+        "the finalize and the next claim waited for one round trip, not two: {took:?}"
+    );
+    for done in [&first, &second] {
+        assert_eq!(job_row(&app.db.url, done.job_id).await.status, "COMPLETED");
+    }
+    let claimed = job_row(&app.db.url, third.job_id).await;
+    assert_eq!(claimed.status, "PROCESSING");
+    assert_eq!(
+        claimed.claim_token,
+        Some(third.token),
+        "the slot holds the new claim"
+    );
+}
+
+/// The claim behind a finalize is a statement of its own: when the finalize's fence matches
+/// nothing and its transaction rolls back, the job that claim took is still handed over, so
+/// it is run now rather than left PROCESSING until its lease runs out.
+#[tokio::test]
+async fn a_finalize_whose_fence_fails_still_hands_over_the_claim_sent_behind_it() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    app.uploaded_video(&key).await;
+    app.uploaded_video(&key).await;
+    let pool = vidq::db::connect(&app.db.url, 1).await.unwrap();
+    let mut stale = vidq::db::jobs::claim(&pool.get().await.unwrap(), "node", 60.0)
+        .await
+        .unwrap()
+        .map(vidq::app::jobs::Claim::from)
+        .expect("a job to claim");
+    stale.token = uuid::Uuid::now_v7(); // a token the job never had
+    let output = vidq::pipeline::AttemptOutput::placeholder(&stale.plan());
+    let (finalized, next) =
+        vidq::app::jobs::finalize_ready_then_claim(&pool, &stale, &output, next_claim()).await;
+    assert!(
+        matches!(finalized, Err(vidq::app::jobs::JobError::ClaimLost)),
+        "{finalized:?}"
+    );
+    let next = next
+        .expect("a claim went out with the finalize")
+        .expect("the claim ran")
+        .expect("the other job was waiting");
+    assert_ne!(next.job_id, stale.job_id);
+    let claimed = job_row(&app.db.url, next.job_id).await;
+    assert_eq!(claimed.status, "PROCESSING");
+    assert_eq!(claimed.claim_token, Some(next.token));
+    let untouched = job_row(&app.db.url, stale.job_id).await;
+    assert_eq!(
+        untouched.status, "PROCESSING",
+        "the rolled-back finalize wrote nothing"
+    );
+    let video: Count =
+        diesel::sql_query("SELECT count(*) AS n FROM videos WHERE id = $1 AND status = 'ready'")
+            .bind::<diesel::sql_types::Uuid, _>(stale.video.0)
+            .get_result(&mut pool.get().await.unwrap())
+            .await
+            .unwrap();
+    assert_eq!(video.n, 0, "the video is not READY");
 }

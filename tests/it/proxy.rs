@@ -135,3 +135,65 @@ impl CutOnce {
         Self { port, cut }
     }
 }
+
+/// A TCP proxy that holds everything the server sends for `delay` before passing it on (in
+/// order), and passes what the client sends at once: a link whose every round trip costs at
+/// least `delay`, so that a test can tell how many round trips a piece of work waited for.
+pub struct Delayed {
+    pub port: u16,
+}
+
+impl Delayed {
+    pub async fn in_front_of(database_url: &str, delay: std::time::Duration) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let url = url::Url::parse(database_url).unwrap();
+        let upstream = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (mut client_rx, mut client_tx) = client.into_split();
+                    let (mut server_rx, mut server_tx) = server.into_split();
+                    let (held_tx, mut held_rx) =
+                        tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+                    let hold = async {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        while let Ok(n @ 1..) = server_rx.read(&mut buf).await {
+                            let due = tokio::time::Instant::now() + delay;
+                            if held_tx.send((due, buf[..n].to_vec())).is_err() {
+                                return;
+                            }
+                        }
+                    };
+                    let release = async {
+                        while let Some((due, bytes)) = held_rx.recv().await {
+                            tokio::time::sleep_until(due).await;
+                            if client_tx.write_all(&bytes).await.is_err() {
+                                return;
+                            }
+                        }
+                    };
+                    let upward = tokio::io::copy(&mut client_rx, &mut server_tx);
+                    tokio::select! {
+                        _ = upward => {}
+                        () = async { tokio::join!(hold, release); } => {}
+                    }
+                });
+            }
+        });
+        Self { port }
+    }
+
+    /// `url` with its host and port replaced by the proxy's.
+    pub fn url_for(&self, url: &str) -> String {
+        let mut parsed = url::Url::parse(url).unwrap();
+        parsed.set_host(Some("127.0.0.1")).unwrap();
+        parsed.set_port(Some(self.port)).unwrap();
+        parsed.into()
+    }
+}

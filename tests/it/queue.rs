@@ -184,8 +184,8 @@ async fn many_workers_finish_every_job_exactly_once() {
 }
 
 pub async fn claim(app: &TestApp, node: &str, lease_secs: f64) -> Option<Claim> {
-    let mut conn = app.pool.get().await.unwrap();
-    vidq::db::jobs::claim(&mut conn, node, lease_secs)
+    let conn = app.pool.get().await.unwrap();
+    vidq::db::jobs::claim(&conn, node, lease_secs)
         .await
         .unwrap()
         .map(Claim::from)

@@ -173,7 +173,7 @@ async fn the_claim_alone_commits_without_waiting_for_its_wal_flush() {
     // ...and an autocommitted claim, as a worker runs it, leaves the session synchronous:
     // the finalize that follows on the same pooled connection waits for its flush.
     assert!(
-        vidq::db::jobs::claim(&mut conn, "node", 30.0)
+        vidq::db::jobs::claim(&conn, "node", 30.0)
             .await
             .unwrap()
             .is_some()
