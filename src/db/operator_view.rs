@@ -182,8 +182,8 @@ pub async fn needing_attention(
              (SELECT id FROM video_encoding_jobs WHERE status = 'DEAD' ORDER BY id DESC LIMIT $1)
              UNION ALL
              (SELECT fj.id FROM videos fv JOIN video_encoding_jobs fj ON fj.video_id = fv.id
-              WHERE fv.status = 'failed' AND fj.status = 'COMPLETED'
-              ORDER BY fv.updated_at DESC LIMIT $1)
+              WHERE fv.failed_at IS NOT NULL AND fj.status = 'COMPLETED'
+              ORDER BY fv.failed_at DESC LIMIT $1)
          )
          ORDER BY j.id DESC LIMIT $1"
     ))

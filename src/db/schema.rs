@@ -223,6 +223,7 @@ diesel::table! {
         ready_at -> Nullable<Timestamptz>,
         live_run -> Nullable<Int4>,
         recording_id -> Nullable<Uuid>,
+        failed_at -> Nullable<Timestamptz>,
     }
 }
 

@@ -290,6 +290,9 @@ struct UpdatedAt {
 
 /// Marks a (locked) video ready; returns the transaction's timestamp.
 ///
+/// The update can be done in place (HOT, migration 000013): it changes no indexed column, and
+/// `failed_at` (indexed for the operators' failures) goes from NULL to NULL.
+///
 /// Hand-written rather than `diesel::update`: diesel never caches an UPDATE as a prepared
 /// statement, so each finalize paid a Parse and a plan, and its pipeline waited a round trip
 /// for that Parse's answer before the rest of the transaction could be sent.
@@ -303,7 +306,7 @@ pub async fn set_ready(
         "UPDATE videos
             SET status = 'ready', duration_ms = $2, width = $3, height = $4, video_codec = $5,
                 audio_codec = $6, live_run = $7, live_attempt = $8, hls_key = $9, mp4_key = $10,
-                thumbnail_key = $11, error_code = NULL, error_message = NULL,
+                thumbnail_key = $11, error_code = NULL, error_message = NULL, failed_at = NULL,
                 ready_at = statement_timestamp(), updated_at = statement_timestamp()
           WHERE id = $1
       RETURNING updated_at",
@@ -336,7 +339,7 @@ pub async fn set_failed(
     super::prepared::prepared(
         "UPDATE videos
             SET status = 'failed', error_code = $2, error_message = $3, ready_at = NULL,
-                updated_at = statement_timestamp()
+                failed_at = statement_timestamp(), updated_at = statement_timestamp()
           WHERE id = $1
       RETURNING updated_at",
     )
@@ -360,6 +363,7 @@ pub async fn requeue(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usiz
             videos::error_code.eq(None::<String>),
             videos::error_message.eq(None::<String>),
             videos::ready_at.eq(None::<DateTime<Utc>>),
+            videos::failed_at.eq(None::<DateTime<Utc>>),
             videos::updated_at.eq(now_sql()),
         ))
         .execute(conn)

@@ -79,3 +79,63 @@ async fn the_claim_has_one_partial_index_over_both_claimable_states() {
         .await;
     assert_eq!(claimable, 1);
 }
+
+#[derive(diesel::QueryableByName)]
+struct Updates {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    all: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    in_place: i64,
+}
+
+/// A finalize's READY update rewrites the video's row in place (a HOT update: no new entry in
+/// any of the table's indexes), because no index covers a column it changes and the row's
+/// page has room for the grown row. PostgreSQL counts both kinds per table.
+#[tokio::test]
+async fn a_videos_ready_update_is_done_in_place_without_touching_its_indexes() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    for _ in 0..5 {
+        app.uploaded_video(&key).await;
+    }
+    {
+        // Its own connection: a session's counts reach the statistics when it ends.
+        let pool = vidq::db::connect(&app.db.url, 1).await.unwrap();
+        let conn = pool.get().await.unwrap();
+        let mut claims = Vec::new();
+        while let Some(job) = vidq::db::jobs::claim(&conn, "node", 60.0).await.unwrap() {
+            claims.push(vidq::app::jobs::Claim::from(job));
+        }
+        drop(conn);
+        assert_eq!(claims.len(), 5);
+        for claim in &claims {
+            let output = vidq::pipeline::AttemptOutput::placeholder(&claim.plan());
+            vidq::app::jobs::finalize_ready(&pool, claim, &output)
+                .await
+                .unwrap();
+        }
+    }
+    let mut counted = None;
+    for _ in 0..100 {
+        let mut conn = app.pool.get().await.unwrap();
+        let updates: Updates = diesel::sql_query(
+            "SELECT n_tup_upd AS all, n_tup_hot_upd AS in_place FROM pg_stat_user_tables
+              WHERE relname = 'videos'",
+        )
+        .get_result(&mut conn)
+        .await
+        .unwrap();
+        if updates.all >= 5 {
+            counted = Some(updates);
+            break;
+        }
+        drop(conn);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let counted = counted.expect("the finalizes' updates reached the statistics");
+    assert_eq!(counted.all, 5, "one update per READY video");
+    assert_eq!(
+        counted.in_place, counted.all,
+        "every READY update was done in place"
+    );
+}
