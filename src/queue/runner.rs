@@ -448,6 +448,8 @@ impl<B: JobBody> Runner<B> {
             node: &self.settings.node_id,
             lease: self.settings.lease,
         };
+        // Counted with the other claims; not timed in `CLAIM_SECONDS`, as its round trip is
+        // the finalize's.
         let (finalized, claimed) =
             jobs::finalize_ready_then_claim(&self.pool, claim, output, asking).await;
         match claimed {
