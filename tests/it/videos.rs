@@ -74,7 +74,8 @@ async fn a_ready_video_shows_playback_urls_and_a_failed_one_its_error() {
                         thumbnail_key = '{prefix}/thumb.jpg', duration_ms = 10080, width = 1280, height = 720
                      WHERE id = '{ready_id}' RETURNING 1),
               f AS (UPDATE videos SET status = 'failed', error_code = 'invalid_media',
-                        error_message = 'not a video' WHERE id = '{failed_id}' RETURNING 1)
+                        error_message = 'not a video', failed_at = now()
+                     WHERE id = '{failed_id}' RETURNING 1)
          SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM f) AS n"
     ))
     .await;
