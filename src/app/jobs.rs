@@ -265,8 +265,8 @@ pub struct NextClaim<'a> {
 /// instead of two. The claim is its own autocommitted statement (the seed's claim, unchanged),
 /// run after the finalize's transaction has ended whichever way it ended, so a lost fence
 /// loses nothing but the result it guarded. Returns the finalize's answer and the claim's:
-/// `None` if no claim went out (a transient failure of the first try fails it too; the tries
-/// after it go alone).
+/// `None` if no claim went out (no connection, or a recording's first batch failed). Only the
+/// first try carries the claim; the tries after a transient failure go alone.
 pub async fn finalize_ready_then_claim(
     pool: &DbPool,
     claim: &Claim,
@@ -276,15 +276,16 @@ pub async fn finalize_ready_then_claim(
     Result<(), JobError>,
     Option<Result<Option<Claim>, JobError>>,
 ) {
-    let (first, claimed) = finalize_ready_once(pool, claim, output, Some(next))
-        .instrument(finalize_span(claim))
+    async {
+        let (first, claimed) = finalize_ready_once(pool, claim, output, Some(next)).await;
+        let finalized = retry_transient(pool, claim, Outcome::Completed, Some(first), || async {
+            finalize_ready_once(pool, claim, output, None).await.0
+        })
         .await;
-    let finalized = retry_transient(pool, claim, Outcome::Completed, Some(first), || async {
-        finalize_ready_once(pool, claim, output, None).await.0
-    })
+        (finalized, claimed)
+    }
     .instrument(finalize_span(claim))
-    .await;
-    (finalized, claimed)
+    .await
 }
 
 /// The span [`finalize_ready`]'s instrument gives it, for the finalize that carries a claim.
