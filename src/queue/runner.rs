@@ -319,14 +319,8 @@ impl<B: JobBody> Runner<B> {
         let why = reason.get().copied();
         // Ends the heartbeat and the deadline watch (neither sets a reason on this path).
         stop.cancel();
-        let mut next = Next::NotAsked;
-        let ended = self
-            .conclude(
-                &claim,
-                result,
-                why,
-                (!shutdown.is_cancelled()).then_some(&mut next),
-            )
+        let (ended, next) = self
+            .conclude(&claim, result, why, !shutdown.is_cancelled())
             .await;
         metrics::ATTEMPT_SECONDS
             .with_label_values(&[claim.kind.as_str(), ended.label()])
@@ -334,30 +328,35 @@ impl<B: JobBody> Runner<B> {
         next
     }
 
-    /// Records how the attempt ended. With `next`, a READY finalize also claims the slot's
-    /// next job in its round trip and leaves what that claim found there.
+    /// Records how the attempt ended. With `carry`, a READY finalize also claims the slot's
+    /// next job in its round trip; returned is what that claim found.
     async fn conclude(
         &self,
         claim: &Claim,
         result: Result<crate::pipeline::AttemptOutput, MediaError>,
         why: Option<StopReason>,
-        next: Option<&mut Next>,
-    ) -> Ended {
+        carry: bool,
+    ) -> (Ended, Next) {
+        let mut next = Next::NotAsked;
         let outcome = match (result, why) {
             // A finished result is always offered to the fenced finalize, even when the
             // heartbeat gave up (a renewal that timed out may still have committed): the
             // fence, not this node's guess, decides whether the claim is still ours.
-            (Ok(output), _) => match self.finalize_ready(claim, &output, next).await {
-                Ok(()) => {
-                    tracing::info!("video ready");
-                    metrics::observe(&metrics::TIME_TO_READY_SECONDS, claim.waited.until_now());
-                    self.body
-                        .after_ready(claim.video, claim.run, claim.attempt)
-                        .await;
-                    Ok(Ended::Ready)
+            (Ok(output), _) => {
+                let finalized;
+                (finalized, next) = self.finalize_ready(claim, &output, carry).await;
+                match finalized {
+                    Ok(()) => {
+                        tracing::info!("video ready");
+                        metrics::observe(&metrics::TIME_TO_READY_SECONDS, claim.waited.until_now());
+                        self.body
+                            .after_ready(claim.video, claim.run, claim.attempt)
+                            .await;
+                        Ok(Ended::Ready)
+                    }
+                    Err(err) => Err(err),
                 }
-                Err(err) => Err(err),
-            },
+            }
             (Err(_), Some(StopReason::Lost)) => {
                 tracing::warn!("claim lost during the attempt; its result is dropped");
                 jobs::record_lost(&self.pool, claim, "lease lost during the attempt")
@@ -428,22 +427,23 @@ impl<B: JobBody> Runner<B> {
             metrics::CLAIMS_LOST.with_label_values(&[at]).inc();
         }
         self.health.attempt_ended(ended);
-        ended
+        (ended, next)
     }
-}
 
-impl<B: JobBody> Runner<B> {
-    /// The READY finalize; with `next`, carrying the claim of the slot's next job, whose
-    /// answer is left in `next`.
+    /// The READY finalize; with `carry`, carrying the claim of the slot's next job, and what
+    /// that claim found.
     async fn finalize_ready(
         &self,
         claim: &Claim,
         output: &crate::pipeline::AttemptOutput,
-        next: Option<&mut Next>,
-    ) -> Result<(), JobError> {
-        let Some(next) = next else {
-            return jobs::finalize_ready(&self.pool, claim, output).await;
-        };
+        carry: bool,
+    ) -> (Result<(), JobError>, Next) {
+        if !carry {
+            return (
+                jobs::finalize_ready(&self.pool, claim, output).await,
+                Next::NotAsked,
+            );
+        }
         let asking = jobs::NextClaim {
             node: &self.settings.node_id,
             lease: self.settings.lease,
@@ -452,23 +452,21 @@ impl<B: JobBody> Runner<B> {
         // the finalize's.
         let (finalized, claimed) =
             jobs::finalize_ready_then_claim(&self.pool, claim, output, asking).await;
-        match claimed {
+        let next = match claimed {
             Some(Ok(claimed)) => {
                 self.health.claimed(Ok(claimed.is_some()));
                 self.observe_claim(claimed.as_ref());
-                *next = match claimed {
-                    Some(claimed) => Next::Job(Box::new(claimed)),
-                    None => Next::QueueEmpty,
-                };
+                claimed.map_or(Next::QueueEmpty, |claimed| Next::Job(Box::new(claimed)))
             }
             Some(Err(error)) => {
                 let error = crate::telemetry::error_chain(&error);
                 tracing::warn!(%error, "the claim sent with the finalize failed");
                 self.health.claimed(Err(error));
+                Next::NotAsked
             }
-            None => {}
-        }
-        finalized
+            None => Next::NotAsked,
+        };
+        (finalized, next)
     }
 }
 
