@@ -4,17 +4,34 @@
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
+/// The SQL of a UUIDv7 for row `n`, shaped as vidq's own ids are (`Uuid::now_v7`): row `n`'s
+/// millisecond is `clock.ms + n`, so the ids sort in row order as ids made one after another
+/// do, then the version, random bits and the RFC variant. Random (v4) ids would scatter every
+/// index insert over the whole index and make each touched page a full-page image in the WAL
+/// after a checkpoint, which vidq itself never does. Needs a `clock` row with `ms`.
+fn v7_of_row(n: &str) -> String {
+    format!(
+        "(lpad(to_hex(clock.ms + {n}), 12, '0') || '7' \
+         || substr(md5(random()::text), 1, 3) || '8' || substr(md5(random()::text), 1, 15))::uuid"
+    )
+}
+
+/// The `clock` [`v7_of_row`] reads: `rows` milliseconds before now, so the last row's id is
+/// not in the future.
+const CLOCK: &str = "SELECT (extract(epoch FROM statement_timestamp()) * 1000)::bigint - $2 AS ms";
+
 /// Inserts `n` uploads, videos and PENDING jobs for `owner`, available an hour ago in id
-/// order, then refreshes the planner's statistics. Returns `n`.
+/// order, with time-ordered ids as the API makes them, then refreshes the planner's
+/// statistics. Returns `n`.
 pub async fn backlog(
     conn: &mut AsyncPgConnection,
     owner: Uuid,
     n: i64,
 ) -> diesel::QueryResult<usize> {
-    diesel::sql_query(
-        "WITH rows AS (
-             SELECT gen_random_uuid() AS upload_id, gen_random_uuid() AS video_id, n
-               FROM generate_series(1, $2) n
+    diesel::sql_query(format!(
+        "WITH clock AS ({CLOCK}), rows AS (
+             SELECT {upload_id} AS upload_id, {video_id} AS video_id, n
+               FROM clock, generate_series(1, $2) n
          ), up AS (
              INSERT INTO uploads (id, owner_id, object_key, filename, content_type, declared_size, state, expires_at)
              SELECT upload_id, $1, 'originals/' || upload_id, 'synthetic.mp4', 'video/mp4', 1, 'confirmed',
@@ -27,7 +44,9 @@ pub async fn backlog(
          SELECT video_id, 'originals/' || upload_id,
                 statement_timestamp() - interval '1 hour' + n * interval '1 microsecond'
            FROM rows",
-    )
+        upload_id = v7_of_row("n"),
+        video_id = v7_of_row("n"),
+    ))
     .bind::<diesel::sql_types::Uuid, _>(owner)
     .bind::<diesel::sql_types::BigInt, _>(n)
     .execute(conn)
@@ -39,16 +58,17 @@ pub async fn backlog(
 }
 
 /// Inserts `n` unrouted `video.ready` outbox rows for `owner` in one statement, each with an
-/// envelope shaped and sized like a real one (run 1, attempt 1). Returns `n`.
+/// envelope shaped and sized like a real one (run 1, attempt 1) and time-ordered ids.
+/// Returns `n`.
 pub async fn events(
     conn: &mut AsyncPgConnection,
     owner: Uuid,
     n: i64,
 ) -> diesel::QueryResult<usize> {
-    diesel::sql_query(
-        "WITH rows AS (
-             SELECT gen_random_uuid() AS event_id, gen_random_uuid() AS video_id
-               FROM generate_series(1, $2))
+    diesel::sql_query(format!(
+        "WITH clock AS ({CLOCK}), rows AS (
+             SELECT {event_id} AS event_id, {video_id} AS video_id
+               FROM clock, generate_series(1, $2) n)
          INSERT INTO notification_outbox (event_id, event_type, owner_id, video_id, payload)
          SELECT event_id, 'video.ready', $1, video_id,
                 jsonb_build_object(
@@ -62,7 +82,9 @@ pub async fn events(
                             'mp4_key', 'videos/' || video_id || '/r1/a1/video.mp4',
                             'thumbnail_key', 'videos/' || video_id || '/r1/a1/thumb.jpg')))
            FROM rows",
-    )
+        event_id = v7_of_row("n"),
+        video_id = v7_of_row("n"),
+    ))
     .bind::<diesel::sql_types::Uuid, _>(owner)
     .bind::<diesel::sql_types::BigInt, _>(n)
     .execute(conn)
