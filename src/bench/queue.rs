@@ -6,6 +6,9 @@
 //! queued behind them. Pickup: W idle workers, one enqueue every 50 ms through the confirm's
 //! own transaction, timed from the enqueue's commit to the claim. The SQL-only ceiling
 //! (pgbench running the same statements) is measured in the same run when its script is found.
+//! So is a peer queue, graphile-worker, draining the same number of jobs with the same worker
+//! count and backlog when Node.js and its package are installed: once with no-op jobs, and
+//! once with jobs that write what vidq's finalize writes (the video READY and its event).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -52,6 +55,14 @@ pub struct QueueBenchArgs {
     /// measured with INDEX=claimable and the heavy finalize at the same concurrency.
     #[arg(long, default_value = "../shared/bench/physical-limit/run.sh")]
     pub ceiling: PathBuf,
+    /// The peer queue's drain script (graphile-worker, run with `node`; its package is
+    /// installed by `npm ci --prefix scripts/peers/graphile-worker`), drained in each round
+    /// right after vidq with the same jobs, workers and backlog.
+    #[arg(long, default_value = "scripts/peers/graphile-worker/drain.mjs")]
+    pub peer: PathBuf,
+    /// Skip the peer queue.
+    #[arg(long)]
+    pub no_peer: bool,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub server: super::ServerArgs,
@@ -153,6 +164,50 @@ async fn throughput(server: &str, jobs: i64, workers: u32, backlog: i64) -> anyh
     drop(pool);
     scratch.drop_now().await;
     Ok(jobs as f64 / elapsed.as_secs_f64())
+}
+
+/// One line of the throughput table: every round's measurements at one worker count and
+/// backlog.
+#[derive(Default)]
+struct Row {
+    /// vidq's jobs/s.
+    rates: Vec<f64>,
+    /// vidq's jobs/s over the ceiling of the same round.
+    to_ceiling: Vec<f64>,
+    /// The peer's runs, one per [`PeerTask`].
+    peers: [PeerRuns; 2],
+}
+
+/// One peer task's runs in a [`Row`].
+#[derive(Default)]
+struct PeerRuns {
+    /// Its jobs/s.
+    rates: Vec<f64>,
+    /// vidq's jobs/s over its, run right before it.
+    to_peer: Vec<f64>,
+    /// Why it was not measured.
+    why_not: Option<String>,
+}
+
+/// What the peer's task does (`drain.mjs`'s last argument).
+#[derive(Clone, Copy)]
+enum PeerTask {
+    /// Nothing, in an empty database: the queue alone.
+    Noop,
+    /// vidq's READY writes (the video's row and its event in vidq's schema), committed on their
+    /// own before the peer completes the job.
+    Ready,
+}
+
+impl PeerTask {
+    const ALL: [PeerTask; 2] = [PeerTask::Noop, PeerTask::Ready];
+
+    fn arg(self) -> &'static str {
+        match self {
+            PeerTask::Noop => "noop",
+            PeerTask::Ready => "ready",
+        }
+    }
 }
 
 /// What the pickup test saw.
@@ -294,7 +349,75 @@ async fn ceiling(
     if let Ok(scratch) = db::pool::with_database(server, &database) {
         let _ = db::provision::drop_database(&scratch).await;
     }
-    let out = out?;
+    jobs_per_s(&out?)
+}
+
+/// jobs/s of the peer queue draining `jobs` with `workers` while `backlog` more wait, or why
+/// it could not be measured. It gets a scratch database of its own: empty for
+/// [`PeerTask::Noop`], migrated and holding one queued video per job (the same synthetic
+/// backlog as vidq's run) for [`PeerTask::Ready`].
+async fn peer(
+    server: &str,
+    script: &std::path::Path,
+    task: PeerTask,
+    jobs: i64,
+    workers: u32,
+    backlog: i64,
+) -> Result<f64, String> {
+    let package = script.parent().unwrap_or(std::path::Path::new("."));
+    if !script.exists() {
+        return Err(format!("{} not found", script.display()));
+    }
+    if !package.join("node_modules").exists() {
+        return Err(format!(
+            "not installed: npm ci --prefix {}",
+            package.display()
+        ));
+    }
+    let scratch = Scratch::create(server, "peer")
+        .await
+        .map_err(|e| e.to_string())?;
+    let out = async {
+        if let PeerTask::Ready = task {
+            let pool = db::connect(&scratch.url, 1).await?;
+            let (owner, _) = crate::app::users::create_user(&pool, "bench").await?;
+            let mut conn = pool.get().await?;
+            db::synthetic::backlog(&mut conn, owner.0, jobs + backlog).await?;
+        } else {
+            // graphile-worker's no-op run gets a database with nothing of vidq's in it.
+            db::provision::drop_database(&scratch.url).await?;
+            db::provision::create_database_if_missing(&scratch.url).await?;
+        }
+        let out = tokio::process::Command::new("node")
+            .arg(script)
+            .arg(&scratch.url)
+            .arg(jobs.to_string())
+            .arg(workers.to_string())
+            .arg(backlog.to_string())
+            .arg(task.arg())
+            .output()
+            .await
+            .context("node")?;
+        if let PeerTask::Ready = task {
+            // A run that did not write the rows measured something else.
+            let pool = db::connect(&scratch.url, 1).await?;
+            let mut conn = pool.get().await?;
+            let (videos, events) = db::bench::ready_videos_and_events(&mut conn).await?;
+            anyhow::ensure!(
+                videos >= jobs && events >= jobs,
+                "the peer's run left {videos} READY videos and {events} events, not {jobs}"
+            );
+        }
+        anyhow::Ok(out)
+    }
+    .await
+    .map_err(|e| format!("{e:#}"));
+    scratch.drop_now().await;
+    jobs_per_s(&out?)
+}
+
+/// The `jobs_per_s=` a ceiling or peer script printed, or what it said on stderr instead.
+fn jobs_per_s(out: &std::process::Output) -> Result<f64, String> {
     let text = String::from_utf8_lossy(&out.stdout);
     text.split_whitespace()
         .find_map(|w| w.strip_prefix("jobs_per_s=").and_then(|v| v.parse().ok()))
@@ -310,24 +433,45 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
     );
     println!();
     println!(
-        "{:>7} | {:>8} | {:>10} | {:>16} | {:>8} | per-round ratios",
-        "workers", "backlog", "jobs/s", "pgbench ceiling", "ratio"
+        "{:>7} | {:>8} | {:>10} | {:>16} | {:>8} | {:>14} | {:>9} | {:>14} | {:>9} | per-round ratios",
+        "workers",
+        "backlog",
+        "jobs/s",
+        "pgbench ceiling",
+        "ratio",
+        "peer no-op",
+        "vidq/peer",
+        "peer + writes",
+        "vidq/peer"
     );
     for &workers in &args.workers {
         let mut ceilings = Vec::new();
-        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); args.backlog.len()];
-        let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); args.backlog.len()];
         let mut why_no_ceiling = None;
+        let mut rows: Vec<Row> = args.backlog.iter().map(|_| Row::default()).collect();
         for _ in 0..args.rounds.max(1) {
             let ceiling =
                 ceiling(&args.server.database_url, &args.ceiling, args.jobs, workers).await;
-            for (i, &backlog) in args.backlog.iter().enumerate() {
+            for (row, &backlog) in rows.iter_mut().zip(&args.backlog) {
                 let rate = throughput(&args.server.database_url, args.jobs, workers, backlog)
                     .await
                     .context("throughput run")?;
-                rates[i].push(rate);
+                row.rates.push(rate);
                 if let Ok(c) = &ceiling {
-                    ratios[i].push(rate / c);
+                    row.to_ceiling.push(rate / c);
+                }
+                if args.no_peer {
+                    continue;
+                }
+                // Right after vidq's run, so that they meet the same minutes of the machine.
+                for (runs, task) in row.peers.iter_mut().zip(PeerTask::ALL) {
+                    let server = &args.server.database_url;
+                    match peer(server, &args.peer, task, args.jobs, workers, backlog).await {
+                        Ok(p) => {
+                            runs.rates.push(p);
+                            runs.to_peer.push(rate / p);
+                        }
+                        Err(why) => runs.why_not = Some(why),
+                    }
                 }
             }
             match ceiling {
@@ -335,25 +479,43 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
                 Err(why) => why_no_ceiling = Some(why),
             }
         }
-        for (i, &backlog) in args.backlog.iter().enumerate() {
-            let rate = median(&rates[i]);
-            if ceilings.is_empty() {
-                let why = why_no_ceiling.clone().unwrap_or_default();
-                println!(
-                    "{workers:>7} | {backlog:>8} | {rate:>10.0} | {:>16} | ({why})",
-                    "-"
-                );
-                continue;
+        for (row, &backlog) in rows.iter().zip(&args.backlog) {
+            let ratio = |r: &[f64]| match r {
+                [] => "-".to_owned(),
+                r => format!("{:.0}%", 100.0 * median(r)),
+            };
+            let rate = |r: &[f64]| match r {
+                [] => "-".to_owned(),
+                r => format!("{:.0}", median(r)),
+            };
+            let each = |r: &[f64]| -> String {
+                r.iter()
+                    .map(|x| format!("{:.0}%", 100.0 * x))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            let [noop, ready] = &row.peers;
+            let mut notes = format!(
+                "ceiling {}; no-op {}; + writes {}",
+                each(&row.to_ceiling),
+                each(&noop.to_peer),
+                each(&ready.to_peer)
+            );
+            for why in [&why_no_ceiling, &noop.why_not, &ready.why_not]
+                .into_iter()
+                .flatten()
+            {
+                notes.push_str(&format!(" ({why})"));
             }
-            let each: Vec<String> = ratios[i]
-                .iter()
-                .map(|r| format!("{:.0}%", 100.0 * r))
-                .collect();
             println!(
-                "{workers:>7} | {backlog:>8} | {rate:>10.0} | {:>16.0} | {:>7.0}% | {}",
-                median(&ceilings),
-                100.0 * median(&ratios[i]),
-                each.join(" ")
+                "{workers:>7} | {backlog:>8} | {:>10} | {:>16} | {:>8} | {:>14} | {:>9} | {:>14} | {:>9} | {notes}",
+                rate(&row.rates),
+                rate(&ceilings),
+                ratio(&row.to_ceiling),
+                rate(&noop.rates),
+                ratio(&noop.to_peer),
+                rate(&ready.rates),
+                ratio(&ready.to_peer),
             );
         }
     }
@@ -409,4 +571,26 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn output(stdout: &str, stderr: &str) -> std::process::Output {
+        std::process::Output {
+            status: std::process::ExitStatus::from_raw(0),
+            stdout: stdout.as_bytes().to_vec(),
+            stderr: stderr.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_scripts_rate_is_read_from_its_line_and_its_complaint_is_passed_on() {
+        let line = "jobs=10000 concurrency=8 backlog=0 seconds=4.100 jobs_per_s=2439.0 left=0\n";
+        assert_eq!(jobs_per_s(&output(line, "")), Ok(2439.0));
+        let failed = jobs_per_s(&output("", "  connection refused\n"));
+        assert_eq!(failed, Err("no result: connection refused".to_owned()));
+    }
 }

@@ -15,6 +15,25 @@ pub async fn checkpoint(conn: &mut AsyncPgConnection) -> QueryResult<()> {
         .map(drop)
 }
 
+/// READY videos and `video.ready` events in the database: what a peer queue's run that writes
+/// vidq's rows left behind.
+pub async fn ready_videos_and_events(conn: &mut AsyncPgConnection) -> QueryResult<(i64, i64)> {
+    #[derive(QueryableByName)]
+    struct Counts {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        videos: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        events: i64,
+    }
+    let counts: Counts = diesel::sql_query(
+        "SELECT (SELECT count(*) FROM videos WHERE status = 'ready') AS videos,
+                (SELECT count(*) FROM notification_outbox WHERE event_type = 'video.ready') AS events",
+    )
+    .get_result(conn)
+    .await?;
+    Ok((counts.videos, counts.events))
+}
+
 /// Where a READY video's time went, in seconds.
 #[derive(Debug, QueryableByName)]
 pub struct Timing {
