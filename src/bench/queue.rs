@@ -398,8 +398,9 @@ async fn peer(
             .output()
             .await
             .context("node")?;
-        if let PeerTask::Ready = task {
-            // A run that did not write the rows measured something else.
+        if let (PeerTask::Ready, true) = (task, out.status.success()) {
+            // A run that did not write the rows measured something else. (A run that failed
+            // says why on its stderr, which `jobs_per_s` passes on.)
             let pool = db::connect(&scratch.url, 1).await?;
             let mut conn = pool.get().await?;
             let (videos, events) = db::bench::ready_videos_and_events(&mut conn).await?;
