@@ -63,6 +63,10 @@ pub struct QueueBenchArgs {
     /// Skip the peer queue.
     #[arg(long)]
     pub no_peer: bool,
+    /// Users the jobs' videos are dealt to in turn. 1 is one busy tenant: every finalize
+    /// then takes a key-share lock on the same user row while the others hold theirs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub owners: u32,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub server: super::ServerArgs,
@@ -130,13 +134,19 @@ async fn start_workers(
 }
 
 /// Drains `jobs` with `workers` while `backlog` more stay queued; returns jobs/s.
-async fn throughput(server: &str, jobs: i64, workers: u32, backlog: i64) -> anyhow::Result<f64> {
+async fn throughput(
+    server: &str,
+    jobs: i64,
+    workers: u32,
+    backlog: i64,
+    owners: u32,
+) -> anyhow::Result<f64> {
     let scratch = Scratch::create(server, "queue").await?;
     let pool = db::connect(&scratch.url, 1).await?;
-    let (owner, _) = crate::app::users::create_user(&pool, "bench").await?;
     {
+        let owners = bench_users(&pool, owners).await?;
         let mut conn = pool.get().await?;
-        db::synthetic::backlog(&mut conn, owner.0, jobs + backlog).await?;
+        db::synthetic::backlog_of_owners(&mut conn, &owners, jobs + backlog).await?;
         db::bench::checkpoint(&mut conn).await?;
     }
     let body = Arc::new(Noop {
@@ -164,6 +174,16 @@ async fn throughput(server: &str, jobs: i64, workers: u32, backlog: i64) -> anyh
     drop(pool);
     scratch.drop_now().await;
     Ok(jobs as f64 / elapsed.as_secs_f64())
+}
+
+/// Creates `n` users for a run's videos.
+async fn bench_users(pool: &db::DbPool, n: u32) -> anyhow::Result<Vec<uuid::Uuid>> {
+    let mut users = Vec::new();
+    for i in 1..=n {
+        let (user, _) = crate::app::users::create_user(pool, &format!("bench-{i}")).await?;
+        users.push(user.0);
+    }
+    Ok(users)
 }
 
 /// One line of the throughput table: every round's measurements at one worker count and
@@ -363,6 +383,7 @@ async fn peer(
     jobs: i64,
     workers: u32,
     backlog: i64,
+    owners: u32,
 ) -> Result<f64, String> {
     let package = script.parent().unwrap_or(std::path::Path::new("."));
     if !script.exists() {
@@ -380,9 +401,9 @@ async fn peer(
     let out = async {
         if let PeerTask::Ready = task {
             let pool = db::connect(&scratch.url, 1).await?;
-            let (owner, _) = crate::app::users::create_user(&pool, "bench").await?;
+            let owners = bench_users(&pool, owners).await?;
             let mut conn = pool.get().await?;
-            db::synthetic::backlog(&mut conn, owner.0, jobs + backlog).await?;
+            db::synthetic::backlog_of_owners(&mut conn, &owners, jobs + backlog).await?;
         } else {
             // graphile-worker's no-op run gets a database with nothing of vidq's in it.
             db::provision::drop_database(&scratch.url).await?;
@@ -429,8 +450,8 @@ fn jobs_per_s(out: &std::process::Output) -> Result<f64, String> {
 pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
     println!(
         "vidq bench queue: {} jobs per measurement, no-op job body, real claim + fenced finalize, \
-         medians of {} rounds",
-        args.jobs, args.rounds
+         videos of {} user(s), medians of {} rounds",
+        args.jobs, args.owners, args.rounds
     );
     println!();
     println!(
@@ -453,7 +474,8 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
             let ceiling =
                 ceiling(&args.server.database_url, &args.ceiling, args.jobs, workers).await;
             for (row, &backlog) in rows.iter_mut().zip(&args.backlog) {
-                let rate = throughput(&args.server.database_url, args.jobs, workers, backlog)
+                let server = &args.server.database_url;
+                let rate = throughput(server, args.jobs, workers, backlog, args.owners)
                     .await
                     .context("throughput run")?;
                 row.rates.push(rate);
@@ -465,8 +487,8 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
                 }
                 // Right after vidq's run, so that they meet the same minutes of the machine.
                 for (runs, task) in row.peers.iter_mut().zip(PeerTask::ALL) {
-                    let server = &args.server.database_url;
-                    match peer(server, &args.peer, task, args.jobs, workers, backlog).await {
+                    let (jobs, owners) = (args.jobs, args.owners);
+                    match peer(server, &args.peer, task, jobs, workers, backlog, owners).await {
                         Ok(p) => {
                             runs.rates.push(p);
                             runs.to_peer.push(rate / p);

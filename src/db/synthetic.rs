@@ -28,17 +28,28 @@ pub async fn backlog(
     owner: Uuid,
     n: i64,
 ) -> diesel::QueryResult<usize> {
+    backlog_of_owners(conn, &[owner], n).await
+}
+
+/// [`backlog`], with the videos dealt to `owners` in turn (row 1 to the first, row 2 to the
+/// second, ...), as several tenants' uploads would arrive.
+pub async fn backlog_of_owners(
+    conn: &mut AsyncPgConnection,
+    owners: &[Uuid],
+    n: i64,
+) -> diesel::QueryResult<usize> {
     diesel::sql_query(format!(
         "WITH clock AS ({CLOCK}), rows AS (
-             SELECT {upload_id} AS upload_id, {video_id} AS video_id, n
+             SELECT {upload_id} AS upload_id, {video_id} AS video_id, n,
+                    ($1::uuid[])[1 + (n - 1) % cardinality($1::uuid[])] AS owner_id
                FROM clock, generate_series(1, $2) n
          ), up AS (
              INSERT INTO uploads (id, owner_id, object_key, filename, content_type, declared_size, state, expires_at)
-             SELECT upload_id, $1, 'originals/' || upload_id, 'synthetic.mp4', 'video/mp4', 1, 'confirmed',
-                    statement_timestamp()
+             SELECT upload_id, owner_id, 'originals/' || upload_id, 'synthetic.mp4', 'video/mp4', 1,
+                    'confirmed', statement_timestamp()
                FROM rows
          ), vid AS (
-             INSERT INTO videos (id, owner_id, upload_id) SELECT video_id, $1, upload_id FROM rows
+             INSERT INTO videos (id, owner_id, upload_id) SELECT video_id, owner_id, upload_id FROM rows
          )
          INSERT INTO video_encoding_jobs (video_id, original_s3_key, available_at)
          SELECT video_id, 'originals/' || upload_id,
@@ -47,7 +58,7 @@ pub async fn backlog(
         upload_id = v7_of_row("n"),
         video_id = v7_of_row("n"),
     ))
-    .bind::<diesel::sql_types::Uuid, _>(owner)
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(owners)
     .bind::<diesel::sql_types::BigInt, _>(n)
     .execute(conn)
     .await?;

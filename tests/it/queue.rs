@@ -263,3 +263,59 @@ async fn the_claim_is_an_index_scan_with_no_sort_even_with_a_large_backlog() {
     assert!(!text.contains("Sort"), "no Sort node:\n{text}");
     assert!(!text.contains("Seq Scan on video_encoding_jobs"), "{text}");
 }
+
+#[derive(QueryableByName)]
+struct BacklogShape {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    per_owner_min: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    per_owner_max: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    owners: i64,
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    ids_in_queue_order: bool,
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    all_version_7: bool,
+}
+
+/// The benchmarks' backlog looks like the API's: its ids are v7 and sort in the order the
+/// jobs are claimed (random ids would scatter every index insert), and its videos are dealt
+/// to the owners in turn.
+#[tokio::test]
+async fn the_synthetic_backlog_has_time_ordered_ids_and_deals_videos_to_each_owner() {
+    let app = TestApp::spawn().await;
+    let mut owners = Vec::new();
+    for name in ["one", "two", "three"] {
+        let (owner, _) = vidq::app::users::create_user(&app.pool, name)
+            .await
+            .unwrap();
+        owners.push(owner.0);
+    }
+    let mut conn = app.pool.get().await.unwrap();
+    vidq::db::synthetic::backlog_of_owners(&mut conn, &owners, 3_001)
+        .await
+        .unwrap();
+    let shape: BacklogShape = diesel::sql_query(
+        "WITH per_owner AS (SELECT owner_id, count(*) AS n FROM videos GROUP BY owner_id),
+              ordered AS (
+                SELECT v.id, u.id AS upload_id,
+                       lag(v.id) OVER (ORDER BY j.available_at) AS previous_video,
+                       lag(u.id) OVER (ORDER BY j.available_at) AS previous_upload
+                  FROM video_encoding_jobs j JOIN videos v ON v.id = j.video_id
+                  JOIN uploads u ON u.id = v.upload_id)
+         SELECT (SELECT min(n) FROM per_owner) AS per_owner_min,
+                (SELECT max(n) FROM per_owner) AS per_owner_max,
+                (SELECT count(*) FROM per_owner) AS owners,
+                (SELECT bool_and(previous_video < id AND previous_upload < upload_id)
+                   FROM ordered WHERE previous_video IS NOT NULL) AS ids_in_queue_order,
+                (SELECT bool_and(substr(id::text, 15, 1) = '7' AND substr(id::text, 20, 1) = '8')
+                   FROM videos) AS all_version_7",
+    )
+    .get_result(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(shape.owners, 3);
+    assert_eq!((shape.per_owner_min, shape.per_owner_max), (1_000, 1_001));
+    assert!(shape.ids_in_queue_order, "ids sort as the jobs are queued");
+    assert!(shape.all_version_7, "every id is a v7 with the RFC variant");
+}
