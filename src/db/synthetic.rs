@@ -6,9 +6,9 @@ use uuid::Uuid;
 
 /// The SQL of a UUIDv7 for row `n`, shaped as vidq's own ids are (`Uuid::now_v7`): row `n`'s
 /// millisecond is `clock.ms + n`, so the ids sort in row order as ids made one after another
-/// do, then the version, random bits and the RFC variant. Random (v4) ids would scatter every
-/// index insert over the whole index and make each touched page a full-page image in the WAL
-/// after a checkpoint, which vidq itself never does. Needs a `clock` row with `ms`.
+/// do, then the version, random bits and the RFC variant. Random (v4) ids, which the API never
+/// makes, would scatter every index insert over the whole index and make each page touched
+/// after a checkpoint a full-page image in the WAL. Needs a `clock` row with `ms`.
 fn v7_of_row(n: &str) -> String {
     format!(
         "(lpad(to_hex(clock.ms + {n}), 12, '0') || '7' \
@@ -16,8 +16,8 @@ fn v7_of_row(n: &str) -> String {
     )
 }
 
-/// The `clock` [`v7_of_row`] reads: `rows` milliseconds before now, so the last row's id is
-/// not in the future.
+/// The `clock` [`v7_of_row`] reads: as many milliseconds before now as there are rows (`$2`),
+/// so the last row's id is not in the future.
 const CLOCK: &str = "SELECT (extract(epoch FROM statement_timestamp()) * 1000)::bigint - $2 AS ms";
 
 /// Inserts `n` uploads, videos and PENDING jobs for `owner`, available an hour ago in id
