@@ -5,7 +5,6 @@
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::json;
-use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::db::{self, DbError, DbPool, jobs::AttemptEnd};
@@ -193,13 +192,13 @@ fn is_transient(err: &JobError) -> bool {
 /// no reply may have committed: when the next try then finds the claim gone, the attempt's
 /// own row says whether it ended with `outcome`, which is then success.
 ///
-/// `first` is the answer of a first try already made, if there was one (a finalize that
-/// carried its slot's next claim: the tries after it go alone).
+/// `first` is the first try's answer: the caller makes that try itself, because a READY
+/// finalize's first try also carries its slot's next claim, and the tries after it go alone.
 async fn retry_transient<F, Fut>(
     pool: &DbPool,
     claim: &Claim,
     outcome: Outcome,
-    mut first: Option<Result<(), JobError>>,
+    first: Result<(), JobError>,
     mut once: F,
 ) -> Result<(), JobError>
 where
@@ -208,6 +207,7 @@ where
 {
     let mut backoff = FINALIZE_BACKOFF;
     let mut tries = 1;
+    let mut first = Some(first);
     loop {
         let answer = match first.take() {
             Some(answer) => answer,
@@ -239,16 +239,12 @@ where
 /// facts and live keys, insert `video.ready`, and as the LAST statement the fenced COMPLETED
 /// update (which also closes the attempt). A fence that matches nothing rolls it all back;
 /// a transient database failure runs the whole transaction again (at most 4 tries).
-#[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, run = claim.run, attempt = claim.attempt))]
 pub async fn finalize_ready(
     pool: &DbPool,
     claim: &Claim,
     output: &AttemptOutput,
 ) -> Result<(), JobError> {
-    retry_transient(pool, claim, Outcome::Completed, None, || async {
-        finalize_ready_once(pool, claim, output, None).await.0
-    })
-    .await
+    finalize_ready_then_claim(pool, claim, output, None).await.0
 }
 
 /// Who claims the next job when a finalize carries one ([`finalize_ready_then_claim`]).
@@ -260,38 +256,31 @@ pub struct NextClaim<'a> {
     pub lease: std::time::Duration,
 }
 
-/// [`finalize_ready`], with the claim of the freed slot's next job sent right behind the
+/// What the claim a finalize carried found: `None` if none went out, else the claim's answer
+/// (a job, or `None` when nothing was claimable).
+pub type CarriedClaim = Option<Result<Option<Claim>, JobError>>;
+
+/// [`finalize_ready`], with `next`'s claim of the freed slot's next job sent right behind the
 /// `COMMIT`, in the same round trip: a busy worker then makes one round trip per job
 /// instead of two. The claim is its own autocommitted statement (the seed's claim, unchanged),
 /// run after the finalize's transaction has ended whichever way it ended, so a lost fence
 /// loses nothing but the result it guarded. Returns the finalize's answer and the claim's:
-/// `None` if no claim went out (no connection, or a recording's first batch failed). Only the
-/// first try carries the claim; the tries after a transient failure go alone.
+/// `None` if no claim went out (`next` is `None`, no connection, or a recording's first batch
+/// failed). Only the first try carries the claim; the tries after a transient failure go
+/// alone.
+#[tracing::instrument(name = "finalize_ready", skip_all, fields(job_id = claim.job_id, video_id = %claim.video, run = claim.run, attempt = claim.attempt))]
 pub async fn finalize_ready_then_claim(
     pool: &DbPool,
     claim: &Claim,
     output: &AttemptOutput,
-    next: NextClaim<'_>,
-) -> (
-    Result<(), JobError>,
-    Option<Result<Option<Claim>, JobError>>,
-) {
-    async {
-        let (first, claimed) = finalize_ready_once(pool, claim, output, Some(next)).await;
-        let finalized = retry_transient(pool, claim, Outcome::Completed, Some(first), || async {
-            finalize_ready_once(pool, claim, output, None).await.0
-        })
-        .await;
-        (finalized, claimed)
-    }
-    .instrument(finalize_span(claim))
-    .await
-}
-
-/// The span [`finalize_ready`]'s instrument gives it, for the finalize that carries a claim.
-fn finalize_span(claim: &Claim) -> tracing::Span {
-    tracing::info_span!("finalize_ready", job_id = claim.job_id, video_id = %claim.video,
-        run = claim.run, attempt = claim.attempt)
+    next: Option<NextClaim<'_>>,
+) -> (Result<(), JobError>, CarriedClaim) {
+    let (first, claimed) = finalize_ready_once(pool, claim, output, next).await;
+    let finalized = retry_transient(pool, claim, Outcome::Completed, first, || async {
+        finalize_ready_once(pool, claim, output, None).await.0
+    })
+    .await;
+    (finalized, claimed)
 }
 
 /// One try of the READY transaction, and `next`'s claim behind its `COMMIT` (the claim's
@@ -301,10 +290,7 @@ async fn finalize_ready_once(
     claim: &Claim,
     output: &AttemptOutput,
     next: Option<NextClaim<'_>>,
-) -> (
-    Result<(), JobError>,
-    Option<Result<Option<Claim>, JobError>>,
-) {
+) -> (Result<(), JobError>, CarriedClaim) {
     let media = &output.media;
     let facts = db::videos::ReadyFacts {
         duration_ms: media.duration_ms,
@@ -432,7 +418,8 @@ pub async fn finalize_failed(
     claim: &Claim,
     error: &MediaError,
 ) -> Result<(), JobError> {
-    retry_transient(pool, claim, Outcome::Failed, None, || {
+    let first = finalize_failed_once(pool, claim, error).await;
+    retry_transient(pool, claim, Outcome::Failed, first, || {
         finalize_failed_once(pool, claim, error)
     })
     .await

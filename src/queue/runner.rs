@@ -438,16 +438,10 @@ impl<B: JobBody> Runner<B> {
         output: &crate::pipeline::AttemptOutput,
         carry: bool,
     ) -> (Result<(), JobError>, Next) {
-        if !carry {
-            return (
-                jobs::finalize_ready(&self.pool, claim, output).await,
-                Next::NotAsked,
-            );
-        }
-        let asking = jobs::NextClaim {
+        let asking = carry.then_some(jobs::NextClaim {
             node: &self.settings.node_id,
             lease: self.settings.lease,
-        };
+        });
         // Counted with the other claims; not timed in `CLAIM_SECONDS`, as its round trip is
         // the finalize's.
         let (finalized, claimed) =

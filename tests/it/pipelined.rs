@@ -194,7 +194,8 @@ async fn a_finalize_carries_its_slots_next_claim_in_the_same_round_trip() {
         let output = vidq::pipeline::AttemptOutput::placeholder(&claim.plan());
         let started = std::time::Instant::now();
         let (finalized, next) =
-            vidq::app::jobs::finalize_ready_then_claim(&pool, claim, &output, next_claim()).await;
+            vidq::app::jobs::finalize_ready_then_claim(&pool, claim, &output, Some(next_claim()))
+                .await;
         finalized.expect("the claim was ours");
         let next = next
             .expect("a claim went out with the finalize")
@@ -239,7 +240,8 @@ async fn a_finalize_whose_fence_fails_still_hands_over_the_claim_sent_behind_it(
     stale.token = uuid::Uuid::now_v7(); // a token the job never had
     let output = vidq::pipeline::AttemptOutput::placeholder(&stale.plan());
     let (finalized, next) =
-        vidq::app::jobs::finalize_ready_then_claim(&pool, &stale, &output, next_claim()).await;
+        vidq::app::jobs::finalize_ready_then_claim(&pool, &stale, &output, Some(next_claim()))
+            .await;
     assert!(
         matches!(finalized, Err(vidq::app::jobs::JobError::ClaimLost)),
         "{finalized:?}"
