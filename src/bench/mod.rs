@@ -78,11 +78,17 @@ pub struct Scratch {
 impl Scratch {
     /// Creates and migrates `vidq_bench_<pid>_<tag>`.
     pub async fn create(url: &str, tag: &str) -> anyhow::Result<Self> {
+        let scratch = Self::empty(url, tag).await?;
+        crate::db::migrations::run_pending(&scratch.url).await?;
+        Ok(scratch)
+    }
+
+    /// Creates `vidq_bench_<pid>_<tag>` with nothing of vidq's in it (for another program).
+    pub async fn empty(url: &str, tag: &str) -> anyhow::Result<Self> {
         let name = format!("vidq_bench_{}_{tag}", std::process::id());
         let url = crate::db::pool::with_database(url, &name)?;
         crate::db::provision::drop_database(&url).await?;
         crate::db::provision::create_database_if_missing(&url).await?;
-        crate::db::migrations::run_pending(&url).await?;
         Ok(Self { url })
     }
 

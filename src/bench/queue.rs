@@ -395,20 +395,22 @@ async fn peer(
             package.display()
         ));
     }
-    let scratch = Scratch::create(server, "peer")
-        .await
-        .map_err(|e| e.to_string())?;
+    let scratch = match task {
+        PeerTask::Noop => Scratch::empty(server, "peer").await,
+        PeerTask::Ready => Scratch::create(server, "peer").await,
+    }
+    .map_err(|e| e.to_string())?;
     let out = async {
-        if let PeerTask::Ready = task {
-            let pool = db::connect(&scratch.url, 1).await?;
-            let owners = bench_users(&pool, owners).await?;
-            let mut conn = pool.get().await?;
-            db::synthetic::backlog_of_owners(&mut conn, &owners, jobs + backlog).await?;
-        } else {
-            // graphile-worker's no-op run gets a database with nothing of vidq's in it.
-            db::provision::drop_database(&scratch.url).await?;
-            db::provision::create_database_if_missing(&scratch.url).await?;
-        }
+        let pool = match task {
+            PeerTask::Noop => None,
+            PeerTask::Ready => {
+                let pool = db::connect(&scratch.url, 1).await?;
+                let owners = bench_users(&pool, owners).await?;
+                db::synthetic::backlog_of_owners(&mut *pool.get().await?, &owners, jobs + backlog)
+                    .await?;
+                Some(pool)
+            }
+        };
         let out = tokio::process::Command::new("node")
             .arg(script)
             .arg(&scratch.url)
@@ -419,10 +421,9 @@ async fn peer(
             .output()
             .await
             .context("node")?;
-        if let (PeerTask::Ready, true) = (task, out.status.success()) {
+        if let (Some(pool), true) = (&pool, out.status.success()) {
             // A run that did not write the rows measured something else. (A run that failed
             // says why on its stderr, which `jobs_per_s` passes on.)
-            let pool = db::connect(&scratch.url, 1).await?;
             let mut conn = pool.get().await?;
             let (videos, events) = db::bench::ready_videos_and_events(&mut conn).await?;
             anyhow::ensure!(
