@@ -118,8 +118,9 @@ fn tus_resumable() -> Parameter {
 }
 
 fn upload_checksum() -> Parameter {
+    // The empty alternative: an empty header asks for no check, as the handler reads it.
     let pattern = format!(
-        "^(?:{}|{})$",
+        "^(?:|{}|{})$",
         digest_pattern("sha1", 20),
         digest_pattern("sha256", 32)
     );
@@ -127,7 +128,7 @@ fn upload_checksum() -> Parameter {
         "Upload-Checksum",
         false,
         "`<algorithm> <base64 digest>` of this request's bytes (`Tus-Checksum-Algorithm`); \
-         a mismatch answers 460 and keeps nothing.",
+         a mismatch answers 460 and keeps nothing. An empty value asks for no check.",
         ObjectBuilder::new()
             .schema_type(Type::String)
             .pattern(Some(pattern)),
