@@ -216,7 +216,9 @@ where
         match answer {
             Err(JobError::ClaimLost) if tries > 1 => {
                 let mut conn = pool.get().await?;
-                return if db::attempts::ended_with(&mut conn, claim.token, outcome).await? {
+                return if db::attempts::ended_with(&mut conn, claim.job_id, claim.token, outcome)
+                    .await?
+                {
                     tracing::info!("an earlier try had committed");
                     Ok(())
                 } else {
@@ -516,16 +518,10 @@ pub async fn release(pool: &DbPool, claim: &Claim) -> Result<(), JobError> {
     .await
 }
 
-/// Records that this node lost its claim (best effort; the next claim also closes it).
+/// Records that this node lost its claim (best effort; the next claim also logs it).
 pub async fn record_lost(pool: &DbPool, claim: &Claim, reason: &str) -> Result<(), JobError> {
     let mut conn = pool.get().await?;
-    db::attempts::finish(
-        &mut conn,
-        claim.token,
-        Outcome::Lost,
-        Some(("claim_lost", reason)),
-    )
-    .await?;
+    db::attempts::log_lost(&mut conn, claim.job_id, claim.token, "claim_lost", reason).await?;
     Ok(())
 }
 

@@ -82,9 +82,11 @@ pub struct ClaimedJob {
 
 /// The claim: the seed's single statement (one row, fixed order, `FOR UPDATE OF j SKIP
 /// LOCKED LIMIT 1`, PENDING-and-available OR PROCESSING-with-an-expired-lease, attempts left),
-/// plus the attempt's ledger row and the closing of the attempt it supersedes, all in the one
-/// autocommitted statement. With `video_encoding_jobs_claimable_idx` the candidate scan is an
-/// Index Scan that stops at the first claimable row.
+/// in one autocommitted statement. The attempt it opens lives on the job row (`claimed_by`,
+/// `claimed_at`, the token): nothing is written to the attempt log unless the claim takes over
+/// an expired lease, whose attempt it logs as lost from the row's values before the update.
+/// With `video_encoding_jobs_claimable_idx` the candidate scan is an Index Scan that stops at
+/// the first claimable row.
 ///
 /// The claim alone commits without waiting for its WAL flush (`synchronous_commit` off for
 /// its own transaction only): one fsync less per job and on every pickup. PostgreSQL
@@ -105,7 +107,8 @@ WITH clock AS (
     SELECT statement_timestamp() AS now,
            set_config('synchronous_commit', 'off', true) AS commit_mode
 ), candidate AS (
-    SELECT j.id
+    SELECT j.id, j.status AS was, j.claim_token AS was_token, j.claimed_by AS was_node,
+           j.claimed_at AS was_claimed_at, j.attempt_count AS was_attempt, j.run AS was_run
     FROM video_encoding_jobs j
     CROSS JOIN clock c
     WHERE (j.status = 'PENDING'    AND j.available_at <= c.now AND j.attempt_count < 3)
@@ -119,19 +122,20 @@ WITH clock AS (
         attempt_count = j.attempt_count + 1,
         claim_token = $1,
         claimed_by = $2,
-        lease_until = c.now + make_interval(secs => $3)
+        lease_until = c.now + make_interval(secs => $3),
+        claimed_at = c.now
     FROM candidate, clock c
     WHERE j.id = candidate.id
     RETURNING j.id, j.video_id, j.original_s3_key, j.kind, j.claim_token, j.attempt_count, j.run,
               extract(epoch FROM c.now - j.enqueued_at)::float8 AS queued_secs
 ), superseded AS (
-    UPDATE job_attempts a
-    SET ended_at = statement_timestamp(), outcome = 'lost', error_code = 'lease_expired'
-    FROM claimed
-    WHERE a.job_id = claimed.id AND a.ended_at IS NULL
-), attempt AS (
-    INSERT INTO job_attempts (job_id, run, attempt, claim_token, node_id)
-    SELECT id, run, attempt_count, claim_token, $2 FROM claimed
+    INSERT INTO job_attempt_log (job_id, run, attempt, claim_token, node_id, started_at, ended_at,
+                                 outcome, error_code)
+    SELECT id, was_run, was_attempt, was_token, was_node,
+           coalesce(was_claimed_at, statement_timestamp()), statement_timestamp(), 'lost', 'lease_expired'
+    FROM candidate
+    WHERE was = 'PROCESSING'
+    ON CONFLICT (claim_token) DO NOTHING
 )
 SELECT id, video_id, original_s3_key, kind, claim_token, attempt_count, run, queued_secs FROM claimed";
 
@@ -188,8 +192,9 @@ struct Count {
 }
 
 /// One statement that applies `job_update` (fenced on `$1` id and `$2` claim token) and, only
-/// if it matched, closes the claim's attempt with `$3` outcome, `$4` code, `$5` message.
-/// Returns how many jobs it changed: 0 means the claim is no longer ours.
+/// if it matched, logs the claim's attempt as ended with `$3` outcome, `$4` code, `$5` message
+/// (node, attempt, run and start from the job row as the statement found it, before the
+/// update clears them). Returns how many jobs it changed: 0 means the claim is no longer ours.
 fn fenced(job_update: &str) -> String {
     fenced_counting(job_update, "count(*)")
 }
@@ -197,14 +202,24 @@ fn fenced(job_update: &str) -> String {
 /// [`fenced`], answering `counted`: `count(*)` over the changed jobs, or an SQL function of it.
 fn fenced_counting(job_update: &str, counted: &str) -> String {
     format!(
-        "WITH done AS ({job_update} RETURNING id),
-         closed AS (
-             UPDATE job_attempts
-                SET ended_at = statement_timestamp(), outcome = $3, error_code = $4, error_message = $5
-              WHERE claim_token = $2 AND ended_at IS NULL AND EXISTS (SELECT 1 FROM done))
+        "WITH prior AS (
+             SELECT run, attempt_count, claimed_by, claimed_at FROM video_encoding_jobs
+              WHERE id = $1 AND claim_token = $2),
+         done AS ({job_update} RETURNING id),
+         logged AS ({LOG_ATTEMPT}
+             SELECT $1, p.run, p.attempt_count, $2, p.claimed_by,
+                    coalesce(p.claimed_at, statement_timestamp()), statement_timestamp(), $3, $4, $5
+               FROM prior p, done
+             ON CONFLICT (claim_token) DO NOTHING)
          SELECT {counted} AS n FROM done"
     )
 }
+
+/// The head of every insert into the attempt log. An attempt is logged once, when it ends: a
+/// second writer (the claim taking over a lease that a worker has already logged as lost)
+/// keeps the first row (`ON CONFLICT (claim_token) DO NOTHING`).
+pub(super) const LOG_ATTEMPT: &str = "INSERT INTO job_attempt_log
+    (job_id, run, attempt, claim_token, node_id, started_at, ended_at, outcome, error_code, error_message)";
 
 macro_rules! fenced_query {
     ($sql:expr, $id:expr, $token:expr, $end:expr) => {{
@@ -229,23 +244,31 @@ pub const CLAIM_LOST_MESSAGE: &str = "vidq: the claim was lost";
 /// The fenced completion, the LAST statement of a finalize: 0 means the claim was lost. A
 /// fence that matches nothing also fails the statement on the server (`vidq_claim_held`), so
 /// the transaction is already failed and its COMMIT, even one sent in the same pipeline
-/// (`super::pipeline`), rolls it back.
+/// (`super::pipeline`), rolls it back. An attempt that completes stays on the job row, where
+/// the `job_attempts` view reads it, so a READY finalize writes nothing to the attempt log;
+/// any other outcome (a FAILED finalize) is logged with its error.
 pub async fn complete(
     mut conn: &AsyncPgConnection,
     id: i64,
     token: Uuid,
     end: AttemptEnd<'_>,
 ) -> QueryResult<usize> {
-    let sql = fenced_counting(
-        "UPDATE video_encoding_jobs SET status = 'COMPLETED', completed_at = statement_timestamp()
+    const COMPLETE: &str = "UPDATE video_encoding_jobs
+            SET status = 'COMPLETED', completed_at = statement_timestamp()
           WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
-            AND lease_until > statement_timestamp()",
-        "vidq_claim_held(count(*))",
-    );
-    let counted = fenced_query!(sql, id, token, end)
-        .get_result(&mut conn)
-        .await;
-    match counted {
+            AND lease_until > statement_timestamp()";
+    const HELD: &str = "vidq_claim_held(count(*))";
+    let query = if end.outcome == Outcome::Completed {
+        use diesel::sql_types::{BigInt, Uuid as SqlUuid};
+        super::prepared::prepared(format!(
+            "WITH done AS ({COMPLETE} RETURNING id) SELECT {HELD} AS n FROM done"
+        ))
+        .bind::<BigInt, _>(id)
+        .bind::<SqlUuid, _>(token)
+    } else {
+        fenced_query!(fenced_counting(COMPLETE, HELD), id, token, end)
+    };
+    match query.get_result::<Count>(&mut conn).await {
         Ok(count) => Ok(rows(count)),
         Err(diesel::result::Error::DatabaseError(_, info))
             if info.message() == CLAIM_LOST_MESSAGE =>
@@ -266,7 +289,8 @@ pub async fn retry_later(
 ) -> QueryResult<usize> {
     let sql = "UPDATE video_encoding_jobs
                   SET status = 'PENDING', available_at = statement_timestamp() + make_interval(secs => $6),
-                      last_error = $4 || ': ' || $5, claim_token = NULL, claimed_by = NULL, lease_until = NULL
+                      last_error = $4 || ': ' || $5, claim_token = NULL, claimed_by = NULL, claimed_at = NULL,
+                      lease_until = NULL
                 WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
                   AND lease_until > statement_timestamp() AND attempt_count < 3";
     let query =
@@ -284,7 +308,7 @@ pub async fn release(
 ) -> QueryResult<usize> {
     let sql = "UPDATE video_encoding_jobs
                   SET status = 'PENDING', attempt_count = attempt_count - 1,
-                      claim_token = NULL, claimed_by = NULL, lease_until = NULL,
+                      claim_token = NULL, claimed_by = NULL, claimed_at = NULL, lease_until = NULL,
                       available_at = statement_timestamp()
                 WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
                   AND attempt_count > 0 AND lease_until > statement_timestamp()";
@@ -449,14 +473,14 @@ pub struct AttemptSummary {
     pub error_message: Option<String>,
 }
 
-/// Every attempt of a job, in order.
+/// Every attempt of a job, in the order they started (the logged ones and the job's own).
 pub async fn attempts_of(
     conn: &mut AsyncPgConnection,
     id: i64,
 ) -> QueryResult<Vec<AttemptSummary>> {
     super::prepared::prepared(
         "SELECT run, attempt, node_id, started_at, ended_at, outcome, error_code, error_message
-           FROM job_attempts WHERE job_id = $1 ORDER BY id",
+           FROM job_attempts WHERE job_id = $1 ORDER BY started_at, id",
     )
     .bind::<diesel::sql_types::BigInt, _>(id)
     .load(conn)
@@ -481,11 +505,14 @@ pub async fn lock_status(
 /// budget. The new run number keeps its attempts' keys and ledger rows apart from the old
 /// run's, whose attempt numbers start over at 1.
 pub async fn requeue(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> QueryResult<usize> {
+    // Clearing the claim takes the run's last attempt off the job row; it is in the attempt
+    // log already, since only a DEAD job (logged by the reaper) or the job of a failed video
+    // (logged by the FAILED finalize or the cancel) comes here.
     super::prepared::prepared(
         "UPDATE video_encoding_jobs
             SET status = 'PENDING', run = run + 1, attempt_count = 0, available_at = statement_timestamp(),
-                enqueued_at = statement_timestamp(),
-                completed_at = NULL, claim_token = NULL, claimed_by = NULL, lease_until = NULL, last_error = NULL
+                enqueued_at = statement_timestamp(), completed_at = NULL, claim_token = NULL,
+                claimed_by = NULL, claimed_at = NULL, lease_until = NULL, last_error = NULL
           WHERE id = $1 AND status = $2",
     )
     .bind::<diesel::sql_types::BigInt, _>(id)
@@ -496,23 +523,28 @@ pub async fn requeue(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> Q
 
 /// Operator cancel: CAS from `expected` (PENDING or PROCESSING) to a closed COMPLETED with no
 /// claim, so a worker still running it finds its fence gone.
-/// The running attempt, if any, is closed in the same statement: a crashed worker would never
-/// close it, and the job is never claimed again.
+/// The running attempt, if any, is logged as lost in the same statement: a crashed worker
+/// would never log it, and the job is never claimed again.
 pub async fn cancel(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> QueryResult<usize> {
-    super::prepared::prepared(
-        "WITH done AS (
+    super::prepared::prepared(format!(
+        "WITH prior AS (
+             SELECT run, attempt_count, claim_token, claimed_by, claimed_at FROM video_encoding_jobs
+              WHERE id = $1 AND status = 'PROCESSING'),
+         done AS (
              UPDATE video_encoding_jobs
                 SET status = 'COMPLETED', completed_at = statement_timestamp(), claim_token = NULL,
-                    claimed_by = NULL, lease_until = NULL, last_error = 'cancelled by an operator'
+                    claimed_by = NULL, claimed_at = NULL, lease_until = NULL,
+                    last_error = 'cancelled by an operator'
               WHERE id = $1 AND status = $2
              RETURNING id),
-         closed AS (
-             UPDATE job_attempts
-                SET ended_at = statement_timestamp(), outcome = 'lost', error_code = 'cancelled',
-                    error_message = 'an operator cancelled the encoding'
-              WHERE job_id = $1 AND ended_at IS NULL AND EXISTS (SELECT 1 FROM done))
-         SELECT count(*) AS n FROM done",
-    )
+         logged AS ({LOG_ATTEMPT}
+             SELECT $1, p.run, p.attempt_count, p.claim_token, p.claimed_by,
+                    coalesce(p.claimed_at, statement_timestamp()), statement_timestamp(), 'lost',
+                    'cancelled', 'an operator cancelled the encoding'
+               FROM prior p, done
+             ON CONFLICT (claim_token) DO NOTHING)
+         SELECT count(*) AS n FROM done"
+    ))
     .bind::<diesel::sql_types::BigInt, _>(id)
     .bind::<diesel::sql_types::Text, _>(expected)
     .get_result(conn)

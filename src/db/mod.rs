@@ -35,8 +35,9 @@
 //!    finished recording's video locks the recording `FOR UPDATE` after `users` and then only
 //!    inserts (video, job, outbox); a user deletion's page of recordings locks their videos,
 //!    then the recordings, and deletes them (files, videos and jobs cascade).
-//! 4. `video_encoding_jobs`, then that job's `job_attempts` (the claim and every fenced job
-//!    update write the attempt row in the same statement). `video_artifacts` sit beside
+//! 4. `video_encoding_jobs`, then that job's `job_attempt_log` (the claim that takes over an
+//!    expired lease and every fenced job update that ends an attempt otherwise than READY
+//!    insert its row in the same statement; a READY finalize writes none). `video_artifacts` sit beside
 //!    them, after `videos`: the output ledger's writes (register, CAS, forget) take no other
 //!    row lock after them, and register locks its video first.
 //! 5. `notification_outbox`: `FOR UPDATE` by a user deletion's event pages and its last

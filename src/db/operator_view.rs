@@ -97,7 +97,8 @@ pub struct RunningAttempt {
     pub lease_left_secs: f64,
 }
 
-/// Every PROCESSING job with its open attempt, oldest claim first.
+/// Every PROCESSING job with its open attempt (which lives on the job row), oldest claim
+/// first.
 pub async fn running_attempts(
     conn: &mut AsyncPgConnection,
     limit: i64,
@@ -105,12 +106,11 @@ pub async fn running_attempts(
     diesel::sql_query(
         "SELECT j.id AS job_id, j.video_id, j.kind, j.run, j.attempt_count AS attempt,
                 coalesce(j.claimed_by, '') AS node_id,
-                extract(epoch FROM now() - coalesce(a.started_at, now()))::float8 AS running_secs,
+                extract(epoch FROM now() - coalesce(j.claimed_at, now()))::float8 AS running_secs,
                 extract(epoch FROM j.lease_until - now())::float8 AS lease_left_secs
          FROM video_encoding_jobs j
-         LEFT JOIN job_attempts a ON a.job_id = j.id AND a.claim_token = j.claim_token
          WHERE j.status = 'PROCESSING'
-         ORDER BY a.started_at NULLS LAST, j.id
+         ORDER BY j.claimed_at NULLS LAST, j.id
          LIMIT $1",
     )
     .bind::<BigInt, _>(limit)
@@ -165,7 +165,7 @@ const JOB_LINE: &str = "SELECT j.id AS job_id, j.video_id, u.name AS owner, j.ki
  JOIN videos v ON v.id = j.video_id
  JOIN users u ON u.id = v.owner_id
  LEFT JOIN LATERAL (
-     SELECT a.error_code, a.error_message FROM job_attempts a
+     SELECT a.error_code, a.error_message FROM job_attempt_log a
      WHERE a.job_id = j.id AND a.error_code IS NOT NULL
      ORDER BY a.id DESC LIMIT 1
  ) last ON true";

@@ -48,15 +48,15 @@ diesel::table! {
 }
 
 diesel::table! {
-    job_attempts (id) {
+    job_attempt_log (id) {
         id -> Int8,
         job_id -> Int8,
         attempt -> Int4,
         claim_token -> Uuid,
         node_id -> Text,
         started_at -> Timestamptz,
-        ended_at -> Nullable<Timestamptz>,
-        outcome -> Nullable<Text>,
+        ended_at -> Timestamptz,
+        outcome -> Text,
         error_code -> Nullable<Text>,
         error_message -> Nullable<Text>,
         run -> Int4,
@@ -198,6 +198,7 @@ diesel::table! {
         last_error -> Nullable<Text>,
         run -> Int4,
         kind -> Text,
+        claimed_at -> Nullable<Timestamptz>,
     }
 }
 
@@ -245,7 +246,7 @@ diesel::table! {
 diesel::joinable!(delivery_attempts -> event_deliveries (delivery_id));
 diesel::joinable!(event_deliveries -> notification_outbox (outbox_id));
 diesel::joinable!(event_deliveries -> webhook_endpoints (endpoint_id));
-diesel::joinable!(job_attempts -> video_encoding_jobs (job_id));
+diesel::joinable!(job_attempt_log -> video_encoding_jobs (job_id));
 diesel::joinable!(notification_outbox -> users (owner_id));
 diesel::joinable!(recording_files -> recordings (recording_id));
 diesel::joinable!(recordings -> users (owner_id));
@@ -261,7 +262,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     admin_sessions,
     delivery_attempts,
     event_deliveries,
-    job_attempts,
+    job_attempt_log,
     nodes,
     notification_outbox,
     recording_files,

@@ -33,7 +33,7 @@ async fn the_schema_caps_attempts_at_max_attempts() {
         "SELECT conname::text AS name, pg_get_constraintdef(oid) AS definition
            FROM pg_constraint
           WHERE contype = 'c'
-            AND conrelid IN ('video_encoding_jobs'::regclass, 'job_attempts'::regclass,
+            AND conrelid IN ('video_encoding_jobs'::regclass, 'job_attempt_log'::regclass,
                              'video_artifacts'::regclass, 'videos'::regclass)
             AND pg_get_constraintdef(oid) ~ 'attempt'
          UNION ALL

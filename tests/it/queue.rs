@@ -18,6 +18,7 @@ use vidq::queue::runner::{ClaimObserver, Runner, WorkerSettings};
 use crate::harness::TestApp;
 use crate::scripted::{Scripted, Step};
 
+mod attempt_log;
 mod failures;
 mod fencing;
 mod lifecycle;
