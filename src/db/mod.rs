@@ -37,9 +37,10 @@
 //!    then the recordings, and deletes them (files, videos and jobs cascade).
 //! 4. `video_encoding_jobs`, then that job's `job_attempt_log` (the claim that takes over an
 //!    expired lease and every fenced job update that ends an attempt otherwise than READY
-//!    insert its row in the same statement; a READY finalize writes none). `video_artifacts` sit beside
-//!    them, after `videos`: the output ledger's writes (register, CAS, forget) take no other
-//!    row lock after them, and register locks its video first.
+//!    insert its row in the same statement; a READY finalize writes none).
+//!    `video_artifacts` sit beside them, after `videos`: the output ledger's writes
+//!    (register, CAS, forget) take no other row lock after them, and register locks its
+//!    video first.
 //! 5. `notification_outbox`: `FOR UPDATE` by a user deletion's event pages and its last
 //!    step; `FOR KEY SHARE` by a resend (the event must stay while its delivery is added);
 //!    relays route and prune with `SKIP LOCKED`, so they never wait here.
