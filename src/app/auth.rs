@@ -1,5 +1,7 @@
 //! Who is calling: API keys are looked up by their hash.
 
+use diesel::QueryResult;
+use diesel_async::AsyncPgConnection;
 use uuid::Uuid;
 
 use super::AppError;
@@ -13,4 +15,27 @@ pub async fn authenticate(pool: &DbPool, presented_key: &str) -> Result<UserId, 
     let mut conn = pool.get().await?;
     let user: Option<Uuid> = db::users::find_by_key_hash(&mut conn, &hash).await?;
     user.map(UserId).ok_or(AppError::Unauthorized)
+}
+
+/// What `read` finds for the holder of `presented_key`, with the key's lookup inside the
+/// read's own statement (`read` gets the key's hash): one round trip for the paths clients
+/// call most. A miss asks once more which failed: `Unauthorized` for a key nobody holds,
+/// `NotFound` for a row that is missing or someone else's.
+pub async fn read_with_key<T>(
+    pool: &DbPool,
+    presented_key: &str,
+    read: impl AsyncFnOnce(&mut AsyncPgConnection, &[u8]) -> QueryResult<Option<T>>,
+) -> Result<T, AppError> {
+    let hash = hash_presented_key(presented_key);
+    let found = {
+        let mut conn = pool.get().await?;
+        read(&mut conn, &hash).await?
+    };
+    match found {
+        Some(found) => Ok(found),
+        None => {
+            authenticate(pool, presented_key).await?;
+            Err(AppError::NotFound)
+        }
+    }
 }

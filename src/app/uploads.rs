@@ -98,7 +98,6 @@ pub enum Confirmed {
 /// move the contract to `confirmed` (CAS), insert the video, its PENDING job and the
 /// `video.accepted` outbox row (invariant I1). Idempotent: a repeat, or a loser of a race,
 /// returns the same video and adds nothing.
-#[tracing::instrument(skip_all, fields(owner = %owner, upload_id = %upload_id))]
 pub async fn confirm_upload(
     ctx: &AppContext,
     owner: UserId,
@@ -110,6 +109,31 @@ pub async fn confirm_upload(
             .await?
             .ok_or(AppError::NotFound)?
     };
+    confirm_found(ctx, upload).await
+}
+
+/// [`confirm_upload`] for the holder of `presented_key`, with the key's lookup and the
+/// contract's read in one statement: `Unauthorized` for a key nobody holds, `NotFound` for
+/// a contract that is not theirs.
+pub async fn confirm_upload_with_key(
+    ctx: &AppContext,
+    presented_key: &str,
+    upload_id: UploadId,
+) -> Result<Confirmed, AppError> {
+    let upload = super::auth::read_with_key(&ctx.db, presented_key, async |conn, hash| {
+        db::uploads::find_by_key_hash(conn, hash, upload_id.0).await
+    })
+    .await?;
+    confirm_found(ctx, upload).await
+}
+
+/// The confirm of a contract already read and known to be its caller's.
+#[tracing::instrument(skip_all, fields(owner = %upload.owner_id, upload_id = %upload.id))]
+async fn confirm_found(
+    ctx: &AppContext,
+    upload: db::uploads::UploadRow,
+) -> Result<Confirmed, AppError> {
+    let (owner, upload_id) = (UserId(upload.owner_id), UploadId(upload.id));
     let state: UploadState = upload.state.parse().map_err(db::DbError::from)?;
     if state == UploadState::Confirmed {
         return existing_video(ctx, upload_id)

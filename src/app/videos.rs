@@ -131,19 +131,11 @@ pub async fn get_video_with_key(
     presented_key: &str,
     id: VideoId,
 ) -> Result<VideoView, AppError> {
-    let hash = crate::domain::api_key::hash_presented_key(presented_key);
-    let found = {
-        let mut conn = ctx.db.get().await?;
-        db::videos::find_by_key_hash(&mut conn, &hash, id.0).await?
-    };
-    match found {
-        Some(found) => view(ctx, found).await,
-        // Rare: tell an unknown key from a stranger's or a missing video.
-        None => {
-            super::auth::authenticate(&ctx.db, presented_key).await?;
-            Err(AppError::NotFound)
-        }
-    }
+    let found = super::auth::read_with_key(&ctx.db, presented_key, async |conn, hash| {
+        db::videos::find_by_key_hash(conn, hash, id.0).await
+    })
+    .await?;
+    view(ctx, found).await
 }
 
 /// A page of the caller's videos, newest first, and the cursor of the next page.

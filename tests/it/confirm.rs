@@ -259,6 +259,17 @@ async fn a_stranger_cannot_confirm_and_learns_nothing() {
         "not_found",
     )
     .await;
+    // A key nobody holds is told so, whether the id exists, is someone's or is malformed
+    // (the key and the contract are looked up in one statement; a miss asks which failed).
+    for target in [id, unknown.as_str(), "not-a-uuid"] {
+        assert_error(
+            app.confirm("vq_nobody_holds_this_key", target).await,
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        )
+        .await;
+    }
+    assert_eq!(rows(&app).await, (0, 0, 0));
     assert_eq!(app.confirm(&alice, id).await.status(), StatusCode::ACCEPTED);
 }
 

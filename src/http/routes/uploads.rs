@@ -10,7 +10,7 @@ use super::playback::ApiBase;
 use crate::app::{self, AppContext, ingest::Receive, uploads::Confirmed};
 use crate::domain::tus::Checksum;
 use crate::domain::upload::UploadVia;
-use crate::http::auth::Caller;
+use crate::http::auth::{Caller, PresentedKey};
 use crate::http::dto::{
     CreateUploadRequest, CreateUploadResponse, CreateVidqUploadResponse, CreatedUploadDto,
     UploadStatusDto, VideoDto,
@@ -118,13 +118,20 @@ pub async fn create(
 )]
 pub async fn confirm(
     ctx: web::Data<AppContext>,
-    caller: Caller,
+    key: PresentedKey,
     base: ApiBase,
     upload_id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let upload_id = path_id(&upload_id)?;
+    let upload_id = match path_id(&upload_id) {
+        Ok(id) => id,
+        // A malformed id is answered like any other route's: after the key is known.
+        Err(malformed) => {
+            app::auth::authenticate(&ctx.db, &key.0).await?;
+            return Err(malformed);
+        }
+    };
     Ok(
-        match app::uploads::confirm_upload(&ctx, caller.0, upload_id).await? {
+        match app::uploads::confirm_upload_with_key(&ctx, &key.0, upload_id).await? {
             Confirmed::Created(video) => {
                 HttpResponse::Accepted().json(VideoDto::new(video, &base.0))
             }
