@@ -283,14 +283,7 @@ async fn pickups(
     .await?;
     tokio::time::sleep(Duration::from_millis(500)).await; // all idle, one of them listening
     let claims_before = claims.load(Ordering::Relaxed);
-    let mut committed = HashMap::new();
-    let mut conn = pool.get().await?;
-    for _ in 0..samples {
-        let job = enqueue(&mut conn, owner).await?;
-        committed.insert(job, Instant::now());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    drop(conn);
+    let committed = enqueue_apart(scratch.url.clone(), owner, samples).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let claims = claims.load(Ordering::Relaxed) - claims_before;
     stop.cancel();
@@ -318,6 +311,33 @@ async fn pickups(
         claims_per_job: claims as f64 / samples as f64,
         early,
     })
+}
+
+/// Enqueues `samples` jobs 50 ms apart; returns when each one's COMMIT was answered. The
+/// enqueuer runs on a thread and runtime of its own: on the workers' runtime its task would
+/// wait behind the ones the NOTIFY just woke, and read its COMMIT's answer late.
+async fn enqueue_apart(
+    url: String,
+    owner: UserId,
+    samples: usize,
+) -> anyhow::Result<HashMap<i64, Instant>> {
+    tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let pool = db::connect(&url, 1).await?;
+            let mut conn = pool.get().await?;
+            let mut committed = HashMap::new();
+            for _ in 0..samples {
+                let job = enqueue(&mut conn, owner).await?;
+                committed.insert(job, Instant::now());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            anyhow::Ok(committed)
+        })
+    })
+    .await?
 }
 
 /// A confirm without the S3 HEAD: a contract, then the application's own confirm
