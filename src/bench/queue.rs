@@ -236,9 +236,9 @@ struct Pickups {
     latencies: Vec<Duration>,
     /// Claim statements run per job (the ones that found nothing included).
     claims_per_job: f64,
-    /// Jobs claimed before the enqueuer's task saw its COMMIT answered (counted as 0 ms): the
-    /// NOTIFY goes out at the commit, and a listening worker can claim, and be scheduled on
-    /// the benchmark's runtime, before the enqueuer is.
+    /// Jobs claimed before the enqueuer saw its COMMIT answered (counted as 0 ms): the NOTIFY
+    /// goes out at the commit, and on two busy cores a listening worker can claim before the
+    /// enqueuer's thread runs again.
     early: usize,
 }
 
