@@ -94,3 +94,20 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 fn path_id<T: std::str::FromStr>(raw: &str) -> Result<T, super::error::ApiError> {
     raw.parse().map_err(|_| super::error::ApiError::not_found())
 }
+
+/// [`path_id`] for a route that looks its key up in the same statement as what it reads: a
+/// malformed id never gets that far, so it is answered like on any other route, after the
+/// key is checked (`401` for a bad key, then `404`).
+async fn path_id_after_key<T: std::str::FromStr>(
+    ctx: &crate::app::AppContext,
+    key: &super::auth::PresentedKey,
+    raw: &str,
+) -> Result<T, super::error::ApiError> {
+    match path_id(raw) {
+        Ok(id) => Ok(id),
+        Err(malformed) => {
+            crate::app::auth::authenticate(&ctx.db, &key.0).await?;
+            Err(malformed)
+        }
+    }
+}

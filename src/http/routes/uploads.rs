@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 
-use super::path_id;
 use super::playback::ApiBase;
+use super::{path_id, path_id_after_key};
 use crate::app::{self, AppContext, ingest::Receive, uploads::Confirmed};
 use crate::domain::tus::Checksum;
 use crate::domain::upload::UploadVia;
@@ -122,14 +122,7 @@ pub async fn confirm(
     base: ApiBase,
     upload_id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let upload_id = match path_id(&upload_id) {
-        Ok(id) => id,
-        // A malformed id is answered like any other route's: after the key is known.
-        Err(malformed) => {
-            app::auth::authenticate(&ctx.db, &key.0).await?;
-            return Err(malformed);
-        }
-    };
+    let upload_id = path_id_after_key(&ctx, &key, &upload_id).await?;
     Ok(
         match app::uploads::confirm_upload_with_key(&ctx, &key.0, upload_id).await? {
             Confirmed::Created(video) => {

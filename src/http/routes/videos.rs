@@ -2,8 +2,8 @@
 
 use actix_web::{HttpResponse, web};
 
-use super::path_id;
 use super::playback::ApiBase;
+use super::{path_id, path_id_after_key};
 use crate::app::{self, AppContext};
 use crate::domain::ids::VideoId;
 use crate::domain::video::VideoStatus;
@@ -35,14 +35,7 @@ pub async fn get(
     base: ApiBase,
     video_id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = match path_id(&video_id) {
-        Ok(id) => id,
-        // A malformed id is answered like any other route's: after the key is known.
-        Err(malformed) => {
-            app::auth::authenticate(&ctx.db, &key.0).await?;
-            return Err(malformed);
-        }
-    };
+    let id = path_id_after_key(&ctx, &key, &video_id).await?;
     let view = app::videos::get_video_with_key(&ctx, &key.0, id).await?;
     Ok(HttpResponse::Ok().json(VideoDto::new(view, &base.0)))
 }
