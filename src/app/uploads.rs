@@ -128,7 +128,12 @@ pub async fn confirm_upload_with_key(
 }
 
 /// The confirm of a contract already read and known to be its caller's.
-#[tracing::instrument(skip_all, fields(owner = %upload.owner_id, upload_id = %upload.id))]
+// Named as before the split, so the confirm's log lines read as they did.
+#[tracing::instrument(
+    name = "confirm_upload",
+    skip_all,
+    fields(owner = %upload.owner_id, upload_id = %upload.id)
+)]
 async fn confirm_found(
     ctx: &AppContext,
     upload: db::uploads::UploadRow,
