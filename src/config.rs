@@ -324,6 +324,28 @@ pub struct UploadConfig {
     )]
     pub upload_url_ttl_secs: u64,
 
+    /// Most confirms committed together in one transaction (1 to 1000; 1 commits each on
+    /// its own). Confirms that arrive while the committers are busy wait and go together;
+    /// each stays atomic. Nothing waits for a batch to fill.
+    #[arg(
+        long = "confirm-batch-max",
+        env = "VIDQ_CONFIRM_BATCH_MAX",
+        value_name = "N",
+        default_value_t = 64,
+        value_parser = clap::value_parser!(u16).range(1..=1000)
+    )]
+    pub confirm_batch_max: u16,
+
+    /// Confirm transactions in flight at once (1 to 64), each on a pooled connection.
+    #[arg(
+        long = "confirm-committers",
+        env = "VIDQ_CONFIRM_COMMITTERS",
+        value_name = "N",
+        default_value_t = 2,
+        value_parser = clap::value_parser!(u16).range(1..=64)
+    )]
+    pub confirm_committers: u16,
+
     /// How long playback URLs stay valid, in seconds (60 to 604800): the `hls_url` token
     /// and the presigned MP4, thumbnail and segment URLs.
     #[arg(
@@ -334,6 +356,16 @@ pub struct UploadConfig {
         value_parser = clap::value_parser!(u64).range(60..=604_800)
     )]
     pub playback_url_ttl_secs: u64,
+}
+
+impl UploadConfig {
+    /// How the API groups its confirms into transactions.
+    pub fn batches(&self) -> crate::app::confirm_batch::BatchSettings {
+        crate::app::confirm_batch::BatchSettings {
+            max: usize::from(self.confirm_batch_max),
+            committers: usize::from(self.confirm_committers),
+        }
+    }
 }
 
 /// How players reach a ready video's outputs.

@@ -130,6 +130,15 @@ pub static DELIVERY_LAG_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     )
 });
 
+/// How many confirms each of the API's confirm transactions committed together.
+pub static CONFIRM_BATCH_SIZE: LazyLock<Histogram> = LazyLock::new(|| {
+    histogram(
+        "vidq_confirm_batch_size",
+        "Confirms committed together in one transaction (1 on a quiet node; more while PostgreSQL is the bottleneck).",
+        &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1000.0],
+    )
+});
+
 /// Records a duration into a histogram.
 pub fn observe(histogram: &Histogram, took: Duration) {
     histogram.observe(took.as_secs_f64());

@@ -66,6 +66,8 @@ pub async fn user(command: UserCommand) -> anyhow::Result<()> {
                 max_upload_bytes: 1,
                 upload_url_ttl_secs: 60,
                 playback_url_ttl_secs: 60,
+                confirm_batch_max: 64,
+                confirm_committers: 2,
             };
             let ctx =
                 crate::roles::api::context(&args.database, &args.storage, &upload, None).await?;

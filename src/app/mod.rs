@@ -3,6 +3,7 @@
 //! outside it (invariant I7).
 
 pub mod auth;
+pub mod confirm_batch;
 pub mod events;
 pub mod ingest;
 pub mod jobs;
@@ -41,6 +42,8 @@ pub struct AppContext {
     pub ingest: Option<ingest::Ingest>,
     /// Who may open the operator dashboard.
     pub operators: operators::OperatorAccess,
+    /// Where confirms wait for their transaction (group commit).
+    pub confirms: confirm_batch::ConfirmBatcher,
 }
 
 /// Why a use-case did not do what was asked. `http::error` maps each kind to one status and
@@ -169,6 +172,9 @@ pub enum AppError {
     /// `user create` with a name already in use.
     #[error("a user named {0:?} already exists")]
     NameTaken(String),
+    /// The confirm's committers have stopped (the process is shutting down).
+    #[error("confirms are not being committed on this node right now")]
+    ConfirmsStopped,
     /// The database failed.
     #[error("database error")]
     Database(#[from] DbError),

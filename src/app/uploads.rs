@@ -1,11 +1,14 @@
 //! Upload contracts: issuing one (a presigned PUT to a server-chosen key) and confirming it
 //! (the transaction that turns bytes in S3 into a queued video).
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::Utc;
 use diesel_async::AsyncPgConnection;
+use uuid::Uuid;
 
+use super::confirm_batch::{AcceptOutcome, Acceptance};
 use super::videos::{VideoView, view};
 use super::{AppContext, AppError};
 use crate::adapters::storage::PresignedPut;
@@ -171,10 +174,15 @@ async fn confirm_found(
         });
     }
 
-    let accepted = {
-        let mut conn = ctx.db.get().await?;
-        accept(&mut conn, owner, upload_id, &upload.object_key).await?
-    };
+    // Committed in a batch with the confirms queued beside it (`app::confirm_batch`).
+    let accepted = ctx
+        .confirms
+        .accept(Acceptance {
+            owner,
+            upload_id,
+            object_key: upload.object_key,
+        })
+        .await?;
     let pending = JobStatus::Pending.as_str();
     let created: Option<VideoWithAttempts> =
         accepted.map(|accepted| (accepted.video, Some(0), Some(pending.to_owned())));
@@ -253,6 +261,119 @@ pub async fn accept(
         })
         .await?;
     Ok(Some(Accepted { video, job_id }))
+}
+
+/// [`accept`] for several confirms in one transaction of the same two round trips and the same
+/// number of statements as one: each confirm's contract, video, job and event still commit
+/// together (I1). The locks follow the lock order: every owner of the batch `FOR KEY SHARE`,
+/// then every contract, each table's rows in id order. Answers come in `acceptances`' order,
+/// each what [`accept`] would have answered alone (a contract named twice becomes one video,
+/// for the first to name it). An `Err` means the transaction failed as a whole and wrote
+/// nothing.
+pub async fn accept_all(
+    conn: &mut AsyncPgConnection,
+    acceptances: &[Acceptance],
+) -> Result<Vec<AcceptOutcome>, AppError> {
+    let mut owners: Vec<Uuid> = acceptances.iter().map(|a| a.owner.0).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    let uploads = acceptances.iter().map(|a| a.upload_id.0).collect();
+    let tx = db::pipeline::Pipeline::new(conn);
+    let c = tx.conn();
+    let (present, moved) = tx
+        .begin_with(async {
+            futures_util::try_join!(
+                db::users::lock_all_for_key_share(c, owners),
+                db::uploads::mark_all_confirmed(c, uploads),
+            )
+            .map_err(AppError::from)
+        })
+        .await?;
+    let present: HashSet<Uuid> = present.into_iter().collect();
+    let mut moved: HashSet<Uuid> = moved.into_iter().collect();
+    // The video each confirm creates, by its place in the batch.
+    let created: Vec<Option<VideoId>> = acceptances
+        .iter()
+        .map(|a| moved.remove(&a.upload_id.0).then(VideoId::new))
+        .collect();
+    let orphaned = acceptances
+        .iter()
+        .zip(&created)
+        .any(|(a, video)| video.is_some() && !present.contains(&a.owner.0));
+    let (mut videos, mut jobs) = if created.iter().all(Option::is_none) {
+        tx.rollback().await?;
+        Default::default()
+    } else if orphaned {
+        // A contract whose owner's row is gone, which its foreign key's cascade rules out;
+        // nothing is kept, and the caller retries each confirm alone, as [`accept`] answers it.
+        tx.rollback().await?;
+        return Err(AppError::NotFound);
+    } else {
+        insert_created(&tx, acceptances, &created).await?
+    };
+    drop(tx);
+    let mut answers = Vec::with_capacity(acceptances.len());
+    for (a, video) in acceptances.iter().zip(created) {
+        answers.push(match video {
+            Some(id) => Ok(Some(Accepted {
+                video: videos.remove(&id.0).expect("each new video is returned"),
+                job_id: jobs.remove(&id.0).expect("each new video has its job"),
+            })),
+            None => answer_unmoved(conn, &present, a).await,
+        });
+    }
+    Ok(answers)
+}
+
+/// The second half of [`accept_all`]'s transaction, sent with its `COMMIT`: the new videos,
+/// their jobs, the workers' wake-up and the `video.accepted` events. Returns the videos and
+/// the jobs' ids by video id.
+async fn insert_created(
+    tx: &db::pipeline::Pipeline<'_>,
+    acceptances: &[Acceptance],
+    created: &[Option<VideoId>],
+) -> Result<(HashMap<Uuid, VideoRow>, HashMap<Uuid, i64>), AppError> {
+    let (mut ids, mut owners, mut uploads, mut keys, mut events) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (a, video) in acceptances.iter().zip(created) {
+        let Some(video) = *video else { continue };
+        ids.push(video.0);
+        owners.push(a.owner.0);
+        uploads.push(a.upload_id.0);
+        keys.push(a.object_key.clone());
+        // The time is replaced by the new video's (insert_all_stamped).
+        events.push(Event::video_accepted(video, a.upload_id, Utc::now()));
+    }
+    let c = tx.conn();
+    let job_videos = ids.clone();
+    let (videos, jobs, (), ()) = tx
+        .commit_with(async {
+            futures_util::try_join!(
+                db::videos::insert_all(c, ids, owners, uploads),
+                db::jobs::insert_all(c, job_videos, keys, JobKind::Encode),
+                db::jobs::notify_claimable(c),
+                db::outbox::insert_all_stamped(c, &events),
+            )
+            .map_err(AppError::from)
+        })
+        .await?;
+    Ok((
+        videos.into_iter().map(|v| (v.id, v)).collect(),
+        jobs.into_iter().collect(),
+    ))
+}
+
+/// The answer of a batch's confirm whose contract the batch did not move: its owner is gone,
+/// or [`not_confirmed`] tells why.
+async fn answer_unmoved(
+    conn: &mut AsyncPgConnection,
+    present: &HashSet<Uuid>,
+    acceptance: &Acceptance,
+) -> AcceptOutcome {
+    if !present.contains(&acceptance.owner.0) {
+        return Err(AppError::NotFound);
+    }
+    not_confirmed(conn, acceptance.upload_id).await
 }
 
 /// Why a contract's CAS to `confirmed` found nothing: a concurrent confirm won (`None`: its

@@ -193,14 +193,19 @@ async fn run_nodes(
 ) -> anyhow::Result<Vec<Sample>> {
     let scratch = Scratch::create(&args.server.database_url, &format!("e2e{nodes}")).await?;
     let s3 = super::BenchS3::start().await?;
+    let db = crate::db::connect(&scratch.url, 4).await?;
+    let upload = UploadConfig {
+        max_upload_bytes: 1 << 30,
+        upload_url_ttl_secs: 600,
+        playback_url_ttl_secs: 600,
+        confirm_batch_max: 64,
+        confirm_committers: 2,
+    };
     let ctx = AppContext {
-        db: crate::db::connect(&scratch.url, 4).await?,
+        confirms: app::confirm_batch::ConfirmBatcher::start(db.clone(), upload.batches()),
+        db,
         storage: s3.storage.clone(),
-        upload: UploadConfig {
-            max_upload_bytes: 1 << 30,
-            upload_url_ttl_secs: 600,
-            playback_url_ttl_secs: 600,
-        },
+        upload,
         webhooks: crate::config::WebhookArgs::default(),
         events: app::events::EventSignal::default(),
         playback: app::playback::PlaybackSettings::generated(),

@@ -28,6 +28,36 @@ pub async fn insert(
         .await
 }
 
+/// Inserts a PENDING job of `kind` for each of `videos`, reading `original_keys[i]`, in one
+/// statement; returns each job's `(video, id)`. Joins the caller's transaction.
+pub async fn insert_all(
+    mut conn: &AsyncPgConnection,
+    videos: Vec<Uuid>,
+    original_keys: Vec<String>,
+    kind: JobKind,
+) -> QueryResult<Vec<(Uuid, i64)>> {
+    use diesel::sql_types::{Array, BigInt, Text, Uuid as SqlUuid};
+    #[derive(QueryableByName)]
+    struct Inserted {
+        #[diesel(sql_type = SqlUuid)]
+        video_id: Uuid,
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+    let inserted: Vec<Inserted> = super::prepared::prepared(
+        "INSERT INTO video_encoding_jobs (video_id, original_s3_key, kind)
+         SELECT video_id, original_s3_key, $3
+           FROM unnest($1::uuid[], $2::text[]) AS t (video_id, original_s3_key)
+         RETURNING video_id, id",
+    )
+    .bind::<Array<SqlUuid>, _>(videos)
+    .bind::<Array<Text>, _>(original_keys)
+    .bind::<Text, _>(kind.as_str())
+    .load(&mut conn)
+    .await?;
+    Ok(inserted.into_iter().map(|r| (r.video_id, r.id)).collect())
+}
+
 /// Wakes listening workers when the caller's transaction commits (NOTIFY is delivered at
 /// commit and dropped on rollback, so a worker is never woken for a job that does not exist).
 pub async fn notify_claimable(mut conn: &AsyncPgConnection) -> QueryResult<()> {

@@ -17,8 +17,11 @@
 //!    counts the user's endpoints against the cap, so two registrations take turns) and by
 //!    revoking the key when a user deletion starts; `FOR UPDATE` by the last step of a user
 //!    deletion only. So a user deletion and that user's other writes meet at this first row.
-//! 2. `uploads`: the confirm's compare-and-set `pending|uploaded -> confirmed` (also taken
-//!    by the sweeper's confirm of an upload through vidq, the same transaction); a user
+//!    A batch of confirms (`app::uploads::accept_all`) locks all its uploaders at once, in id
+//!    order.
+//! 2. `uploads`: the confirm's compare-and-set `pending|uploaded -> confirmed` (a batch of
+//!    confirms locks its contracts in id order before it sets them; the sweeper's confirm
+//!    of an upload through vidq takes it too, through the same transaction); a user
 //!    deletion's page locks a page of the owner's contracts `FOR UPDATE`. The sweeper's own
 //!    ledger statements (`ledger`: claim a page `FOR UPDATE SKIP LOCKED`, record a failure,
 //!    reject, release, expire presigned contracts `FOR UPDATE SKIP LOCKED`) are single
@@ -101,6 +104,12 @@ pub mod wake;
 pub mod webhooks;
 
 pub use pool::{DbConn, DbPool, connect};
+/// A row of one `id uuid` column (what `RETURNING id` or `SELECT id` answers).
+#[derive(diesel::QueryableByName)]
+pub(crate) struct UuidRow {
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub id: uuid::Uuid,
+}
 
 /// A database failure, with its cause kept for the log.
 #[derive(Debug, thiserror::Error)]

@@ -32,6 +32,40 @@ pub async fn insert_stamped(conn: &AsyncPgConnection, event: &Event) -> QueryRes
     insert_with(conn, None, event, &source).await
 }
 
+/// [`insert_stamped`] for several events in one statement, each stamped from its own video,
+/// with one wake-up test for all of them. Events whose video is gone insert nothing.
+pub async fn insert_all_stamped(mut conn: &AsyncPgConnection, events: &[Event]) -> QueryResult<()> {
+    use diesel::sql_types::{Array, Jsonb, Text, Uuid as SqlUuid};
+    super::prepared::prepared(format!(
+        "WITH ins AS (
+             INSERT INTO notification_outbox (event_id, event_type, owner_id, video_id, payload)
+             SELECT e.event_id, e.event_type, v.owner_id, v.id,
+                    jsonb_set(e.payload, '{{occurred_at}}',
+                              to_jsonb(to_char(v.updated_at AT TIME ZONE 'UTC', '{pattern}')))
+               FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::jsonb[]) WITH ORDINALITY
+                    AS e (event_id, event_type, video_id, payload, n)
+               JOIN videos v ON v.id = e.video_id
+              ORDER BY e.n
+             RETURNING 1)
+         SELECT pg_notify('{EVENTS_CHANNEL}', '')
+          WHERE EXISTS (SELECT 1 FROM ins) AND NOT {nobody_waits}",
+        pattern = OCCURRED_AT_SQL_PATTERN,
+        nobody_waits = super::wake::nobody_waits_sql()
+    ))
+    .bind::<Array<SqlUuid>, _>(events.iter().map(|e| e.id.0).collect::<Vec<_>>())
+    .bind::<Array<Text>, _>(
+        events
+            .iter()
+            .map(|e| e.event_type.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind::<Array<SqlUuid>, _>(events.iter().map(|e| e.video_id.0).collect::<Vec<_>>())
+    .bind::<Array<Jsonb>, _>(events.iter().map(Event::to_json).collect::<Vec<_>>())
+    .execute(&mut conn)
+    .await
+    .map(drop)
+}
+
 /// [`crate::domain::event::OCCURRED_AT_FORMAT`] in `to_char`'s words.
 const OCCURRED_AT_SQL_PATTERN: &str = r#"YYYY-MM-DD"T"HH24:MI:SS.US"Z""#;
 

@@ -127,6 +127,31 @@ pub async fn mark_confirmed(mut conn: &AsyncPgConnection, id: Uuid) -> QueryResu
     .await
 }
 
+/// [`mark_confirmed`] for several contracts in one statement; returns the ids it moved. The
+/// rows are locked in id order, so two batches that share a contract cannot wait on each
+/// other in a cycle: the later one waits, re-checks the state and leaves the contract out.
+pub async fn mark_all_confirmed(
+    mut conn: &AsyncPgConnection,
+    ids: Vec<Uuid>,
+) -> QueryResult<Vec<Uuid>> {
+    let moved: Vec<super::UuidRow> = super::prepared::prepared(format!(
+        "WITH open AS (
+             SELECT id FROM uploads
+              WHERE id = ANY($1) AND state IN ('{pending}', '{uploaded}')
+              ORDER BY id FOR UPDATE)
+         UPDATE uploads u SET state = '{confirmed}', updated_at = statement_timestamp()
+           FROM open WHERE u.id = open.id
+         RETURNING u.id",
+        confirmed = UploadState::Confirmed.as_str(),
+        pending = UploadState::Pending.as_str(),
+        uploaded = UploadState::Uploaded.as_str(),
+    ))
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(ids)
+    .load(&mut conn)
+    .await?;
+    Ok(moved.into_iter().map(|row| row.id).collect())
+}
+
 /// The contract's state, if it still exists (a confirm whose CAS matched nothing asks why).
 pub async fn state_of(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<String>> {
     uploads::table

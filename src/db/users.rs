@@ -96,6 +96,21 @@ pub async fn lock_for_key_share(
         .optional()
 }
 
+/// [`lock_for_key_share`] for several users at once, in id order (the lock order's rule for
+/// rows of one table); returns those that exist.
+pub async fn lock_all_for_key_share(
+    mut conn: &AsyncPgConnection,
+    ids: Vec<Uuid>,
+) -> QueryResult<Vec<Uuid>> {
+    let found: Vec<super::UuidRow> = super::prepared::prepared(
+        "SELECT id FROM users WHERE id = ANY($1) ORDER BY id FOR KEY SHARE",
+    )
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(ids)
+    .load(&mut conn)
+    .await?;
+    Ok(found.into_iter().map(|row| row.id).collect())
+}
+
 /// Locks the user row `FOR NO KEY UPDATE`: the user's own writes that must see each other
 /// (the webhook cap's count and insert) queue behind it, while finalizations, which only take
 /// `FOR KEY SHARE`, go on. `None` if the user is gone.

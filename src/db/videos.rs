@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::schema::{video_encoding_jobs, videos};
 
 /// A `videos` row.
-#[derive(Debug, Clone, Queryable, Selectable)]
+#[derive(Debug, Clone, Queryable, QueryableByName, Selectable)]
 #[diesel(table_name = videos)]
 pub struct VideoRow {
     /// Primary key (UUIDv7).
@@ -72,6 +72,27 @@ pub async fn insert(
         .returning(VideoRow::as_returning())
         .get_result(&mut conn)
         .await
+}
+
+/// Inserts queued videos, the i-th from `ids[i]`, `owners[i]` and `uploads[i]`, in one
+/// statement; joins the caller's transaction.
+pub async fn insert_all(
+    mut conn: &AsyncPgConnection,
+    ids: Vec<Uuid>,
+    owners: Vec<Uuid>,
+    uploads: Vec<Uuid>,
+) -> QueryResult<Vec<VideoRow>> {
+    use diesel::sql_types::{Array, Uuid as SqlUuid};
+    super::prepared::prepared(
+        "INSERT INTO videos (id, owner_id, upload_id)
+         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[])
+         RETURNING *",
+    )
+    .bind::<Array<SqlUuid>, _>(ids)
+    .bind::<Array<SqlUuid>, _>(owners)
+    .bind::<Array<SqlUuid>, _>(uploads)
+    .load(&mut conn)
+    .await
 }
 
 /// Inserts the `queued` video of a finished live recording; joins the caller's transaction.

@@ -364,7 +364,7 @@ impl From<AppError> for ApiError {
             },
             AppError::NameTaken(_) => Self::new(S::CONFLICT, "conflict", message),
             AppError::PlaybackToken(_) => Self::new(S::FORBIDDEN, "invalid_token", message),
-            AppError::Database(DbError::Pool(_)) => {
+            AppError::Database(DbError::Pool(_)) | AppError::ConfirmsStopped => {
                 log_internal(&err);
                 Self::new(
                     S::SERVICE_UNAVAILABLE,

@@ -162,7 +162,9 @@ pub async fn context(
         .await
         .context("connecting to the database (DATABASE_URL)")?;
     let storage = Storage::connect(storage, credentials).await;
+    let confirms = crate::app::confirm_batch::ConfirmBatcher::start(pool.clone(), upload.batches());
     Ok(AppContext {
+        confirms,
         db: pool,
         storage,
         upload: upload.clone(),

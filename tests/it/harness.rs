@@ -293,6 +293,8 @@ pub struct TestAppOptions {
     pub live: vidq::config::LiveArgs,
     /// `VIDQ_ADMIN_TOKEN`: unset, the dashboard is off unless an operator user exists.
     pub admin_token: Option<String>,
+    /// `VIDQ_CONFIRM_BATCH_MAX` and `VIDQ_CONFIRM_COMMITTERS`: the defaults, 64 and 2.
+    pub confirm_batches: (u16, u16),
 }
 
 impl Default for TestAppOptions {
@@ -303,6 +305,7 @@ impl Default for TestAppOptions {
             public_base_url: None,
             live: vidq::config::LiveArgs::default(),
             admin_token: None,
+            confirm_batches: (64, 2),
         }
     }
 }
@@ -350,6 +353,8 @@ impl TestApp {
             max_upload_bytes: options.max_upload_bytes,
             upload_url_ttl_secs: 600,
             playback_url_ttl_secs: 600,
+            confirm_batch_max: options.confirm_batches.0,
+            confirm_committers: options.confirm_batches.1,
         };
         let credentials = StaticCredentials {
             access_key_id: S3_ACCESS_KEY.to_owned(),

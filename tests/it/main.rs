@@ -6,6 +6,7 @@ mod attempt_faults;
 mod cli;
 mod clips;
 mod confirm;
+mod confirm_batch;
 mod dashboard;
 mod dev_postgres;
 mod endpoints;

@@ -8,12 +8,13 @@ use crate::harness::{TestApp, free_port, vidq_child};
 use crate::worker_process::probe_until;
 
 /// The value of the first sample line starting with `series ` in `text`.
-fn sample(text: &str, series: &str) -> Option<f64> {
+pub fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
-async fn scrape(app: &TestApp) -> String {
+/// One scrape of the API's `/metrics`, checked to be Prometheus text.
+pub async fn scrape(app: &TestApp) -> String {
     let response = reqwest::get(app.url("/metrics")).await.unwrap();
     assert_eq!(response.status(), 200);
     assert!(

@@ -92,7 +92,8 @@ pub async fn metrics(ctx: web::Data<AppContext>) -> HttpResponse {
     }
     exposition
         .family(&*metrics::HTTP_REQUESTS)
-        .family(&*metrics::HTTP_SECONDS);
+        .family(&*metrics::HTTP_SECONDS)
+        .family(&*metrics::CONFIRM_BATCH_SIZE);
     HttpResponse::Ok()
         .content_type(metrics::CONTENT_TYPE)
         .body(exposition.render())

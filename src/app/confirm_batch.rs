@@ -1,0 +1,153 @@
+//! Group commit for the API's confirms: confirms whose HEAD has answered while a batch is
+//! being committed wait in a queue and go together in the next one, each still atomic
+//! (invariant I1) and answered on its own.
+//!
+//! A confirm's transaction is a handful of small writes, and on a busy node most of its cost
+//! is not the rows but the statements and the commit around them: each statement is parsed,
+//! bound, planned and started by PostgreSQL, each commit waits for its WAL flush, and each
+//! round trip wakes a task and a backend. [`crate::app::uploads::accept_all`] does the same
+//! writes for many confirms in the same number of statements and round trips as one.
+//!
+//! Nothing waits for a batch to fill: a committer takes whatever is queued when it is free,
+//! so a confirm on a quiet node goes alone and at once, and batches grow only while the
+//! committers are busy (the queue is the backlog PostgreSQL could not keep up with anyway).
+//! A batch that fails as a whole (a constraint one of its confirms broke, a lost connection)
+//! is retried confirm by confirm through [`crate::app::uploads::accept`], so one bad confirm
+//! costs the others nothing but time, and each gets its own answer.
+
+use std::sync::Arc;
+
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+use super::AppError;
+use super::uploads::{Accepted, accept, accept_all};
+use crate::db::DbPool;
+use crate::domain::ids::{UploadId, UserId};
+
+/// One confirm that passed its checks (owner, state, HEAD, size) and waits for its
+/// transaction.
+#[derive(Debug, Clone)]
+pub struct Acceptance {
+    /// The uploader.
+    pub owner: UserId,
+    /// The contract to move to `confirmed`.
+    pub upload_id: UploadId,
+    /// Its object, the new job's input.
+    pub object_key: String,
+}
+
+/// What [`accept`] answers: the new video and job, `None` when another confirm made them.
+pub type AcceptOutcome = Result<Option<Accepted>, AppError>;
+
+/// How confirms are grouped (`VIDQ_CONFIRM_BATCH_MAX`, `VIDQ_CONFIRM_COMMITTERS`).
+#[derive(Debug, Clone, Copy)]
+pub struct BatchSettings {
+    /// Most confirms in one transaction; 1 commits each on its own.
+    pub max: usize,
+    /// Batches in flight at once, each on a pooled connection of its own.
+    pub committers: usize,
+}
+
+struct Waiting {
+    acceptance: Acceptance,
+    answer: oneshot::Sender<AcceptOutcome>,
+}
+
+/// The queue in front of the committers. Cloning shares it.
+#[derive(Clone)]
+pub struct ConfirmBatcher {
+    queue: mpsc::Sender<Waiting>,
+}
+
+impl std::fmt::Debug for ConfirmBatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfirmBatcher").finish_non_exhaustive()
+    }
+}
+
+impl ConfirmBatcher {
+    /// Starts `settings.committers` committer tasks on the current runtime. They end when
+    /// the last clone of the batcher is dropped, after answering what was queued.
+    pub fn start(db: DbPool, settings: BatchSettings) -> Self {
+        let max = settings.max.max(1);
+        // A full queue makes confirms wait to enter it: the HTTP layer's concurrency, not
+        // this buffer, bounds how many are in flight.
+        let (queue, waiting) = mpsc::channel(max * settings.committers.max(1) * 4);
+        let waiting = Arc::new(Mutex::new(waiting));
+        for _ in 0..settings.committers.max(1) {
+            tokio::spawn(commit_batches(db.clone(), waiting.clone(), max));
+        }
+        Self { queue }
+    }
+
+    /// Queues `acceptance` for the next batch and waits for its transaction's answer.
+    pub async fn accept(&self, acceptance: Acceptance) -> AcceptOutcome {
+        let (answer, answered) = oneshot::channel();
+        self.queue
+            .send(Waiting { acceptance, answer })
+            .await
+            .map_err(|_| AppError::ConfirmsStopped)?;
+        // The committer answers every confirm it took, even when its batch failed; a
+        // dropped answer means its task died (a panic), and nothing is known of the
+        // confirm, which the client may repeat.
+        answered.await.map_err(|_| AppError::ConfirmsStopped)?
+    }
+}
+
+/// One committer: takes what is queued (at least one confirm, at most `max`), commits it,
+/// answers each, and goes back for more.
+async fn commit_batches(db: DbPool, waiting: Arc<Mutex<mpsc::Receiver<Waiting>>>, max: usize) {
+    let mut batch = Vec::with_capacity(max);
+    loop {
+        // The lock is held only while taking: another committer takes the next batch while
+        // this one commits.
+        let taken = waiting.lock().await.recv_many(&mut batch, max).await;
+        if taken == 0 {
+            return;
+        }
+        commit(&db, std::mem::take(&mut batch)).await;
+    }
+}
+
+#[tracing::instrument(name = "confirm_batch", skip_all, fields(size = batch.len()))]
+async fn commit(db: &DbPool, batch: Vec<Waiting>) {
+    crate::metrics::CONFIRM_BATCH_SIZE.observe(batch.len() as f64);
+    let acceptances: Vec<Acceptance> = batch.iter().map(|w| w.acceptance.clone()).collect();
+    let together = async {
+        let mut conn = db.get().await?;
+        accept_all(&mut conn, &acceptances).await
+    }
+    .await;
+    match together {
+        Ok(outcomes) => {
+            for (waiting, outcome) in batch.into_iter().zip(outcomes) {
+                // A confirm whose client went away is committed all the same; a repeat
+                // finds its video.
+                let _ = waiting.answer.send(outcome);
+            }
+        }
+        Err(error) if batch.len() == 1 => {
+            let waiting = batch.into_iter().next().expect("one confirm");
+            let _ = waiting.answer.send(Err(error));
+        }
+        Err(error) => {
+            tracing::warn!(
+                error = %crate::telemetry::error_chain(&error),
+                "a batch of confirms failed as a whole; committing each on its own"
+            );
+            for waiting in batch {
+                let Acceptance {
+                    owner,
+                    upload_id,
+                    object_key,
+                } = &waiting.acceptance;
+                let alone = async {
+                    let mut conn = db.get().await?;
+                    accept(&mut conn, *owner, *upload_id, object_key).await
+                }
+                .await;
+                let _ = waiting.answer.send(alone);
+            }
+        }
+    }
+}
