@@ -42,6 +42,11 @@ pub struct ApiBenchArgs {
     /// The API's database pool (`VIDQ_DB_POOL_SIZE`), also pgbench's client count.
     #[arg(long, default_value_t = 10)]
     pub pool: u32,
+    /// Confirms each round runs once per value, each with a fresh API and database:
+    /// `VIDQ_CONFIRM_BATCH_MAX`, the most confirms committed in one transaction (1: each on
+    /// its own). The status reads run against the last.
+    #[arg(long, value_delimiter = ',', default_value = "1,64")]
+    pub confirm_batch: Vec<u16>,
     /// Runs the API from this `vidq` binary instead of this one (to compare two builds on
     /// one machine; the database is migrated by this one).
     #[arg(long, value_name = "PATH")]
@@ -51,13 +56,17 @@ pub struct ApiBenchArgs {
     pub server: super::ServerArgs,
 }
 
-/// One round's numbers.
+/// One round's numbers: the confirms once per batch setting, in `--confirm-batch` order.
 struct Round {
-    confirms_per_s: f64,
-    confirm_latencies: Vec<Duration>,
-    reads_per_s: f64,
-    read_latencies: Vec<Duration>,
+    confirms: Vec<Rate>,
+    reads: Rate,
     ceiling: Result<f64, String>,
+}
+
+/// Requests per second and each request's latency.
+struct Rate {
+    per_s: f64,
+    latencies: Vec<Duration>,
 }
 
 /// One keep-alive HTTP/1.1 connection.
@@ -320,26 +329,33 @@ async fn ceiling(server: &str, confirms: usize, clients: u32) -> Result<f64, Str
 
 async fn round(args: &ApiBenchArgs) -> anyhow::Result<Round> {
     let ceiling = ceiling(&args.server.database_url, args.confirms, args.pool).await;
-    let scratch = Scratch::create(&args.server.database_url, "api").await?;
-    // The scratch database goes whatever happened (the API child is gone by then).
-    let measured = measure(args, &scratch).await;
-    scratch.drop_now().await;
-    let (confirms_per_s, confirm_latencies, reads_per_s, read_latencies) = measured?;
+    let mut confirms = Vec::new();
+    let mut reads = None;
+    for (i, &batch) in args.confirm_batch.iter().enumerate() {
+        let read = i + 1 == args.confirm_batch.len();
+        let scratch = Scratch::create(&args.server.database_url, "api").await?;
+        // The scratch database goes whatever happened (the API child is gone by then).
+        let measured = measure(args, &scratch, batch, read).await;
+        scratch.drop_now().await;
+        let (confirmed, read) = measured?;
+        confirms.push(confirmed);
+        reads = read.or(reads);
+    }
     Ok(Round {
-        confirms_per_s,
-        confirm_latencies,
-        reads_per_s,
-        read_latencies,
+        confirms,
+        reads: reads.context("no status reads were measured")?,
         ceiling,
     })
 }
 
-/// The API's part of a round on `scratch`: confirms/s and their latencies, reads/s and
-/// theirs.
+/// The API's part of a round on `scratch`, with confirms committed in batches of at most
+/// `batch`: the confirms' rate and latencies, and with `read` the status reads'.
 async fn measure(
     args: &ApiBenchArgs,
     scratch: &Scratch,
-) -> anyhow::Result<(f64, Vec<Duration>, f64, Vec<Duration>)> {
+    batch: u16,
+    read: bool,
+) -> anyhow::Result<(Rate, Option<Rate>)> {
     let s3 = BenchS3::start().await?;
     let spool = tempfile::tempdir()?;
     let key = {
@@ -347,13 +363,16 @@ async fn measure(
         let (_, key) = crate::app::users::create_user(&pool, "bench").await?;
         key.reveal().to_owned()
     };
-    let pool_size = args.pool.to_string();
+    let (pool_size, batch) = (args.pool.to_string(), batch.to_string());
     let (mut child, base) = super::spawn_api(
         args.api_bin.as_deref(),
         scratch,
         &s3,
         spool.path(),
-        &[("VIDQ_DB_POOL_SIZE", pool_size.as_str())],
+        &[
+            ("VIDQ_DB_POOL_SIZE", pool_size.as_str()),
+            ("VIDQ_CONFIRM_BATCH_MAX", batch.as_str()),
+        ],
     )
     .await?;
     let measured = async {
@@ -363,17 +382,14 @@ async fn measure(
             let mut conn = pool.get().await?;
             db::bench::checkpoint(&mut conn).await?;
         }
-        let (confirms_per_s, confirm_latencies, video) =
-            confirm_all(&base, &key, ids, args.clients).await?;
+        let (per_s, latencies, video) = confirm_all(&base, &key, ids, args.clients).await?;
+        let confirms = Rate { per_s, latencies };
+        if !read {
+            return anyhow::Ok((confirms, None));
+        }
         make_ready(&scratch.url, &video).await?;
-        let (reads_per_s, read_latencies) =
-            read_for(&base, &key, &video, args.clients, args.seconds).await?;
-        anyhow::Ok((
-            confirms_per_s,
-            confirm_latencies,
-            reads_per_s,
-            read_latencies,
-        ))
+        let (per_s, latencies) = read_for(&base, &key, &video, args.clients, args.seconds).await?;
+        anyhow::Ok((confirms, Some(Rate { per_s, latencies })))
     }
     .await;
     let _ = child.kill().await;
@@ -387,76 +403,69 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
         args.clients > 0 && args.confirms >= args.clients,
         "need confirms >= clients > 0"
     );
+    ensure!(
+        !args.confirm_batch.is_empty() && !args.confirm_batch.contains(&0),
+        "--confirm-batch takes sizes of 1 or more"
+    );
     println!(
         "vidq bench api: {} keep-alive clients, {} confirms and {} s of status reads a round, \
-         API pool {}, medians of {} rounds",
-        args.clients, args.confirms, args.seconds, args.pool, args.rounds
+         API pool {}, confirm batches of at most {:?}, medians of {} rounds",
+        args.clients, args.confirms, args.seconds, args.pool, args.confirm_batch, args.rounds
     );
     let mut rounds = Vec::new();
     for _ in 0..args.rounds.max(1) {
         rounds.push(round(&args).await.context("api round")?);
     }
-    let at = |pick: &dyn Fn(&Round) -> &Vec<Duration>, p: f64| {
+    let at = |pick: &dyn Fn(&Round) -> &Rate, p: f64| {
         let each: Vec<f64> = rounds
             .iter()
-            .map(|r| percentile(pick(r), p).as_secs_f64())
+            .map(|r| percentile(&pick(r).latencies, p).as_secs_f64())
             .collect();
         ms(Duration::from_secs_f64(median(&each)))
     };
-    let confirm_rates: Vec<f64> = rounds.iter().map(|r| r.confirms_per_s).collect();
-    let read_rates: Vec<f64> = rounds.iter().map(|r| r.reads_per_s).collect();
     let ceilings: Vec<f64> = rounds
         .iter()
         .filter_map(|r| r.ceiling.as_ref().ok().copied())
         .collect();
-    let ratios: Vec<f64> = rounds
-        .iter()
-        .filter_map(|r| r.ceiling.as_ref().ok().map(|c| r.confirms_per_s / c))
-        .collect();
     println!();
     println!(
-        "{:<29} | {:>9} | {:>7} | {:>7} | {:>18} | per round",
+        "{:<36} | {:>9} | {:>7} | {:>7} | {:>18} | per round",
         "", "per s", "p50 ms", "p99 ms", "pgbench ceiling"
     );
-    let each = |rates: &[f64]| {
-        rates
+    let row = |label: &str, pick: &dyn Fn(&Round) -> &Rate, ceiling: &str| {
+        let rates: Vec<f64> = rounds.iter().map(|r| pick(r).per_s).collect();
+        let each = rates
             .iter()
             .map(|r| format!("{r:.0}"))
             .collect::<Vec<_>>()
-            .join(" ")
-    };
-    let ceiling = if ceilings.is_empty() {
-        let why = rounds
-            .iter()
-            .find_map(|r| r.ceiling.as_ref().err().cloned())
-            .unwrap_or_default();
-        format!("- ({why})")
-    } else {
-        format!("{:.0} ({:.0}%)", median(&ceilings), 100.0 * median(&ratios))
-    };
-    let row = |label: &str,
-               rates: &[f64],
-               latencies: &dyn Fn(&Round) -> &Vec<Duration>,
-               ceiling: &str| {
+            .join(" ");
         println!(
-            "{label:<29} | {:>9.0} | {:>7} | {:>7} | {ceiling:>18} | {}",
-            median(rates),
-            at(latencies, 50.0),
-            at(latencies, 99.0),
-            each(rates)
+            "{label:<36} | {:>9.0} | {:>7} | {:>7} | {ceiling:>18} | {each}",
+            median(&rates),
+            at(pick, 50.0),
+            at(pick, 99.0),
         );
     };
-    row(
-        "POST /v1/uploads/{id}/confirm",
-        &confirm_rates,
-        &|r| &r.confirm_latencies,
-        &ceiling,
-    );
-    row(
-        "GET /v1/videos/{id} (READY)",
-        &read_rates,
-        &|r| &r.read_latencies,
-        "",
-    );
+    for (i, batch) in args.confirm_batch.iter().enumerate() {
+        let ceiling = if ceilings.is_empty() {
+            let why = rounds
+                .iter()
+                .find_map(|r| r.ceiling.as_ref().err().cloned())
+                .unwrap_or_default();
+            format!("- ({why})")
+        } else {
+            let ratios: Vec<f64> = rounds
+                .iter()
+                .filter_map(|r| r.ceiling.as_ref().ok().map(|c| r.confirms[i].per_s / c))
+                .collect();
+            format!("{:.0} ({:.0}%)", median(&ceilings), 100.0 * median(&ratios))
+        };
+        row(
+            &format!("POST /v1/uploads/{{id}}/confirm, ≤{batch}"),
+            &|r| &r.confirms[i],
+            &ceiling,
+        );
+    }
+    row("GET /v1/videos/{id} (READY)", &|r| &r.reads, "");
     Ok(())
 }
