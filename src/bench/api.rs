@@ -43,8 +43,10 @@ pub struct ApiBenchArgs {
     #[arg(long, default_value_t = 10)]
     pub pool: u32,
     /// Confirms each round runs once per value, each with a fresh API and database:
-    /// `VIDQ_CONFIRM_BATCH_MAX`, the most confirms committed in one transaction (1: each on
-    /// its own). The status reads run against the last.
+    /// `VIDQ_CONFIRM_BATCH_MAX`, the most confirms committed in one transaction. With 1 the
+    /// API gets as many committers as pool connections, so each confirm commits on its own
+    /// as it would without batches; otherwise the default committers. The status reads run
+    /// against the last.
     #[arg(long, value_delimiter = ',', default_value = "1,64")]
     pub confirm_batch: Vec<u16>,
     /// Runs the API from this `vidq` binary instead of this one (to compare two builds on
@@ -363,6 +365,11 @@ async fn measure(
         let (_, key) = crate::app::users::create_user(&pool, "bench").await?;
         key.reveal().to_owned()
     };
+    let committers = if batch == 1 {
+        args.pool.to_string()
+    } else {
+        crate::config::DEFAULT_CONFIRM_COMMITTERS.to_string()
+    };
     let (pool_size, batch) = (args.pool.to_string(), batch.to_string());
     let (mut child, base) = super::spawn_api(
         args.api_bin.as_deref(),
@@ -372,6 +379,7 @@ async fn measure(
         &[
             ("VIDQ_DB_POOL_SIZE", pool_size.as_str()),
             ("VIDQ_CONFIRM_BATCH_MAX", batch.as_str()),
+            ("VIDQ_CONFIRM_COMMITTERS", committers.as_str()),
         ],
     )
     .await?;
