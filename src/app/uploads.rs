@@ -211,8 +211,10 @@ pub struct Accepted {
 /// contract to `confirmed`, insert the video, its PENDING job and the `video.accepted`
 /// outbox row, and wake a worker. `None` when a concurrent confirm committed first (its video
 /// is the answer); `UploadClosed` when the contract was expired or rejected in between. The
-/// sweeper confirms an upload through vidq through this too, and `vidq bench queue` enqueues
-/// through it, so it measures the same transaction.
+/// API's confirms run the same statements over arrays, several at once ([`accept_all`], by
+/// way of `app::confirm_batch`), and come here one by one when their batch failed as a
+/// whole. The sweeper confirms an upload through vidq through this, and `vidq bench queue`
+/// enqueues through it.
 pub async fn accept(
     conn: &mut AsyncPgConnection,
     owner: UserId,
