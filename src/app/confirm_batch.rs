@@ -110,8 +110,17 @@ async fn commit_batches(db: DbPool, waiting: Arc<Mutex<mpsc::Receiver<Waiting>>>
 }
 
 #[tracing::instrument(name = "confirm_batch", skip_all, fields(size = batch.len()))]
-async fn commit(db: &DbPool, batch: Vec<Waiting>) {
+async fn commit(db: &DbPool, mut batch: Vec<Waiting>) {
     crate::metrics::CONFIRM_BATCH_SIZE.observe(batch.len() as f64);
+    if batch.len() == 1 {
+        // Alone, a confirm takes the single-row statements: through the array forms, one
+        // confirm at a time measured about a sixth slower than before batches.
+        let waiting = batch.pop().expect("one confirm");
+        let _ = waiting
+            .answer
+            .send(accept_alone(db, &waiting.acceptance).await);
+        return;
+    }
     let acceptances: Vec<Acceptance> = batch.iter().map(|w| w.acceptance.clone()).collect();
     let together = async {
         let mut conn = db.get().await?;
@@ -126,28 +135,28 @@ async fn commit(db: &DbPool, batch: Vec<Waiting>) {
                 let _ = waiting.answer.send(outcome);
             }
         }
-        Err(error) if batch.len() == 1 => {
-            let waiting = batch.into_iter().next().expect("one confirm");
-            let _ = waiting.answer.send(Err(error));
-        }
         Err(error) => {
             tracing::warn!(
                 error = %crate::telemetry::error_chain(&error),
                 "a batch of confirms failed as a whole; committing each on its own"
             );
             for waiting in batch {
-                let Acceptance {
-                    owner,
-                    upload_id,
-                    object_key,
-                } = &waiting.acceptance;
-                let alone = async {
-                    let mut conn = db.get().await?;
-                    accept(&mut conn, *owner, *upload_id, object_key).await
-                }
-                .await;
-                let _ = waiting.answer.send(alone);
+                let _ = waiting
+                    .answer
+                    .send(accept_alone(db, &waiting.acceptance).await);
             }
         }
     }
+}
+
+/// One confirm in a transaction of its own ([`accept`]).
+async fn accept_alone(db: &DbPool, acceptance: &Acceptance) -> AcceptOutcome {
+    let mut conn = db.get().await?;
+    accept(
+        &mut conn,
+        acceptance.owner,
+        acceptance.upload_id,
+        &acceptance.object_key,
+    )
+    .await
 }

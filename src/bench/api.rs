@@ -69,6 +69,9 @@ struct Round {
 struct Rate {
     per_s: f64,
     latencies: Vec<Duration>,
+    /// Of the confirms: how many the API committed per transaction, on average (its
+    /// `vidq_confirm_batch_size`; `None` from a build without it).
+    mean_batch: Option<f64>,
 }
 
 /// One keep-alive HTTP/1.1 connection.
@@ -249,6 +252,29 @@ async fn read_for(
     ))
 }
 
+/// The API's confirms per transaction so far (`vidq_confirm_batch_size`'s sum over its count).
+async fn mean_batch(base: &str) -> Option<f64> {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let value = |name: &str| {
+        text.lines().find_map(|line| {
+            line.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    let (sum, count) = (
+        value("vidq_confirm_batch_size_sum")?,
+        value("vidq_confirm_batch_size_count")?,
+    );
+    (count > 0.0).then(|| sum / count)
+}
+
 /// Marks `video` READY with outputs, as a finalize would (the objects need not exist for
 /// the read: it presigns, it does not fetch).
 async fn make_ready(url: &str, video: &str) -> anyhow::Result<()> {
@@ -391,13 +417,22 @@ async fn measure(
             db::bench::checkpoint(&mut conn).await?;
         }
         let (per_s, latencies, video) = confirm_all(&base, &key, ids, args.clients).await?;
-        let confirms = Rate { per_s, latencies };
+        let confirms = Rate {
+            per_s,
+            latencies,
+            mean_batch: mean_batch(&base).await,
+        };
         if !read {
             return anyhow::Ok((confirms, None));
         }
         make_ready(&scratch.url, &video).await?;
         let (per_s, latencies) = read_for(&base, &key, &video, args.clients, args.seconds).await?;
-        anyhow::Ok((confirms, Some(Rate { per_s, latencies })))
+        let reads = Rate {
+            per_s,
+            latencies,
+            mean_batch: None,
+        };
+        anyhow::Ok((confirms, Some(reads)))
     }
     .await;
     let _ = child.kill().await;
@@ -475,5 +510,24 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
         );
     }
     row("GET /v1/videos/{id} (READY)", &|r| &r.reads, "");
+    let batches: Vec<String> = args
+        .confirm_batch
+        .iter()
+        .enumerate()
+        .map(|(i, batch)| {
+            let means: Vec<f64> = rounds
+                .iter()
+                .filter_map(|r| r.confirms[i].mean_batch)
+                .collect();
+            match means.is_empty() {
+                true => format!("≤{batch}: -"),
+                false => format!("≤{batch}: {:.1}", median(&means)),
+            }
+        })
+        .collect();
+    println!(
+        "confirms per transaction, mean (the API's vidq_confirm_batch_size): {}",
+        batches.join(", ")
+    );
     Ok(())
 }
