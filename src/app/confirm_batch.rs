@@ -9,7 +9,8 @@
 //! writes for many confirms in the same number of statements and round trips as one.
 //!
 //! Nothing waits for a batch to fill: a committer takes whatever is queued when it is free,
-//! so a confirm on a quiet node goes alone and at once, and batches grow only while the
+//! so a confirm on a quiet node goes alone and at once (through [`accept`]'s single-row
+//! statements), and batches grow only while the
 //! committers are busy (the queue is the backlog PostgreSQL could not keep up with anyway).
 //! A batch that fails as a whole (a constraint one of its confirms broke, a lost connection)
 //! is retried confirm by confirm through [`crate::app::uploads::accept`], so one bad confirm
@@ -69,12 +70,12 @@ impl ConfirmBatcher {
     /// Starts `settings.committers` committer tasks on the current runtime. They end when
     /// the last clone of the batcher is dropped, after answering what was queued.
     pub fn start(db: DbPool, settings: BatchSettings) -> Self {
-        let max = settings.max.max(1);
+        let (max, committers) = (settings.max.max(1), settings.committers.max(1));
         // A full queue makes confirms wait to enter it: the HTTP layer's concurrency, not
         // this buffer, bounds how many are in flight.
-        let (queue, waiting) = mpsc::channel(max * settings.committers.max(1) * 4);
+        let (queue, waiting) = mpsc::channel(max * committers * 4);
         let waiting = Arc::new(Mutex::new(waiting));
-        for _ in 0..settings.committers.max(1) {
+        for _ in 0..committers {
             tokio::spawn(commit_batches(db.clone(), waiting.clone(), max));
         }
         Self { queue }
