@@ -139,6 +139,15 @@ pub static CONFIRM_BATCH_SIZE: LazyLock<Histogram> = LazyLock::new(|| {
     )
 });
 
+/// How many READY finalizes each of a worker's finalize transactions committed together.
+pub static FINALIZE_BATCH_SIZE: LazyLock<Histogram> = LazyLock::new(|| {
+    histogram(
+        "vidq_finalize_batch_size",
+        "READY finalizes of one worker committed together in one transaction (only batches of 2 or more; a finalize alone is not counted).",
+        &[2.0, 4.0, 8.0, 16.0, 32.0, 64.0],
+    )
+});
+
 /// Records a duration into a histogram.
 pub fn observe(histogram: &Histogram, took: Duration) {
     histogram.observe(took.as_secs_f64());

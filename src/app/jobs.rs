@@ -125,7 +125,7 @@ async fn lock_owner(conn: &AsyncPgConnection, video: VideoId) -> Result<Uuid, Jo
 }
 
 /// Fails with [`JobError::ClaimLost`] (rolling back) when the fence matched nothing.
-fn fenced(rows: usize) -> Result<(), JobError> {
+pub(crate) fn fenced(rows: usize) -> Result<(), JobError> {
     if rows == 0 {
         Err(JobError::ClaimLost)
     } else {
@@ -134,7 +134,7 @@ fn fenced(rows: usize) -> Result<(), JobError> {
 }
 
 /// A video row that vanished under a finalize (deleted with its video) is a lost claim.
-fn video_gone(err: diesel::result::Error) -> JobError {
+pub(crate) fn video_gone(err: diesel::result::Error) -> JobError {
     match err {
         diesel::result::Error::NotFound => JobError::ClaimLost,
         other => other.into(),
@@ -142,7 +142,7 @@ fn video_gone(err: diesel::result::Error) -> JobError {
 }
 
 /// How an attempt ended, with the error's code and its public message (the log has the rest).
-fn end<'a>(outcome: Outcome, error: Option<(&'a str, &'a str)>) -> AttemptEnd<'a> {
+pub(crate) fn end<'a>(outcome: Outcome, error: Option<(&'a str, &'a str)>) -> AttemptEnd<'a> {
     AttemptEnd { outcome, error }
 }
 
@@ -157,7 +157,7 @@ const FINALIZE_BACKOFF: std::time::Duration = std::time::Duration::from_millis(1
 
 /// Whether `err` is a database failure that a new try of the same transaction, on a fresh
 /// connection if need be, can get past.
-fn is_transient(err: &JobError) -> bool {
+pub(crate) fn is_transient(err: &JobError) -> bool {
     use diesel::result::{DatabaseErrorKind as Kind, Error};
     use diesel_async::pooled_connection::PoolError;
     match err {
@@ -192,13 +192,13 @@ fn is_transient(err: &JobError) -> bool {
 /// no reply may have committed: when the next try then finds the claim gone, the attempt's
 /// own row says whether it ended with `outcome`, which is then success.
 ///
-/// `first` is the first try's answer: the caller makes that try itself, because a READY
+/// `first` is how the first try went: the caller makes that try itself, because a READY
 /// finalize's first try also carries its slot's next claim, and the tries after it go alone.
 async fn retry_transient<F, Fut>(
     pool: &DbPool,
     claim: &Claim,
     outcome: Outcome,
-    first: Result<(), JobError>,
+    first: FirstTry,
     mut once: F,
 ) -> Result<(), JobError>
 where
@@ -210,7 +210,15 @@ where
     let mut first = Some(first);
     loop {
         let answer = match first.take() {
-            Some(answer) => answer,
+            Some(FirstTry::Answered(answer)) => answer,
+            Some(FirstTry::FailedInBatch) => {
+                // The batch's failure is this transaction's first: wait as after any
+                // transient failure, and count the next try as a second one.
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+                tries += 1;
+                once().await
+            }
             None => once().await,
         };
         match answer {
@@ -235,6 +243,15 @@ where
             result => return result,
         }
     }
+}
+
+/// How the first try of a fenced transaction went (see [`retry_transient`]).
+enum FirstTry {
+    /// The caller made it, and this is its answer.
+    Answered(Result<(), JobError>),
+    /// It was part of a batch of finalizes (`super::ready_batch`) that failed on a transient
+    /// error, so it may have committed.
+    FailedInBatch,
 }
 
 /// READY, in one transaction: lock the uploader, update (and so lock) the video with its
@@ -278,11 +295,34 @@ pub async fn finalize_ready_then_claim(
     next: Option<NextClaim<'_>>,
 ) -> (Result<(), JobError>, CarriedClaim) {
     let (first, claimed) = finalize_ready_once(pool, claim, output, next).await;
-    let finalized = retry_transient(pool, claim, Outcome::Completed, first, || async {
-        finalize_ready_once(pool, claim, output, None).await.0
-    })
+    let finalized = retry_transient(
+        pool,
+        claim,
+        Outcome::Completed,
+        FirstTry::Answered(first),
+        || async { finalize_ready_once(pool, claim, output, None).await.0 },
+    )
     .await;
     (finalized, claimed)
+}
+
+/// The READY finalize of `claim` alone, after a batch of finalizes it was part of
+/// (`super::ready_batch`) failed on a transient database error. That batch may have
+/// committed, so its try counts as this finalize's first: a fence that then matches nothing
+/// asks the job row whether the attempt completed, as any try after the first does.
+pub async fn finalize_ready_after_failed_batch(
+    pool: &DbPool,
+    claim: &Claim,
+    output: &AttemptOutput,
+) -> Result<(), JobError> {
+    retry_transient(
+        pool,
+        claim,
+        Outcome::Completed,
+        FirstTry::FailedInBatch,
+        || async { finalize_ready_once(pool, claim, output, None).await.0 },
+    )
+    .await
 }
 
 /// One try of the READY transaction, and `next`'s claim behind its `COMMIT` (the claim's
@@ -293,19 +333,7 @@ async fn finalize_ready_once(
     output: &AttemptOutput,
     next: Option<NextClaim<'_>>,
 ) -> (Result<(), JobError>, CarriedClaim) {
-    let media = &output.media;
-    let facts = db::videos::ReadyFacts {
-        duration_ms: media.duration_ms,
-        width: media.width,
-        height: media.height,
-        video_codec: &media.video_codec,
-        audio_codec: media.audio_codec.as_deref(),
-        live_run: claim.run,
-        live_attempt: claim.attempt,
-        hls_key: &output.keys.hls,
-        mp4_key: &output.keys.mp4,
-        thumbnail_key: &output.keys.thumbnail,
-    };
+    let facts = ready_facts(claim, output);
     let ended = end(Outcome::Completed, None);
     let mut conn = match pool.get().await {
         Ok(conn) => conn,
@@ -387,9 +415,29 @@ async fn finalize_ready_once(
         .await
 }
 
+/// What a READY finalize writes on the video: the probe's facts and `claim`'s live keys.
+pub(crate) fn ready_facts<'a>(
+    claim: &Claim,
+    output: &'a AttemptOutput,
+) -> db::videos::ReadyFacts<'a> {
+    let media = &output.media;
+    db::videos::ReadyFacts {
+        duration_ms: media.duration_ms,
+        width: media.width,
+        height: media.height,
+        video_codec: &media.video_codec,
+        audio_codec: media.audio_codec.as_deref(),
+        live_run: claim.run,
+        live_attempt: claim.attempt,
+        hls_key: &output.keys.hls,
+        mp4_key: &output.keys.mp4,
+        thumbnail_key: &output.keys.thumbnail,
+    }
+}
+
 /// The `data` of `video.ready`: the probe's facts and the playback keys, and for a video made
 /// from a recording (`live`: its kept and excluded segments) where it came from.
-fn ready_data(output: &AttemptOutput, live: Option<(i64, i64)>) -> serde_json::Value {
+pub(crate) fn ready_data(output: &AttemptOutput, live: Option<(i64, i64)>) -> serde_json::Value {
     let media = &output.media;
     let mut data = json!({
         "status": VideoStatus::Ready.as_str(),
@@ -421,9 +469,13 @@ pub async fn finalize_failed(
     error: &MediaError,
 ) -> Result<(), JobError> {
     let first = finalize_failed_once(pool, claim, error).await;
-    retry_transient(pool, claim, Outcome::Failed, first, || {
-        finalize_failed_once(pool, claim, error)
-    })
+    retry_transient(
+        pool,
+        claim,
+        Outcome::Failed,
+        FirstTry::Answered(first),
+        || finalize_failed_once(pool, claim, error),
+    )
     .await
 }
 

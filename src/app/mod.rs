@@ -11,6 +11,7 @@ pub mod live;
 pub mod live_videos;
 pub mod operators;
 pub mod playback;
+pub mod ready_batch;
 pub mod reconcile;
 pub mod upload_locks;
 pub mod uploads;

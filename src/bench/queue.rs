@@ -1,7 +1,7 @@
 //! `vidq bench queue`: how fast the queue moves jobs with no encoding in the way.
 //!
-//! Throughput: W in-process workers (each with its own pool of 2 connections and 1 slot,
-//! like a worker process) drain N jobs through the real claim statement and the real fenced
+//! Throughput: W in-process workers (each group of S of them a worker process of its own, with
+//! its own pool of 2 connections and S slots) drain N jobs through the real claim statement and the real fenced
 //! READY finalize (video update, outbox row, attempt ledger), while a backlog of B jobs stays
 //! queued behind them. Pickup: W idle workers, one enqueue every 50 ms through the confirm's
 //! own transaction, timed from the enqueue's commit to the claim. The SQL-only ceiling
@@ -41,6 +41,13 @@ pub struct QueueBenchArgs {
     /// Worker counts to measure (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "2,8")]
     pub workers: Vec<u32>,
+    /// Slots per worker process (comma-separated; each is measured at every worker count,
+    /// capped at it). 1 runs each worker as a process of its own; 8 runs 8 workers as one
+    /// process with 8 slots, as graphile-worker's runner with concurrency 8 does. The
+    /// finalizes of one process's slots commit together when they meet.
+    #[arg(long, value_delimiter = ',', default_value = "1,8",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub slots: Vec<u32>,
     /// Jobs left queued behind the drained ones (comma-separated; each is measured).
     #[arg(long, value_delimiter = ',', default_value = "1000")]
     pub backlog: Vec<i64>,
@@ -97,10 +104,10 @@ impl JobBody for Noop {
     }
 }
 
-fn settings(n: u32, listeners: Listeners) -> WorkerSettings {
+fn settings(n: u32, slots: u32, listeners: Listeners) -> WorkerSettings {
     WorkerSettings {
         node_id: format!("bench-{n}"),
-        slots: 1,
+        slots,
         poll: Duration::from_secs(1),
         lease: Duration::from_secs(60),
         heartbeat: None,
@@ -110,21 +117,25 @@ fn settings(n: u32, listeners: Listeners) -> WorkerSettings {
     }
 }
 
+/// Starts `workers` slots in all, as processes of `slots` slots each (the last one may have
+/// fewer).
 async fn start_workers(
     url: &str,
-    count: u32,
+    workers: u32,
+    slots: u32,
     body: Arc<Noop>,
     listeners: Listeners,
     on_claim: Option<ClaimObserver>,
     stop: &CancellationToken,
 ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
     let mut handles = Vec::new();
-    for n in 0..count {
+    let slots = slots.clamp(1, workers.max(1));
+    for n in 0..workers.div_ceil(slots) {
         let runner = Arc::new(Runner {
             pool: db::connect(url, crate::roles::worker::WORKER_POOL_SIZE).await?,
             database_url: url.to_owned(),
             body: body.clone(),
-            settings: settings(n, listeners),
+            settings: settings(n, slots.min(workers - n * slots), listeners),
             on_claim: on_claim.clone(),
             health: Default::default(),
         });
@@ -133,14 +144,24 @@ async fn start_workers(
     Ok(handles)
 }
 
-/// Drains `jobs` with `workers` while `backlog` more stay queued; returns jobs/s.
+/// One throughput run.
+struct Drained {
+    /// Jobs per second.
+    rate: f64,
+    /// READY finalizes per finalize transaction (1 when none met another).
+    per_commit: f64,
+}
+
+/// Drains `jobs` with `workers` slots (processes of `slots` each) while `backlog` more stay
+/// queued.
 async fn throughput(
     server: &str,
     jobs: i64,
     workers: u32,
+    slots: u32,
     backlog: i64,
     owners: u32,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<Drained> {
     let scratch = Scratch::create(server, "queue").await?;
     let pool = db::connect(&scratch.url, 1).await?;
     {
@@ -155,10 +176,13 @@ async fn throughput(
         reached: Notify::new(),
     });
     let stop = CancellationToken::new();
+    let batches = &crate::metrics::FINALIZE_BATCH_SIZE;
+    let (batches_before, batched_before) = (batches.get_sample_count(), batches.get_sample_sum());
     let started = Instant::now();
     let handles = start_workers(
         &scratch.url,
         workers,
+        slots,
         body.clone(),
         Listeners::HeadOfLine,
         None,
@@ -171,9 +195,15 @@ async fn throughput(
     for handle in handles {
         let _ = handle.await;
     }
+    let ready = body.ready.load(Ordering::SeqCst) as f64;
+    let batched = batches.get_sample_sum() - batched_before;
+    let transactions = (batches.get_sample_count() - batches_before) as f64 + (ready - batched);
     drop(pool);
     scratch.drop_now().await;
-    Ok(jobs as f64 / elapsed.as_secs_f64())
+    Ok(Drained {
+        rate: jobs as f64 / elapsed.as_secs_f64(),
+        per_commit: ready / transactions.max(1.0),
+    })
 }
 
 /// Creates `n` users for a run's videos.
@@ -186,25 +216,26 @@ async fn bench_users(pool: &db::DbPool, n: u32) -> anyhow::Result<Vec<uuid::Uuid
     Ok(users)
 }
 
-/// One line of the throughput table: every round's measurements at one worker count and
-/// backlog.
+/// One line of the throughput table: every round's measurements at one worker count,
+/// backlog and number of slots per process.
 #[derive(Default)]
 struct Row {
     /// vidq's jobs/s.
     rates: Vec<f64>,
     /// vidq's jobs/s over the ceiling of the same round.
     to_ceiling: Vec<f64>,
-    /// The peer's runs, one per [`PeerTask`].
-    peers: [PeerRuns; 2],
+    /// READY finalizes per finalize transaction.
+    per_commit: Vec<f64>,
+    /// vidq's jobs/s over the peer's of the same round, one list per [`PeerTask`].
+    to_peer: [Vec<f64>; 2],
 }
 
-/// One peer task's runs in a [`Row`].
+/// One peer task's runs at one worker count and backlog (shared by the rows of every
+/// number of slots).
 #[derive(Default)]
 struct PeerRuns {
     /// Its jobs/s.
     rates: Vec<f64>,
-    /// vidq's jobs/s over its, run right before it.
-    to_peer: Vec<f64>,
     /// Why it was not measured.
     why_not: Option<String>,
 }
@@ -275,6 +306,7 @@ async fn pickups(
     let handles = start_workers(
         &scratch.url,
         workers,
+        1,
         body,
         listeners,
         Some(observer),
@@ -476,17 +508,69 @@ fn jobs_per_s(out: &std::process::Output) -> Result<f64, String> {
         .ok_or_else(|| format!("no result: {}", String::from_utf8_lossy(&out.stderr).trim()))
 }
 
+/// Prints one line of the throughput table.
+fn print_row(
+    workers: u32,
+    slots: u32,
+    backlog: i64,
+    row: &Row,
+    peers: &[PeerRuns; 2],
+    ceilings: &[f64],
+    why_no_ceiling: &Option<String>,
+) {
+    let ratio = |r: &[f64]| match r {
+        [] => "-".to_owned(),
+        r => format!("{:.0}%", 100.0 * median(r)),
+    };
+    let rate = |r: &[f64]| match r {
+        [] => "-".to_owned(),
+        r => format!("{:.0}", median(r)),
+    };
+    let each = |r: &[f64]| -> String {
+        r.iter()
+            .map(|x| format!("{:.0}%", 100.0 * x))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let [noop, ready] = peers;
+    let mut notes = format!(
+        "finalizes/commit {:.1}; ceiling {}; no-op {}; + writes {}",
+        median(&row.per_commit),
+        each(&row.to_ceiling),
+        each(&row.to_peer[0]),
+        each(&row.to_peer[1])
+    );
+    for why in [why_no_ceiling, &noop.why_not, &ready.why_not]
+        .into_iter()
+        .flatten()
+    {
+        notes.push_str(&format!(" ({why})"));
+    }
+    let layout = format!("{}x{slots}", workers.div_ceil(slots));
+    println!(
+        "{workers:>7} | {layout:>9} | {backlog:>8} | {:>10} | {:>16} | {:>8} | {:>14} | {:>9} | {:>14} | {:>9} | {notes}",
+        rate(&row.rates),
+        rate(ceilings),
+        ratio(&row.to_ceiling),
+        rate(&noop.rates),
+        ratio(&row.to_peer[0]),
+        rate(&ready.rates),
+        ratio(&row.to_peer[1]),
+    );
+}
+
 /// Runs the benchmark and prints its table.
 pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
     println!(
         "vidq bench queue: {} jobs per measurement, no-op job body, real claim + fenced finalize, \
-         videos of {} user(s), medians of {} rounds",
+         videos of {} user(s), medians of {} rounds; processes: worker processes x slots each",
         args.jobs, args.owners, args.rounds
     );
     println!();
     println!(
-        "{:>7} | {:>8} | {:>10} | {:>16} | {:>8} | {:>14} | {:>9} | {:>14} | {:>9} | per-round ratios",
+        "{:>7} | {:>9} | {:>8} | {:>10} | {:>16} | {:>8} | {:>14} | {:>9} | {:>14} | {:>9} | per-round ratios",
         "workers",
+        "processes",
         "backlog",
         "jobs/s",
         "pgbench ceiling",
@@ -499,31 +583,47 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
     for &workers in &args.workers {
         let mut ceilings = Vec::new();
         let mut why_no_ceiling = None;
-        let mut rows: Vec<Row> = args.backlog.iter().map(|_| Row::default()).collect();
+        let mut layouts: Vec<u32> = args.slots.iter().map(|&s| s.min(workers)).collect();
+        layouts.dedup();
+        let mut rows: Vec<Vec<Row>> = args
+            .backlog
+            .iter()
+            .map(|_| layouts.iter().map(|_| Row::default()).collect())
+            .collect();
+        let mut peers: Vec<[PeerRuns; 2]> =
+            args.backlog.iter().map(|_| Default::default()).collect();
         for _ in 0..args.rounds.max(1) {
             let ceiling =
                 ceiling(&args.server.database_url, &args.ceiling, args.jobs, workers).await;
-            for (row, &backlog) in rows.iter_mut().zip(&args.backlog) {
+            for ((rows, peers), &backlog) in rows.iter_mut().zip(&mut peers).zip(&args.backlog) {
                 let server = &args.server.database_url;
-                let rate = throughput(server, args.jobs, workers, backlog, args.owners)
-                    .await
-                    .context("throughput run")?;
-                row.rates.push(rate);
-                if let Ok(c) = &ceiling {
-                    row.to_ceiling.push(rate / c);
+                let mut rates = Vec::new();
+                for (row, &slots) in rows.iter_mut().zip(&layouts) {
+                    let run = throughput(server, args.jobs, workers, slots, backlog, args.owners)
+                        .await
+                        .context("throughput run")?;
+                    let rate = run.rate;
+                    row.rates.push(rate);
+                    row.per_commit.push(run.per_commit);
+                    if let Ok(c) = &ceiling {
+                        row.to_ceiling.push(rate / c);
+                    }
+                    rates.push(rate);
                 }
                 if args.no_peer {
                     continue;
                 }
-                // Right after vidq's run, so that they meet the same minutes of the machine.
-                for (runs, task) in row.peers.iter_mut().zip(PeerTask::ALL) {
+                // Right after vidq's runs, so that they meet the same minutes of the machine.
+                for (i, task) in PeerTask::ALL.into_iter().enumerate() {
                     let (jobs, owners) = (args.jobs, args.owners);
                     match peer(server, &args.peer, task, jobs, workers, backlog, owners).await {
                         Ok(p) => {
-                            runs.rates.push(p);
-                            runs.to_peer.push(rate / p);
+                            peers[i].rates.push(p);
+                            for (row, rate) in rows.iter_mut().zip(&rates) {
+                                row.to_peer[i].push(rate / p);
+                            }
                         }
-                        Err(why) => runs.why_not = Some(why),
+                        Err(why) => peers[i].why_not = Some(why),
                     }
                 }
             }
@@ -532,44 +632,18 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
                 Err(why) => why_no_ceiling = Some(why),
             }
         }
-        for (row, &backlog) in rows.iter().zip(&args.backlog) {
-            let ratio = |r: &[f64]| match r {
-                [] => "-".to_owned(),
-                r => format!("{:.0}%", 100.0 * median(r)),
-            };
-            let rate = |r: &[f64]| match r {
-                [] => "-".to_owned(),
-                r => format!("{:.0}", median(r)),
-            };
-            let each = |r: &[f64]| -> String {
-                r.iter()
-                    .map(|x| format!("{:.0}%", 100.0 * x))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            };
-            let [noop, ready] = &row.peers;
-            let mut notes = format!(
-                "ceiling {}; no-op {}; + writes {}",
-                each(&row.to_ceiling),
-                each(&noop.to_peer),
-                each(&ready.to_peer)
-            );
-            for why in [&why_no_ceiling, &noop.why_not, &ready.why_not]
-                .into_iter()
-                .flatten()
-            {
-                notes.push_str(&format!(" ({why})"));
+        for ((rows, peers), &backlog) in rows.iter().zip(&peers).zip(&args.backlog) {
+            for (row, &slots) in rows.iter().zip(&layouts) {
+                print_row(
+                    workers,
+                    slots,
+                    backlog,
+                    row,
+                    peers,
+                    &ceilings,
+                    &why_no_ceiling,
+                );
             }
-            println!(
-                "{workers:>7} | {backlog:>8} | {:>10} | {:>16} | {:>8} | {:>14} | {:>9} | {:>14} | {:>9} | {notes}",
-                rate(&row.rates),
-                rate(&ceilings),
-                ratio(&row.to_ceiling),
-                rate(&noop.rates),
-                ratio(&noop.to_peer),
-                rate(&ready.rates),
-                ratio(&ready.to_peer),
-            );
         }
     }
     if args.pickups > 0 {

@@ -187,6 +187,58 @@ pub async fn claim(
         .optional()
 }
 
+/// [`CLAIM_SQL`] for up to `$4` jobs in one statement, each with its own token: the `$4`
+/// tokens come as `$1`, an array, and the claimed rows take them in id order. A worker with
+/// several free slots fills them in one round trip and one commit instead of one per slot.
+pub fn claim_some_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        let one_token = "claim_token = $1,";
+        let one_job = "LIMIT 1\n";
+        assert_eq!(
+            CLAIM_SQL.matches(one_token).count(),
+            1,
+            "the claim names its token once"
+        );
+        assert_eq!(
+            CLAIM_SQL.matches(one_job).count(),
+            1,
+            "the claim has one LIMIT"
+        );
+        CLAIM_SQL
+            .replacen(
+                one_token,
+                "claim_token = ($1::uuid[])[(SELECT count(*) FROM candidate earlier
+                                              WHERE earlier.id < j.id) + 1],",
+                1,
+            )
+            .replacen(one_job, "LIMIT $4\n", 1)
+    })
+}
+
+/// Claims up to `most` jobs for `node` at once ([`claim_some_sql`]), in queue order; commits
+/// at once, as [`claim`] does. Fewer than `most` (none included) means nothing more was
+/// claimable.
+pub async fn claim_some(
+    mut conn: &AsyncPgConnection,
+    node: &str,
+    lease_secs: f64,
+    most: usize,
+) -> QueryResult<Vec<ClaimedJob>> {
+    use diesel::sql_types::{Array, BigInt, Double, Text, Uuid as SqlUuid};
+    let tokens: Vec<Uuid> = (0..most).map(|_| Uuid::now_v7()).collect();
+    let mut claimed: Vec<ClaimedJob> = super::prepared::prepared(claim_some_sql())
+        .bind::<Array<SqlUuid>, _>(tokens)
+        .bind::<Text, _>(node)
+        .bind::<Double, _>(lease_secs)
+        .bind::<BigInt, _>(i64::try_from(most).unwrap_or(i64::MAX))
+        .load(&mut conn)
+        .await?;
+    // RETURNING follows no order; id order is the order their tokens were given in.
+    claimed.sort_by_key(|job| job.id);
+    Ok(claimed)
+}
+
 /// Extends a live claim's lease. 0 rows: the claim is gone (reclaimed, cancelled, deleted).
 pub async fn heartbeat(
     conn: &mut AsyncPgConnection,
@@ -299,6 +351,46 @@ pub async fn complete(
         fenced_query!(fenced_counting(COMPLETE, HELD), id, token, end)
     };
     match query.get_result::<Count>(&mut conn).await {
+        Ok(count) => Ok(rows(count)),
+        Err(diesel::result::Error::DatabaseError(_, info))
+            if info.message() == CLAIM_LOST_MESSAGE =>
+        {
+            Ok(0)
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// [`complete`] for the READY finalizes of a batch, as one statement and the LAST of the
+/// batch's transaction: every job `ids[i]` still held under `tokens[i]` becomes COMPLETED,
+/// and if any of them is not, the statement raises `vidq_claim_held`'s error and the whole
+/// transaction rolls back, as one fence of a finalize alone does. Returns how many it
+/// completed (all of them), or 0 when the error was the fence's.
+pub async fn complete_all(
+    mut conn: &AsyncPgConnection,
+    ids: Vec<i64>,
+    tokens: Vec<Uuid>,
+) -> QueryResult<usize> {
+    use diesel::sql_types::{Array, BigInt, Uuid as SqlUuid};
+    let expected = i64::try_from(ids.len()).unwrap_or(i64::MAX);
+    let answer = super::prepared::prepared(
+        "WITH held AS (
+             SELECT * FROM unnest($1::int8[], $2::uuid[]) AS h (id, token) ORDER BY h.id),
+         done AS (
+             UPDATE video_encoding_jobs j
+                SET status = 'COMPLETED', completed_at = statement_timestamp()
+               FROM held
+              WHERE j.id = held.id AND j.status = 'PROCESSING' AND j.claim_token = held.token
+                AND j.lease_until > statement_timestamp()
+             RETURNING j.id)
+         SELECT vidq_claim_held(CASE count(*) WHEN $3 THEN count(*) ELSE 0 END) AS n FROM done",
+    )
+    .bind::<Array<BigInt>, _>(ids)
+    .bind::<Array<SqlUuid>, _>(tokens)
+    .bind::<BigInt, _>(expected)
+    .get_result::<Count>(&mut conn)
+    .await;
+    match answer {
         Ok(count) => Ok(rows(count)),
         Err(diesel::result::Error::DatabaseError(_, info))
             if info.message() == CLAIM_LOST_MESSAGE =>

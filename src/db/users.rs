@@ -147,6 +147,23 @@ pub async fn lock_owner_of_video(
     Ok(owner.map(|o| o.id))
 }
 
+/// [`lock_owner_of_video`] for several videos at once: their owners locked `FOR KEY SHARE` in
+/// id order (the lock order's rule for rows of one table); returns those found. A video that
+/// is gone has no owner to lock, and its job went with it, so the fence of its finalize fails.
+pub async fn lock_owners_of_videos(
+    mut conn: &AsyncPgConnection,
+    videos: Vec<Uuid>,
+) -> QueryResult<Vec<Uuid>> {
+    let found: Vec<super::UuidRow> = super::prepared::prepared(
+        "SELECT id FROM users WHERE id IN (SELECT owner_id FROM videos WHERE id = ANY($1))
+          ORDER BY id FOR KEY SHARE",
+    )
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(videos)
+    .load(&mut conn)
+    .await?;
+    Ok(found.into_iter().map(|row| row.id).collect())
+}
+
 /// Replaces the user's key hash with `hash` (of a key nobody holds), found by name, and
 /// returns the user: deleting a user starts by shutting them out, so nothing new arrives while
 /// their rows are removed page by page. `None` if there is no such user.

@@ -348,6 +348,46 @@ pub async fn set_ready(
     .map(|row| row.updated_at)
 }
 
+/// [`set_ready`] for several videos in one statement, each with its own facts (`ids[i]` gets
+/// `facts[i]`); returns how many it updated. The rows are visited in the order given, so
+/// callers pass them in id order, the lock order's rule for rows of one table.
+pub async fn set_all_ready<'f>(
+    mut conn: &AsyncPgConnection,
+    ids: Vec<Uuid>,
+    facts: &[ReadyFacts<'f>],
+) -> QueryResult<usize> {
+    use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Uuid as SqlUuid};
+    let column = |f: fn(&ReadyFacts<'f>) -> &'f str| facts.iter().map(f).collect::<Vec<_>>();
+    let number = |f: fn(&ReadyFacts<'f>) -> i32| facts.iter().map(f).collect::<Vec<_>>();
+    super::prepared::prepared(
+        "UPDATE videos v
+            SET status = 'ready', duration_ms = f.duration_ms, width = f.width,
+                height = f.height, video_codec = f.video_codec, audio_codec = f.audio_codec,
+                live_run = f.live_run, live_attempt = f.live_attempt, hls_key = f.hls_key,
+                mp4_key = f.mp4_key, thumbnail_key = f.thumbnail_key, error_code = NULL,
+                error_message = NULL, failed_at = NULL, ready_at = statement_timestamp(),
+                updated_at = statement_timestamp()
+           FROM unnest($1::uuid[], $2::int8[], $3::int4[], $4::int4[], $5::text[], $6::text[],
+                       $7::int4[], $8::int4[], $9::text[], $10::text[], $11::text[])
+                AS f (id, duration_ms, width, height, video_codec, audio_codec, live_run,
+                      live_attempt, hls_key, mp4_key, thumbnail_key)
+          WHERE v.id = f.id",
+    )
+    .bind::<Array<SqlUuid>, _>(ids)
+    .bind::<Array<BigInt>, _>(facts.iter().map(|f| f.duration_ms).collect::<Vec<_>>())
+    .bind::<Array<Integer>, _>(number(|f| f.width))
+    .bind::<Array<Integer>, _>(number(|f| f.height))
+    .bind::<Array<Text>, _>(column(|f| f.video_codec))
+    .bind::<Array<Nullable<Text>>, _>(facts.iter().map(|f| f.audio_codec).collect::<Vec<_>>())
+    .bind::<Array<Integer>, _>(number(|f| f.live_run))
+    .bind::<Array<Integer>, _>(number(|f| f.live_attempt))
+    .bind::<Array<Text>, _>(column(|f| f.hls_key))
+    .bind::<Array<Text>, _>(column(|f| f.mp4_key))
+    .bind::<Array<Text>, _>(column(|f| f.thumbnail_key))
+    .execute(&mut conn)
+    .await
+}
+
 /// Marks a (locked) video failed with a stable code; returns the transaction's timestamp.
 /// Prepared once per connection, as [`set_ready`] is.
 pub async fn set_failed(

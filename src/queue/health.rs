@@ -188,7 +188,8 @@ impl WorkerHealth {
             .family(&*metrics::ATTEMPT_SECONDS)
             .family(&*metrics::TIME_TO_READY_SECONDS)
             .family(&*metrics::HEARTBEAT_FAILURES)
-            .family(&*metrics::CLAIMS_LOST);
+            .family(&*metrics::CLAIMS_LOST)
+            .family(&*metrics::FINALIZE_BATCH_SIZE);
         exposition.render()
     }
 

@@ -3,6 +3,7 @@
 //! across nodes is the race itself: the next idle node claims the next row first, and
 //! [`line`] keeps idle nodes from all racing for the same one.
 
+pub mod finalizer;
 pub mod health;
 pub mod heartbeat;
 pub mod line;

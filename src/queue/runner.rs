@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::JobBody;
+use super::finalizer::Finalizer;
 use super::health::{Ended, WorkerHealth};
 use super::heartbeat::{StopReason, keep_alive};
 use super::line::Listeners;
@@ -95,6 +96,7 @@ impl<B: JobBody> Runner<B> {
         let wake = Arc::new(Notify::new());
         let idle = self.join_idle_line(&wake, &shutdown);
         let heartbeats = self.heartbeat_pool();
+        let finalizer = Finalizer::start(self.pool.clone(), &self.settings);
         let slots = Arc::new(Semaphore::new(self.settings.slots as usize));
         let mut running = JoinSet::new();
         let mut last_reap: Option<Instant> = None;
@@ -111,7 +113,7 @@ impl<B: JobBody> Runner<B> {
             let claimed = if std::mem::take(&mut queue_empty) {
                 Claimed::Nothing
             } else {
-                self.fill_slots(&slots, &mut running, &heartbeats, &shutdown)
+                self.fill_slots(&slots, &mut running, &heartbeats, &finalizer, &shutdown)
                     .await
             };
             let found_nothing = !matches!(claimed, Claimed::Full);
@@ -185,37 +187,79 @@ impl<B: JobBody> Runner<B> {
     }
 
     /// Claims until every slot is busy or a claim finds nothing (or fails), starting an
-    /// attempt for each job claimed.
+    /// attempt for each job claimed. Several free slots are filled by one claim statement.
     async fn fill_slots(
         self: &Arc<Self>,
         slots: &Arc<Semaphore>,
         running: &mut JoinSet<SlotEnd>,
         heartbeats: &DbPool,
+        finalizer: &Finalizer,
         shutdown: &CancellationToken,
     ) -> Claimed {
-        while let Ok(permit) = slots.clone().try_acquire_owned() {
-            match self.claim_one().await {
-                Ok(Some(claim)) => {
-                    self.health.claimed(Ok(true));
-                    self.health.attempt_started();
-                    let slot =
-                        self.clone()
-                            .slot(claim, permit, heartbeats.clone(), shutdown.clone());
-                    running.spawn(slot);
-                }
-                Ok(None) => {
-                    self.health.claimed(Ok(false));
-                    return Claimed::Nothing;
-                }
+        loop {
+            // Permits only come back while this loop runs (a slot ending), never go: the
+            // ones counted here are still free when taken below.
+            let free = slots.available_permits();
+            if free == 0 {
+                return Claimed::Full;
+            }
+            let claimed = match self.claim_up_to(free).await {
+                Ok(claimed) => claimed,
                 Err(error) => {
                     let error = crate::telemetry::error_chain(&error);
                     tracing::warn!(%error, "claim failed");
                     self.health.claimed(Err(error));
                     return Claimed::Failed;
                 }
+            };
+            let found = claimed.len();
+            for claim in claimed {
+                let permit = slots
+                    .clone()
+                    .try_acquire_owned()
+                    .expect("a slot counted free is free");
+                self.health.claimed(Ok(true));
+                self.health.attempt_started();
+                let slot = self.clone().slot(
+                    claim,
+                    permit,
+                    heartbeats.clone(),
+                    finalizer.clone(),
+                    shutdown.clone(),
+                );
+                running.spawn(slot);
+            }
+            if found < free {
+                self.health.claimed(Ok(false));
+                return Claimed::Nothing;
             }
         }
-        Claimed::Full
+    }
+
+    /// Claims up to `free` jobs: one claim statement either way ([`db::jobs::claim_some`]
+    /// for more than one).
+    async fn claim_up_to(&self, free: usize) -> Result<Vec<Claim>, JobError> {
+        if free == 1 {
+            return Ok(self.claim_one().await?.into_iter().collect());
+        }
+        let asked = Instant::now();
+        let conn = self.pool.get().await?;
+        let claimed = db::jobs::claim_some(
+            &conn,
+            &self.settings.node_id,
+            self.settings.lease.as_secs_f64(),
+            free,
+        )
+        .await?;
+        metrics::observe(&metrics::CLAIM_SECONDS, asked.elapsed());
+        let claimed: Vec<Claim> = claimed.into_iter().map(Claim::from).collect();
+        for claim in &claimed {
+            self.observe_claim(Some(claim));
+        }
+        if claimed.len() < free {
+            self.observe_claim(None);
+        }
+        Ok(claimed)
     }
 
     async fn claim_one(&self) -> Result<Option<Claim>, JobError> {
@@ -247,12 +291,13 @@ impl<B: JobBody> Runner<B> {
         mut claim: Claim,
         _slot: OwnedSemaphorePermit,
         heartbeats: DbPool,
+        finalizer: Finalizer,
         shutdown: CancellationToken,
     ) -> SlotEnd {
         loop {
             match self
                 .clone()
-                .attempt(claim, heartbeats.clone(), shutdown.clone())
+                .attempt(claim, heartbeats.clone(), &finalizer, shutdown.clone())
                 .await
             {
                 Next::Job(next) => {
@@ -272,6 +317,7 @@ impl<B: JobBody> Runner<B> {
         self: Arc<Self>,
         claim: Claim,
         heartbeats: DbPool,
+        finalizer: &Finalizer,
         shutdown: CancellationToken,
     ) -> Next {
         tracing::info!("claimed");
@@ -320,7 +366,7 @@ impl<B: JobBody> Runner<B> {
         // Ends the heartbeat and the deadline watch (neither sets a reason on this path).
         stop.cancel();
         let (ended, next) = self
-            .conclude(&claim, result, why, !shutdown.is_cancelled())
+            .conclude(&claim, result, why, finalizer, !shutdown.is_cancelled())
             .await;
         metrics::ATTEMPT_SECONDS
             .with_label_values(&[claim.kind.as_str(), ended.label()])
@@ -335,6 +381,7 @@ impl<B: JobBody> Runner<B> {
         claim: &Claim,
         result: Result<crate::pipeline::AttemptOutput, MediaError>,
         why: Option<StopReason>,
+        finalizer: &Finalizer,
         carry: bool,
     ) -> (Ended, Next) {
         let mut next = Next::NotAsked;
@@ -344,7 +391,7 @@ impl<B: JobBody> Runner<B> {
             // fence, not this node's guess, decides whether the claim is still ours.
             (Ok(output), _) => {
                 let finalized;
-                (finalized, next) = self.finalize_ready(claim, &output, carry).await;
+                (finalized, next) = self.finalize_ready(claim, &output, finalizer, carry).await;
                 match finalized {
                     Ok(()) => {
                         tracing::info!("video ready");
@@ -436,16 +483,12 @@ impl<B: JobBody> Runner<B> {
         &self,
         claim: &Claim,
         output: &crate::pipeline::AttemptOutput,
+        finalizer: &Finalizer,
         carry: bool,
     ) -> (Result<(), JobError>, Next) {
-        let asking = carry.then_some(jobs::NextClaim {
-            node: &self.settings.node_id,
-            lease: self.settings.lease,
-        });
         // Counted with the other claims; not timed in `CLAIM_SECONDS`, as its round trip is
         // the finalize's.
-        let (finalized, claimed) =
-            jobs::finalize_ready_then_claim(&self.pool, claim, output, asking).await;
+        let (finalized, claimed) = finalizer.finalize_ready(claim, output, carry).await;
         let next = match claimed {
             Some(Ok(claimed)) => {
                 self.health.claimed(Ok(claimed.is_some()));

@@ -19,6 +19,7 @@ use crate::harness::TestApp;
 use crate::scripted::{Scripted, Step};
 
 mod attempt_log;
+mod batch;
 mod failures;
 mod fencing;
 mod lifecycle;
@@ -126,38 +127,7 @@ async fn many_workers_finish_every_job_exactly_once() {
     for worker in workers {
         worker.stop().await;
     }
-    assert_eq!(
-        *body.max_overlap.lock().unwrap(),
-        1,
-        "no two live claims of one job overlap (I2)"
-    );
-    assert_eq!(body.started.lock().unwrap().len(), 24, "each job ran once");
-    assert_eq!(
-        app.count("SELECT count(*) AS n FROM video_encoding_jobs WHERE attempt_count <> 1")
-            .await,
-        0
-    );
-    assert_eq!(
-        app.count("SELECT count(*) AS n FROM videos WHERE status = 'ready'")
-            .await,
-        24
-    );
-    // I4: exactly one terminal event per video.
-    assert_eq!(
-        app.count(
-            "SELECT count(*) AS n FROM (SELECT video_id FROM notification_outbox
-               WHERE event_type IN ('video.ready', 'video.failed') GROUP BY video_id HAVING count(*) = 1) once"
-        )
-        .await,
-        24
-    );
-    assert_eq!(
-        app.count(
-            "SELECT count(*) AS n FROM notification_outbox WHERE event_type <> 'video.accepted'"
-        )
-        .await,
-        24
-    );
+    each_job_ran_once_and_announced_once(&app, &body, 24).await;
     assert_eq!(
         app.count("SELECT count(*) AS n FROM job_attempts WHERE outcome = 'completed'")
             .await,
@@ -181,6 +151,44 @@ async fn many_workers_finish_every_job_exactly_once() {
     assert_eq!(
         (ready["status"].as_str(), ready["attempts"].as_i64()),
         (Some("ready"), Some(1))
+    );
+}
+
+/// After `n` jobs ran with `body`: no two attempts of a job overlapped (I2), each ran once,
+/// on its first attempt, its video is READY, and it made exactly one terminal event (I4).
+pub async fn each_job_ran_once_and_announced_once(app: &TestApp, body: &Scripted, n: i64) {
+    assert_eq!(
+        *body.max_overlap.lock().unwrap(),
+        1,
+        "no two live claims of one job overlap (I2)"
+    );
+    let started = i64::try_from(body.started.lock().unwrap().len()).unwrap();
+    assert_eq!(started, n, "each job ran once");
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM video_encoding_jobs WHERE attempt_count <> 1")
+            .await,
+        0
+    );
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM videos WHERE status = 'ready'")
+            .await,
+        n
+    );
+    // I4: exactly one terminal event per video.
+    assert_eq!(
+        app.count(
+            "SELECT count(*) AS n FROM (SELECT video_id FROM notification_outbox
+               WHERE event_type IN ('video.ready', 'video.failed') GROUP BY video_id HAVING count(*) = 1) once"
+        )
+        .await,
+        n
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) AS n FROM notification_outbox WHERE event_type <> 'video.accepted'"
+        )
+        .await,
+        n
     );
 }
 

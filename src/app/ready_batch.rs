@@ -1,0 +1,224 @@
+//! Group commit for a worker's READY finalizes: the finalizes of several slots of one worker
+//! process that are ready at the same moment go in one transaction, each still fenced on its
+//! own claim, with the claims of the slots' next jobs in one statement behind its `COMMIT`.
+//!
+//! A finalize is a handful of small writes, and on a busy queue most of its cost is not the
+//! rows but what surrounds them: a transaction to start and commit, a WAL flush to wait for,
+//! a round trip that wakes a task and a backend. Here N finalizes share one of each, and
+//! N claims share one claim statement and its commit.
+//!
+//! The batch keeps what a finalize alone guarantees (DESIGN, finalize):
+//! - its statements take their locks in the lock order (`crate::db`): every uploader of the
+//!   batch first, in id order, then the videos in id order, then the events (new rows), and
+//!   as the LAST statements the fenced COMPLETED updates, in job id order;
+//! - each fence raises when it matches nothing, so one lost claim rolls the whole batch back
+//!   on the server, its `COMMIT` included. Then each finalize is tried again on its own,
+//!   where the lost one rolls back alone and the others commit;
+//! - a batch that failed on a transient error (a broken connection) may have committed, so
+//!   each of its finalizes is tried again as a second try, which asks the job row whether
+//!   its attempt completed when its fence finds the claim gone.
+//!
+//! A recording's video needs a read before its event (two round trips), so its finalize
+//! goes alone; so does any finalize that finds nobody else waiting.
+
+use diesel_async::AsyncPgConnection;
+
+use super::jobs::{
+    self, CarriedClaim, Claim, JobError, NextClaim, fenced, is_transient, ready_data, ready_facts,
+};
+use crate::db::{self, DbPool};
+use crate::domain::event::Event;
+use crate::domain::job::JobKind;
+use crate::pipeline::AttemptOutput;
+
+/// One slot's finished attempt, waiting for its finalize.
+#[derive(Debug)]
+pub struct ReadyAttempt {
+    /// The slot's claim.
+    pub claim: Claim,
+    /// What the attempt made.
+    pub output: AttemptOutput,
+    /// Whether the slot wants its next job claimed behind the finalize.
+    pub carry: bool,
+}
+
+/// What one finalize of a batch comes to: its own answer, and the claim it carried, as
+/// [`jobs::finalize_ready_then_claim`] answers.
+pub type Finalized = (Result<(), JobError>, CarriedClaim);
+
+/// Finalizes every attempt of `batch` READY, together where it can; answers in `batch`'s
+/// order. `next` names who claims the next jobs for the attempts that carry a claim.
+#[tracing::instrument(name = "finalize_ready_batch", skip_all, fields(size = batch.len()))]
+pub async fn finalize_ready_all(
+    pool: &DbPool,
+    batch: &[ReadyAttempt],
+    next: NextClaim<'_>,
+) -> Vec<Finalized> {
+    let carried = |attempt: &ReadyAttempt| attempt.carry.then_some(next);
+    let batchable: Vec<usize> = (0..batch.len())
+        .filter(|&i| batch[i].claim.kind != JobKind::Repackage)
+        .collect();
+    let together = if batchable.len() > 1 {
+        batchable
+    } else {
+        Vec::new()
+    };
+    let mut answers: Vec<Option<Finalized>> = (0..batch.len()).map(|_| None).collect();
+    for (i, attempt) in batch.iter().enumerate() {
+        if !together.contains(&i) {
+            answers[i] = Some(
+                jobs::finalize_ready_then_claim(
+                    pool,
+                    &attempt.claim,
+                    &attempt.output,
+                    carried(attempt),
+                )
+                .await,
+            );
+        }
+    }
+    if together.len() > 1 {
+        let members: Vec<&ReadyAttempt> = together.iter().map(|&i| &batch[i]).collect();
+        for (i, answer) in together
+            .iter()
+            .zip(commit_or_retry(pool, &members, next).await)
+        {
+            answers[*i] = Some(answer);
+        }
+    }
+    answers
+        .into_iter()
+        .map(|answer| answer.expect("every attempt of the batch is answered"))
+        .collect()
+}
+
+/// `members` in one transaction, and on its failure each on its own (see the module's doc).
+async fn commit_or_retry(
+    pool: &DbPool,
+    members: &[&ReadyAttempt],
+    next: NextClaim<'_>,
+) -> Vec<Finalized> {
+    crate::metrics::FINALIZE_BATCH_SIZE.observe(members.len() as f64);
+    let wanted = members.iter().filter(|m| m.carry).count();
+    let (together, claimed) = commit_together(pool, members, next, wanted).await;
+    let mut claims = hand_out(members, claimed);
+    let mut answers = Vec::with_capacity(members.len());
+    match together {
+        Ok(()) => answers.extend(claims.drain(..).map(|claim| (Ok(()), claim))),
+        Err(error) => {
+            let transient = is_transient(&error);
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), size = members.len(),
+                transient, "a batch of finalizes failed as a whole; finalizing each on its own");
+            for (member, claim) in members.iter().zip(claims.drain(..)) {
+                let (claim_of, output) = (&member.claim, &member.output);
+                let finalized = if transient {
+                    jobs::finalize_ready_after_failed_batch(pool, claim_of, output).await
+                } else {
+                    jobs::finalize_ready(pool, claim_of, output).await
+                };
+                answers.push((finalized, claim));
+            }
+        }
+    }
+    answers
+}
+
+/// The claims found behind the batch, one for each member that carries one, in order: a job,
+/// or `Some(Ok(None))` when nothing more was claimable. A failed claim statement is
+/// reported to the first carrying member; the others then find no claim made.
+fn hand_out(
+    members: &[&ReadyAttempt],
+    claimed: Option<Result<Vec<Claim>, JobError>>,
+) -> Vec<CarriedClaim> {
+    let mut found = match claimed {
+        Some(Ok(jobs)) => Ok(jobs.into_iter()),
+        Some(Err(error)) => Err(Some(error)),
+        None => Err(None),
+    };
+    members
+        .iter()
+        .map(|member| {
+            if !member.carry {
+                return None;
+            }
+            match &mut found {
+                Ok(jobs) => Some(Ok(jobs.next())),
+                Err(error) => error.take().map(Err),
+            }
+        })
+        .collect()
+}
+
+/// One try of the batch's transaction in one round trip, and the claim of `wanted` next jobs
+/// behind its `COMMIT` (`None` when `wanted` is 0 or no connection could be had).
+async fn commit_together(
+    pool: &DbPool,
+    members: &[&ReadyAttempt],
+    next: NextClaim<'_>,
+    wanted: usize,
+) -> (Result<(), JobError>, Option<Result<Vec<Claim>, JobError>>) {
+    let mut conn = match pool.get().await {
+        Ok(conn) => conn,
+        Err(error) => return (Err(error.into()), None),
+    };
+    let tx = db::pipeline::Pipeline::new(&mut conn);
+    let c = tx.conn();
+    let claims = async move {
+        if wanted == 0 {
+            return None;
+        }
+        Some(
+            db::jobs::claim_some(c, next.node, next.lease.as_secs_f64(), wanted)
+                .await
+                .map(|jobs| jobs.into_iter().map(Claim::from).collect())
+                .map_err(JobError::from),
+        )
+    };
+    tx.run_then(statements(c, members), claims).await
+}
+
+/// The batch's statements, in the lock order, the fenced completions last.
+async fn statements(c: &AsyncPgConnection, members: &[&ReadyAttempt]) -> Result<(), JobError> {
+    let mut by_video: Vec<&ReadyAttempt> = members.to_vec();
+    by_video.sort_by_key(|m| m.claim.video.0);
+    let mut by_job: Vec<&ReadyAttempt> = members.to_vec();
+    by_job.sort_by_key(|m| m.claim.job_id);
+    let events: Vec<Event> = by_video
+        .iter()
+        .map(|m| {
+            Event::video_ready(
+                m.claim.video,
+                m.claim.run,
+                chrono::Utc::now(), // replaced by the video's updated_at (insert_all_stamped)
+                ready_data(&m.output, None),
+            )
+        })
+        .collect();
+    let facts: Vec<_> = by_video
+        .iter()
+        .map(|m| ready_facts(&m.claim, &m.output))
+        .collect();
+    let owners = async {
+        let videos = by_video.iter().map(|m| m.claim.video.0).collect();
+        db::users::lock_owners_of_videos(c, videos)
+            .await
+            .map_err(JobError::from)
+    };
+    let videos = async {
+        let ids = by_video.iter().map(|m| m.claim.video.0).collect();
+        db::videos::set_all_ready(c, ids, &facts)
+            .await
+            .map_err(JobError::from)
+    };
+    let events = async {
+        db::outbox::insert_all_stamped(c, &events)
+            .await
+            .map_err(JobError::from)
+    };
+    let fences = async {
+        let ids = by_job.iter().map(|m| m.claim.job_id).collect();
+        let tokens = by_job.iter().map(|m| m.claim.token).collect();
+        fenced(db::jobs::complete_all(c, ids, tokens).await?)
+    };
+    futures_util::try_join!(owners, videos, events, fences).map(drop)
+}

@@ -1,0 +1,141 @@
+//! Where a worker's slots send their READY finalizes. A process with one slot finalizes in
+//! the slot's own task, as it always has. With several slots, finalizes go through one
+//! committer task: a finalize that arrives while another is being committed waits, and the
+//! committer takes everything waiting into one transaction ([`crate::app::ready_batch`]).
+//!
+//! Nothing waits for a batch to fill: a finalize on a quiet worker goes alone and at once.
+//! Batches grow only while the database is slower than the slots, which is when sharing a
+//! commit, a WAL flush and a round trip pays.
+
+use std::sync::Arc;
+
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+use crate::app::jobs::{self, Claim, NextClaim};
+use crate::app::ready_batch::{self, Finalized, ReadyAttempt};
+use crate::db::DbPool;
+use crate::pipeline::AttemptOutput;
+
+use super::runner::WorkerSettings;
+
+/// Batches in flight at once. One committer leaves all of a worker's finalizes to one
+/// backend, which runs their statements one after another on one core while the others
+/// wait: two let the next batch form and go while one commits.
+const COMMITTERS: usize = 2;
+
+/// A slot's finalize and where its answer goes.
+struct Waiting {
+    attempt: ReadyAttempt,
+    answer: oneshot::Sender<Finalized>,
+}
+
+/// The finalize path of one worker process. Cloning shares it.
+#[derive(Clone)]
+pub struct Finalizer(Path);
+
+#[derive(Clone)]
+enum Path {
+    /// One slot: each finalize runs in its slot's task.
+    Alone {
+        /// The worker's pool.
+        pool: DbPool,
+        /// Who claims the next job.
+        node: String,
+        /// The next claim's lease.
+        lease: std::time::Duration,
+    },
+    /// Several slots: finalizes queue for the committer.
+    Batched {
+        /// The worker's pool (a finalize whose committer is gone goes alone through it).
+        pool: DbPool,
+        /// The committer's queue.
+        queue: mpsc::Sender<Waiting>,
+    },
+}
+
+impl Finalizer {
+    /// The finalize path for a worker with `settings`; with more than one slot it starts
+    /// the committer on the current runtime, which ends once every clone is dropped.
+    pub fn start(pool: DbPool, settings: &WorkerSettings) -> Self {
+        let (node, lease) = (settings.node_id.clone(), settings.lease);
+        let slots = usize::try_from(settings.slots).unwrap_or(usize::MAX);
+        if slots <= 1 {
+            return Self(Path::Alone { pool, node, lease });
+        }
+        // Each slot has at most one finalize waiting, so the queue never makes one wait.
+        let (queue, waiting) = mpsc::channel(slots);
+        let waiting = Arc::new(Mutex::new(waiting));
+        for _ in 0..COMMITTERS {
+            let (pool, waiting, node) = (pool.clone(), waiting.clone(), node.clone());
+            tokio::spawn(commit_batches(pool, waiting, slots, node, lease));
+        }
+        Self(Path::Batched { pool, queue })
+    }
+
+    /// Finalizes `claim` READY; with `carry`, the slot's next job is claimed behind the
+    /// `COMMIT`. Answers as [`jobs::finalize_ready_then_claim`] does.
+    pub async fn finalize_ready(
+        &self,
+        claim: &Claim,
+        output: &AttemptOutput,
+        carry: bool,
+    ) -> Finalized {
+        match &self.0 {
+            Path::Alone { pool, node, lease } => {
+                let next = carry.then_some(NextClaim {
+                    node,
+                    lease: *lease,
+                });
+                jobs::finalize_ready_then_claim(pool, claim, output, next).await
+            }
+            Path::Batched { pool, queue } => {
+                let (answer, answered) = oneshot::channel();
+                let attempt = ReadyAttempt {
+                    claim: claim.clone(),
+                    output: output.clone(),
+                    carry,
+                };
+                if queue.send(Waiting { attempt, answer }).await.is_err() {
+                    // The committer has ended (it only does when every clone is gone, or
+                    // if it panicked): nothing was sent, so this is a first try.
+                    return (jobs::finalize_ready(pool, claim, output).await, None);
+                }
+                match answered.await {
+                    Ok(finalized) => finalized,
+                    // The committer died with this finalize taken, perhaps committed.
+                    Err(_) => (
+                        jobs::finalize_ready_after_failed_batch(pool, claim, output).await,
+                        None,
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// The committer: takes what is waiting (at least one finalize, at most one per slot),
+/// finalizes it, answers each, and goes back for more.
+async fn commit_batches(
+    pool: DbPool,
+    waiting: Arc<Mutex<mpsc::Receiver<Waiting>>>,
+    most: usize,
+    node: String,
+    lease: std::time::Duration,
+) {
+    let mut batch = Vec::with_capacity(most);
+    // The lock is held only while taking: the other committer takes the next batch while
+    // this one commits.
+    while waiting.lock().await.recv_many(&mut batch, most).await > 0 {
+        let (attempts, answers): (Vec<ReadyAttempt>, Vec<_>) = batch
+            .drain(..)
+            .map(|waiting| (waiting.attempt, waiting.answer))
+            .unzip();
+        let next = NextClaim { node: &node, lease };
+        let finalized = ready_batch::finalize_ready_all(&pool, &attempts, next).await;
+        for (answer, finalized) in answers.into_iter().zip(finalized) {
+            // A slot that went away (its task aborted) has nothing to hear; its finalize
+            // stands.
+            let _ = answer.send(finalized);
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! A worker with several slots: its claims go out as one statement, and finalizes that meet
+//! commit in one transaction (`app::ready_batch`), each still fenced on its own claim.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use vidq::app::jobs::{self, Claim, JobError, NextClaim};
+use vidq::app::ready_batch::{ReadyAttempt, finalize_ready_all};
+
+use super::{
+    Worker, claim, each_job_ran_once_and_announced_once, fast_settings, video_id, wait_for_count,
+};
+use crate::harness::TestApp;
+use crate::scripted::{Scripted, Step, output};
+
+async fn claim_some(app: &TestApp, node: &str, lease_secs: f64, most: usize) -> Vec<Claim> {
+    let conn = app.pool.get().await.unwrap();
+    vidq::db::jobs::claim_some(&conn, node, lease_secs, most)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Claim::from)
+        .collect()
+}
+
+fn ready(claim: &Claim, carry: bool) -> ReadyAttempt {
+    ReadyAttempt {
+        claim: claim.clone(),
+        output: output(&claim.plan()),
+        carry,
+    }
+}
+
+fn next() -> NextClaim<'static> {
+    NextClaim {
+        node: "batcher",
+        lease: Duration::from_secs(30),
+    }
+}
+
+/// The job a carried claim found, if it found one.
+fn carried_job(answer: &vidq::app::jobs::CarriedClaim) -> Option<i64> {
+    match answer {
+        Some(Ok(found)) => found.as_ref().map(|claim| claim.job_id),
+        Some(Err(error)) => panic!("the carried claim failed: {error}"),
+        None => panic!("no claim was carried"),
+    }
+}
+
+#[tokio::test]
+async fn one_statement_claims_several_jobs_each_under_its_own_token_and_no_more_than_there_are() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    for _ in 0..3 {
+        app.uploaded_video(&key).await;
+    }
+    let claimed = claim_some(&app, "node-a", 30.0, 2).await;
+    assert_eq!(claimed.len(), 2);
+    assert_ne!(claimed[0].token, claimed[1].token);
+    assert!(
+        claimed[0].job_id < claimed[1].job_id,
+        "handed out in id order"
+    );
+    let rest = claim_some(&app, "node-b", 30.0, 5).await;
+    assert_eq!(rest.len(), 1, "only one job was left");
+    assert!(claim_some(&app, "node-c", 30.0, 5).await.is_empty());
+    assert_eq!(
+        app.count(
+            "SELECT count(DISTINCT claim_token) AS n FROM video_encoding_jobs
+              WHERE status = 'PROCESSING' AND attempt_count = 1 AND lease_until > now()"
+        )
+        .await,
+        3
+    );
+    for claim in claimed.iter().chain(&rest) {
+        let expected = if rest[0].job_id == claim.job_id {
+            "node-b"
+        } else {
+            "node-a"
+        };
+        assert_eq!(
+            app.count(&format!(
+                "SELECT count(*) AS n FROM video_encoding_jobs
+                  WHERE id = {} AND claim_token = '{}' AND claimed_by = '{expected}'",
+                claim.job_id, claim.token
+            ))
+            .await,
+            1
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_batch_commits_every_video_event_and_job_in_one_transaction_and_claims_the_next_jobs() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    for _ in 0..5 {
+        app.uploaded_video(&key).await;
+    }
+    let claimed = claim_some(&app, "node-a", 30.0, 3).await;
+    assert_eq!(claimed.len(), 3);
+    // Two of the three slots want a next job and one does not; two jobs are left.
+    let batch = [
+        ready(&claimed[0], true),
+        ready(&claimed[1], false),
+        ready(&claimed[2], true),
+    ];
+    let answers = finalize_ready_all(&app.pool, &batch, next()).await;
+    assert_eq!(answers.len(), 3);
+    for (finalized, _) in &answers {
+        assert!(finalized.is_ok(), "{finalized:?}");
+    }
+    assert!(
+        answers[1].1.is_none(),
+        "a slot that asked for nothing gets no claim"
+    );
+    let (first, third) = (carried_job(&answers[0].1), carried_job(&answers[2].1));
+    assert!(first.is_some() && third.is_some() && first != third);
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) AS n FROM video_encoding_jobs
+              WHERE id IN ({}, {}) AND status = 'PROCESSING' AND claimed_by = 'batcher'",
+            first.unwrap(),
+            third.unwrap()
+        ))
+        .await,
+        2
+    );
+
+    let ids = claimed
+        .iter()
+        .map(|c| format!("'{}'", c.video))
+        .collect::<Vec<_>>()
+        .join(",");
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) AS n FROM videos WHERE id IN ({ids}) AND status = 'ready'
+                AND live_attempt = 1 AND hls_key IS NOT NULL"
+        ))
+        .await,
+        3
+    );
+    // One transaction: the three jobs and the three events carry the same xmin.
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(DISTINCT xmin::text) AS n FROM (
+                 SELECT xmin FROM video_encoding_jobs WHERE video_id IN ({ids})
+                 UNION ALL
+                 SELECT xmin FROM notification_outbox
+                  WHERE video_id IN ({ids}) AND event_type = 'video.ready') rows"
+        ))
+        .await,
+        1
+    );
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) AS n FROM video_encoding_jobs
+              WHERE video_id IN ({ids}) AND status = 'COMPLETED'"
+        ))
+        .await,
+        3
+    );
+    // Each event is stamped with its own video's time and names its own video.
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) AS n FROM notification_outbox o JOIN videos v ON v.id = o.video_id
+              WHERE o.video_id IN ({ids}) AND o.event_type = 'video.ready'
+                AND o.payload->>'video_id' = v.id::text
+                AND (o.payload->>'occurred_at')::timestamptz = v.updated_at"
+        ))
+        .await,
+        3
+    );
+}
+
+#[tokio::test]
+async fn a_lost_fence_in_a_batch_rolls_the_batch_back_and_costs_only_its_own_finalize() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let lost_video = app.uploaded_video(&key).await;
+    let zombie = claim(&app, "zombie", 0.3).await.unwrap();
+    assert_eq!(zombie.video, video_id(&lost_video));
+    for _ in 0..2 {
+        app.uploaded_video(&key).await;
+    }
+    let held = claim_some(&app, "node-a", 30.0, 2).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let winner = claim(&app, "winner", 30.0).await.unwrap();
+    assert_eq!(
+        winner.job_id, zombie.job_id,
+        "the expired lease was taken over"
+    );
+
+    let batch = [
+        ready(&held[0], false),
+        ready(&zombie, false),
+        ready(&held[1], false),
+    ];
+    let answers = finalize_ready_all(&app.pool, &batch, next()).await;
+    assert!(answers[0].0.is_ok(), "{:?}", answers[0].0);
+    assert!(
+        matches!(answers[1].0, Err(JobError::ClaimLost)),
+        "{:?}",
+        answers[1].0
+    );
+    assert!(answers[2].0.is_ok(), "{:?}", answers[2].0);
+
+    // I3: the lost claim's video, job and events are as the winner's claim left them.
+    let lost = zombie.video;
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) AS n FROM videos WHERE id = '{lost}' AND status = 'queued'"
+        ))
+        .await,
+        1
+    );
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) AS n FROM notification_outbox
+              WHERE video_id = '{lost}' AND event_type = 'video.ready'"
+        ))
+        .await,
+        0
+    );
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) AS n FROM video_encoding_jobs
+              WHERE id = {} AND status = 'PROCESSING' AND claim_token = '{}'",
+            winner.job_id, winner.token
+        ))
+        .await,
+        1
+    );
+    // The other two finalized on their own after the batch rolled back: one event each.
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM videos WHERE status = 'ready'")
+            .await,
+        2
+    );
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM notification_outbox WHERE event_type = 'video.ready'")
+            .await,
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_finalize_retried_after_its_batch_failed_finds_the_batch_committed_or_the_claim_lost() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    for _ in 0..3 {
+        app.uploaded_video(&key).await;
+    }
+    let mut claimed = claim_some(&app, "node-a", 30.0, 2).await;
+    claimed.push(claim(&app, "node-a", 0.3).await.unwrap());
+    // A batch that committed, though its answer never reached the worker.
+    let batch = [ready(&claimed[0], false), ready(&claimed[1], false)];
+    for (finalized, _) in finalize_ready_all(&app.pool, &batch, next()).await {
+        finalized.unwrap();
+    }
+    for claim in &claimed[..2] {
+        let plan = claim.plan();
+        jobs::finalize_ready_after_failed_batch(&app.pool, claim, &output(&plan))
+            .await
+            .expect("the attempt's own row says it completed");
+    }
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM notification_outbox WHERE event_type = 'video.ready'")
+            .await,
+        2,
+        "nothing was written twice"
+    );
+    // A claim that was lost meanwhile is lost, not taken for committed.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let winner = claim(&app, "winner", 30.0).await.unwrap();
+    assert_eq!(winner.job_id, claimed[2].job_id);
+    let plan = claimed[2].plan();
+    let late =
+        jobs::finalize_ready_after_failed_batch(&app.pool, &claimed[2], &output(&plan)).await;
+    assert!(matches!(late, Err(JobError::ClaimLost)), "{late:?}");
+}
+
+#[tokio::test]
+async fn a_worker_with_several_slots_finishes_every_job_exactly_once() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    for _ in 0..40 {
+        app.uploaded_video(&key).await;
+    }
+    let body = Scripted::new(Step::Succeed(Duration::from_millis(2)));
+    let mut settings = fast_settings("many-slots");
+    settings.slots = 6;
+    let worker = Worker::start(&app.db.url, Arc::clone(&body), settings).await;
+    wait_for_count(
+        &app,
+        "SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'COMPLETED'",
+        40,
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.stop().await;
+    each_job_ran_once_and_announced_once(&app, &body, 40).await;
+}
