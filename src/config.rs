@@ -567,6 +567,8 @@ pub struct QueueArgs {
     #[arg(long = "node-id", env = "VIDQ_NODE_ID", value_name = "NAME")]
     pub node_id: Option<String>,
     /// Jobs this process encodes at once (one FFmpeg per small node is the usual shape).
+    /// With more than one, free slots are claimed in one statement, and results that
+    /// finish at the same moment are committed READY in one transaction.
     #[arg(long, env = "VIDQ_SLOTS", value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub slots: u32,
