@@ -8,9 +8,9 @@
 //! N claims share one claim statement and its commit.
 //!
 //! The batch keeps what a finalize alone guarantees (DESIGN, finalize):
-//! - its statements take their locks in the lock order (`crate::db`): every uploader of the
-//!   batch first, in id order, then the videos in id order, then the events (new rows), and
-//!   as the LAST statements the fenced COMPLETED updates, in job id order;
+//! - its statements take their locks in the lock order's tables (`crate::db`): every
+//!   uploader of the batch first, in id order, then the videos, then the events (new rows),
+//!   and as the LAST statement the fenced COMPLETED update of every job;
 //! - each fence raises when it matches nothing, so one lost claim rolls the whole batch back
 //!   on the server, its `COMMIT` included. Then each finalize is tried again on its own,
 //!   where the lost one rolls back alone and the others commit;
@@ -98,26 +98,33 @@ async fn commit_or_retry(
     members: &[&ReadyAttempt],
     next: NextClaim<'_>,
 ) -> Vec<Finalized> {
-    crate::metrics::FINALIZE_BATCH_SIZE.observe(members.len() as f64);
     let wanted = members.iter().filter(|m| m.carry).count();
     let (together, claimed) = commit_together(pool, members, next, wanted).await;
     let mut claims = hand_out(members, claimed);
     let mut answers = Vec::with_capacity(members.len());
     match together {
-        Ok(()) => answers.extend(claims.drain(..).map(|claim| (Ok(()), claim))),
+        Ok(()) => {
+            crate::metrics::FINALIZE_BATCH_SIZE.observe(members.len() as f64);
+            answers.extend(claims.drain(..).map(|claim| (Ok(()), claim)));
+        }
         Err(error) => {
             let transient = is_transient(&error);
             tracing::warn!(error = %crate::telemetry::error_chain(&error), size = members.len(),
                 transient, "a batch of finalizes failed as a whole; finalizing each on its own");
-            for (member, claim) in members.iter().zip(claims.drain(..)) {
-                let (claim_of, output) = (&member.claim, &member.output);
-                let finalized = if transient {
-                    jobs::finalize_ready_after_failed_batch(pool, claim_of, output).await
-                } else {
-                    jobs::finalize_ready(pool, claim_of, output).await
-                };
-                answers.push((finalized, claim));
-            }
+            // All at once: each waits out its own backoff at the same time as the others
+            // instead of after them, and they take the pool's connections as they come.
+            let alone = members.iter().map(|member| {
+                let (claim, output) = (&member.claim, &member.output);
+                async move {
+                    if transient {
+                        jobs::finalize_ready_after_failed_batch(pool, claim, output).await
+                    } else {
+                        jobs::finalize_ready(pool, claim, output).await
+                    }
+                }
+            });
+            let finalized = futures_util::future::join_all(alone).await;
+            answers.extend(finalized.into_iter().zip(claims.drain(..)));
         }
     }
     answers

@@ -583,8 +583,12 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
     for &workers in &args.workers {
         let mut ceilings = Vec::new();
         let mut why_no_ceiling = None;
-        let mut layouts: Vec<u32> = args.slots.iter().map(|&s| s.min(workers)).collect();
-        layouts.dedup();
+        let mut layouts: Vec<u32> = Vec::new();
+        for slots in args.slots.iter().map(|&s| s.min(workers)) {
+            if !layouts.contains(&slots) {
+                layouts.push(slots);
+            }
+        }
         let mut rows: Vec<Vec<Row>> = args
             .backlog
             .iter()

@@ -374,8 +374,7 @@ pub async fn complete_all(
     use diesel::sql_types::{Array, BigInt, Uuid as SqlUuid};
     let expected = i64::try_from(ids.len()).unwrap_or(i64::MAX);
     let answer = super::prepared::prepared(
-        "WITH held AS (
-             SELECT * FROM unnest($1::int8[], $2::uuid[]) AS h (id, token) ORDER BY h.id),
+        "WITH held AS (SELECT * FROM unnest($1::int8[], $2::uuid[]) AS h (id, token)),
          done AS (
              UPDATE video_encoding_jobs j
                 SET status = 'COMPLETED', completed_at = statement_timestamp()

@@ -18,8 +18,12 @@
 //!    revoking the key when a user deletion starts; `FOR UPDATE` by the last step of a user
 //!    deletion only. So a user deletion and that user's other writes meet at this first row.
 //!    A batch of confirms (`app::uploads::accept_all`) locks all its uploaders at once, in id
-//!    order, and so does a batch of a worker's READY finalizes (`app::ready_batch`), which
-//!    then updates its videos in id order and completes its jobs in id order, last.
+//!    order, and so does a batch of a worker's READY finalizes (`app::ready_batch`). That
+//!    batch then updates its videos with one statement and completes its jobs with another,
+//!    last, each visiting its rows in the order of the plan, not of the ids: no other
+//!    writer of those rows takes more than one of them at a time except a user deletion's
+//!    page, and a deadlock with that page is detected by PostgreSQL and retried, finalize
+//!    by finalize, as any transient failure of a finalize is.
 //! 2. `uploads`: the confirm's compare-and-set `pending|uploaded -> confirmed` (a batch of
 //!    confirms locks its contracts in id order before it sets them; the sweeper's confirm
 //!    of an upload through vidq takes it too, through the same transaction); a user

@@ -349,8 +349,8 @@ pub async fn set_ready(
 }
 
 /// [`set_ready`] for several videos in one statement, each with its own facts (`ids[i]` gets
-/// `facts[i]`); returns how many it updated. The rows are visited in the order given, so
-/// callers pass them in id order, the lock order's rule for rows of one table.
+/// `facts[i]`); returns how many it updated. The rows are locked in the order the plan
+/// visits them (see the lock order in `super`).
 pub async fn set_all_ready<'f>(
     mut conn: &AsyncPgConnection,
     ids: Vec<Uuid>,

@@ -133,9 +133,16 @@ async fn commit_batches(
         let next = NextClaim { node: &node, lease };
         let finalized = ready_batch::finalize_ready_all(&pool, &attempts, next).await;
         for (answer, finalized) in answers.into_iter().zip(finalized) {
-            // A slot that went away (its task aborted) has nothing to hear; its finalize
-            // stands.
-            let _ = answer.send(finalized);
+            // A slot that went away (its task aborted at shutdown) has nothing to hear; its
+            // finalize stands, and the next job claimed for it is handed back at once
+            // rather than left to its lease.
+            if let Err((_, Some(Ok(Some(orphan))))) = answer.send(finalized)
+                && let Err(error) = jobs::release(&pool, &orphan).await
+            {
+                tracing::warn!(job_id = orphan.job_id,
+                        error = %crate::telemetry::error_chain(&error),
+                        "could not hand back a job claimed for a slot that is gone; its lease will expire");
+            }
         }
     }
 }

@@ -162,7 +162,7 @@ impl WorkerHealth {
             )
             .counter_by(
                 "vidq_worker_claims_total",
-                "Claim statements run, by what they found.",
+                "Claims made, by what they found (a statement that fills several free slots counts a job for each).",
                 "result",
                 [
                     ("job", load(&self.claims_job)),

@@ -99,7 +99,7 @@ async fn a_batch_commits_every_video_event_and_job_in_one_transaction_and_claims
     }
     let claimed = claim_some(&app, "node-a", 30.0, 3).await;
     assert_eq!(claimed.len(), 3);
-    // Two of the three slots want a next job and one does not; two jobs are left.
+    // Three slots finish; two want a next job and one does not. Two jobs are left.
     let batch = [
         ready(&claimed[0], true),
         ready(&claimed[1], false),
@@ -300,4 +300,39 @@ async fn a_worker_with_several_slots_finishes_every_job_exactly_once() {
     .await;
     worker.stop().await;
     each_job_ran_once_and_announced_once(&app, &body, 40).await;
+    // Slots that finished together committed together: some jobs share a transaction.
+    assert!(
+        app.count("SELECT count(DISTINCT xmin::text) AS n FROM video_encoding_jobs")
+            .await
+            < 40,
+        "no two finalizes ever shared a commit"
+    );
+}
+
+#[tokio::test]
+async fn slots_that_ask_for_more_jobs_than_are_left_get_what_there_is_and_then_nothing() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    for _ in 0..4 {
+        app.uploaded_video(&key).await;
+    }
+    let claimed = claim_some(&app, "node-a", 30.0, 3).await;
+    let batch: Vec<ReadyAttempt> = claimed.iter().map(|c| ready(c, true)).collect();
+    let answers = finalize_ready_all(&app.pool, &batch, next()).await;
+    let carried: Vec<Option<i64>> = answers
+        .iter()
+        .map(|(finalized, carried)| {
+            assert!(finalized.is_ok(), "{finalized:?}");
+            carried_job(carried)
+        })
+        .collect();
+    assert!(
+        carried[0].is_some(),
+        "the one job left goes to the first slot"
+    );
+    assert_eq!(
+        &carried[1..],
+        &[None, None],
+        "the others learn the queue is empty"
+    );
 }
