@@ -134,7 +134,7 @@ pub(crate) fn fenced(rows: usize) -> Result<(), JobError> {
 }
 
 /// A video row that vanished under a finalize (deleted with its video) is a lost claim.
-pub(crate) fn video_gone(err: diesel::result::Error) -> JobError {
+fn video_gone(err: diesel::result::Error) -> JobError {
     match err {
         diesel::result::Error::NotFound => JobError::ClaimLost,
         other => other.into(),
@@ -142,7 +142,7 @@ pub(crate) fn video_gone(err: diesel::result::Error) -> JobError {
 }
 
 /// How an attempt ended, with the error's code and its public message (the log has the rest).
-pub(crate) fn end<'a>(outcome: Outcome, error: Option<(&'a str, &'a str)>) -> AttemptEnd<'a> {
+fn end<'a>(outcome: Outcome, error: Option<(&'a str, &'a str)>) -> AttemptEnd<'a> {
     AttemptEnd { outcome, error }
 }
 
