@@ -100,12 +100,11 @@ async fn commit_or_retry(
 ) -> Vec<Finalized> {
     let wanted = members.iter().filter(|m| m.carry).count();
     let (together, claimed) = commit_together(pool, members, next, wanted).await;
-    let mut claims = hand_out(members, claimed);
-    let mut answers = Vec::with_capacity(members.len());
+    let claims = hand_out(members, claimed);
     match together {
         Ok(()) => {
             crate::metrics::FINALIZE_BATCH_SIZE.observe(members.len() as f64);
-            answers.extend(claims.drain(..).map(|claim| (Ok(()), claim)));
+            claims.into_iter().map(|claim| (Ok(()), claim)).collect()
         }
         Err(error) => {
             let transient = is_transient(&error);
@@ -124,10 +123,9 @@ async fn commit_or_retry(
                 }
             });
             let finalized = futures_util::future::join_all(alone).await;
-            answers.extend(finalized.into_iter().zip(claims.drain(..)));
+            finalized.into_iter().zip(claims).collect()
         }
     }
-    answers
 }
 
 /// The claims found behind the batch, one for each member that carries one, in order: a job,

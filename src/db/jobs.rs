@@ -350,7 +350,13 @@ pub async fn complete(
     } else {
         fenced_query!(fenced_counting(COMPLETE, HELD), id, token, end)
     };
-    match query.get_result::<Count>(&mut conn).await {
+    held(query.get_result::<Count>(&mut conn).await)
+}
+
+/// What a fenced completion answered: the jobs it completed, 0 when its fence raised
+/// `vidq_claim_held`'s error (the transaction is then failed on the server).
+fn held(answer: QueryResult<Count>) -> QueryResult<usize> {
+    match answer {
         Ok(count) => Ok(rows(count)),
         Err(diesel::result::Error::DatabaseError(_, info))
             if info.message() == CLAIM_LOST_MESSAGE =>
@@ -389,15 +395,7 @@ pub async fn complete_all(
     .bind::<BigInt, _>(expected)
     .get_result::<Count>(&mut conn)
     .await;
-    match answer {
-        Ok(count) => Ok(rows(count)),
-        Err(diesel::result::Error::DatabaseError(_, info))
-            if info.message() == CLAIM_LOST_MESSAGE =>
-        {
-            Ok(0)
-        }
-        Err(other) => Err(other),
-    }
+    held(answer)
 }
 
 /// Fenced `PROCESSING -> PENDING` after a retryable error, claimable again after `delay_secs`.

@@ -1,7 +1,8 @@
 //! Where a worker's slots send their READY finalizes. A process with one slot finalizes in
-//! the slot's own task, as it always has. With several slots, finalizes go through one
-//! committer task: a finalize that arrives while another is being committed waits, and the
-//! committer takes everything waiting into one transaction ([`crate::app::ready_batch`]).
+//! the slot's own task, as it always has. With several slots, finalizes go through
+//! [`COMMITTERS`] committer tasks: a finalize that arrives while both are committing waits,
+//! and the first one free takes everything waiting into one transaction
+//! ([`crate::app::ready_batch`]).
 //!
 //! Nothing waits for a batch to fill: a finalize on a quiet worker goes alone and at once.
 //! Batches grow only while the database is slower than the slots, which is when sharing a
@@ -44,7 +45,7 @@ enum Path {
         /// The next claim's lease.
         lease: std::time::Duration,
     },
-    /// Several slots: finalizes queue for the committer.
+    /// Several slots: finalizes queue for the committers.
     Batched {
         /// The worker's pool (a finalize whose committer is gone goes alone through it).
         pool: DbPool,
@@ -55,7 +56,7 @@ enum Path {
 
 impl Finalizer {
     /// The finalize path for a worker with `settings`; with more than one slot it starts
-    /// the committer on the current runtime, which ends once every clone is dropped.
+    /// the committers on the current runtime, which end once every clone is dropped.
     pub fn start(pool: DbPool, settings: &WorkerSettings) -> Self {
         let (node, lease) = (settings.node_id.clone(), settings.lease);
         let slots = usize::try_from(settings.slots).unwrap_or(usize::MAX);
@@ -96,8 +97,8 @@ impl Finalizer {
                     carry,
                 };
                 if queue.send(Waiting { attempt, answer }).await.is_err() {
-                    // The committer has ended (it only does when every clone is gone, or
-                    // if it panicked): nothing was sent, so this is a first try.
+                    // The committers have ended (they only do when every clone is gone, or
+                    // if they panicked): nothing was sent, so this is a first try.
                     return (jobs::finalize_ready(pool, claim, output).await, None);
                 }
                 match answered.await {
@@ -113,7 +114,7 @@ impl Finalizer {
     }
 }
 
-/// The committer: takes what is waiting (at least one finalize, at most one per slot),
+/// One committer: takes what is waiting (at least one finalize, at most one per slot),
 /// finalizes it, answers each, and goes back for more.
 async fn commit_batches(
     pool: DbPool,
