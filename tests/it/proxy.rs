@@ -16,13 +16,7 @@ pub struct Proxy {
 impl Proxy {
     /// A proxy to the server `database_url` points at.
     pub async fn in_front_of(database_url: &str) -> Self {
-        let url = url::Url::parse(database_url).unwrap();
-        Self::start(format!(
-            "{}:{}",
-            url.host_str().unwrap(),
-            url.port().unwrap_or(5432)
-        ))
-        .await
+        Self::start(upstream_of(database_url)).await
     }
 
     pub async fn start(upstream: String) -> Self {
@@ -72,10 +66,7 @@ impl Proxy {
 
     /// `url` with its host and port replaced by the proxy's.
     pub fn url_for(&self, url: &str) -> String {
-        let mut parsed = url::Url::parse(url).unwrap();
-        parsed.set_host(Some("127.0.0.1")).unwrap();
-        parsed.set_port(Some(self.port)).unwrap();
-        parsed.into()
+        through(self.port, url)
     }
 }
 
@@ -146,8 +137,7 @@ pub struct Delayed {
 impl Delayed {
     pub async fn in_front_of(database_url: &str, delay: std::time::Duration) -> Self {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let url = url::Url::parse(database_url).unwrap();
-        let upstream = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
+        let upstream = upstream_of(database_url);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         tokio::spawn(async move {
@@ -191,9 +181,131 @@ impl Delayed {
 
     /// `url` with its host and port replaced by the proxy's.
     pub fn url_for(&self, url: &str) -> String {
-        let mut parsed = url::Url::parse(url).unwrap();
-        parsed.set_host(Some("127.0.0.1")).unwrap();
-        parsed.set_port(Some(self.port)).unwrap();
-        parsed.into()
+        through(self.port, url)
     }
+}
+
+/// What [`FailOnce`] does to the connection whose client first sends its pattern.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Failure {
+    /// The bytes carrying the pattern and everything after them never reach the server: the
+    /// connection dies with its request half sent, as a link that drops mid-write.
+    RequestCut,
+    /// The bytes carrying the pattern and everything the client sends for `LOSE_WINDOW` after
+    /// them reach the server, but nothing the server answers from then on reaches the
+    /// client, and then the connection dies: the server did the work, the client never
+    /// hears.
+    AnswerLost,
+}
+
+/// How long an [`Failure::AnswerLost`] connection keeps passing the client's bytes upward
+/// before it dies: long enough for a pipelined transaction, its `COMMIT` included, to reach
+/// the server and commit.
+const LOSE_WINDOW: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A TCP proxy in front of PostgreSQL that fails, once, the connection whose client sends
+/// `pattern` (say, a value bound to a statement), and passes everything else through.
+pub struct FailOnce {
+    pub port: u16,
+    /// Set when the failure has happened.
+    pub fired: Arc<AtomicBool>,
+}
+
+impl FailOnce {
+    pub async fn in_front_of(database_url: &str, pattern: Vec<u8>, failure: Failure) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let upstream = upstream_of(database_url);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let fired = Arc::new(AtomicBool::new(false));
+        let (fired2, pattern) = (fired.clone(), Arc::new(pattern));
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (fired, upstream) = (fired2.clone(), upstream.clone());
+                let pattern = pattern.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (mut client_rx, mut client_tx) = client.into_split();
+                    let (mut server_rx, mut server_tx) = server.into_split();
+                    // Set on this connection once it is the one that fails.
+                    let muted = Arc::new(AtomicBool::new(false));
+                    let upward = async {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        let mut dying_at = None;
+                        loop {
+                            let read = client_rx.read(&mut buf);
+                            let n = match dying_at {
+                                Some(deadline) => {
+                                    match tokio::time::timeout_at(deadline, read).await {
+                                        Ok(Ok(n @ 1..)) => n,
+                                        _ => return,
+                                    }
+                                }
+                                None => match read.await {
+                                    Ok(n @ 1..) => n,
+                                    _ => return,
+                                },
+                            };
+                            if dying_at.is_none()
+                                && contains(&buf[..n], &pattern)
+                                && !fired.swap(true, Ordering::SeqCst)
+                            {
+                                if failure == Failure::RequestCut {
+                                    return; // both halves dropped with the request half sent
+                                }
+                                muted.store(true, Ordering::SeqCst);
+                                dying_at = Some(tokio::time::Instant::now() + LOSE_WINDOW);
+                            }
+                            if server_tx.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    };
+                    let downward = async {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        while let Ok(n @ 1..) = server_rx.read(&mut buf).await {
+                            if muted.load(Ordering::SeqCst) {
+                                continue; // the answer is lost on the way
+                            }
+                            if client_tx.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    };
+                    tokio::select! {
+                        () = upward => {}
+                        () = downward => {}
+                    }
+                });
+            }
+        });
+        Self { port, fired }
+    }
+
+    /// `url` with its host and port replaced by the proxy's.
+    pub fn url_for(&self, url: &str) -> String {
+        through(self.port, url)
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
+}
+
+/// The `host:port` of the server `database_url` points at.
+fn upstream_of(database_url: &str) -> String {
+    let url = url::Url::parse(database_url).unwrap();
+    format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432))
+}
+
+/// `url` with its host and port replaced by those of a proxy listening on `port`.
+fn through(port: u16, url: &str) -> String {
+    let mut parsed = url::Url::parse(url).unwrap();
+    parsed.set_host(Some("127.0.0.1")).unwrap();
+    parsed.set_port(Some(port)).unwrap();
+    parsed.into()
 }

@@ -2,6 +2,7 @@
 //! commit in one transaction (`app::ready_batch`), each still fenced on its own claim.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use vidq::app::jobs::{self, Claim, JobError, NextClaim};
@@ -11,6 +12,7 @@ use super::{
     Worker, claim, each_job_ran_once_and_announced_once, fast_settings, video_id, wait_for_count,
 };
 use crate::harness::TestApp;
+use crate::proxy::{FailOnce, Failure};
 use crate::scripted::{Scripted, Step, output};
 
 async fn claim_some(app: &TestApp, node: &str, lease_secs: f64, most: usize) -> Vec<Claim> {
@@ -334,5 +336,111 @@ async fn slots_that_ask_for_more_jobs_than_are_left_get_what_there_is_and_then_n
         &carried[1..],
         &[None, None],
         "the others learn the queue is empty"
+    );
+}
+
+/// Three jobs claimed on `app`'s own pool, two more left claimable, and a pool of one
+/// connection to `app`'s database through a [`FailOnce`] proxy that fails the connection
+/// that sends the first claim's token: the batch's fenced completion, which its `COMMIT`
+/// follows on the wire. That connection has already committed a batch of two other jobs, so
+/// it sends the batch's statements as a busy worker does, prepared, without waiting for
+/// anything before its `COMMIT`.
+async fn three_claims_and_a_pool_failing_on_their_batch(
+    app: &TestApp,
+    failure: Failure,
+) -> (Vec<Claim>, vidq::db::DbPool, FailOnce) {
+    let key = app.create_user("alice").await;
+    for _ in 0..7 {
+        app.uploaded_video(&key).await;
+    }
+    let earlier = claim_some(app, "node-a", 30.0, 2).await;
+    let claimed = claim_some(app, "node-a", 30.0, 3).await;
+    assert_eq!(claimed.len(), 3);
+    let proxy =
+        FailOnce::in_front_of(&app.db.url, claimed[0].token.as_bytes().to_vec(), failure).await;
+    let pool = vidq::db::connect(&proxy.url_for(&app.db.url), 1)
+        .await
+        .unwrap();
+    let warm_up: Vec<ReadyAttempt> = earlier.iter().map(|c| ready(c, false)).collect();
+    for (finalized, _) in finalize_ready_all(&pool, &warm_up, next()).await {
+        finalized.unwrap();
+    }
+    assert!(!proxy.fired.load(Ordering::SeqCst));
+    (claimed, pool, proxy)
+}
+
+/// How many distinct transactions completed the jobs of `claims`, and how many of them did.
+async fn completing_transactions(app: &TestApp, claims: &[Claim]) -> (i64, i64) {
+    let ids = claims
+        .iter()
+        .map(|c| c.job_id.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let query = |what: &str| {
+        format!(
+            "SELECT {what} AS n FROM video_encoding_jobs WHERE id IN ({ids}) AND status = 'COMPLETED'"
+        )
+    };
+    (
+        app.count(&query("count(DISTINCT xmin::text)")).await,
+        app.count(&query("count(*)")).await,
+    )
+}
+
+#[tokio::test]
+async fn a_batch_whose_commit_answer_is_lost_is_found_committed_and_announced_once() {
+    let app = TestApp::spawn().await;
+    let (claimed, pool, proxy) =
+        three_claims_and_a_pool_failing_on_their_batch(&app, Failure::AnswerLost).await;
+    let batch: Vec<ReadyAttempt> = claimed.iter().map(|c| ready(c, false)).collect();
+
+    let answers = finalize_ready_all(&pool, &batch, next()).await;
+    assert!(
+        proxy.fired.load(Ordering::SeqCst),
+        "the batch's answer was lost"
+    );
+    // The worker never heard the COMMIT's answer; each finalize's retry finds its claim gone
+    // and the job row says its attempt completed, so each answers success.
+    for (finalized, _) in &answers {
+        assert!(finalized.is_ok(), "{finalized:?}");
+    }
+    assert_eq!(
+        completing_transactions(&app, &claimed).await,
+        (1, 3),
+        "the batch's own commit is the one that stands"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM notification_outbox WHERE event_type = 'video.ready'")
+            .await,
+        5,
+        "one event for each of the five videos, none written twice"
+    );
+}
+
+#[tokio::test]
+async fn a_batch_cut_before_its_commit_reached_the_server_is_finalized_each_on_its_own() {
+    let app = TestApp::spawn().await;
+    let (claimed, pool, proxy) =
+        three_claims_and_a_pool_failing_on_their_batch(&app, Failure::RequestCut).await;
+    let batch: Vec<ReadyAttempt> = claimed.iter().map(|c| ready(c, true)).collect();
+
+    let answers = finalize_ready_all(&pool, &batch, next()).await;
+    assert!(proxy.fired.load(Ordering::SeqCst), "the batch was cut");
+    for (finalized, _) in &answers {
+        assert!(finalized.is_ok(), "{finalized:?}");
+    }
+    // What reached the server of the batch (its uploaders' lock, its videos' update, its
+    // events) rolled back with the connection, so each finalize committed on its own.
+    assert_eq!(completing_transactions(&app, &claimed).await, (3, 3));
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM notification_outbox WHERE event_type = 'video.ready'")
+            .await,
+        5
+    );
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'PENDING'")
+            .await,
+        2,
+        "no job was claimed behind a COMMIT that never ran"
     );
 }
