@@ -48,7 +48,8 @@ pub type Finalized = (Result<(), JobError>, CarriedClaim);
 
 /// Finalizes every attempt of `batch` READY, together where it can; answers in `batch`'s
 /// order. `next` names who claims the next jobs for the attempts that carry a claim.
-#[tracing::instrument(name = "finalize_ready_batch", skip_all, fields(size = batch.len()))]
+#[tracing::instrument(name = "finalize_ready_batch", skip_all,
+    fields(size = batch.len(), job_ids = ?batch.iter().map(|a| a.claim.job_id).collect::<Vec<_>>()))]
 pub async fn finalize_ready_all(
     pool: &DbPool,
     batch: &[ReadyAttempt],
