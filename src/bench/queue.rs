@@ -3,9 +3,10 @@
 //! Throughput: W in-process workers (each group of S of them a worker process of its own, with
 //! its own pool of 2 connections and S slots) drain N jobs through the real claim statement and the real fenced
 //! READY finalize (video update, outbox row, attempt ledger), while a backlog of B jobs stays
-//! queued behind them. Pickup: W idle workers, one enqueue every 50 ms through the confirm's
-//! own transaction, timed from the enqueue's commit to the claim. The SQL-only ceiling
-//! (pgbench running the same statements) is measured in the same run when its script is found.
+//! queued behind them. Pickup: W idle workers (in the same layouts), one enqueue every 50 ms
+//! through the confirm's own transaction, timed from the enqueue's commit to the claim. The
+//! SQL-only ceiling (pgbench running the same statements) is measured in the same run when its
+//! script is found.
 //! So is a peer queue, graphile-worker, draining the same number of jobs with the same worker
 //! count and backlog when Node.js and its package are installed: once with no-op jobs, and
 //! once with jobs that write what vidq's finalize writes (the video READY and its event).
@@ -42,9 +43,10 @@ pub struct QueueBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "2,8")]
     pub workers: Vec<u32>,
     /// Slots per worker process (comma-separated; each is measured at every worker count,
-    /// capped at it). 1 runs each worker as a process of its own; 8 runs 8 workers as one
-    /// process with 8 slots, as graphile-worker's runner with concurrency 8 does. The
-    /// finalizes of one process's slots commit together when they meet.
+    /// capped at it, for throughput and for pickup). 1 runs each worker as a process of its
+    /// own; 8 runs 8 workers as one process with 8 slots, as graphile-worker's runner with
+    /// concurrency 8 does. The finalizes of one process's slots commit together when they
+    /// meet.
     #[arg(long, value_delimiter = ',', default_value = "1,8",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub slots: Vec<u32>,
@@ -55,7 +57,8 @@ pub struct QueueBenchArgs {
     /// each ratio compares runs made minutes apart; the table shows medians.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// Pickup samples per worker count (one enqueue every 50 ms); 0 skips the pickup test.
+    /// Pickup samples per worker count, layout and listening mode (one enqueue every 50 ms);
+    /// 0 skips the pickup test.
     #[arg(long, default_value_t = 200)]
     pub pickups: usize,
     /// The pgbench ceiling script to compare with (`run.sh` of the physical-limit bench);
@@ -115,6 +118,23 @@ fn settings(n: u32, slots: u32, listeners: Listeners) -> WorkerSettings {
         retry_delay: Duration::from_secs(5),
         listeners,
     }
+}
+
+/// The slots per process measured at `workers` workers: `slots` capped at `workers`, each
+/// once, in the order given.
+fn layouts(slots: &[u32], workers: u32) -> Vec<u32> {
+    let mut layouts: Vec<u32> = Vec::new();
+    for slots in slots.iter().map(|&s| s.clamp(1, workers.max(1))) {
+        if !layouts.contains(&slots) {
+            layouts.push(slots);
+        }
+    }
+    layouts
+}
+
+/// `workers` slots as processes of `slots`: `8x1` is eight processes of one slot.
+fn layout_name(workers: u32, slots: u32) -> String {
+    format!("{}x{slots}", workers.div_ceil(slots))
 }
 
 /// Starts `workers` slots in all, as processes of `slots` slots each (the last one may have
@@ -277,6 +297,7 @@ struct Pickups {
 async fn pickups(
     server: &str,
     workers: u32,
+    slots: u32,
     listeners: Listeners,
     samples: usize,
 ) -> anyhow::Result<Pickups> {
@@ -306,7 +327,7 @@ async fn pickups(
     let handles = start_workers(
         &scratch.url,
         workers,
-        1,
+        slots,
         body,
         listeners,
         Some(observer),
@@ -508,6 +529,33 @@ fn jobs_per_s(out: &std::process::Output) -> Result<f64, String> {
         .ok_or_else(|| format!("no result: {}", String::from_utf8_lossy(&out.stderr).trim()))
 }
 
+/// One line of the pickup table: medians over `runs`, then each run's p99.
+fn print_pickups(workers: u32, layout: &str, listening: &str, runs: &[Pickups]) {
+    let at = |p: f64| {
+        let each: Vec<f64> = runs
+            .iter()
+            .map(|r| percentile(&r.latencies, p).as_secs_f64())
+            .collect();
+        ms(Duration::from_secs_f64(median(&each)))
+    };
+    let claims: Vec<f64> = runs.iter().map(|r| r.claims_per_job).collect();
+    let each_p99: Vec<String> = runs
+        .iter()
+        .map(|r| ms(percentile(&r.latencies, 99.0)))
+        .collect();
+    let early: Vec<f64> = runs.iter().map(|r| r.early as f64).collect();
+    println!(
+        "{workers:>7} | {layout:>9} | {listening:<12} | {:>6} | {:>6} | {:>6} | {:>6} | {:>10.1} | {:>5.0} | {}",
+        at(50.0),
+        at(95.0),
+        at(99.0),
+        at(100.0),
+        median(&claims),
+        median(&early),
+        each_p99.join(" ")
+    );
+}
+
 /// Prints one line of the throughput table.
 fn print_row(
     workers: u32,
@@ -546,7 +594,7 @@ fn print_row(
     {
         notes.push_str(&format!(" ({why})"));
     }
-    let layout = format!("{}x{slots}", workers.div_ceil(slots));
+    let layout = layout_name(workers, slots);
     println!(
         "{workers:>7} | {layout:>9} | {backlog:>8} | {:>10} | {:>16} | {:>8} | {:>14} | {:>9} | {:>14} | {:>9} | {notes}",
         rate(&row.rates),
@@ -583,12 +631,7 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
     for &workers in &args.workers {
         let mut ceilings = Vec::new();
         let mut why_no_ceiling = None;
-        let mut layouts: Vec<u32> = Vec::new();
-        for slots in args.slots.iter().map(|&s| s.min(workers)) {
-            if !layouts.contains(&slots) {
-                layouts.push(slots);
-            }
-        }
+        let layouts = layouts(&args.slots, workers);
         let mut rows: Vec<Vec<Row>> = args
             .backlog
             .iter()
@@ -659,48 +702,46 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
             args.pickups, args.rounds
         );
         println!(
-            "{:>7} | {:<12} | {:>6} | {:>6} | {:>6} | {:>6} | {:>10} | {:>5} | per-round p99",
-            "workers", "listening", "p50 ms", "p95 ms", "p99 ms", "max ms", "claims/job", "early"
+            "{:>7} | {:>9} | {:<12} | {:>6} | {:>6} | {:>6} | {:>6} | {:>10} | {:>5} | per-round p99",
+            "workers",
+            "processes",
+            "listening",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "max ms",
+            "claims/job",
+            "early"
         );
         for &workers in &args.workers {
-            let modes = [
-                (Listeners::HeadOfLine, "head of line"),
-                (Listeners::EveryIdle, "every idle"),
-            ];
-            let mut rounds: Vec<Vec<Pickups>> = modes.iter().map(|_| Vec::new()).collect();
-            // Alternating the two in each round exposes both to the same moments of the VM.
+            // A process of several slots has one idle line, so "every idle" is "head of
+            // line" when one process holds every slot.
+            let runs: Vec<(u32, Listeners, &str)> = layouts(&args.slots, workers)
+                .into_iter()
+                .flat_map(|slots| {
+                    let every =
+                        (slots < workers).then_some((slots, Listeners::EveryIdle, "every idle"));
+                    std::iter::once((slots, Listeners::HeadOfLine, "head of line")).chain(every)
+                })
+                .collect();
+            let mut rounds: Vec<Vec<Pickups>> = runs.iter().map(|_| Vec::new()).collect();
+            // Alternating them in each round exposes each to the same moments of the VM.
             for _ in 0..args.rounds.max(1) {
-                for (i, (mode, _)) in modes.iter().enumerate() {
-                    let run = pickups(&args.server.database_url, workers, *mode, args.pickups)
-                        .await
-                        .context("pickup run")?;
+                for (i, &(slots, mode, _)) in runs.iter().enumerate() {
+                    let run = pickups(
+                        &args.server.database_url,
+                        workers,
+                        slots,
+                        mode,
+                        args.pickups,
+                    )
+                    .await
+                    .context("pickup run")?;
                     rounds[i].push(run);
                 }
             }
-            for (runs, (_, name)) in rounds.iter().zip(modes) {
-                let at = |p: f64| {
-                    let each: Vec<f64> = runs
-                        .iter()
-                        .map(|r| percentile(&r.latencies, p).as_secs_f64())
-                        .collect();
-                    ms(Duration::from_secs_f64(median(&each)))
-                };
-                let claims: Vec<f64> = runs.iter().map(|r| r.claims_per_job).collect();
-                let each_p99: Vec<String> = runs
-                    .iter()
-                    .map(|r| ms(percentile(&r.latencies, 99.0)))
-                    .collect();
-                let early: Vec<f64> = runs.iter().map(|r| r.early as f64).collect();
-                println!(
-                    "{workers:>7} | {name:<12} | {:>6} | {:>6} | {:>6} | {:>6} | {:>10.1} | {:>5.0} | {}",
-                    at(50.0),
-                    at(95.0),
-                    at(99.0),
-                    at(100.0),
-                    median(&claims),
-                    median(&early),
-                    each_p99.join(" ")
-                );
+            for (runs, &(slots, _, name)) in rounds.iter().zip(&runs) {
+                print_pickups(workers, &layout_name(workers, slots), name, runs);
             }
         }
     }
