@@ -188,17 +188,18 @@ impl Delayed {
 /// What [`FailOnce`] does to the connection whose client first sends its pattern.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Failure {
-    /// The bytes carrying the pattern and everything after them never reach the server: the
-    /// connection dies with its request half sent, as a link that drops mid-write.
+    /// What the client sends from the read that completes the pattern on never reaches the
+    /// server: the connection dies with its request half sent, as a link that drops
+    /// mid-write.
     RequestCut,
-    /// The bytes carrying the pattern and everything the client sends for `LOSE_WINDOW` after
-    /// them reach the server, but nothing the server answers from then on reaches the
+    /// The read that completes the pattern and everything the client sends for `LOSE_WINDOW`
+    /// after it reach the server, but nothing the server answers from then on reaches the
     /// client, and then the connection dies: the server did the work, the client never
     /// hears.
     AnswerLost,
 }
 
-/// How long an [`Failure::AnswerLost`] connection keeps passing the client's bytes upward
+/// How long a [`Failure::AnswerLost`] connection keeps passing the client's bytes upward
 /// before it dies: long enough for a pipelined transaction, its `COMMIT` included, to reach
 /// the server and commit.
 const LOSE_WINDOW: std::time::Duration = std::time::Duration::from_millis(500);
@@ -234,6 +235,8 @@ impl FailOnce {
                     let upward = async {
                         let mut buf = vec![0u8; 64 * 1024];
                         let mut dying_at = None;
+                        // The end of what came before, for a pattern split between reads.
+                        let mut seen: Vec<u8> = Vec::new();
                         loop {
                             let read = client_rx.read(&mut buf);
                             let n = match dying_at {
@@ -248,8 +251,9 @@ impl FailOnce {
                                     _ => return,
                                 },
                             };
+                            seen.extend_from_slice(&buf[..n]);
                             if dying_at.is_none()
-                                && contains(&buf[..n], &pattern)
+                                && contains(&seen, &pattern)
                                 && !fired.swap(true, Ordering::SeqCst)
                             {
                                 if failure == Failure::RequestCut {
@@ -261,6 +265,8 @@ impl FailOnce {
                             if server_tx.write_all(&buf[..n]).await.is_err() {
                                 return;
                             }
+                            let keep = seen.len().min(pattern.len().saturating_sub(1));
+                            seen.drain(..seen.len() - keep);
                         }
                     };
                     let downward = async {
