@@ -82,47 +82,41 @@ impl CutOnce {
     pub async fn start(upstream: String, after: u64) -> Self {
         use std::sync::atomic::AtomicU64;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
         let cut = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU64::new(0));
         let cut2 = cut.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let (cut, sent, upstream) = (cut2.clone(), sent.clone(), upstream.clone());
-                tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    let (mut client_rx, mut client_tx) = client.into_split();
-                    let (mut server_rx, mut server_tx) = server.into_split();
-                    let upward = async {
-                        let mut buf = vec![0u8; 16 * 1024];
-                        loop {
-                            let n = match client_rx.read(&mut buf).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => n,
-                            };
-                            let before = sent.fetch_add(n as u64, Ordering::SeqCst);
-                            if !cut.load(Ordering::SeqCst) && before + n as u64 >= after {
-                                cut.store(true, Ordering::SeqCst);
-                                let keep = (after - before.min(after)) as usize;
-                                let _ = server_tx.write_all(&buf[..keep]).await;
-                                return; // both halves dropped: the connection dies
-                            }
-                            if server_tx.write_all(&buf[..n]).await.is_err() {
-                                return;
-                            }
+        let port = relay_each(upstream, move |client, server| {
+            let (cut, sent) = (cut2.clone(), sent.clone());
+            async move {
+                let (mut client_rx, mut client_tx) = client.into_split();
+                let (mut server_rx, mut server_tx) = server.into_split();
+                let upward = async {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    loop {
+                        let n = match client_rx.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        let before = sent.fetch_add(n as u64, Ordering::SeqCst);
+                        if !cut.load(Ordering::SeqCst) && before + n as u64 >= after {
+                            cut.store(true, Ordering::SeqCst);
+                            let keep = (after - before.min(after)) as usize;
+                            let _ = server_tx.write_all(&buf[..keep]).await;
+                            return; // both halves dropped: the connection dies
                         }
-                    };
-                    let downward = tokio::io::copy(&mut server_rx, &mut client_tx);
-                    tokio::select! {
-                        () = upward => {}
-                        _ = downward => {}
+                        if server_tx.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
                     }
-                });
+                };
+                let downward = tokio::io::copy(&mut server_rx, &mut client_tx);
+                tokio::select! {
+                    () = upward => {}
+                    _ = downward => {}
+                }
             }
-        });
+        })
+        .await;
         Self { port, cut }
     }
 }
@@ -137,45 +131,38 @@ pub struct Delayed {
 impl Delayed {
     pub async fn in_front_of(database_url: &str, delay: std::time::Duration) -> Self {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let upstream = upstream_of(database_url);
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let upstream = upstream.clone();
-                tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    let (mut client_rx, mut client_tx) = client.into_split();
-                    let (mut server_rx, mut server_tx) = server.into_split();
-                    let (held_tx, mut held_rx) =
-                        tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
-                    let hold = async {
-                        let mut buf = vec![0u8; 16 * 1024];
-                        while let Ok(n @ 1..) = server_rx.read(&mut buf).await {
-                            let due = tokio::time::Instant::now() + delay;
-                            if held_tx.send((due, buf[..n].to_vec())).is_err() {
-                                return;
-                            }
+        let port = relay_each(
+            upstream_of(database_url),
+            move |client, server| async move {
+                let (mut client_rx, mut client_tx) = client.into_split();
+                let (mut server_rx, mut server_tx) = server.into_split();
+                let (held_tx, mut held_rx) =
+                    tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+                let hold = async {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    while let Ok(n @ 1..) = server_rx.read(&mut buf).await {
+                        let due = tokio::time::Instant::now() + delay;
+                        if held_tx.send((due, buf[..n].to_vec())).is_err() {
+                            return;
                         }
-                    };
-                    let release = async {
-                        while let Some((due, bytes)) = held_rx.recv().await {
-                            tokio::time::sleep_until(due).await;
-                            if client_tx.write_all(&bytes).await.is_err() {
-                                return;
-                            }
-                        }
-                    };
-                    let upward = tokio::io::copy(&mut client_rx, &mut server_tx);
-                    tokio::select! {
-                        _ = upward => {}
-                        () = async { tokio::join!(hold, release); } => {}
                     }
-                });
-            }
-        });
+                };
+                let release = async {
+                    while let Some((due, bytes)) = held_rx.recv().await {
+                        tokio::time::sleep_until(due).await;
+                        if client_tx.write_all(&bytes).await.is_err() {
+                            return;
+                        }
+                    }
+                };
+                let upward = tokio::io::copy(&mut client_rx, &mut server_tx);
+                tokio::select! {
+                    _ = upward => {}
+                    () = async { tokio::join!(hold, release); } => {}
+                }
+            },
+        )
+        .await;
         Self { port }
     }
 
@@ -215,78 +202,68 @@ pub struct FailOnce {
 impl FailOnce {
     pub async fn in_front_of(database_url: &str, pattern: Vec<u8>, failure: Failure) -> Self {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let upstream = upstream_of(database_url);
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
         let fired = Arc::new(AtomicBool::new(false));
         let (fired2, pattern) = (fired.clone(), Arc::new(pattern));
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let (fired, upstream) = (fired2.clone(), upstream.clone());
-                let pattern = pattern.clone();
-                tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    let (mut client_rx, mut client_tx) = client.into_split();
-                    let (mut server_rx, mut server_tx) = server.into_split();
-                    // Set on this connection once it is the one that fails.
-                    let muted = Arc::new(AtomicBool::new(false));
-                    let upward = async {
-                        let mut buf = vec![0u8; 64 * 1024];
-                        let mut dying_at = None;
-                        // The end of what came before, for a pattern split between reads.
-                        let mut seen: Vec<u8> = Vec::new();
-                        loop {
-                            let read = client_rx.read(&mut buf);
-                            let n = match dying_at {
-                                Some(deadline) => {
-                                    match tokio::time::timeout_at(deadline, read).await {
-                                        Ok(Ok(n @ 1..)) => n,
-                                        _ => return,
-                                    }
-                                }
-                                None => match read.await {
-                                    Ok(n @ 1..) => n,
-                                    _ => return,
-                                },
-                            };
-                            seen.extend_from_slice(&buf[..n]);
-                            if dying_at.is_none()
-                                && contains(&seen, &pattern)
-                                && !fired.swap(true, Ordering::SeqCst)
-                            {
-                                if failure == Failure::RequestCut {
-                                    return; // both halves dropped with the request half sent
-                                }
-                                muted.store(true, Ordering::SeqCst);
-                                dying_at = Some(tokio::time::Instant::now() + LOSE_WINDOW);
+        let port = relay_each(upstream_of(database_url), move |client, server| {
+            let (fired, pattern) = (fired2.clone(), pattern.clone());
+            async move {
+                let (mut client_rx, mut client_tx) = client.into_split();
+                let (mut server_rx, mut server_tx) = server.into_split();
+                // Set on this connection once it is the one that fails.
+                let muted = AtomicBool::new(false);
+                let upward = async {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let mut dying_at = None;
+                    // The end of what came before, for a pattern split between reads.
+                    let mut seen: Vec<u8> = Vec::new();
+                    loop {
+                        let read = client_rx.read(&mut buf);
+                        let n = match dying_at {
+                            Some(deadline) => match tokio::time::timeout_at(deadline, read).await {
+                                Ok(Ok(n @ 1..)) => n,
+                                _ => return,
+                            },
+                            None => match read.await {
+                                Ok(n @ 1..) => n,
+                                _ => return,
+                            },
+                        };
+                        seen.extend_from_slice(&buf[..n]);
+                        if dying_at.is_none()
+                            && contains(&seen, &pattern)
+                            && !fired.swap(true, Ordering::SeqCst)
+                        {
+                            if failure == Failure::RequestCut {
+                                return; // both halves dropped with the request half sent
                             }
-                            if server_tx.write_all(&buf[..n]).await.is_err() {
-                                return;
-                            }
-                            let keep = seen.len().min(pattern.len().saturating_sub(1));
-                            seen.drain(..seen.len() - keep);
+                            muted.store(true, Ordering::SeqCst);
+                            dying_at = Some(tokio::time::Instant::now() + LOSE_WINDOW);
                         }
-                    };
-                    let downward = async {
-                        let mut buf = vec![0u8; 64 * 1024];
-                        while let Ok(n @ 1..) = server_rx.read(&mut buf).await {
-                            if muted.load(Ordering::SeqCst) {
-                                continue; // the answer is lost on the way
-                            }
-                            if client_tx.write_all(&buf[..n]).await.is_err() {
-                                return;
-                            }
+                        if server_tx.write_all(&buf[..n]).await.is_err() {
+                            return;
                         }
-                    };
-                    tokio::select! {
-                        () = upward => {}
-                        () = downward => {}
+                        let keep = seen.len().min(pattern.len().saturating_sub(1));
+                        seen.drain(..seen.len() - keep);
                     }
-                });
+                };
+                let downward = async {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n @ 1..) = server_rx.read(&mut buf).await {
+                        if muted.load(Ordering::SeqCst) {
+                            continue; // the answer is lost on the way
+                        }
+                        if client_tx.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                };
+                tokio::select! {
+                    () = upward => {}
+                    () = downward => {}
+                }
             }
-        });
+        })
+        .await;
         Self { port, fired }
     }
 
@@ -300,6 +277,30 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack
         .windows(needle.len())
         .any(|window| window == needle)
+}
+
+/// Listens on a loopback port and, for each connection a client opens there, opens one to
+/// `upstream` and hands both to `relay`, which passes bytes between them as its proxy
+/// does. Returns the port.
+async fn relay_each<F, Fut>(upstream: String, relay: F) -> u16
+where
+    F: Fn(TcpStream, TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (upstream, relay) = (Arc::new(upstream), Arc::new(relay));
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let (upstream, relay) = (upstream.clone(), relay.clone());
+            tokio::spawn(async move {
+                if let Ok(server) = TcpStream::connect(upstream.as_str()).await {
+                    relay(client, server).await;
+                }
+            });
+        }
+    });
+    port
 }
 
 /// The `host:port` of the server `database_url` points at.

@@ -25,6 +25,14 @@ async fn claim_some(app: &TestApp, node: &str, lease_secs: f64, most: usize) -> 
         .collect()
 }
 
+/// `n` uploaded videos of one user, each with its job queued.
+async fn queued_jobs(app: &TestApp, n: usize) {
+    let key = app.create_user("alice").await;
+    for _ in 0..n {
+        app.uploaded_video(&key).await;
+    }
+}
+
 fn ready(claim: &Claim, carry: bool) -> ReadyAttempt {
     ReadyAttempt {
         claim: claim.clone(),
@@ -52,10 +60,7 @@ fn carried_job(answer: &vidq::app::jobs::CarriedClaim) -> Option<i64> {
 #[tokio::test]
 async fn one_statement_claims_several_jobs_each_under_its_own_token_and_no_more_than_there_are() {
     let app = TestApp::spawn().await;
-    let key = app.create_user("alice").await;
-    for _ in 0..3 {
-        app.uploaded_video(&key).await;
-    }
+    queued_jobs(&app, 3).await;
     let claimed = claim_some(&app, "node-a", 30.0, 2).await;
     assert_eq!(claimed.len(), 2);
     assert_ne!(claimed[0].token, claimed[1].token);
@@ -95,10 +100,7 @@ async fn one_statement_claims_several_jobs_each_under_its_own_token_and_no_more_
 #[tokio::test]
 async fn a_batch_commits_every_video_event_and_job_in_one_transaction_and_claims_the_next_jobs() {
     let app = TestApp::spawn().await;
-    let key = app.create_user("alice").await;
-    for _ in 0..5 {
-        app.uploaded_video(&key).await;
-    }
+    queued_jobs(&app, 5).await;
     let claimed = claim_some(&app, "node-a", 30.0, 3).await;
     assert_eq!(claimed.len(), 3);
     // Three slots finish; two want a next job and one does not. Two jobs are left.
@@ -249,10 +251,7 @@ async fn a_lost_fence_in_a_batch_rolls_the_batch_back_and_costs_only_its_own_fin
 #[tokio::test]
 async fn a_finalize_retried_after_its_batch_failed_finds_the_batch_committed_or_the_claim_lost() {
     let app = TestApp::spawn().await;
-    let key = app.create_user("alice").await;
-    for _ in 0..3 {
-        app.uploaded_video(&key).await;
-    }
+    queued_jobs(&app, 3).await;
     let mut claimed = claim_some(&app, "node-a", 30.0, 2).await;
     claimed.push(claim(&app, "node-a", 0.3).await.unwrap());
     // A batch that committed, though its answer never reached the worker.
@@ -285,10 +284,7 @@ async fn a_finalize_retried_after_its_batch_failed_finds_the_batch_committed_or_
 #[tokio::test]
 async fn a_worker_with_several_slots_finishes_every_job_exactly_once() {
     let app = TestApp::spawn().await;
-    let key = app.create_user("alice").await;
-    for _ in 0..40 {
-        app.uploaded_video(&key).await;
-    }
+    queued_jobs(&app, 40).await;
     let body = Scripted::new(Step::Succeed(Duration::from_millis(2)));
     let mut settings = fast_settings("many-slots");
     settings.slots = 6;
@@ -314,10 +310,7 @@ async fn a_worker_with_several_slots_finishes_every_job_exactly_once() {
 #[tokio::test]
 async fn slots_that_ask_for_more_jobs_than_are_left_get_what_there_is_and_then_nothing() {
     let app = TestApp::spawn().await;
-    let key = app.create_user("alice").await;
-    for _ in 0..4 {
-        app.uploaded_video(&key).await;
-    }
+    queued_jobs(&app, 4).await;
     let claimed = claim_some(&app, "node-a", 30.0, 3).await;
     let batch: Vec<ReadyAttempt> = claimed.iter().map(|c| ready(c, true)).collect();
     let answers = finalize_ready_all(&app.pool, &batch, next()).await;
@@ -349,10 +342,7 @@ async fn three_claims_and_a_pool_failing_on_their_batch(
     app: &TestApp,
     failure: Failure,
 ) -> (Vec<Claim>, vidq::db::DbPool, FailOnce) {
-    let key = app.create_user("alice").await;
-    for _ in 0..7 {
-        app.uploaded_video(&key).await;
-    }
+    queued_jobs(app, 7).await;
     let earlier = claim_some(app, "node-a", 30.0, 2).await;
     let claimed = claim_some(app, "node-a", 30.0, 3).await;
     assert_eq!(claimed.len(), 3);
@@ -369,7 +359,8 @@ async fn three_claims_and_a_pool_failing_on_their_batch(
     (claimed, pool, proxy)
 }
 
-/// How many distinct transactions completed the jobs of `claims`, and how many of them did.
+/// Of the jobs of `claims`: how many distinct transactions completed them, and how many
+/// are completed.
 async fn completing_transactions(app: &TestApp, claims: &[Claim]) -> (i64, i64) {
     let ids = claims
         .iter()
