@@ -45,6 +45,18 @@ pub struct AppContext {
     pub operators: operators::OperatorAccess,
     /// Where confirms wait for their transaction (group commit).
     pub confirms: confirm_batch::ConfirmBatcher,
+    /// A worker running in this same process (`vidq dev`), whose families the API's
+    /// `/metrics` serves too: there it has no health listener of its own to scrape.
+    pub in_process_worker: Option<InProcessWorker>,
+}
+
+/// A worker sharing the API's process: its own account of itself and its slot count.
+#[derive(Clone, Debug)]
+pub struct InProcessWorker {
+    /// What the worker's runner records.
+    pub health: std::sync::Arc<crate::queue::health::WorkerHealth>,
+    /// `VIDQ_SLOTS`.
+    pub slots: u32,
 }
 
 /// Why a use-case did not do what was asked. `http::error` maps each kind to one status and

@@ -211,6 +211,7 @@ async fn run_nodes(
         playback: app::playback::PlaybackSettings::generated(),
         ingest: None,
         operators: Default::default(),
+        in_process_worker: None,
     };
     ctx.storage.ensure_bucket().await?;
     let (owner, _) = app::users::create_user(&ctx.db, "bench").await?;

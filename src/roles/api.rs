@@ -173,5 +173,6 @@ pub async fn context(
         playback: PlaybackSettings::generated(),
         ingest: None,
         operators: Default::default(),
+        in_process_worker: None,
     })
 }

@@ -148,6 +148,13 @@ async fn run_on(
     );
     let listener = std::net::TcpListener::bind(config.http.addr)
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
+    // The worker runs in this process, with no health listener of its own: the API's
+    // `/metrics` serves its families.
+    let worker_health = std::sync::Arc::new(crate::queue::health::WorkerHealth::default());
+    ctx.in_process_worker = Some(crate::app::InProcessWorker {
+        health: worker_health.clone(),
+        slots: config.queue.slots,
+    });
     let storage = ctx.storage.clone();
     let sweeper_storage = ctx.storage.clone();
     let server = crate::http::serve_with(listener, ctx, config.http.limits(), shutdown.clone())?;
@@ -160,7 +167,7 @@ async fn run_on(
             node: Some(&node_id),
         },
         storage,
-        Default::default(),
+        worker_health,
         shutdown.clone(),
     );
     let mut relay_args = config.relay.clone();
@@ -179,13 +186,17 @@ async fn run_on(
         shutdown,
     );
     eprintln!(
-        "\nvidq dev is running\n  API         http://{api}\n  dashboard   http://{api}/admin (log in with {token})\n  metrics     http://{api}/metrics\n  live ingest http://{ingest} (encoders PUT HLS here)\n  worker      1 slot, FFmpeg from PATH\n  relay       webhooks (private addresses allowed){nats}\n  sweeper     spool {spool}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
+        "\nvidq dev is running\n  API         http://{api}\n  dashboard   http://{api}/admin (log in with {token})\n  metrics     http://{api}/metrics\n  live ingest http://{ingest} (encoders PUT HLS here)\n  worker      {slots}, FFmpeg from PATH (its metrics: the API's /metrics)\n  relay       webhooks (private addresses allowed){nats}\n  sweeper     spool {spool}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
          Get an API key (in another terminal):\n  DATABASE_URL={db} cargo run -- user create --name me\n\
          Then follow the curl walk-through in README.md. Ctrl-C stops everything.\n",
         api = config.http.addr,
         token = match (&admin_token, generated_token) {
             (Some(token), true) => format!("the token {token}, made for this run"),
             _ => "VIDQ_ADMIN_TOKEN".to_owned(),
+        },
+        slots = match config.queue.slots {
+            1 => "1 slot".to_owned(),
+            n => format!("{n} slots"),
         },
         ingest = config.ingest.ingest_addr,
         s3 = s3.endpoint(),

@@ -1,13 +1,15 @@
 //! `vidq dev` on a machine with PostgreSQL installed but not running: it starts a private
-//! server under its data directory on a free port, and stops it when it exits.
+//! server under its data directory on a free port, and stops it when it exits. Its API's
+//! `/metrics` also carries the in-process worker's families.
 
 use std::time::{Duration, Instant};
 
 use crate::harness::{free_port, vidq_child};
 
-/// Runs `vidq dev --postgres private` until its API is ready (its database answers), then
-/// stops it with SIGTERM; returns its log.
-async fn dev_once(data: &std::path::Path, log: &std::path::Path) -> String {
+/// Runs `vidq dev --postgres private` with 3 worker slots until its API is ready (its
+/// database answers), scrapes its `/metrics`, then stops it with SIGTERM; returns its log
+/// and the scrape.
+async fn dev_once(data: &std::path::Path, log: &std::path::Path) -> (String, String) {
     let http = free_port();
     let mut command = vidq_child("dev", log);
     command
@@ -15,7 +17,8 @@ async fn dev_once(data: &std::path::Path, log: &std::path::Path) -> String {
         .env("VIDQ_DEV_DATA_DIR", data)
         .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{http}"))
         .env("VIDQ_DEV_S3_ADDR", format!("127.0.0.1:{}", free_port()))
-        .env("VIDQ_INGEST_ADDR", format!("127.0.0.1:{}", free_port()));
+        .env("VIDQ_INGEST_ADDR", format!("127.0.0.1:{}", free_port()))
+        .env("VIDQ_SLOTS", "3");
     let mut dev = command.spawn().unwrap();
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -35,6 +38,8 @@ async fn dev_once(data: &std::path::Path, log: &std::path::Path) -> String {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let scrape = client.get(format!("http://127.0.0.1:{http}/metrics"));
+    let metrics = scrape.send().await.unwrap().text().await.unwrap();
     let pid = dev.id().unwrap().to_string();
     assert!(
         std::process::Command::new("kill")
@@ -48,7 +53,7 @@ async fn dev_once(data: &std::path::Path, log: &std::path::Path) -> String {
         .expect("vidq dev stops")
         .unwrap();
     assert!(status.success(), "{status}");
-    std::fs::read_to_string(log).unwrap()
+    (std::fs::read_to_string(log).unwrap(), metrics)
 }
 
 #[tokio::test]
@@ -58,7 +63,13 @@ async fn vidq_dev_starts_a_private_postgres_under_its_data_dir_and_stops_it_on_e
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let data = dir.path().join("data");
-    let first = dev_once(&data, &dir.path().join("dev-1.log")).await;
+    let (first, metrics) = dev_once(&data, &dir.path().join("dev-1.log")).await;
+    // The banner and the worker's own gauges say the slots asked for; the API's families
+    // are there beside them.
+    assert!(first.contains("worker      3 slots"), "{first}");
+    assert!(metrics.contains("vidq_worker_slots 3"), "{metrics}");
+    assert!(metrics.contains("vidq_worker_database_up"), "{metrics}");
+    assert!(metrics.contains("vidq_database_up 1"), "{metrics}");
     assert!(
         first.contains("created a private PostgreSQL cluster"),
         "{first}"
@@ -69,7 +80,7 @@ async fn vidq_dev_starts_a_private_postgres_under_its_data_dir_and_stops_it_on_e
     assert!(pg.join("PG_VERSION").exists());
     assert!(!pg.join("postmaster.pid").exists(), "the server is stopped");
     // A second run keeps the cluster (and its data) and starts it again.
-    let second = dev_once(&data, &dir.path().join("dev-2.log")).await;
+    let (second, _) = dev_once(&data, &dir.path().join("dev-2.log")).await;
     assert!(
         !second.contains("created a private PostgreSQL cluster"),
         "{second}"

@@ -1,7 +1,8 @@
 //! `GET /metrics` of the API: its HTTP requests by route, status and latency, and the
 //! cluster's state read from the database at scrape time (queue depth by status, the oldest
-//! waiting job, the outbox backlog, the sweepers' backlog, open recordings). Aggregates
-//! only, no user's data; it needs no key, like `/healthz` (keep it off the public edge).
+//! waiting job, the outbox backlog, the sweepers' backlog, open recordings), and under
+//! `vidq dev` the in-process worker's families. Aggregates only, no user's data; it needs
+//! no key, like `/healthz` (keep it off the public edge).
 
 use actix_web::{HttpResponse, web};
 
@@ -94,7 +95,13 @@ pub async fn metrics(ctx: web::Data<AppContext>) -> HttpResponse {
         .family(&*metrics::HTTP_REQUESTS)
         .family(&*metrics::HTTP_SECONDS)
         .family(&*metrics::CONFIRM_BATCH_SIZE);
+    let mut body = exposition.render();
+    // Its families are named `vidq_worker_*` or are the worker's own histograms, none of
+    // which the API registers above, so the two texts join into one valid exposition.
+    if let Some(worker) = &ctx.in_process_worker {
+        body.push_str(&worker.health.metrics(worker.slots));
+    }
     HttpResponse::Ok()
         .content_type(metrics::CONTENT_TYPE)
-        .body(exposition.render())
+        .body(body)
 }
