@@ -139,6 +139,15 @@ pub static CONFIRM_BATCH_SIZE: LazyLock<Histogram> = LazyLock::new(|| {
     )
 });
 
+/// How many status reads each of the API's status read statements answered together.
+pub static STATUS_READ_BATCH_SIZE: LazyLock<Histogram> = LazyLock::new(|| {
+    histogram(
+        "vidq_status_read_batch_size",
+        "Status reads (GET /v1/videos/{id}) answered by one statement (1 on a quiet node; more while reads queue for the database).",
+        &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0],
+    )
+});
+
 /// How many READY finalizes each of a worker's finalize transactions committed together.
 pub static FINALIZE_BATCH_SIZE: LazyLock<Histogram> = LazyLock::new(|| {
     histogram(

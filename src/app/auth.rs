@@ -33,9 +33,15 @@ pub async fn read_with_key<T>(
     };
     match found {
         Some(found) => Ok(found),
-        None => {
-            authenticate(pool, presented_key).await?;
-            Err(AppError::NotFound)
-        }
+        None => Err(explain_miss(pool, presented_key).await),
+    }
+}
+
+/// Why a read with `presented_key` in its statement found nothing: `Unauthorized` for a
+/// key nobody holds, otherwise `NotFound` (a row that is missing or someone else's).
+pub async fn explain_miss(pool: &DbPool, presented_key: &str) -> AppError {
+    match authenticate(pool, presented_key).await {
+        Ok(_) => AppError::NotFound,
+        Err(error) => error,
     }
 }

@@ -13,6 +13,7 @@ pub mod operators;
 pub mod playback;
 pub mod ready_batch;
 pub mod reconcile;
+pub mod status_reads;
 pub mod upload_locks;
 pub mod uploads;
 pub mod users;
@@ -45,6 +46,8 @@ pub struct AppContext {
     pub operators: operators::OperatorAccess,
     /// Where confirms wait for their transaction (group commit).
     pub confirms: confirm_batch::ConfirmBatcher,
+    /// Where status reads wait for their statement (reads in groups).
+    pub status_reads: status_reads::StatusReads,
     /// A worker running in this same process (`vidq dev`), whose families the API's
     /// `/metrics` serves too: there it has no health listener of its own to scrape.
     pub in_process_worker: Option<InProcessWorker>,

@@ -124,18 +124,19 @@ pub async fn get_video(
     view(ctx, found.ok_or(AppError::NotFound)?).await
 }
 
-/// The video of the holder of `presented_key`, looked up with the key in one statement;
-/// `Err(Unauthorized)` for a key nobody holds, `NotFound` for a video that is not theirs.
+/// The video of the holder of `presented_key`, looked up with the key in one statement,
+/// which reads that arrive together share ([`super::status_reads`]); `Err(Unauthorized)`
+/// for a key nobody holds, `NotFound` for a video that is not theirs.
 pub async fn get_video_with_key(
     ctx: &AppContext,
     presented_key: &str,
     id: VideoId,
 ) -> Result<VideoView, AppError> {
-    let found = super::auth::read_with_key(&ctx.db, presented_key, async |conn, hash| {
-        db::videos::find_by_key_hash(conn, hash, id.0).await
-    })
-    .await?;
-    view(ctx, found).await
+    let hash = crate::domain::api_key::hash_presented_key(presented_key);
+    match ctx.status_reads.read(hash, id.0).await? {
+        Some(found) => view(ctx, found).await,
+        None => Err(super::auth::explain_miss(&ctx.db, presented_key).await),
+    }
 }
 
 /// A page of the caller's videos, newest first, and the cursor of the next page.

@@ -203,6 +203,7 @@ async fn run_nodes(
     };
     let ctx = AppContext {
         confirms: app::confirm_batch::ConfirmBatcher::start(db.clone(), upload.batches()),
+        status_reads: app::status_reads::StatusReads::start(db.clone()),
         db,
         storage: s3.storage.clone(),
         upload,

@@ -175,6 +175,33 @@ pub async fn find_by_key_hash(
         .optional()
 }
 
+/// The videos of `ids` that exist, each with its owner's key hash, for a batch of status
+/// reads that each check their own caller's key ([`crate::app::status_reads`]). One
+/// statement however many ids: `= ANY($1)` keeps one prepared statement for every size.
+pub async fn find_many_with_key_hash(
+    conn: &mut AsyncPgConnection,
+    ids: Vec<Uuid>,
+) -> QueryResult<Vec<(VideoWithAttempts, Vec<u8>)>> {
+    use super::schema::users;
+    videos::table
+        .inner_join(users::table)
+        .left_join(video_encoding_jobs::table)
+        .filter(videos::id.eq_any(ids))
+        .select((
+            VideoRow::as_select(),
+            video_encoding_jobs::attempt_count.nullable(),
+            video_encoding_jobs::status.nullable(),
+            users::api_key_hash,
+        ))
+        .load::<(VideoRow, Option<i32>, Option<String>, Vec<u8>)>(conn)
+        .await
+        .map(|rows| {
+            rows.into_iter()
+                .map(|(video, attempts, job, key_hash)| ((video, attempts, job), key_hash))
+                .collect()
+        })
+}
+
 /// One page of an owner's videos, newest first, strictly older than `before` when given.
 /// UUIDv7 ids order by creation time, so the key is the id alone.
 pub async fn list_owned(

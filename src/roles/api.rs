@@ -165,6 +165,7 @@ pub async fn context(
     let confirms = crate::app::confirm_batch::ConfirmBatcher::start(pool.clone(), upload.batches());
     Ok(AppContext {
         confirms,
+        status_reads: crate::app::status_reads::StatusReads::start(pool.clone()),
         db: pool,
         storage,
         upload: upload.clone(),

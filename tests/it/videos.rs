@@ -284,3 +284,73 @@ async fn delete_removes_the_rows_and_every_object_of_the_video() {
     )
     .await;
 }
+
+/// Reads that arrive together share one statement (`app::status_reads`); each must still
+/// be answered for its own caller: the owner sees their video, anyone else a 404, an
+/// unknown key a 401, however the reads were grouped.
+#[tokio::test]
+async fn status_reads_that_arrive_together_each_answer_their_own_caller() {
+    let app = TestApp::spawn().await;
+    let alice = app.create_user("alice").await;
+    let bob = app.create_user("bob").await;
+    let alices = app.uploaded_video(&alice).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let bobs = app.uploaded_video(&bob).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let nobodys = uuid::Uuid::now_v7().to_string();
+    let batches_before = batch_sizes(&app).await;
+
+    // (caller, video, expected status) in turn, 50 of each, all in flight at once.
+    let cases = [
+        (alice.as_str(), alices.as_str(), StatusCode::OK),
+        (bob.as_str(), bobs.as_str(), StatusCode::OK),
+        (alice.as_str(), bobs.as_str(), StatusCode::NOT_FOUND),
+        (bob.as_str(), nobodys.as_str(), StatusCode::NOT_FOUND),
+        (
+            "vidq_nobody_holds_this_key",
+            alices.as_str(),
+            StatusCode::UNAUTHORIZED,
+        ),
+    ];
+    let reads = (0..250).map(|i| {
+        let (key, video, expected) = cases[i % cases.len()];
+        let app = &app;
+        async move {
+            let response = app.get(key, &format!("/v1/videos/{video}")).await;
+            let status = response.status();
+            let body: Value = response.json().await.unwrap();
+            (video, expected, status, body)
+        }
+    });
+    for (video, expected, status, body) in futures_util::future::join_all(reads).await {
+        assert_eq!(status, expected, "{video}: {body}");
+        if expected == StatusCode::OK {
+            assert_eq!(body["id"], video, "{body}");
+        }
+    }
+    // Some statement answered more than one of them: the test exercised the batches.
+    let (sum, count) = batch_sizes(&app).await;
+    assert!(
+        sum - batches_before.0 > count - batches_before.1,
+        "no status read statement answered two reads: sum {sum}, count {count}"
+    );
+}
+
+/// `vidq_status_read_batch_size`'s sum and count (reads answered, statements made).
+async fn batch_sizes(app: &TestApp) -> (f64, f64) {
+    let text = app.http.get(app.url("/metrics")).send().await.unwrap();
+    let text = text.text().await.unwrap();
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (
+        value("vidq_status_read_batch_size_sum "),
+        value("vidq_status_read_batch_size_count "),
+    )
+}
