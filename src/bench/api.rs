@@ -39,6 +39,11 @@ pub struct ApiBenchArgs {
     /// Rounds; the table shows medians.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// READY videos the status reads spread over (client c reads video c mod N); 1: every
+    /// client reads the same video.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub read_videos: u32,
     /// The API's database pool (`VIDQ_DB_POOL_SIZE`), also pgbench's client count.
     #[arg(long, default_value_t = 10)]
     pub pool: u32,
@@ -69,8 +74,9 @@ struct Round {
 struct Rate {
     per_s: f64,
     latencies: Vec<Duration>,
-    /// Of the confirms: how many the API committed per transaction, on average (its
-    /// `vidq_confirm_batch_size`; `None` from a build without it).
+    /// How many the API took together, on average: confirms per transaction
+    /// (`vidq_confirm_batch_size`), status reads per statement (`vidq_status_read_batch_size`);
+    /// `None` from a build without the metric.
     mean_batch: Option<f64>,
 }
 
@@ -209,11 +215,39 @@ async fn confirm_all(
     ))
 }
 
-/// `clients` connections read `video` for `seconds`; returns reads/s and latencies.
+/// The `n` videos the reads spread over, READY: `first` (the first confirm's), then others
+/// of the round's confirms.
+async fn read_videos(url: &str, first: &str, n: u32) -> anyhow::Result<Vec<String>> {
+    let mut videos = vec![first.to_owned()];
+    if n > 1 {
+        let pool = db::connect(url, 1).await?;
+        let mut conn = pool.get().await?;
+        let others = db::bench::some_videos(&mut conn, i64::from(n)).await?;
+        videos.extend(
+            others
+                .iter()
+                .map(ToString::to_string)
+                .filter(|v| v != first),
+        );
+        videos.truncate(n as usize);
+        ensure!(
+            videos.len() == n as usize,
+            "--read-videos {n}: the round made only {} videos",
+            videos.len()
+        );
+    }
+    for video in &videos {
+        make_ready(url, video).await?;
+    }
+    Ok(videos)
+}
+
+/// `clients` connections read `videos` for `seconds` (client c reads video c mod N);
+/// returns reads/s and latencies.
 async fn read_for(
     base: &str,
     key: &str,
-    video: &str,
+    videos: &[String],
     clients: usize,
     seconds: u64,
 ) -> anyhow::Result<(f64, Vec<Duration>)> {
@@ -221,12 +255,11 @@ async fn read_for(
     for _ in 0..clients {
         connections.push(Connection::open(base, key).await?);
     }
-    let path = format!("/v1/videos/{video}");
     let started = Instant::now();
     let until = started + Duration::from_secs(seconds);
     let mut tasks = tokio::task::JoinSet::new();
-    for mut connection in connections {
-        let path = path.clone();
+    for (c, mut connection) in connections.into_iter().enumerate() {
+        let path = format!("/v1/videos/{}", videos[c % videos.len()]);
         tasks.spawn(async move {
             let mut latencies = Vec::new();
             while Instant::now() < until {
@@ -252,8 +285,9 @@ async fn read_for(
     ))
 }
 
-/// The API's confirms per transaction so far (`vidq_confirm_batch_size`'s sum over its count).
-async fn mean_batch(base: &str) -> Option<f64> {
+/// The mean of one of the API's batch size histograms so far (`family`'s sum over its
+/// count): confirms per transaction, status reads per statement.
+async fn mean_batch(base: &str, family: &str) -> Option<f64> {
     let text = reqwest::get(format!("{base}/metrics"))
         .await
         .ok()?
@@ -269,8 +303,8 @@ async fn mean_batch(base: &str) -> Option<f64> {
         })
     };
     let (sum, count) = (
-        value("vidq_confirm_batch_size_sum")?,
-        value("vidq_confirm_batch_size_count")?,
+        value(&format!("{family}_sum"))?,
+        value(&format!("{family}_count"))?,
     );
     (count > 0.0).then(|| sum / count)
 }
@@ -420,17 +454,17 @@ async fn measure(
         let confirms = Rate {
             per_s,
             latencies,
-            mean_batch: mean_batch(&base).await,
+            mean_batch: mean_batch(&base, "vidq_confirm_batch_size").await,
         };
         if !read {
             return anyhow::Ok((confirms, None));
         }
-        make_ready(&scratch.url, &video).await?;
-        let (per_s, latencies) = read_for(&base, &key, &video, args.clients, args.seconds).await?;
+        let videos = read_videos(&scratch.url, &video, args.read_videos).await?;
+        let (per_s, latencies) = read_for(&base, &key, &videos, args.clients, args.seconds).await?;
         let reads = Rate {
             per_s,
             latencies,
-            mean_batch: None,
+            mean_batch: mean_batch(&base, "vidq_status_read_batch_size").await,
         };
         anyhow::Ok((confirms, Some(reads)))
     }
@@ -451,9 +485,15 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
         "--confirm-batch takes sizes of 1 or more"
     );
     println!(
-        "vidq bench api: {} keep-alive clients, {} confirms and {} s of status reads a round, \
-         API pool {}, confirm batches of at most {:?}, medians of {} rounds",
-        args.clients, args.confirms, args.seconds, args.pool, args.confirm_batch, args.rounds
+        "vidq bench api: {} keep-alive clients, {} confirms and {} s of status reads of {} READY \
+         video(s) a round, API pool {}, confirm batches of at most {:?}, medians of {} rounds",
+        args.clients,
+        args.confirms,
+        args.seconds,
+        args.read_videos,
+        args.pool,
+        args.confirm_batch,
+        args.rounds
     );
     let mut rounds = Vec::new();
     for _ in 0..args.rounds.max(1) {
@@ -528,6 +568,14 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
     println!(
         "confirms per transaction, mean (the API's vidq_confirm_batch_size): {}",
         batches.join(", ")
+    );
+    let reads: Vec<f64> = rounds.iter().filter_map(|r| r.reads.mean_batch).collect();
+    println!(
+        "status reads per statement, mean (the API's vidq_status_read_batch_size): {}",
+        match reads.is_empty() {
+            true => "-".to_owned(),
+            false => format!("{:.1}", median(&reads)),
+        }
     );
     Ok(())
 }

@@ -218,3 +218,15 @@ COMMIT;
         nobody_waits = super::wake::nobody_waits_sql(),
     )
 }
+
+/// The ids of up to `n` videos, oldest first: what a benchmark reads back after making them.
+pub async fn some_videos(conn: &mut AsyncPgConnection, n: i64) -> QueryResult<Vec<Uuid>> {
+    use super::schema::videos;
+    use diesel::QueryDsl;
+    videos::table
+        .select(videos::id)
+        .order(videos::id)
+        .limit(n)
+        .load(conn)
+        .await
+}
