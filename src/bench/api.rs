@@ -218,10 +218,10 @@ async fn confirm_all(
 /// The `n` videos the reads spread over, READY: `first` (the first confirm's), then others
 /// of the round's confirms.
 async fn read_videos(url: &str, first: &str, n: u32) -> anyhow::Result<Vec<String>> {
+    let pool = db::connect(url, 1).await?;
+    let mut conn = pool.get().await?;
     let mut videos = vec![first.to_owned()];
     if n > 1 {
-        let pool = db::connect(url, 1).await?;
-        let mut conn = pool.get().await?;
         let others = db::bench::some_videos(&mut conn, i64::from(n)).await?;
         videos.extend(
             others
@@ -237,7 +237,7 @@ async fn read_videos(url: &str, first: &str, n: u32) -> anyhow::Result<Vec<Strin
         );
     }
     for video in &videos {
-        make_ready(url, video).await?;
+        make_ready(&mut conn, video).await?;
     }
     Ok(videos)
 }
@@ -311,10 +311,8 @@ async fn mean_batch(base: &str, family: &str) -> Option<f64> {
 
 /// Marks `video` READY with outputs, as a finalize would (the objects need not exist for
 /// the read: it presigns, it does not fetch).
-async fn make_ready(url: &str, video: &str) -> anyhow::Result<()> {
+async fn make_ready(conn: &mut diesel_async::AsyncPgConnection, video: &str) -> anyhow::Result<()> {
     let id: uuid::Uuid = video.parse()?;
-    let pool = db::connect(url, 1).await?;
-    let conn = pool.get().await?;
     let base = format!("videos/{id}/r1/a1");
     let (hls, mp4, thumbnail) = (
         format!("{base}/hls/index.m3u8"),
@@ -322,7 +320,7 @@ async fn make_ready(url: &str, video: &str) -> anyhow::Result<()> {
         format!("{base}/thumb.jpg"),
     );
     db::videos::set_ready(
-        &conn,
+        conn,
         id,
         &db::videos::ReadyFacts {
             duration_ms: 10_080,
