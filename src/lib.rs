@@ -4,6 +4,7 @@
 //! The modules follow the architecture, outside in:
 //! - [`config`]: one typed configuration, read from flags and `VIDQ_*` variables.
 //! - [`shutdown`]: the cancellation token every role stops on.
+//! - [`batching`]: work in groups, a queue in front of a few tasks that take what waits.
 //! - [`domain`]: pure types and rules (ids, states, validation, event payloads). No I/O.
 //! - [`db`]: the only code that knows SQL; query functions take the caller's connection.
 //! - [`app`]: use-cases, one function per transaction (create upload, confirm, delete...).
@@ -22,6 +23,7 @@
 pub mod adapters;
 pub mod admin;
 pub mod app;
+pub mod batching;
 pub mod bench;
 pub mod config;
 pub mod db;

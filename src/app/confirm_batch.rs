@@ -8,7 +8,8 @@
 //! round trip wakes a task and a backend. [`crate::app::uploads::accept_all`] does the same
 //! writes for many confirms in the same number of statements and round trips as one.
 //!
-//! Nothing waits for a batch to fill: a committer takes whatever is queued when it is free,
+//! Nothing waits for a batch to fill: a committer takes whatever is queued when it is free
+//! ([`crate::batching`]),
 //! so a confirm on a quiet node goes alone and at once (through [`accept`]'s single-row
 //! statements), and batches grow only while the
 //! committers are busy (the queue is the backlog PostgreSQL could not keep up with anyway).
@@ -16,12 +17,9 @@
 //! is retried confirm by confirm through [`crate::app::uploads::accept`], so one bad confirm
 //! costs the others nothing but time, and each gets its own answer.
 
-use std::sync::Arc;
-
-use tokio::sync::{Mutex, mpsc, oneshot};
-
 use super::AppError;
 use super::uploads::{Accepted, accept, accept_all};
+use crate::batching::{Groups, Waiting};
 use crate::db::DbPool;
 use crate::domain::ids::{UploadId, UserId};
 
@@ -49,21 +47,10 @@ pub struct BatchSettings {
     pub committers: usize,
 }
 
-struct Waiting {
-    acceptance: Acceptance,
-    answer: oneshot::Sender<AcceptOutcome>,
-}
-
 /// The queue in front of the committers. Cloning shares it.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ConfirmBatcher {
-    queue: mpsc::Sender<Waiting>,
-}
-
-impl std::fmt::Debug for ConfirmBatcher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConfirmBatcher").finish_non_exhaustive()
-    }
+    committers: Groups<Acceptance, AcceptOutcome>,
 }
 
 impl ConfirmBatcher {
@@ -71,58 +58,36 @@ impl ConfirmBatcher {
     /// the last clone of the batcher is dropped, after answering what was queued.
     pub fn start(db: DbPool, settings: BatchSettings) -> Self {
         let (max, committers) = (settings.max.max(1), settings.committers.max(1));
-        // A full queue makes confirms wait to enter it: the HTTP layer's concurrency, not
-        // this buffer, bounds how many are in flight.
-        let (queue, waiting) = mpsc::channel(max * committers * 4);
-        let waiting = Arc::new(Mutex::new(waiting));
-        for _ in 0..committers {
-            tokio::spawn(commit_batches(db.clone(), waiting.clone(), max));
-        }
-        Self { queue }
+        let committers = Groups::start(committers, max, max * committers * 4, move |batch| {
+            let db = db.clone();
+            async move { commit(&db, batch).await }
+        });
+        Self { committers }
     }
 
     /// Queues `acceptance` for the next batch and waits for its transaction's answer.
     pub async fn accept(&self, acceptance: Acceptance) -> AcceptOutcome {
-        let (answer, answered) = oneshot::channel();
-        self.queue
-            .send(Waiting { acceptance, answer })
+        // The committer answers every confirm it took, even when its batch failed; no
+        // answer means its task died (a panic), and nothing is known of the confirm, which
+        // the client may repeat.
+        self.committers
+            .submit(acceptance)
             .await
-            .map_err(|_| AppError::ConfirmsStopped)?;
-        // The committer answers every confirm it took, even when its batch failed; a
-        // dropped answer means its task died (a panic), and nothing is known of the
-        // confirm, which the client may repeat.
-        answered.await.map_err(|_| AppError::ConfirmsStopped)?
-    }
-}
-
-/// One committer: takes what is queued (at least one confirm, at most `max`), commits it,
-/// answers each, and goes back for more.
-async fn commit_batches(db: DbPool, waiting: Arc<Mutex<mpsc::Receiver<Waiting>>>, max: usize) {
-    let mut batch = Vec::with_capacity(max);
-    loop {
-        // The lock is held only while taking: another committer takes the next batch while
-        // this one commits.
-        let taken = waiting.lock().await.recv_many(&mut batch, max).await;
-        if taken == 0 {
-            return;
-        }
-        commit(&db, std::mem::take(&mut batch)).await;
+            .map_err(|_| AppError::ConfirmsStopped)?
     }
 }
 
 #[tracing::instrument(name = "confirm_batch", skip_all, fields(size = batch.len()))]
-async fn commit(db: &DbPool, mut batch: Vec<Waiting>) {
+async fn commit(db: &DbPool, mut batch: Vec<Waiting<Acceptance, AcceptOutcome>>) {
     crate::metrics::CONFIRM_BATCH_SIZE.observe(batch.len() as f64);
     if batch.len() == 1 {
         // Alone, a confirm takes the single-row statements: through the array forms, one
         // confirm at a time measured about a sixth slower than before batches.
         let waiting = batch.pop().expect("one confirm");
-        let _ = waiting
-            .answer
-            .send(accept_alone(db, &waiting.acceptance).await);
+        let _ = waiting.answer.send(accept_alone(db, &waiting.item).await);
         return;
     }
-    let acceptances: Vec<Acceptance> = batch.iter().map(|w| w.acceptance.clone()).collect();
+    let acceptances: Vec<Acceptance> = batch.iter().map(|w| w.item.clone()).collect();
     let together = async {
         let mut conn = db.get().await?;
         accept_all(&mut conn, &acceptances).await
@@ -142,9 +107,7 @@ async fn commit(db: &DbPool, mut batch: Vec<Waiting>) {
                 "a batch of confirms failed as a whole; committing each on its own"
             );
             for waiting in batch {
-                let _ = waiting
-                    .answer
-                    .send(accept_alone(db, &waiting.acceptance).await);
+                let _ = waiting.answer.send(accept_alone(db, &waiting.item).await);
             }
         }
     }

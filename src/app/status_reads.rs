@@ -7,18 +7,18 @@
 //! and start, a round trip that wakes a task and a backend. Here N reads share one of each
 //! ([`db::videos::find_many_with_key_hash`]).
 //!
-//! Nothing waits for a batch to fill: a reader takes whatever is queued when it is free, so
+//! Nothing waits for a batch to fill: a reader takes whatever is queued when it is free
+//! ([`crate::batching`]), so
 //! a read on a quiet node goes alone and at once, through the single-row statement that
 //! checks the key in SQL. A batch's statement starts after every read in it arrived, so
 //! each read still sees everything committed before its request came in. A batch that
 //! fails as a whole is read again call by call, so each gets its own answer or error.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use tokio::sync::{Mutex, mpsc, oneshot};
 use uuid::Uuid;
 
+use crate::batching::{Groups, Waiting};
 use crate::db::videos::VideoWithAttempts;
 use crate::db::{self, DbError, DbPool};
 
@@ -31,86 +31,54 @@ const MOST_IN_ONE: usize = 64;
 /// What a read answers: the video, `None` if it is missing or not the key holder's.
 pub type ReadOutcome = Result<Option<VideoWithAttempts>, DbError>;
 
-struct Waiting {
+/// One caller's read: the hash of the key it came with, and the video it asks for.
+#[derive(Debug)]
+struct Read {
     key_hash: [u8; 32],
     video: Uuid,
-    answer: oneshot::Sender<ReadOutcome>,
 }
 
 /// The queue in front of the readers. Cloning shares it.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct StatusReads {
     db: DbPool,
-    queue: mpsc::Sender<Waiting>,
-}
-
-impl std::fmt::Debug for StatusReads {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StatusReads").finish_non_exhaustive()
-    }
+    readers: Groups<Read, ReadOutcome>,
 }
 
 impl StatusReads {
     /// Starts the reader tasks on the current runtime. They end when the last clone is
     /// dropped, after answering what was queued.
     pub fn start(db: DbPool) -> Self {
-        // A full queue makes reads wait to enter it: the HTTP layer's concurrency, not this
-        // buffer, bounds how many are in flight.
-        let (queue, waiting) = mpsc::channel(MOST_IN_ONE * READERS * 4);
-        let waiting = Arc::new(Mutex::new(waiting));
-        for _ in 0..READERS {
-            tokio::spawn(read_batches(db.clone(), waiting.clone()));
-        }
-        Self { db, queue }
+        let readers = Groups::start(READERS, MOST_IN_ONE, MOST_IN_ONE * READERS * 4, {
+            let db = db.clone();
+            move |batch| {
+                let db = db.clone();
+                async move { answer(&db, batch).await }
+            }
+        });
+        Self { db, readers }
     }
 
     /// The video `video` if the holder of the key hashed to `key_hash` owns it.
     pub async fn read(&self, key_hash: [u8; 32], video: Uuid) -> ReadOutcome {
-        let (answer, answered) = oneshot::channel();
-        let queued = self.queue.send(Waiting {
-            key_hash,
-            video,
-            answer,
-        });
-        if queued.await.is_ok()
-            && let Ok(outcome) = answered.await
-        {
-            return outcome;
+        match self.readers.submit(Read { key_hash, video }).await {
+            Ok(outcome) => outcome,
+            // The readers are gone (the runtime is stopping, or a reader panicked): a read
+            // has no side effects, so it is made here instead.
+            Err(_) => read_alone(&self.db, &key_hash, video).await,
         }
-        // The readers are gone (the runtime is stopping, or a reader panicked): a read has
-        // no side effects, so it is made here instead.
-        read_alone(&self.db, &key_hash, video).await
     }
 }
 
-/// One reader: takes what is queued (at least one read, at most [`MOST_IN_ONE`]), answers
-/// it, and goes back for more.
-async fn read_batches(db: DbPool, waiting: Arc<Mutex<mpsc::Receiver<Waiting>>>) {
-    let mut batch = Vec::with_capacity(MOST_IN_ONE);
-    loop {
-        // The lock is held only while taking: the other reader takes the next batch while
-        // this one's statement is out.
-        let taken = waiting
-            .lock()
-            .await
-            .recv_many(&mut batch, MOST_IN_ONE)
-            .await;
-        if taken == 0 {
-            return;
-        }
-        answer(&db, std::mem::take(&mut batch)).await;
-    }
-}
-
-async fn answer(db: &DbPool, mut batch: Vec<Waiting>) {
+async fn answer(db: &DbPool, mut batch: Vec<Waiting<Read, ReadOutcome>>) {
     crate::metrics::STATUS_READ_BATCH_SIZE.observe(batch.len() as f64);
     if batch.len() == 1 {
         let waiting = batch.pop().expect("one read");
-        let outcome = read_alone(db, &waiting.key_hash, waiting.video).await;
+        let outcome = read_alone(db, &waiting.item.key_hash, waiting.item.video).await;
         let _ = waiting.answer.send(outcome);
         return;
     }
-    let ids = batch.iter().map(|w| w.video).collect();
+    let ids = batch.iter().map(|w| w.item.video).collect();
     let together = async {
         let mut conn = db.get().await?;
         Ok::<_, DbError>(db::videos::find_many_with_key_hash(&mut conn, ids).await?)
@@ -124,8 +92,8 @@ async fn answer(db: &DbPool, mut batch: Vec<Waiting>) {
                 // Someone else's video reads as a missing one, as in the single-row
                 // statement, whose `WHERE` compares the same two hashes.
                 let found = by_id
-                    .get(&waiting.video)
-                    .filter(|(_, owner_hash)| owner_hash.as_slice() == waiting.key_hash)
+                    .get(&waiting.item.video)
+                    .filter(|(_, owner_hash)| owner_hash.as_slice() == waiting.item.key_hash)
                     .map(|(found, _)| found.clone());
                 // A read whose client went away is simply not delivered.
                 let _ = waiting.answer.send(Ok(found));
@@ -138,7 +106,7 @@ async fn answer(db: &DbPool, mut batch: Vec<Waiting>) {
                 "a batch of status reads failed as a whole; reading each on its own"
             );
             for waiting in batch {
-                let outcome = read_alone(db, &waiting.key_hash, waiting.video).await;
+                let outcome = read_alone(db, &waiting.item.key_hash, waiting.item.video).await;
                 let _ = waiting.answer.send(outcome);
             }
         }

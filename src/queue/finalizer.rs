@@ -1,19 +1,16 @@
 //! Where a worker's slots send their READY finalizes. A process with one slot finalizes in
 //! the slot's own task, as it always has. With several slots, finalizes go through
 //! [`COMMITTERS`] committer tasks: a finalize that arrives while both are committing waits,
-//! and the first one free takes everything waiting into one transaction
+//! and the first one free takes everything waiting ([`crate::batching`]) into one transaction
 //! ([`crate::app::ready_batch`]).
 //!
 //! Nothing waits for a batch to fill: a finalize on a quiet worker goes alone and at once.
 //! Batches grow only while the database is slower than the slots, which is when sharing a
 //! commit, a WAL flush and a round trip pays.
 
-use std::sync::Arc;
-
-use tokio::sync::{Mutex, mpsc, oneshot};
-
 use crate::app::jobs::{self, Claim, NextClaim};
 use crate::app::ready_batch::{self, Finalized, ReadyAttempt};
+use crate::batching::{Groups, Unanswered, Waiting};
 use crate::db::DbPool;
 use crate::pipeline::AttemptOutput;
 
@@ -23,12 +20,6 @@ use super::runner::WorkerSettings;
 /// backend, which runs their statements one after another on one core while the others
 /// wait: two let the next batch form and go while one commits.
 const COMMITTERS: usize = 2;
-
-/// A slot's finalize and where its answer goes.
-struct Waiting {
-    attempt: ReadyAttempt,
-    answer: oneshot::Sender<Finalized>,
-}
 
 /// The finalize path of one worker process. Cloning shares it.
 #[derive(Clone)]
@@ -49,8 +40,8 @@ enum Path {
     Batched {
         /// The worker's pool (a finalize whose committer is gone goes alone through it).
         pool: DbPool,
-        /// The committer's queue.
-        queue: mpsc::Sender<Waiting>,
+        /// The committers' queue.
+        committers: Groups<ReadyAttempt, Finalized>,
     },
 }
 
@@ -64,13 +55,14 @@ impl Finalizer {
             return Self(Path::Alone { pool, node, lease });
         }
         // Each slot has at most one finalize waiting, so the queue never makes one wait.
-        let (queue, waiting) = mpsc::channel(slots);
-        let waiting = Arc::new(Mutex::new(waiting));
-        for _ in 0..COMMITTERS {
-            let (pool, waiting, node) = (pool.clone(), waiting.clone(), node.clone());
-            tokio::spawn(commit_batches(pool, waiting, slots, node, lease));
-        }
-        Self(Path::Batched { pool, queue })
+        let committers = Groups::start(COMMITTERS, slots, slots, {
+            let pool = pool.clone();
+            move |batch| {
+                let (pool, node) = (pool.clone(), node.clone());
+                async move { commit(&pool, batch, &node, lease).await }
+            }
+        });
+        Self(Path::Batched { pool, committers })
     }
 
     /// Finalizes `claim` READY; with `carry`, the slot's next job is claimed behind the
@@ -89,22 +81,21 @@ impl Finalizer {
                 });
                 jobs::finalize_ready_then_claim(pool, claim, output, next).await
             }
-            Path::Batched { pool, queue } => {
-                let (answer, answered) = oneshot::channel();
+            Path::Batched { pool, committers } => {
                 let attempt = ReadyAttempt {
                     claim: claim.clone(),
                     output: output.clone(),
                     carry,
                 };
-                if queue.send(Waiting { attempt, answer }).await.is_err() {
+                match committers.submit(attempt).await {
+                    Ok(finalized) => finalized,
                     // The committers have ended (they only do when every clone is gone, or
                     // if they panicked): nothing was sent, so this is a first try.
-                    return (jobs::finalize_ready(pool, claim, output).await, None);
-                }
-                match answered.await {
-                    Ok(finalized) => finalized,
+                    Err(Unanswered::NotTaken(_)) => {
+                        (jobs::finalize_ready(pool, claim, output).await, None)
+                    }
                     // The committer died with this finalize taken, perhaps committed.
-                    Err(_) => (
+                    Err(Unanswered::Lost) => (
                         jobs::finalize_ready_after_failed_batch(pool, claim, output).await,
                         None,
                     ),
@@ -114,36 +105,30 @@ impl Finalizer {
     }
 }
 
-/// One committer: takes what is waiting (at least one finalize, at most one per slot),
-/// finalizes it, answers each, and goes back for more.
-async fn commit_batches(
-    pool: DbPool,
-    waiting: Arc<Mutex<mpsc::Receiver<Waiting>>>,
-    most: usize,
-    node: String,
+/// One committer's batch (at least one finalize, at most one per slot): finalizes it and
+/// answers each.
+async fn commit(
+    pool: &DbPool,
+    batch: Vec<Waiting<ReadyAttempt, Finalized>>,
+    node: &str,
     lease: std::time::Duration,
 ) {
-    let mut batch = Vec::with_capacity(most);
-    // The lock is held only while taking: the other committer takes the next batch while
-    // this one commits.
-    while waiting.lock().await.recv_many(&mut batch, most).await > 0 {
-        let (attempts, answers): (Vec<ReadyAttempt>, Vec<_>) = batch
-            .drain(..)
-            .map(|waiting| (waiting.attempt, waiting.answer))
-            .unzip();
-        let next = NextClaim { node: &node, lease };
-        let finalized = ready_batch::finalize_ready_all(&pool, &attempts, next).await;
-        for (answer, finalized) in answers.into_iter().zip(finalized) {
-            // A slot that went away (its task aborted at shutdown) has nothing to hear; its
-            // finalize stands, and the next job claimed for it is handed back at once
-            // rather than left to its lease.
-            if let Err((_, Some(Ok(Some(orphan))))) = answer.send(finalized)
-                && let Err(error) = jobs::release(&pool, &orphan).await
-            {
-                tracing::warn!(job_id = orphan.job_id,
-                        error = %crate::telemetry::error_chain(&error),
-                        "could not hand back a job claimed for a slot that is gone; its lease will expire");
-            }
+    let (attempts, answers): (Vec<ReadyAttempt>, Vec<_>) = batch
+        .into_iter()
+        .map(|waiting| (waiting.item, waiting.answer))
+        .unzip();
+    let next = NextClaim { node, lease };
+    let finalized = ready_batch::finalize_ready_all(pool, &attempts, next).await;
+    for (answer, finalized) in answers.into_iter().zip(finalized) {
+        // A slot that went away (its task aborted at shutdown) has nothing to hear; its
+        // finalize stands, and the next job claimed for it is handed back at once rather
+        // than left to its lease.
+        if let Err((_, Some(Ok(Some(orphan))))) = answer.send(finalized)
+            && let Err(error) = jobs::release(pool, &orphan).await
+        {
+            tracing::warn!(job_id = orphan.job_id,
+                error = %crate::telemetry::error_chain(&error),
+                "could not hand back a job claimed for a slot that is gone; its lease will expire");
         }
     }
 }
