@@ -8,6 +8,13 @@
 //! statements ([`crate::db::bench::confirm_pgbench`]) at the API's pool size: the most
 //! PostgreSQL does with them, with nothing of HTTP, S3 or the key lookup in the way.
 //!
+//! Confirms paced: with 64 clients each sending its next confirm as soon as the last is
+//! answered, the mean latency is 64 over the rate (Little's law), whatever the server does.
+//! So the last batch setting also confirms at a fixed offered rate, a share of the round's
+//! pgbench ceiling (`--paced-share`), over the same connections: confirm i is due at
+//! i / rate, and its latency counts from then, so a confirm that waited for its connection
+//! (or for a slow server) is counted as waiting, not left out.
+//!
 //! The clients are hyper's bare HTTP/1.1 connections (no pool, no redirects, no
 //! decompression), so as little as possible of the two cores goes to the load itself.
 
@@ -54,6 +61,14 @@ pub struct ApiBenchArgs {
     /// against the last.
     #[arg(long, value_delimiter = ',', default_value = "1,64")]
     pub confirm_batch: Vec<u16>,
+    /// Confirms at a fixed offered rate, this percentage of the round's pgbench ceiling,
+    /// after the last `--confirm-batch` setting's (see the module's doc); 0 skips them.
+    #[arg(long, value_name = "PERCENT", default_value_t = 50)]
+    pub paced_share: u32,
+    /// Seconds of paced confirms in each round.
+    #[arg(long, default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub paced_seconds: u64,
     /// Runs the API from this `vidq` binary instead of this one (to compare two builds on
     /// one machine; the database is migrated by this one).
     #[arg(long, value_name = "PATH")]
@@ -66,6 +81,8 @@ pub struct ApiBenchArgs {
 /// One round's numbers: the confirms once per batch setting, in `--confirm-batch` order.
 struct Round {
     confirms: Vec<Rate>,
+    /// The paced confirms and the rate offered, when they ran.
+    paced: Option<(Rate, f64)>,
     reads: Rate,
     ceiling: Result<f64, String>,
 }
@@ -98,6 +115,23 @@ impl Connection {
             sender,
             key: key.to_owned(),
         })
+    }
+
+    /// `n` connections, opened one after another.
+    async fn open_many(base: &str, key: &str, n: usize) -> anyhow::Result<Vec<Self>> {
+        let mut connections = Vec::with_capacity(n);
+        for _ in 0..n {
+            connections.push(Self::open(base, key).await?);
+        }
+        Ok(connections)
+    }
+
+    /// Confirms upload `id`, which must be new: answers the video.
+    async fn confirm(&mut self, id: &str) -> anyhow::Result<Bytes> {
+        let path = format!("/v1/uploads/{id}/confirm");
+        let (status, body) = self.call(hyper::Method::POST, &path, None).await?;
+        ensure!(status == 202, "confirm answered {status}");
+        Ok(body)
     }
 
     /// Sends one request and reads the whole answer; returns its status and body.
@@ -171,10 +205,7 @@ async fn confirm_all(
     for (i, id) in ids.into_iter().enumerate() {
         shares[i % clients].push(id);
     }
-    let mut connections = Vec::new();
-    for _ in 0..clients {
-        connections.push(Connection::open(base, key).await?);
-    }
+    let connections = Connection::open_many(base, key, clients).await?;
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for (mut connection, share) in connections.into_iter().zip(shares) {
@@ -183,15 +214,8 @@ async fn confirm_all(
             let mut first_video = None;
             for id in share {
                 let at = Instant::now();
-                let (status, body) = connection
-                    .call(
-                        hyper::Method::POST,
-                        &format!("/v1/uploads/{id}/confirm"),
-                        None,
-                    )
-                    .await?;
+                let body = connection.confirm(&id).await?;
                 latencies.push(at.elapsed());
-                ensure!(status == 202, "confirm answered {status}");
                 if first_video.is_none() {
                     let video: serde_json::Value = serde_json::from_slice(&body)?;
                     first_video = video["id"].as_str().map(str::to_owned);
@@ -212,6 +236,47 @@ async fn confirm_all(
         rate,
         latencies,
         video.context("no confirm answered a video")?,
+    ))
+}
+
+/// `clients` connections confirm `ids` at `offered` a second, confirm i due at i / offered
+/// on connection i mod `clients`; returns the rate achieved and each confirm's latency from
+/// the moment it was due.
+async fn confirm_paced(
+    base: &str,
+    key: &str,
+    ids: Vec<String>,
+    clients: usize,
+    offered: f64,
+) -> anyhow::Result<(f64, Vec<Duration>)> {
+    let connections = Connection::open_many(base, key, clients).await?;
+    let gap = Duration::from_secs_f64(1.0 / offered);
+    let count = ids.len();
+    let mut shares: Vec<Vec<(Duration, String)>> = vec![Vec::new(); clients];
+    for (i, id) in ids.into_iter().enumerate() {
+        shares[i % clients].push((gap.mul_f64(i as f64), id));
+    }
+    let started = tokio::time::Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (mut connection, share) in connections.into_iter().zip(shares) {
+        tasks.spawn(async move {
+            let mut latencies = Vec::with_capacity(share.len());
+            for (after, id) in share {
+                let due = started + after;
+                tokio::time::sleep_until(due).await;
+                connection.confirm(&id).await?;
+                latencies.push(due.elapsed());
+            }
+            anyhow::Ok(latencies)
+        });
+    }
+    let mut latencies = Vec::with_capacity(count);
+    while let Some(done) = tasks.join_next().await {
+        latencies.extend(done??);
+    }
+    Ok((
+        latencies.len() as f64 / started.elapsed().as_secs_f64(),
+        latencies,
     ))
 }
 
@@ -251,10 +316,7 @@ async fn read_for(
     clients: usize,
     seconds: u64,
 ) -> anyhow::Result<(f64, Vec<Duration>)> {
-    let mut connections = Vec::new();
-    for _ in 0..clients {
-        connections.push(Connection::open(base, key).await?);
-    }
+    let connections = Connection::open_many(base, key, clients).await?;
     let started = Instant::now();
     let until = started + Duration::from_secs(seconds);
     let mut tasks = tokio::task::JoinSet::new();
@@ -288,6 +350,13 @@ async fn read_for(
 /// The mean of one of the API's batch size histograms so far (`family`'s sum over its
 /// count): confirms per transaction, status reads per statement.
 async fn mean_batch(base: &str, family: &str) -> Option<f64> {
+    let (sum, count) = batch_totals(base, family).await?;
+    (count > 0.0).then(|| sum / count)
+}
+
+/// The sum and count of one of the API's batch size histograms so far; `None` from a build
+/// without it.
+async fn batch_totals(base: &str, family: &str) -> Option<(f64, f64)> {
     let text = reqwest::get(format!("{base}/metrics"))
         .await
         .ok()?
@@ -302,11 +371,10 @@ async fn mean_batch(base: &str, family: &str) -> Option<f64> {
                 .ok()
         })
     };
-    let (sum, count) = (
+    Some((
         value(&format!("{family}_sum"))?,
         value(&format!("{family}_count"))?,
-    );
-    (count > 0.0).then(|| sum / count)
+    ))
 }
 
 /// Marks `video` READY with outputs, as a finalize would (the objects need not exist for
@@ -389,33 +457,48 @@ async fn ceiling(server: &str, confirms: usize, clients: u32) -> Result<f64, Str
 
 async fn round(args: &ApiBenchArgs) -> anyhow::Result<Round> {
     let ceiling = ceiling(&args.server.database_url, args.confirms, args.pool).await;
+    let offered = match (&ceiling, args.paced_share) {
+        (Ok(per_s), share) if share > 0 => Some(per_s * f64::from(share) / 100.0),
+        _ => None,
+    };
     let mut confirms = Vec::new();
-    let mut reads = None;
+    let mut last = None;
     for (i, &batch) in args.confirm_batch.iter().enumerate() {
-        let read = i + 1 == args.confirm_batch.len();
+        // The paced confirms and the reads run against the last setting, the API's default.
+        let later = (i + 1 == args.confirm_batch.len()).then_some(offered);
         let scratch = Scratch::create(&args.server.database_url, "api").await?;
         // The scratch database goes whatever happened (the API child is gone by then).
-        let measured = measure(args, &scratch, batch, read).await;
+        let measured = measure(args, &scratch, batch, later).await;
         scratch.drop_now().await;
-        let (confirmed, read) = measured?;
-        confirms.push(confirmed);
-        reads = read.or(reads);
+        let measured = measured?;
+        confirms.push(measured.confirms);
+        last = measured.later.or(last);
     }
+    let (paced, reads) = last.context("no status reads were measured")?;
     Ok(Round {
         confirms,
-        reads: reads.context("no status reads were measured")?,
+        paced,
+        reads,
         ceiling,
     })
 }
 
+/// What [`measure`] found: the confirms, and after the last batch setting the paced
+/// confirms (with the rate offered) and the status reads.
+struct Measured {
+    confirms: Rate,
+    later: Option<(Option<(Rate, f64)>, Rate)>,
+}
+
 /// The API's part of a round on `scratch`, with confirms committed in batches of at most
-/// `batch`: the confirms' rate and latencies, and with `read` the status reads'.
+/// `batch`. With `later`, the paced confirms at the rate it names (if any) and the status
+/// reads follow.
 async fn measure(
     args: &ApiBenchArgs,
     scratch: &Scratch,
     batch: u16,
-    read: bool,
-) -> anyhow::Result<(Rate, Option<Rate>)> {
+    later: Option<Option<f64>>,
+) -> anyhow::Result<Measured> {
     let s3 = BenchS3::start().await?;
     let spool = tempfile::tempdir()?;
     let key = {
@@ -441,22 +524,52 @@ async fn measure(
         ],
     )
     .await?;
+    let checkpoint = async || {
+        let pool = db::connect(&scratch.url, 1).await?;
+        let mut conn = pool.get().await?;
+        db::bench::checkpoint(&mut conn).await?;
+        anyhow::Ok(())
+    };
     let measured = async {
         let ids = prepare_uploads(&base, &key, args.confirms).await?;
-        {
-            let pool = db::connect(&scratch.url, 1).await?;
-            let mut conn = pool.get().await?;
-            db::bench::checkpoint(&mut conn).await?;
-        }
+        checkpoint().await?;
         let (per_s, latencies, video) = confirm_all(&base, &key, ids, args.clients).await?;
         let confirms = Rate {
             per_s,
             latencies,
             mean_batch: mean_batch(&base, "vidq_confirm_batch_size").await,
         };
-        if !read {
-            return anyhow::Ok((confirms, None));
-        }
+        let Some(offered) = later else {
+            return anyhow::Ok(Measured {
+                confirms,
+                later: None,
+            });
+        };
+        let paced = match offered {
+            Some(offered) => {
+                let count =
+                    ((offered * args.paced_seconds as f64).ceil() as usize).max(args.clients);
+                let ids = prepare_uploads(&base, &key, count).await?;
+                checkpoint().await?;
+                let before = batch_totals(&base, "vidq_confirm_batch_size").await;
+                let (per_s, latencies) =
+                    confirm_paced(&base, &key, ids, args.clients, offered).await?;
+                let after = batch_totals(&base, "vidq_confirm_batch_size").await;
+                let mean_batch = match (before, after) {
+                    (Some((s0, c0)), Some((s1, c1))) if c1 > c0 => Some((s1 - s0) / (c1 - c0)),
+                    _ => None,
+                };
+                Some((
+                    Rate {
+                        per_s,
+                        latencies,
+                        mean_batch,
+                    },
+                    offered,
+                ))
+            }
+            None => None,
+        };
         let videos = read_videos(&scratch.url, &video, args.read_videos).await?;
         let (per_s, latencies) = read_for(&base, &key, &videos, args.clients, args.seconds).await?;
         let reads = Rate {
@@ -464,7 +577,10 @@ async fn measure(
             latencies,
             mean_batch: mean_batch(&base, "vidq_status_read_batch_size").await,
         };
-        anyhow::Ok((confirms, Some(reads)))
+        anyhow::Ok(Measured {
+            confirms,
+            later: Some((paced, reads)),
+        })
     }
     .await;
     let _ = child.kill().await;
@@ -483,10 +599,13 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
         "--confirm-batch takes sizes of 1 or more"
     );
     println!(
-        "vidq bench api: {} keep-alive clients, {} confirms and {} s of status reads of {} READY \
-         video(s) a round, API pool {}, confirm batches of at most {:?}, medians of {} rounds",
+        "vidq bench api: {} keep-alive clients, {} confirms, {} s of confirms paced at {}% of the \
+         ceiling and {} s of status reads of {} READY video(s) a round, API pool {}, confirm \
+         batches of at most {:?}, medians of {} rounds",
         args.clients,
         args.confirms,
+        args.paced_seconds,
+        args.paced_share,
         args.seconds,
         args.read_videos,
         args.pool,
@@ -547,6 +666,20 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
             &ceiling,
         );
     }
+    if rounds.iter().all(|r| r.paced.is_some()) {
+        fn paced(r: &Round) -> &(Rate, f64) {
+            r.paced.as_ref().expect("every round was paced")
+        }
+        let offered: Vec<f64> = rounds.iter().map(|r| paced(r).1).collect();
+        let batch = args.confirm_batch.last().expect("checked non-empty");
+        row(
+            &format!("confirm, ≤{batch}, paced"),
+            &|r| &paced(r).0,
+            &format!("offered {:.0} ({}%)", median(&offered), args.paced_share),
+        );
+    } else if args.paced_share > 0 {
+        println!("confirm, paced: not run (no pgbench ceiling to take a share of)");
+    }
     row("GET /v1/videos/{id} (READY)", &|r| &r.reads, "");
     let batches: Vec<String> = args
         .confirm_batch
@@ -567,6 +700,16 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
         "confirms per transaction, mean (the API's vidq_confirm_batch_size): {}",
         batches.join(", ")
     );
+    let paced: Vec<f64> = rounds
+        .iter()
+        .filter_map(|r| r.paced.as_ref()?.0.mean_batch)
+        .collect();
+    if !paced.is_empty() {
+        println!(
+            "confirms per transaction while paced, mean: {:.1}",
+            median(&paced)
+        );
+    }
     let reads: Vec<f64> = rounds.iter().filter_map(|r| r.reads.mean_batch).collect();
     println!(
         "status reads per statement, mean (the API's vidq_status_read_batch_size): {}",
