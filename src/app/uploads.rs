@@ -221,51 +221,49 @@ pub async fn accept(
     upload_id: UploadId,
     object_key: &str,
 ) -> Result<Option<Accepted>, AppError> {
-    // Two round trips (`db::pipeline`): BEGIN goes out with the lock and the CAS, whose
-    // answers decide whether to go on, and COMMIT with the inserts. Each batch runs in the
-    // order written, so the lock order holds: users first, so a concurrent user deletion
-    // waits or wins cleanly. Every statement sent with the COMMIT fails on the server if it
-    // fails at all (a constraint), which turns that COMMIT into a rollback.
-    let tx = db::pipeline::Pipeline::new(conn);
-    let c = tx.conn();
-    let (user, confirmed) = tx
-        .begin_with(async {
-            futures_util::try_join!(
-                db::users::lock_for_key_share(c, owner.0),
-                db::uploads::mark_confirmed(c, upload_id.0),
-            )
-            .map_err(AppError::from)
-        })
-        .await?;
-    if user.is_none() || confirmed == 0 {
-        tx.rollback().await?;
-        drop(tx);
-        return match user {
-            None => Err(AppError::NotFound),
-            Some(_) => not_confirmed(conn, upload_id).await,
-        };
-    }
+    // One round trip (`db::pipeline`): BEGIN, the lock, the CAS, the inserts and COMMIT go
+    // out back to back, and PostgreSQL runs them in that order, so the lock order holds:
+    // users first, so a concurrent user deletion waits or wins cleanly. Nothing sent waits
+    // on an answer: the CAS is a fence that fails on the server when it matches nothing, and
+    // every other statement can fail only there (a constraint; a missing uploader fails the
+    // video's foreign key), so any failure turns the COMMIT into a rollback.
     let video_id = VideoId::new();
     let event = Event::video_accepted(
         video_id,
         upload_id,
         Utc::now(), // replaced by the new video's time (insert_stamped)
     );
-    let (video, job_id, (), ()) = tx
-        .commit_with(async {
-            futures_util::try_join!(
+    let tx = db::pipeline::Pipeline::new(conn);
+    let c = tx.conn();
+    // Every answer is read, not the first error: after a failed statement the rest answer
+    // "transaction aborted", and the cause is found below in statement order.
+    let (user, confirmed, video, job_id, notified, stamped) = tx
+        .run(async {
+            Ok::<_, AppError>(futures_util::join!(
+                db::users::lock_for_key_share(c, owner.0),
+                db::uploads::mark_confirmed(c, upload_id.0),
                 db::videos::insert(c, video_id.0, owner.0, upload_id.0),
                 db::jobs::insert(c, video_id.0, object_key, JobKind::Encode),
                 db::jobs::notify_claimable(c),
                 db::outbox::insert_stamped(c, &event),
-            )
-            .map_err(AppError::from)
+            ))
         })
         .await?;
+    drop(tx);
+    if user?.is_none() {
+        return Err(AppError::NotFound);
+    }
+    if confirmed? == 0 {
+        return not_confirmed(conn, upload_id).await;
+    }
+    let (video, job_id) = (video?, job_id?);
+    notified?;
+    stamped?;
     Ok(Some(Accepted { video, job_id }))
 }
 
-/// [`accept`] for several confirms in one transaction of the same two round trips and the same
+/// [`accept`] for several confirms in one transaction of two round trips (one more than a
+/// confirm alone, as the videos to create depend on which contracts moved) and the same
 /// number of statements as one: each confirm's contract, video, job and event still commit
 /// together (I1). The locks follow the lock order: every owner of the batch `FOR KEY SHARE`,
 /// then every contract, each table's rows in id order. Answers come in `acceptances`' order,

@@ -110,21 +110,45 @@ pub async fn find_by_key_hash(
         .optional()
 }
 
-/// CAS `pending|uploaded -> confirmed`. Returns 0 when another confirm got there first (the
-/// row lock makes a concurrent confirm wait, then re-check the state and match nothing).
+/// The message of the error the confirm's fence raises (`vidq_fence`, migration 000016):
+/// diesel does not surface SQLSTATEs, and this text is vidq's own.
+pub const UPLOAD_NOT_OPEN_MESSAGE: &str = "vidq: the upload is not open";
+
+/// CAS `pending|uploaded -> confirmed`, as a fence. Returns 1, or 0 when another confirm got
+/// there first (the row lock makes a concurrent confirm wait, then re-check the state and
+/// match nothing) or the contract is closed or gone. A fence that matches nothing also fails
+/// the statement on the server (`vidq_fence`), so the transaction is failed there and
+/// a `COMMIT` sent behind it in the same pipeline (`super::pipeline`) rolls it back.
 pub async fn mark_confirmed(mut conn: &AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+    #[derive(QueryableByName)]
+    struct Moved {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
     // One prepared text (diesel's `eq_any` over a list is re-planned on every call): every
     // confirm runs it.
-    super::prepared::prepared(format!(
-        "UPDATE uploads SET state = '{confirmed}', updated_at = statement_timestamp()
-          WHERE id = $1 AND state IN ('{pending}', '{uploaded}')",
+    let answer = super::prepared::prepared(format!(
+        "WITH moved AS (
+             UPDATE uploads SET state = '{confirmed}', updated_at = statement_timestamp()
+              WHERE id = $1 AND state IN ('{pending}', '{uploaded}')
+             RETURNING 1)
+         SELECT vidq_fence(count(*), '{UPLOAD_NOT_OPEN_MESSAGE}') AS n FROM moved",
         confirmed = UploadState::Confirmed.as_str(),
         pending = UploadState::Pending.as_str(),
         uploaded = UploadState::Uploaded.as_str(),
     ))
     .bind::<diesel::sql_types::Uuid, _>(id)
-    .execute(&mut conn)
-    .await
+    .get_result::<Moved>(&mut conn)
+    .await;
+    match answer {
+        Ok(moved) => Ok(usize::try_from(moved.n).unwrap_or_default()),
+        Err(diesel::result::Error::DatabaseError(_, info))
+            if info.message() == UPLOAD_NOT_OPEN_MESSAGE =>
+        {
+            Ok(0)
+        }
+        Err(other) => Err(other),
+    }
 }
 
 /// [`mark_confirmed`] for several contracts in one statement; returns the ids it moved. The

@@ -267,3 +267,89 @@ async fn a_finalize_whose_fence_fails_still_hands_over_the_claim_sent_behind_it(
             .unwrap();
     assert_eq!(video.n, 0, "the video is not READY");
 }
+
+/// A confirm alone is one round trip: `BEGIN`, the uploader's lock, the contract's CAS, the
+/// inserts and `COMMIT` go out together. Every answer the server sends here is held 300 ms,
+/// so a confirm that waited for the CAS's answer before sending the rest would take 600.
+/// A CAS that matches nothing (a repeat, a stranger's id) rolls back what was sent with it.
+#[tokio::test]
+async fn a_confirm_alone_commits_in_one_round_trip_and_a_fence_that_matches_nothing_rolls_it_back()
+{
+    use vidq::domain::ids::{UploadId, UserId};
+    use vidq::domain::keys;
+    const DELAY: Duration = Duration::from_millis(300);
+    let app = TestApp::spawn().await;
+    let (owner, key) = vidq::app::users::create_user(&app.pool, "alice")
+        .await
+        .unwrap();
+    let mut uploads = Vec::new();
+    for _ in 0..3 {
+        let upload = app.create_upload(key.reveal(), 8).await;
+        uploads.push(UploadId(
+            upload["upload_id"].as_str().unwrap().parse().unwrap(),
+        ));
+    }
+    let proxy = crate::proxy::Delayed::in_front_of(&app.db.url, DELAY).await;
+    let pool = vidq::db::connect(&proxy.url_for(&app.db.url), 1)
+        .await
+        .unwrap();
+    let mut conn = pool.get().await.unwrap();
+    let mut took = Vec::new();
+    for &upload in &uploads[..2] {
+        let started = std::time::Instant::now();
+        let accepted =
+            vidq::app::uploads::accept(&mut conn, owner, upload, &keys::original(upload))
+                .await
+                .unwrap()
+                .expect("the contract was open");
+        took.push(started.elapsed());
+        assert_eq!(accepted.video.upload_id, Some(upload.0));
+    }
+    // The first one also prepares the statements on the connection.
+    assert!(
+        took[1] < DELAY * 2,
+        "the confirm waited for one round trip, not two: {took:?}"
+    );
+    let count = async |sql: &str| app.count(sql).await;
+    // Videos, jobs and `video.accepted` events.
+    let made = async || {
+        (
+            count("SELECT count(*) AS n FROM videos").await,
+            count("SELECT count(*) AS n FROM video_encoding_jobs").await,
+            count(
+                "SELECT count(*) AS n FROM notification_outbox WHERE event_type = 'video.accepted'",
+            )
+            .await,
+        )
+    };
+    assert_eq!(made().await, (2, 2, 2));
+
+    // A repeat: its fence matches nothing, and nothing sent with it stays.
+    let again =
+        vidq::app::uploads::accept(&mut conn, owner, uploads[0], &keys::original(uploads[0])).await;
+    assert!(matches!(again, Ok(None)), "{again:?}");
+    // A stranger's id on an open contract: the lock finds nobody, the CAS moves the contract,
+    // and the video's insert fails on its foreign key, which rolls the CAS back.
+    let stranger = UserId(uuid::Uuid::now_v7());
+    let theirs =
+        vidq::app::uploads::accept(&mut conn, stranger, uploads[2], &keys::original(uploads[2]))
+            .await;
+    assert!(
+        matches!(theirs, Err(vidq::app::AppError::NotFound)),
+        "{theirs:?}"
+    );
+    assert!(
+        !in_open_transaction(&mut conn).await,
+        "the failed confirms left no transaction open"
+    );
+    assert_eq!(made().await, (2, 2, 2), "the failed confirms wrote nothing");
+    assert_eq!(
+        count(&format!(
+            "SELECT count(*) AS n FROM uploads WHERE id = '{}' AND state = 'pending'",
+            uploads[2].0
+        ))
+        .await,
+        1,
+        "the stranger's confirm left the contract open"
+    );
+}

@@ -1,0 +1,1 @@
+DROP FUNCTION vidq_fence(bigint, text);
