@@ -4,6 +4,7 @@ use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
+use super::CountRow;
 use super::schema::video_encoding_jobs;
 use crate::domain::job::{JobKind, Outcome};
 
@@ -267,12 +268,6 @@ pub struct AttemptEnd<'a> {
     pub error: Option<(&'a str, &'a str)>,
 }
 
-#[derive(diesel::QueryableByName)]
-struct Count {
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    n: i64,
-}
-
 /// One statement that applies `job_update` (fenced on `$1` id and `$2` claim token) and, only
 /// if it matched, logs the claim's attempt as ended with `$3` outcome, `$4` code, `$5` message
 /// (node, attempt, run and start from the job row as the statement found it, before the
@@ -315,10 +310,6 @@ macro_rules! fenced_query {
     }};
 }
 
-fn rows(count: Count) -> usize {
-    usize::try_from(count.n).unwrap_or_default()
-}
-
 /// The message of the error `vidq_claim_held` raises (migration 000011): diesel does not
 /// surface SQLSTATEs, and this text is vidq's own.
 pub const CLAIM_LOST_MESSAGE: &str = "vidq: the claim was lost";
@@ -350,21 +341,13 @@ pub async fn complete(
     } else {
         fenced_query!(fenced_counting(COMPLETE, HELD), id, token, end)
     };
-    held(query.get_result::<Count>(&mut conn).await)
+    held(query.get_result::<CountRow>(&mut conn).await)
 }
 
 /// What a fenced completion answered: the jobs it completed, 0 when its fence raised
 /// `vidq_claim_held`'s error (the transaction is then failed on the server).
-fn held(answer: QueryResult<Count>) -> QueryResult<usize> {
-    match answer {
-        Ok(count) => Ok(rows(count)),
-        Err(diesel::result::Error::DatabaseError(_, info))
-            if info.message() == CLAIM_LOST_MESSAGE =>
-        {
-            Ok(0)
-        }
-        Err(other) => Err(other),
-    }
+fn held(answer: QueryResult<CountRow>) -> QueryResult<usize> {
+    super::fence_answer(answer, CLAIM_LOST_MESSAGE)
 }
 
 /// [`complete`] for the READY finalizes of a batch, as one statement and the LAST of the
@@ -393,7 +376,7 @@ pub async fn complete_all(
     .bind::<Array<BigInt>, _>(ids)
     .bind::<Array<SqlUuid>, _>(tokens)
     .bind::<BigInt, _>(expected)
-    .get_result::<Count>(&mut conn)
+    .get_result::<CountRow>(&mut conn)
     .await;
     held(answer)
 }
@@ -414,7 +397,7 @@ pub async fn retry_later(
                   AND lease_until > statement_timestamp() AND attempt_count < 3";
     let query =
         fenced_query!(fenced(sql), id, token, end).bind::<diesel::sql_types::Double, _>(delay_secs);
-    query.get_result(conn).await.map(rows)
+    query.get_result(conn).await.map(CountRow::rows)
 }
 
 /// Graceful release (the seed's statement): back to PENDING with the attempt given back, so
@@ -434,7 +417,7 @@ pub async fn release(
     fenced_query!(fenced(sql), id, token, end)
         .get_result(conn)
         .await
-        .map(rows)
+        .map(CountRow::rows)
 }
 
 /// Fenced `PROCESSING -> DEAD`, closed (`completed_at`) at once; the LAST statement of the
@@ -452,7 +435,7 @@ pub async fn mark_dead(
     fenced_query!(fenced(sql), id, token, end)
         .get_result(conn)
         .await
-        .map(rows)
+        .map(CountRow::rows)
 }
 
 /// A job whose last attempt's lease ran out.
@@ -668,7 +651,7 @@ pub async fn cancel(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> Qu
     .bind::<diesel::sql_types::Text, _>(expected)
     .get_result(conn)
     .await
-    .map(rows)
+    .map(CountRow::rows)
 }
 
 #[cfg(test)]

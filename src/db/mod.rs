@@ -116,6 +116,36 @@ pub(crate) struct UuidRow {
     pub id: uuid::Uuid,
 }
 
+/// A row of one `n bigint` column (what a counting statement answers).
+#[derive(diesel::QueryableByName)]
+pub(crate) struct CountRow {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub n: i64,
+}
+
+impl CountRow {
+    /// The count as a number of rows (a negative count, which no statement answers, is 0).
+    pub fn rows(self) -> usize {
+        usize::try_from(self.n).unwrap_or_default()
+    }
+}
+
+/// What a fenced statement answered: its count, or 0 when its fence raised `failure` (the
+/// message of `vidq_claim_held` or of a `vidq_fence` call). The transaction is then failed
+/// on the server, and a `COMMIT` sent behind it in the same pipeline ([`pipeline`]) rolls
+/// it back. diesel does not surface SQLSTATEs, so the message, vidq's own, tells the fence
+/// from any other error.
+pub(crate) fn fence_answer(
+    answer: diesel::QueryResult<CountRow>,
+    failure: &str,
+) -> diesel::QueryResult<usize> {
+    match answer {
+        Ok(count) => Ok(count.rows()),
+        Err(diesel::result::Error::DatabaseError(_, info)) if info.message() == failure => Ok(0),
+        Err(other) => Err(other),
+    }
+}
+
 /// A database failure, with its cause kept for the log.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {

@@ -120,11 +120,6 @@ pub const UPLOAD_NOT_OPEN_MESSAGE: &str = "vidq: the upload is not open";
 /// the statement on the server (`vidq_fence`), so the transaction is failed there and
 /// a `COMMIT` sent behind it in the same pipeline (`super::pipeline`) rolls it back.
 pub async fn mark_confirmed(mut conn: &AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
-    #[derive(QueryableByName)]
-    struct Moved {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
     // One prepared text (diesel's `eq_any` over a list is re-planned on every call): every
     // confirm runs it.
     let answer = super::prepared::prepared(format!(
@@ -138,17 +133,9 @@ pub async fn mark_confirmed(mut conn: &AsyncPgConnection, id: Uuid) -> QueryResu
         uploaded = UploadState::Uploaded.as_str(),
     ))
     .bind::<diesel::sql_types::Uuid, _>(id)
-    .get_result::<Moved>(&mut conn)
+    .get_result::<super::CountRow>(&mut conn)
     .await;
-    match answer {
-        Ok(moved) => Ok(usize::try_from(moved.n).unwrap_or_default()),
-        Err(diesel::result::Error::DatabaseError(_, info))
-            if info.message() == UPLOAD_NOT_OPEN_MESSAGE =>
-        {
-            Ok(0)
-        }
-        Err(other) => Err(other),
-    }
+    super::fence_answer(answer, UPLOAD_NOT_OPEN_MESSAGE)
 }
 
 /// [`mark_confirmed`] for several contracts in one statement; returns the ids it moved. The
