@@ -9,10 +9,9 @@
 //! writes for many confirms in the same number of statements and round trips as one.
 //!
 //! Nothing waits for a batch to fill: a committer takes whatever is queued when it is free
-//! ([`crate::batching`]),
-//! so a confirm on a quiet node goes alone and at once (through [`accept`]'s single-row
-//! statements), and batches grow only while the
-//! committers are busy (the queue is the backlog PostgreSQL could not keep up with anyway).
+//! ([`crate::batching`]), so a confirm on a quiet node goes alone and at once (through
+//! [`accept`]'s single-row statements), and batches grow only while the committers are busy
+//! (the queue is the backlog PostgreSQL could not keep up with anyway).
 //! A batch that fails as a whole (a constraint one of its confirms broke, a lost connection)
 //! is retried confirm by confirm through [`crate::app::uploads::accept`], so one bad confirm
 //! costs the others nothing but time, and each gets its own answer.

@@ -8,9 +8,8 @@
 //! ([`db::videos::find_many_with_key_hash`]).
 //!
 //! Nothing waits for a batch to fill: a reader takes whatever is queued when it is free
-//! ([`crate::batching`]), so
-//! a read on a quiet node goes alone and at once, through the single-row statement that
-//! checks the key in SQL. A batch's statement starts after every read in it arrived, so
+//! ([`crate::batching`]), so a read on a quiet node goes alone and at once, through the
+//! single-row statement that checks the key in SQL. A batch's statement starts after every read in it arrived, so
 //! each read still sees everything committed before its request came in. A batch that
 //! fails as a whole is read again call by call, so each gets its own answer or error.
 

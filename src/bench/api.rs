@@ -81,8 +81,8 @@ pub struct ApiBenchArgs {
 /// One round's numbers: the confirms once per batch setting, in `--confirm-batch` order.
 struct Round {
     confirms: Vec<Rate>,
-    /// The paced confirms and the rate offered, when they ran.
-    paced: Option<(Rate, f64)>,
+    /// The paced confirms, when they ran.
+    paced: Option<Paced>,
     reads: Rate,
     ceiling: Result<f64, String>,
 }
@@ -95,6 +95,12 @@ struct Rate {
     /// (`vidq_confirm_batch_size`), status reads per statement (`vidq_status_read_batch_size`);
     /// `None` from a build without the metric.
     mean_batch: Option<f64>,
+}
+
+/// Confirms at a fixed offered rate: what came of them, and the rate offered.
+struct Paced {
+    rate: Rate,
+    offered: f64,
 }
 
 /// One keep-alive HTTP/1.1 connection.
@@ -484,7 +490,7 @@ async fn round(args: &ApiBenchArgs) -> anyhow::Result<Round> {
         confirms.push(measured.confirms);
         last = measured.later.or(last);
     }
-    let (paced, reads) = last.context("no status reads were measured")?;
+    let Later { paced, reads } = last.context("no status reads were measured")?;
     Ok(Round {
         confirms,
         paced,
@@ -493,11 +499,17 @@ async fn round(args: &ApiBenchArgs) -> anyhow::Result<Round> {
     })
 }
 
-/// What [`measure`] found: the confirms, and after the last batch setting the paced
-/// confirms (with the rate offered) and the status reads.
+/// What [`measure`] found: the confirms, and after the last batch setting what follows them.
 struct Measured {
     confirms: Rate,
-    later: Option<(Option<(Rate, f64)>, Rate)>,
+    later: Option<Later>,
+}
+
+/// What follows the last batch setting's confirms: the paced confirms (without a rate to
+/// offer, none) and the status reads.
+struct Later {
+    paced: Option<Paced>,
+    reads: Rate,
 }
 
 /// The API's part of a round on `scratch`, with confirms committed in batches of at most
@@ -569,14 +581,14 @@ async fn measure(
                     (Some((s0, c0)), Some((s1, c1))) if c1 > c0 => Some((s1 - s0) / (c1 - c0)),
                     _ => None,
                 };
-                Some((
-                    Rate {
+                Some(Paced {
+                    rate: Rate {
                         per_s,
                         latencies,
                         mean_batch,
                     },
                     offered,
-                ))
+                })
             }
             None => None,
         };
@@ -589,7 +601,7 @@ async fn measure(
         };
         anyhow::Ok(Measured {
             confirms,
-            later: Some((paced, reads)),
+            later: Some(Later { paced, reads }),
         })
     }
     .await;
@@ -608,14 +620,19 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
         !args.confirm_batch.is_empty() && !args.confirm_batch.contains(&0),
         "--confirm-batch takes sizes of 1 or more"
     );
+    let paced_part = match args.paced_share {
+        0 => String::new(),
+        share => format!(
+            "{} s of confirms paced at {share}% of the ceiling, ",
+            args.paced_seconds
+        ),
+    };
     println!(
-        "vidq bench api: {} keep-alive clients, {} confirms, {} s of confirms paced at {}% of the \
-         ceiling and {} s of status reads of {} READY video(s) a round, API pool {}, confirm \
-         batches of at most {:?}, medians of {} rounds",
+        "vidq bench api: {} keep-alive clients, {} confirms, {paced_part}{} s of status reads of {} \
+         READY video(s) a round, API pool {}, confirm batches of at most {:?}, medians of {} \
+         rounds",
         args.clients,
         args.confirms,
-        args.paced_seconds,
-        args.paced_share,
         args.seconds,
         args.read_videos,
         args.pool,
@@ -677,14 +694,14 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
         );
     }
     if rounds.iter().all(|r| r.paced.is_some()) {
-        fn paced(r: &Round) -> &(Rate, f64) {
+        fn paced(r: &Round) -> &Paced {
             r.paced.as_ref().expect("every round was paced")
         }
-        let offered: Vec<f64> = rounds.iter().map(|r| paced(r).1).collect();
+        let offered: Vec<f64> = rounds.iter().map(|r| paced(r).offered).collect();
         let batch = args.confirm_batch.last().expect("checked non-empty");
         row(
             &format!("confirm, ≤{batch}, paced"),
-            &|r| &paced(r).0,
+            &|r| &paced(r).rate,
             &format!("offered {:.0} ({}%)", median(&offered), args.paced_share),
         );
     } else if args.paced_share > 0 {
@@ -712,7 +729,7 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
     );
     let paced: Vec<f64> = rounds
         .iter()
-        .filter_map(|r| r.paced.as_ref()?.0.mean_batch)
+        .filter_map(|r| r.paced.as_ref()?.rate.mean_batch)
         .collect();
     if !paced.is_empty() {
         println!(
