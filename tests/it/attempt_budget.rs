@@ -1,6 +1,6 @@
 //! `MAX_ATTEMPTS` is the one source of the attempt budget. SQL cannot read a Rust constant:
 //! the job statements' literals are checked against it by a unit test in `db::jobs`, the
-//! schema's CHECKs and the last-attempt index here.
+//! schema's CHECKs, the domains of its attempt columns and the last-attempt index here.
 
 use diesel::QueryableByName;
 use diesel::sql_types::Text;
@@ -37,6 +37,15 @@ async fn the_schema_caps_attempts_at_max_attempts() {
                              'video_artifacts'::regclass, 'videos'::regclass)
             AND pg_get_constraintdef(oid) ~ 'attempt'
          UNION ALL
+         SELECT format('%s.%s (%s)', a.attrelid::regclass, a.attname, t.typname),
+                pg_get_constraintdef(c.oid)
+           FROM pg_attribute a
+           JOIN pg_type t ON t.oid = a.atttypid AND t.typtype = 'd'
+           JOIN pg_constraint c ON c.contypid = t.oid
+          WHERE a.attrelid IN ('video_encoding_jobs'::regclass, 'job_attempt_log'::regclass,
+                               'video_artifacts'::regclass, 'videos'::regclass)
+            AND a.attname ~ 'attempt' AND NOT a.attisdropped
+         UNION ALL
          SELECT indexname::text, indexdef FROM pg_indexes
           WHERE tablename = 'video_encoding_jobs' AND indexdef ~ 'attempt_count'",
     )
@@ -44,7 +53,8 @@ async fn the_schema_caps_attempts_at_max_attempts() {
     .await
     .unwrap();
     let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
-    // The job's budget, each ledger's attempt number, the live attempt, the reaper's index.
+    // The job's budget and the live attempt (domains), each ledger's attempt number, the
+    // reaper's index.
     assert!(
         defs.len() >= 5,
         "expected the attempt CHECKs and index, found {names:?}"
