@@ -183,7 +183,8 @@ async fn commit_together(
     tx.run_then(statements(c, members), claims).await
 }
 
-/// The batch's statements, in the lock order, the fenced completions last.
+/// The batch's statements, in the lock order, the fenced completions last, each run from its
+/// generic plan ([`db::prepared::generic_plans_in_this_transaction`]).
 async fn statements(c: &AsyncPgConnection, members: &[&ReadyAttempt]) -> Result<(), JobError> {
     let mut by_video: Vec<&ReadyAttempt> = members.to_vec();
     by_video.sort_by_key(|m| m.claim.video.0);
@@ -204,6 +205,11 @@ async fn statements(c: &AsyncPgConnection, members: &[&ReadyAttempt]) -> Result<
         .iter()
         .map(|m| ready_facts(&m.claim, &m.output))
         .collect();
+    let generic = async {
+        db::prepared::generic_plans_in_this_transaction(c)
+            .await
+            .map_err(JobError::from)
+    };
     let owners = async {
         let videos = by_video.iter().map(|m| m.claim.video.0).collect();
         db::users::lock_owners_of_videos(c, videos)
@@ -226,5 +232,6 @@ async fn statements(c: &AsyncPgConnection, members: &[&ReadyAttempt]) -> Result<
         let tokens = by_job.iter().map(|m| m.claim.token).collect();
         fenced(db::jobs::complete_all(c, ids, tokens).await?)
     };
-    futures_util::try_join!(owners, videos, events, fences).map(drop)
+    // Sent in this order: the plan setting first, then the statements it is for.
+    futures_util::try_join!(generic, owners, videos, events, fences).map(drop)
 }

@@ -188,12 +188,18 @@ pub async fn claim(
         .optional()
 }
 
-/// [`CLAIM_SQL`] for up to `$4` jobs in one statement, each with its own token: the `$4`
-/// tokens come as `$1`, an array, and the claimed rows take them in id order. A worker with
-/// several free slots fills them in one round trip and one commit instead of one per slot.
-pub fn claim_some_sql() -> &'static str {
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SQL.get_or_init(|| {
+/// [`CLAIM_SQL`] for up to `most` jobs in one statement, each with its own token: the tokens
+/// come as `$1`, an array, and the claimed rows take them in id order. A worker with several
+/// free slots fills them in one round trip and one commit instead of one per slot.
+///
+/// `most` is written into the text, not bound. Behind `LIMIT $n` PostgreSQL cannot know how
+/// many rows the claim takes and assumes a tenth of the queue, so its generic plan finds the
+/// claimed rows again with a scan of the whole table; it therefore planned the statement anew
+/// on every execution. With the number in the text, each slot count is its own statement,
+/// planned a few times and then run from its generic plan, which looks each row up by key.
+pub fn claim_some_sql(most: usize) -> String {
+    static PARTS: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    let (head, tail) = PARTS.get_or_init(|| {
         let one_token = "claim_token = $1,";
         let one_job = "LIMIT 1\n";
         assert_eq!(
@@ -206,15 +212,16 @@ pub fn claim_some_sql() -> &'static str {
             1,
             "the claim has one LIMIT"
         );
-        CLAIM_SQL
-            .replacen(
-                one_token,
-                "claim_token = ($1::uuid[])[(SELECT count(*) FROM candidate earlier
-                                              WHERE earlier.id < j.id) + 1],",
-                1,
-            )
-            .replacen(one_job, "LIMIT $4\n", 1)
-    })
+        let sql = CLAIM_SQL.replacen(
+            one_token,
+            "claim_token = ($1::uuid[])[(SELECT count(*) FROM candidate earlier
+                                          WHERE earlier.id < j.id) + 1],",
+            1,
+        );
+        let (head, tail) = sql.split_once(one_job).expect("the claim has one LIMIT");
+        (head.to_owned(), tail.to_owned())
+    });
+    format!("{head}LIMIT {most}\n{tail}")
 }
 
 /// Claims up to `most` jobs for `node` at once ([`claim_some_sql`]), in queue order; commits
@@ -226,13 +233,12 @@ pub async fn claim_some(
     lease_secs: f64,
     most: usize,
 ) -> QueryResult<Vec<ClaimedJob>> {
-    use diesel::sql_types::{Array, BigInt, Double, Text, Uuid as SqlUuid};
+    use diesel::sql_types::{Array, Double, Text, Uuid as SqlUuid};
     let tokens: Vec<Uuid> = (0..most).map(|_| Uuid::now_v7()).collect();
-    let mut claimed: Vec<ClaimedJob> = super::prepared::prepared(claim_some_sql())
+    let mut claimed: Vec<ClaimedJob> = super::prepared::prepared(claim_some_sql(most))
         .bind::<Array<SqlUuid>, _>(tokens)
         .bind::<Text, _>(node)
         .bind::<Double, _>(lease_secs)
-        .bind::<BigInt, _>(i64::try_from(most).unwrap_or(i64::MAX))
         .load(&mut conn)
         .await?;
     // RETURNING follows no order; id order is the order their tokens were given in.

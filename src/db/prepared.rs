@@ -10,6 +10,7 @@ use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::serialize::ToSql;
 use diesel::sql_types::{HasSqlType, Untyped};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 /// One bound value with its SQL type.
 trait Bind: Send + Sync {
@@ -60,6 +61,23 @@ impl<'a> Prepared<'a> {
         }));
         self
     }
+}
+
+/// Runs the rest of the current transaction's prepared statements from their generic plans
+/// (`plan_cache_mode`, set for the transaction only), for a batch's statements over arrays.
+///
+/// PostgreSQL plans a statement with parameters for their values a few times, then compares
+/// its generic plan. Over an array parameter the generic plan has to guess the length (10) and
+/// so looks dearer than a plan for the real length (2 or 3 in a worker's batch): the statement
+/// is planned again on every execution, for ever. The batch statements look each row up by key
+/// whatever the length, so the guess costs them nothing. Sent first in a pipelined
+/// transaction, the setting is in force when the statements behind it are bound, which is when
+/// PostgreSQL picks their plans.
+pub async fn generic_plans_in_this_transaction(mut conn: &AsyncPgConnection) -> QueryResult<()> {
+    prepared("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+        .execute(&mut conn)
+        .await
+        .map(drop)
 }
 
 impl QueryFragment<Pg> for Prepared<'_> {

@@ -97,6 +97,107 @@ async fn one_statement_claims_several_jobs_each_under_its_own_token_and_no_more_
     }
 }
 
+/// A claim of several jobs runs from one generic plan once PostgreSQL has planned it a few
+/// times. Behind `LIMIT $n` it was planned again on every execution over a long queue: the
+/// generic plan, which must guess the row count, scans the whole job table.
+#[tokio::test]
+async fn a_claim_of_several_jobs_is_not_planned_again_on_every_execution() {
+    #[derive(diesel::QueryableByName)]
+    struct Plans {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        generic_plans: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        custom_plans: i64,
+    }
+    let app = TestApp::spawn().await;
+    app.create_user("alice").await;
+    // A queue long enough for a whole-table plan to cost more than looking rows up by key.
+    let queue = "
+        WITH owner AS (SELECT id FROM users LIMIT 1),
+        n AS (SELECT gen_random_uuid() AS id FROM generate_series(1, 5000)),
+        up AS (INSERT INTO uploads (id, owner_id, object_key, filename, content_type,
+                                    declared_size, state, expires_at)
+               SELECT n.id, owner.id, 'originals/' || n.id, 'clip.mp4', 'video/mp4', 1,
+                      'confirmed', now() + interval '1 day' FROM n, owner RETURNING id),
+        vid AS (INSERT INTO videos (id, owner_id, upload_id)
+                SELECT gen_random_uuid(), owner.id, up.id FROM up, owner RETURNING id, upload_id)
+        INSERT INTO video_encoding_jobs (video_id, original_s3_key)
+        SELECT vid.id, 'originals/' || vid.upload_id FROM vid";
+    let mut conn = vidq::db::pool::dedicated(&app.db.url).await.unwrap();
+    for sql in [queue, "ANALYZE"] {
+        diesel_async::RunQueryDsl::execute(diesel::sql_query(sql), &mut conn)
+            .await
+            .unwrap();
+    }
+    for _ in 0..12 {
+        let claimed = vidq::db::jobs::claim_some(&conn, "node-a", 30.0, 2)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 2);
+    }
+    let plans: Plans = diesel_async::RunQueryDsl::get_result(
+        diesel::sql_query(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements
+              WHERE statement LIKE '%earlier.id < j.id%'
+                AND statement NOT LIKE '%pg_prepared_statements%'",
+        ),
+        &mut conn,
+    )
+    .await
+    .unwrap();
+    // PostgreSQL plans a statement 5 times for its parameters before it weighs a generic plan.
+    assert!(
+        plans.generic_plans >= 6 && plans.custom_plans <= 6,
+        "generic {} / custom {} of 12 executions",
+        plans.generic_plans,
+        plans.custom_plans
+    );
+}
+
+/// The statements of a batch of finalizes run from their generic plans. Over array parameters
+/// PostgreSQL would otherwise plan each of them again on every execution.
+#[tokio::test]
+async fn a_batchs_statements_are_not_planned_again_on_every_execution() {
+    #[derive(diesel::QueryableByName)]
+    struct Plans {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        statements: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        generic_plans: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        custom_plans: i64,
+    }
+    let app = TestApp::spawn().await;
+    queued_jobs(&app, 16).await;
+    // One connection, so that its prepared statements are the batches'.
+    let pool = vidq::db::pool::connect(&app.db.url, 1).await.unwrap();
+    for _ in 0..8 {
+        let claimed = claim_some(&app, "node-a", 30.0, 2).await;
+        let batch = [ready(&claimed[0], false), ready(&claimed[1], false)];
+        for (finalized, _) in finalize_ready_all(&pool, &batch, next()).await {
+            assert!(finalized.is_ok(), "{finalized:?}");
+        }
+    }
+    let mut conn = pool.get().await.unwrap();
+    let plans: Plans = diesel_async::RunQueryDsl::get_result(
+        diesel::sql_query(
+            r"SELECT count(*) AS statements, coalesce(sum(generic_plans), 0)::int8 AS generic_plans,
+                     coalesce(sum(custom_plans), 0)::int8 AS custom_plans
+                FROM pg_prepared_statements
+               WHERE statement ~ 'unnest\(|= ANY\(\$1\)'
+                 AND statement NOT LIKE '%pg_prepared_statements%'",
+        ),
+        &mut conn,
+    )
+    .await
+    .unwrap();
+    // The owners' locks, the videos, the events and the fenced completions, 8 times each.
+    assert_eq!(
+        (plans.statements, plans.generic_plans, plans.custom_plans),
+        (4, 32, 0)
+    );
+}
+
 #[tokio::test]
 async fn a_batch_commits_every_video_event_and_job_in_one_transaction_and_claims_the_next_jobs() {
     let app = TestApp::spawn().await;
