@@ -282,11 +282,13 @@ pub async fn accept_all(
     let c = tx.conn();
     let (present, moved) = tx
         .begin_with(async {
-            futures_util::try_join!(
+            // The plan setting goes first, for the batch's statements over arrays behind it.
+            let ((), present, moved) = futures_util::try_join!(
+                db::prepared::generic_plans_in_this_transaction(c),
                 db::users::lock_all_for_key_share(c, owners),
                 db::uploads::mark_all_confirmed(c, uploads),
-            )
-            .map_err(AppError::from)
+            )?;
+            Ok::<_, AppError>((present, moved))
         })
         .await?;
     let present: HashSet<Uuid> = present.into_iter().collect();

@@ -362,3 +362,41 @@ async fn concurrent_confirms_and_repeats_through_the_api_each_name_one_video() {
     // process's, which other tests share: they only add).
     assert!(batched().await - before >= ids.len() as f64);
 }
+
+/// A batch's statements run from their generic plans (`db::prepared`): over array parameters
+/// PostgreSQL would otherwise plan them again for every batch.
+#[tokio::test]
+async fn a_batchs_statements_are_not_planned_again_for_every_batch() {
+    #[derive(QueryableByName)]
+    struct Plans {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        statements: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        custom_plans: i64,
+    }
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let alice = user_id(&app, "alice").await;
+    let mut conn = vidq::db::pool::dedicated(&app.db.url).await.unwrap();
+    for _ in 0..8 {
+        let batch = [
+            contract(&app, &key, alice).await,
+            contract(&app, &key, alice).await,
+        ];
+        let answers = vidq::app::uploads::accept_all(&mut conn, &batch)
+            .await
+            .expect("the batch commits");
+        assert!(answers.iter().all(|a| matches!(a, Ok(Some(_)))));
+    }
+    let plans: Plans = diesel::sql_query(
+        r"SELECT count(*) AS statements, coalesce(sum(custom_plans), 0)::int8 AS custom_plans
+            FROM pg_prepared_statements
+           WHERE statement ~ 'unnest\(|= ANY\(\$1\)'
+             AND statement NOT LIKE '%pg_prepared_statements%'",
+    )
+    .get_result(&mut conn)
+    .await
+    .unwrap();
+    assert!(plans.statements >= 4, "{} statements", plans.statements);
+    assert_eq!(plans.custom_plans, 0, "statements planned for their values");
+}
