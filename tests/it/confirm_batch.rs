@@ -12,7 +12,7 @@ use vidq::app::confirm_batch::{Acceptance, BatchSettings, ConfirmBatcher};
 use vidq::domain::ids::{UploadId, UserId};
 use vidq::domain::upload::UploadState;
 
-use crate::harness::{TestApp, TestAppOptions};
+use crate::harness::{TestApp, TestAppOptions, plans_of};
 
 #[derive(QueryableByName)]
 struct Id {
@@ -367,13 +367,6 @@ async fn concurrent_confirms_and_repeats_through_the_api_each_name_one_video() {
 /// PostgreSQL would otherwise plan them again for every batch.
 #[tokio::test]
 async fn a_batchs_statements_are_not_planned_again_for_every_batch() {
-    #[derive(QueryableByName)]
-    struct Plans {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        statements: i64,
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        custom_plans: i64,
-    }
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let alice = user_id(&app, "alice").await;
@@ -388,15 +381,7 @@ async fn a_batchs_statements_are_not_planned_again_for_every_batch() {
             .expect("the batch commits");
         assert!(answers.iter().all(|a| matches!(a, Ok(Some(_)))));
     }
-    let plans: Plans = diesel::sql_query(
-        r"SELECT count(*) AS statements, coalesce(sum(custom_plans), 0)::int8 AS custom_plans
-            FROM pg_prepared_statements
-           WHERE statement ~ 'unnest\(|= ANY\(\$1\)'
-             AND statement NOT LIKE '%pg_prepared_statements%'",
-    )
-    .get_result(&mut conn)
-    .await
-    .unwrap();
+    let plans = plans_of(&mut conn, r"unnest\(|= ANY\(\$1\)").await;
     assert!(plans.statements >= 4, "{} statements", plans.statements);
     assert_eq!(plans.custom_plans, 0, "statements planned for their values");
 }

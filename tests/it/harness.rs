@@ -566,6 +566,35 @@ impl Drop for TestApp {
 }
 
 /// Asserts the response has this status and the error body's `code`.
+/// How PostgreSQL planned the prepared statements of one session whose text matches a pattern.
+#[derive(QueryableByName, Debug)]
+pub struct Plans {
+    /// Statements that match.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub statements: i64,
+    /// Executions run from a generic plan, over all of them.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub generic_plans: i64,
+    /// Executions planned for their parameters' values.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub custom_plans: i64,
+}
+
+/// [`Plans`] of `conn`'s prepared statements matching the regular expression `pattern` (this
+/// query itself left out).
+pub async fn plans_of(conn: &mut diesel_async::AsyncPgConnection, pattern: &str) -> Plans {
+    diesel::sql_query(
+        "SELECT count(*) AS statements, coalesce(sum(generic_plans), 0)::int8 AS generic_plans,
+                coalesce(sum(custom_plans), 0)::int8 AS custom_plans
+           FROM pg_prepared_statements
+          WHERE statement ~ $1 AND statement NOT LIKE '%pg_prepared_statements%'",
+    )
+    .bind::<diesel::sql_types::Text, _>(pattern)
+    .get_result(conn)
+    .await
+    .unwrap()
+}
+
 pub async fn assert_error(response: Response, status: StatusCode, code: &str) -> Value {
     assert_eq!(response.status(), status);
     let body: Value = response.json().await.unwrap();

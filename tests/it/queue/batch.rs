@@ -11,7 +11,7 @@ use vidq::app::ready_batch::{ReadyAttempt, finalize_ready_all};
 use super::{
     Worker, claim, each_job_ran_once_and_announced_once, fast_settings, video_id, wait_for_count,
 };
-use crate::harness::TestApp;
+use crate::harness::{TestApp, plans_of};
 use crate::proxy::{FailOnce, Failure};
 use crate::scripted::{Scripted, Step, output};
 
@@ -102,13 +102,6 @@ async fn one_statement_claims_several_jobs_each_under_its_own_token_and_no_more_
 /// generic plan, which must guess the row count, scans the whole job table.
 #[tokio::test]
 async fn a_claim_of_several_jobs_is_not_planned_again_on_every_execution() {
-    #[derive(diesel::QueryableByName)]
-    struct Plans {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        generic_plans: i64,
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        custom_plans: i64,
-    }
     let app = TestApp::spawn().await;
     app.create_user("alice").await;
     // A queue long enough for a whole-table plan to cost more than looking rows up by key.
@@ -135,16 +128,8 @@ async fn a_claim_of_several_jobs_is_not_planned_again_on_every_execution() {
             .unwrap();
         assert_eq!(claimed.len(), 2);
     }
-    let plans: Plans = diesel_async::RunQueryDsl::get_result(
-        diesel::sql_query(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements
-              WHERE statement LIKE '%earlier.id < j.id%'
-                AND statement NOT LIKE '%pg_prepared_statements%'",
-        ),
-        &mut conn,
-    )
-    .await
-    .unwrap();
+    let plans = plans_of(&mut conn, r"earlier\.id < j\.id").await;
+    assert_eq!(plans.statements, 1);
     // PostgreSQL plans a statement 5 times for its parameters before it weighs a generic plan.
     assert!(
         plans.generic_plans >= 6 && plans.custom_plans <= 6,
@@ -158,15 +143,6 @@ async fn a_claim_of_several_jobs_is_not_planned_again_on_every_execution() {
 /// PostgreSQL would otherwise plan each of them again on every execution.
 #[tokio::test]
 async fn a_batchs_statements_are_not_planned_again_on_every_execution() {
-    #[derive(diesel::QueryableByName)]
-    struct Plans {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        statements: i64,
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        generic_plans: i64,
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        custom_plans: i64,
-    }
     let app = TestApp::spawn().await;
     queued_jobs(&app, 16).await;
     // One connection, so that its prepared statements are the batches'.
@@ -179,18 +155,7 @@ async fn a_batchs_statements_are_not_planned_again_on_every_execution() {
         }
     }
     let mut conn = pool.get().await.unwrap();
-    let plans: Plans = diesel_async::RunQueryDsl::get_result(
-        diesel::sql_query(
-            r"SELECT count(*) AS statements, coalesce(sum(generic_plans), 0)::int8 AS generic_plans,
-                     coalesce(sum(custom_plans), 0)::int8 AS custom_plans
-                FROM pg_prepared_statements
-               WHERE statement ~ 'unnest\(|= ANY\(\$1\)'
-                 AND statement NOT LIKE '%pg_prepared_statements%'",
-        ),
-        &mut conn,
-    )
-    .await
-    .unwrap();
+    let plans = plans_of(&mut conn, r"unnest\(|= ANY\(\$1\)").await;
     // The owners' locks, the videos, the events and the fenced completions, 8 times each.
     assert_eq!(
         (plans.statements, plans.generic_plans, plans.custom_plans),
