@@ -5,6 +5,7 @@
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::json;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::db::{self, DbError, DbPool, jobs::AttemptEnd};
@@ -101,6 +102,10 @@ pub enum JobError {
     /// The database failed.
     #[error(transparent)]
     Database(#[from] DbError),
+    /// The task running the transaction ended without an answer (it panicked): whether it
+    /// committed is unknown, and the lease decides.
+    #[error("the transaction's task ended without an answer")]
+    Unanswered,
 }
 
 impl From<diesel::result::Error> for JobError {
@@ -325,6 +330,195 @@ pub async fn finalize_ready_after_failed_batch(
     .await
 }
 
+/// Where the answer of a claim sent ahead of a finalize goes, as soon as it has one.
+pub type ClaimAnswer = tokio::sync::oneshot::Sender<Result<Option<Claim>, JobError>>;
+
+/// A READY finalize that the claim of its slot's next job went ahead of
+/// ([`claim_ahead_of_finalize_ready`]).
+pub struct ClaimedAhead {
+    /// The claim's answer (`None` if it got none: no connection could be had, or the task
+    /// ended first).
+    pub claimed: CarriedClaim,
+    /// The finalize with all its tries, on a task of its own.
+    pub finalized: tokio::task::JoinHandle<Result<(), JobError>>,
+}
+
+/// [`finalize_ready`], with `next`'s claim of the freed slot's next job sent AHEAD of the
+/// transaction in the same flight, and answered as soon as the claim is: the slot starts its
+/// next job while the finalize's statements run and its `COMMIT` waits for the WAL flush,
+/// instead of after. The finalize goes on (all its tries) on a task of its own, whose answer
+/// is [`ClaimedAhead::finalized`].
+pub async fn claim_ahead_of_finalize_ready(
+    pool: &DbPool,
+    claim: &Claim,
+    output: &AttemptOutput,
+    node: &str,
+    lease: std::time::Duration,
+) -> ClaimedAhead {
+    let (answer, claimed) = tokio::sync::oneshot::channel();
+    let (pool, claim, output, node) =
+        (pool.clone(), claim.clone(), output.clone(), node.to_owned());
+    let finalized = tokio::spawn(
+        async move {
+            let next = NextClaim { node: &node, lease };
+            finalize_ready_claiming_ahead(&pool, &claim, &output, next, answer).await
+        }
+        .in_current_span(),
+    );
+    ClaimedAhead {
+        claimed: claimed.await.ok(),
+        finalized,
+    }
+}
+
+/// [`finalize_ready`] (all its tries), its first try with `next`'s claim sent ahead of the
+/// transaction in the same flight and answered on `answer` as soon as it is. `answer` is
+/// dropped unanswered when no claim went out.
+///
+/// The claim is the seed's autocommitted statement, unchanged, and the finalize's
+/// transaction is the same as without it (the COMPLETED update last, a fence that matches
+/// nothing rolls it all back); only their order on the wire changes. The claim does not depend
+/// on the finalize: it takes a job whether or not the fence holds, as it did behind the
+/// `COMMIT`. A recording's video, whose finalize takes two round trips, sends its claim
+/// behind the `COMMIT` as before, and `answer` hears once the transaction has ended.
+pub async fn finalize_ready_claiming_ahead(
+    pool: &DbPool,
+    claim: &Claim,
+    output: &AttemptOutput,
+    next: NextClaim<'_>,
+    answer: ClaimAnswer,
+) -> Result<(), JobError> {
+    let first = if claim.kind == JobKind::Repackage {
+        let (first, claimed) = finalize_ready_once(pool, claim, output, Some(next)).await;
+        if let Some(claimed) = claimed {
+            hand_over(pool, answer, claimed).await;
+        }
+        first
+    } else {
+        let (first, orphan) =
+            finalize_ready_once_claiming_ahead(pool, claim, output, next, answer).await;
+        if let Some(orphan) = orphan {
+            release_orphan(pool, &orphan).await;
+        }
+        first
+    };
+    retry_transient(
+        pool,
+        claim,
+        Outcome::Completed,
+        FirstTry::Answered(first),
+        || async { finalize_ready_once(pool, claim, output, None).await.0 },
+    )
+    .await
+}
+
+/// Answers a claim sent ahead; a job claimed for a slot that is no longer listening (its task
+/// ended at shutdown) is handed back at once rather than left to its lease.
+pub(crate) async fn hand_over(
+    pool: &DbPool,
+    answer: ClaimAnswer,
+    claimed: Result<Option<Claim>, JobError>,
+) {
+    if let Err(Ok(Some(orphan))) = answer.send(claimed) {
+        release_orphan(pool, &orphan).await;
+    }
+}
+
+/// Hands back a job claimed for a slot that is gone.
+pub(crate) async fn release_orphan(pool: &DbPool, orphan: &Claim) {
+    if let Err(error) = release(pool, orphan).await {
+        tracing::warn!(job_id = orphan.job_id,
+            error = %crate::telemetry::error_chain(&error),
+            "could not hand back a job claimed for a slot that is gone; its lease will expire");
+    }
+}
+
+/// The statements of the READY transaction of a video that is not a recording, issued on `c`
+/// together so that they go out in one flight: the uploader's lock, the video, its event and,
+/// as the LAST statement, the fenced completion. The event's time and owner are read from the
+/// updated video row by the database, so nothing waits for an answer before the `COMMIT` is
+/// sent. The only statements that can fail in the client alone (the video or its owner gone)
+/// are those of a video whose job went with it, so the fence fails on the server too.
+async fn ready_statements(
+    c: &AsyncPgConnection,
+    claim: &Claim,
+    output: &AttemptOutput,
+) -> Result<(), JobError> {
+    let facts = ready_facts(claim, output);
+    let event = Event::video_ready(
+        claim.video,
+        claim.run,
+        chrono::Utc::now(), // replaced by the video's updated_at (insert_stamped)
+        ready_data(output, None),
+    );
+    futures_util::try_join!(
+        lock_and_set_ready(c, claim, &facts),
+        event_and_fence(c, claim, &event)
+    )
+    .map(drop)
+}
+
+/// The first statements of a READY finalize: the uploader's lock, then the video's facts.
+async fn lock_and_set_ready(
+    c: &AsyncPgConnection,
+    claim: &Claim,
+    facts: &db::videos::ReadyFacts<'_>,
+) -> Result<(), JobError> {
+    futures_util::try_join!(lock_owner(c, claim.video), async {
+        db::videos::set_ready(c, claim.video.0, facts)
+            .await
+            .map_err(video_gone)
+    })
+    .map(drop)
+}
+
+/// The last statements of a READY finalize: its event, and as the LAST statement the fenced
+/// completion (which also closes the attempt).
+async fn event_and_fence(
+    c: &AsyncPgConnection,
+    claim: &Claim,
+    event: &Event,
+) -> Result<(), JobError> {
+    let (_, completed) = futures_util::try_join!(
+        db::outbox::insert_stamped(c, event),
+        db::jobs::complete(c, claim.job_id, claim.token, end(Outcome::Completed, None)),
+    )?;
+    fenced(completed)
+}
+
+/// `next`'s claim, answered on `answer` as soon as it is, and behind it the whole READY
+/// transaction of `claim` (not a recording), all sent in one flight. Returns the
+/// transaction's answer, and the job claimed if nobody was listening for it any more.
+async fn finalize_ready_once_claiming_ahead(
+    pool: &DbPool,
+    claim: &Claim,
+    output: &AttemptOutput,
+    next: NextClaim<'_>,
+    answer: ClaimAnswer,
+) -> (Result<(), JobError>, Option<Claim>) {
+    // Without a connection no claim went out: `answer` is dropped unanswered.
+    let mut conn = match pool.get().await {
+        Ok(conn) => conn,
+        Err(error) => return (Err(error.into()), None),
+    };
+    let tx = db::pipeline::Pipeline::new(&mut conn);
+    let c = tx.conn();
+    // Polled first, so sent first: the claim is on the wire before the BEGIN.
+    let claimed = async {
+        let claimed = db::jobs::claim(c, next.node, next.lease.as_secs_f64())
+            .await
+            .map(|job| job.map(Claim::from))
+            .map_err(JobError::from);
+        answer
+            .send(claimed)
+            .err()
+            .and_then(|unheard| unheard.ok().flatten())
+    };
+    let (orphan, finalized) =
+        futures_util::future::join(claimed, tx.run(ready_statements(c, claim, output))).await;
+    (finalized, orphan)
+}
+
 /// One try of the READY transaction, and `next`'s claim behind its `COMMIT` (the claim's
 /// answer is `None` when `next` is).
 async fn finalize_ready_once(
@@ -333,28 +527,12 @@ async fn finalize_ready_once(
     output: &AttemptOutput,
     next: Option<NextClaim<'_>>,
 ) -> (Result<(), JobError>, CarriedClaim) {
-    let facts = ready_facts(claim, output);
-    let ended = end(Outcome::Completed, None);
     let mut conn = match pool.get().await {
         Ok(conn) => conn,
         Err(error) => return (Err(error.into()), None),
     };
     let tx = db::pipeline::Pipeline::new(&mut conn);
     let c = tx.conn();
-    let lock_and_update = || async {
-        futures_util::try_join!(lock_owner(c, claim.video), async {
-            db::videos::set_ready(c, claim.video.0, &facts)
-                .await
-                .map_err(video_gone)
-        })
-    };
-    let event_and_fence = |event: Event| async move {
-        let (_, completed) = futures_util::try_join!(
-            db::outbox::insert_stamped(c, &event),
-            db::jobs::complete(c, claim.job_id, claim.token, ended),
-        )?;
-        fenced(completed)
-    };
     // Sent behind the COMMIT when there is a next claim to make; nothing otherwise.
     let next_claim = || async move {
         match next {
@@ -368,27 +546,14 @@ async fn finalize_ready_once(
         }
     };
     if claim.kind != JobKind::Repackage {
-        // One round trip. The event's time and owner are read from the updated video row by
-        // the database, so nothing waits for an answer before the COMMIT is sent. The only
-        // statements that can fail in the client alone (the video or its owner gone) are
-        // those of a video whose job went with it, so the fence fails on the server too.
-        let event = Event::video_ready(
-            claim.video,
-            claim.run,
-            chrono::Utc::now(), // replaced by the video's updated_at (insert_stamped)
-            ready_data(output, None),
-        );
+        // One round trip.
         return tx
-            .run_then(
-                async {
-                    futures_util::try_join!(lock_and_update(), event_and_fence(event)).map(drop)
-                },
-                next_claim(),
-            )
+            .run_then(ready_statements(c, claim, output), next_claim())
             .await;
     }
     // A recording's video: its event counts the segments kept, read in this transaction, so
     // this takes two round trips.
+    let facts = ready_facts(claim, output);
     let began = tx
         .begin_with(async {
             let live = async {
@@ -398,7 +563,7 @@ async fn finalize_ready_once(
                 let (followed, segments) = futures_util::try_join!(followed, segments)?;
                 Ok::<_, JobError>((followed > 0).then_some(segments))
             };
-            futures_util::try_join!(lock_and_update(), live)
+            futures_util::try_join!(lock_and_set_ready(c, claim, &facts), live)
         })
         .await;
     let live = match began {
@@ -411,7 +576,7 @@ async fn finalize_ready_once(
         chrono::Utc::now(), // replaced by the video's updated_at (insert_stamped)
         ready_data(output, live),
     );
-    tx.commit_with_then(event_and_fence(event), next_claim())
+    tx.commit_with_then(event_and_fence(c, claim, &event), next_claim())
         .await
 }
 

@@ -1,6 +1,8 @@
 //! Group commit for a worker's READY finalizes: the finalizes of several slots of one worker
 //! process that are ready at the same moment go in one transaction, each still fenced on its
-//! own claim, with the claims of the slots' next jobs in one statement behind its `COMMIT`.
+//! own claim, with the claims of the slots' next jobs in one statement in the same flight:
+//! ahead of the transaction when the slots hear their claims early ([`EarlyAnswer`]), else
+//! behind its `COMMIT`.
 //!
 //! A finalize is a handful of small writes, and on a busy queue most of its cost is not the
 //! rows but what surrounds them: a transaction to start and commit, a WAL flush to wait for,
@@ -24,7 +26,8 @@
 use diesel_async::AsyncPgConnection;
 
 use super::jobs::{
-    self, CarriedClaim, Claim, JobError, NextClaim, fenced, is_transient, ready_data, ready_facts,
+    self, CarriedClaim, Claim, ClaimAnswer, JobError, NextClaim, fenced, is_transient, ready_data,
+    ready_facts,
 };
 use crate::db::{self, DbPool};
 use crate::domain::event::Event;
@@ -38,8 +41,42 @@ pub struct ReadyAttempt {
     pub claim: Claim,
     /// What the attempt made.
     pub output: AttemptOutput,
-    /// Whether the slot wants its next job claimed behind the finalize.
+    /// Whether the slot wants its next job claimed in the finalize's flight.
     pub carry: bool,
+    /// Where the slot hears that claim as soon as it answers; the claim then goes ahead of
+    /// the transaction, and the finalize's own answer carries no claim. Without it the claim
+    /// goes behind the `COMMIT` and is answered with the finalize.
+    pub early: Option<EarlyAnswer>,
+}
+
+/// Where a slot hears its next claim as soon as the claim statement answers, while its
+/// finalize may still be committing ([`jobs::finalize_ready_claiming_ahead`]). Answered, or
+/// dropped unanswered when no claim went out, once.
+#[derive(Debug)]
+pub struct EarlyAnswer(std::sync::Mutex<Option<ClaimAnswer>>);
+
+impl EarlyAnswer {
+    /// Answers go to `answer`.
+    pub fn new(answer: ClaimAnswer) -> Self {
+        Self(std::sync::Mutex::new(Some(answer)))
+    }
+
+    /// The answer's channel, if nobody has taken it yet.
+    fn take(&self) -> Option<ClaimAnswer> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
+/// The early answer of `attempt`'s claim, if it carries one and asked to hear it early.
+fn early_answer(attempt: &ReadyAttempt) -> Option<ClaimAnswer> {
+    attempt
+        .early
+        .as_ref()
+        .and_then(EarlyAnswer::take)
+        .filter(|_| attempt.carry)
 }
 
 /// What one finalize of a batch comes to: its own answer, and the claim it carried, as
@@ -67,15 +104,16 @@ pub async fn finalize_ready_all(
     let mut answers: Vec<Option<Finalized>> = (0..batch.len()).map(|_| None).collect();
     for (i, attempt) in batch.iter().enumerate() {
         if !together.contains(&i) {
-            answers[i] = Some(
-                jobs::finalize_ready_then_claim(
-                    pool,
-                    &attempt.claim,
-                    &attempt.output,
-                    carried(attempt),
-                )
-                .await,
-            );
+            let (claim, output) = (&attempt.claim, &attempt.output);
+            answers[i] = Some(match early_answer(attempt) {
+                Some(answer) => (
+                    jobs::finalize_ready_claiming_ahead(pool, claim, output, next, answer).await,
+                    None,
+                ),
+                None => {
+                    jobs::finalize_ready_then_claim(pool, claim, output, carried(attempt)).await
+                }
+            });
         }
     }
     if together.len() > 1 {
@@ -99,9 +137,7 @@ async fn commit_or_retry(
     members: &[&ReadyAttempt],
     next: NextClaim<'_>,
 ) -> Vec<Finalized> {
-    let wanted = members.iter().filter(|m| m.carry).count();
-    let (together, claimed) = commit_together(pool, members, next, wanted).await;
-    let claims = hand_out(members, claimed);
+    let (together, claims) = commit_together(pool, members, next).await;
     match together {
         Ok(()) => {
             crate::metrics::FINALIZE_BATCH_SIZE.observe(members.len() as f64);
@@ -155,32 +191,67 @@ fn hand_out(
         .collect()
 }
 
-/// One try of the batch's transaction in one round trip, and the claim of `wanted` next jobs
-/// behind its `COMMIT` (`None` when `wanted` is 0 or no connection could be had).
+/// One try of the batch's transaction in one round trip, and the claim of the next jobs of
+/// the members that carry one in the same flight: ahead of the transaction if any member
+/// hears its claim early (each such member hears as soon as the claim answers), else behind
+/// its `COMMIT`. Returns the transaction's answer and each member's claim that was not heard
+/// early, in order.
 async fn commit_together(
     pool: &DbPool,
     members: &[&ReadyAttempt],
     next: NextClaim<'_>,
-    wanted: usize,
-) -> (Result<(), JobError>, Option<Result<Vec<Claim>, JobError>>) {
+) -> (Result<(), JobError>, Vec<CarriedClaim>) {
+    let wanted = members.iter().filter(|m| m.carry).count();
+    let early: Vec<Option<ClaimAnswer>> = members.iter().map(|m| early_answer(m)).collect();
+    let ahead = early.iter().any(Option::is_some);
     let mut conn = match pool.get().await {
         Ok(conn) => conn,
-        Err(error) => return (Err(error.into()), None),
+        Err(error) => return (Err(error.into()), members.iter().map(|_| None).collect()),
     };
     let tx = db::pipeline::Pipeline::new(&mut conn);
     let c = tx.conn();
+    // Answers the early listeners at once; returns the other members' claims and the jobs
+    // claimed for listeners that are gone.
     let claims = async move {
-        if wanted == 0 {
-            return None;
-        }
-        Some(
-            db::jobs::claim_some(c, next.node, next.lease.as_secs_f64(), wanted)
-                .await
-                .map(|jobs| jobs.into_iter().map(Claim::from).collect())
-                .map_err(JobError::from),
-        )
+        let claimed = if wanted == 0 {
+            None
+        } else {
+            Some(
+                db::jobs::claim_some(c, next.node, next.lease.as_secs_f64(), wanted)
+                    .await
+                    .map(|jobs| jobs.into_iter().map(Claim::from).collect())
+                    .map_err(JobError::from),
+            )
+        };
+        let mut orphans = Vec::new();
+        let claims = hand_out(members, claimed)
+            .into_iter()
+            .zip(early)
+            .map(|(claimed, early)| match (claimed, early) {
+                (Some(claimed), Some(answer)) => {
+                    if let Err(Ok(Some(orphan))) = answer.send(claimed) {
+                        orphans.push(orphan);
+                    }
+                    None
+                }
+                (claimed, _) => claimed,
+            })
+            .collect::<Vec<_>>();
+        (claims, orphans)
     };
-    tx.run_then(statements(c, members), claims).await
+    let (together, (claims, orphans)) = if ahead {
+        let (claims, together) =
+            futures_util::future::join(claims, tx.run(statements(c, members))).await;
+        (together, claims)
+    } else {
+        tx.run_then(statements(c, members), claims).await
+    };
+    drop(tx);
+    drop(conn);
+    for orphan in &orphans {
+        jobs::release_orphan(pool, orphan).await;
+    }
+    (together, claims)
 }
 
 /// The batch's statements, in the lock order, the fenced completions last, each run from its

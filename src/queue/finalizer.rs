@@ -1,20 +1,24 @@
-//! Where a worker's slots send their READY finalizes. A process with one slot finalizes in
-//! the slot's own task, as it always has. With several slots, finalizes go through
-//! [`COMMITTERS`] committer tasks: a finalize that arrives while both are committing waits,
-//! and the first one free takes everything waiting ([`crate::batching`]) into one transaction
-//! ([`crate::app::ready_batch`]).
+//! Where a worker's slots send their READY finalizes. A slot that wants its next job has it
+//! claimed ahead of its finalize, in the same flight, and goes on with that job as soon as the
+//! claim answers, while the finalize commits on a task of its own. A process with one slot
+//! sends each finalize itself ([`jobs::claim_ahead_of_finalize_ready`]). With several slots,
+//! finalizes go through [`COMMITTERS`] committer tasks: a finalize that arrives while both
+//! are committing waits, and the first one free takes everything waiting
+//! ([`crate::batching`]) into one transaction ([`crate::app::ready_batch`]), the next jobs'
+//! claims in one statement ahead of it.
 //!
 //! Nothing waits for a batch to fill: a finalize on a quiet worker goes alone and at once.
 //! Batches grow only while the database is slower than the slots, which is when sharing a
 //! commit, a WAL flush and a round trip pays.
 
-use crate::app::jobs::{self, Claim, NextClaim};
-use crate::app::ready_batch::{self, Finalized, ReadyAttempt};
+use crate::app::jobs::{self, CarriedClaim, Claim, JobError, NextClaim};
+use crate::app::ready_batch::{self, EarlyAnswer, Finalized, ReadyAttempt};
 use crate::batching::{Groups, Unanswered, Waiting};
 use crate::db::DbPool;
 use crate::pipeline::AttemptOutput;
 
 use super::runner::WorkerSettings;
+use tracing::Instrument;
 
 /// Batches in flight at once. One committer leaves all of a worker's finalizes to one
 /// backend, which runs their statements one after another on one core while the others
@@ -27,7 +31,7 @@ pub struct Finalizer(Path);
 
 #[derive(Clone)]
 enum Path {
-    /// One slot: each finalize runs in its slot's task.
+    /// One slot: the slot sends each finalize itself.
     Alone {
         /// The worker's pool.
         pool: DbPool,
@@ -65,42 +69,82 @@ impl Finalizer {
         Self(Path::Batched { pool, committers })
     }
 
-    /// Finalizes `claim` READY; with `carry`, the slot's next job is claimed behind the
-    /// `COMMIT`. Answers as [`jobs::finalize_ready_then_claim`] does.
+    /// Finalizes `claim` READY; with `carry`, the slot's next job is claimed ahead of the
+    /// transaction in the same flight, and this returns as soon as that claim answers, with
+    /// the finalize still running. Returns the finalize, ended or running, and what the claim
+    /// found.
     pub async fn finalize_ready(
         &self,
         claim: &Claim,
         output: &AttemptOutput,
         carry: bool,
-    ) -> Finalized {
+    ) -> (Finalizing, CarriedClaim) {
         match &self.0 {
             Path::Alone { pool, node, lease } => {
-                let next = carry.then_some(NextClaim {
-                    node,
-                    lease: *lease,
-                });
-                jobs::finalize_ready_then_claim(pool, claim, output, next).await
+                if !carry {
+                    let finalized = jobs::finalize_ready(pool, claim, output).await;
+                    return (Finalizing::Ended(finalized), None);
+                }
+                let ahead =
+                    jobs::claim_ahead_of_finalize_ready(pool, claim, output, node, *lease).await;
+                (Finalizing::Running(ahead.finalized), ahead.claimed)
             }
             Path::Batched { pool, committers } => {
+                let (answer, claimed) = tokio::sync::oneshot::channel();
                 let attempt = ReadyAttempt {
                     claim: claim.clone(),
                     output: output.clone(),
                     carry,
+                    early: carry.then(|| EarlyAnswer::new(answer)),
                 };
-                match committers.submit(attempt).await {
-                    Ok(finalized) => finalized,
-                    // The committers have ended (they only do when every clone is gone, or
-                    // if they panicked): nothing was sent, so this is a first try.
-                    Err(Unanswered::NotTaken(_)) => {
-                        (jobs::finalize_ready(pool, claim, output).await, None)
+                let finalizing = {
+                    let (pool, committers) = (pool.clone(), committers.clone());
+                    let (claim, output) = (claim.clone(), output.clone());
+                    async move {
+                        match committers.submit(attempt).await {
+                            Ok((finalized, _)) => finalized,
+                            // The committers have ended (they only do when every clone is
+                            // gone, or if they panicked): nothing was sent, so this is a
+                            // first try.
+                            Err(Unanswered::NotTaken(_)) => {
+                                jobs::finalize_ready(&pool, &claim, &output).await
+                            }
+                            // The committer died with this finalize taken, perhaps committed.
+                            Err(Unanswered::Lost) => {
+                                jobs::finalize_ready_after_failed_batch(&pool, &claim, &output)
+                                    .await
+                            }
+                        }
                     }
-                    // The committer died with this finalize taken, perhaps committed.
-                    Err(Unanswered::Lost) => (
-                        jobs::finalize_ready_after_failed_batch(pool, claim, output).await,
-                        None,
-                    ),
+                };
+                if !carry {
+                    return (Finalizing::Ended(finalizing.await), None);
                 }
+                // The claim answers ahead of the batch's COMMIT; the finalize goes on.
+                let task = tokio::spawn(finalizing.in_current_span());
+                (Finalizing::Running(task), claimed.await.ok())
             }
+        }
+    }
+}
+
+/// A READY finalize, answered or still running on a task of its own.
+pub enum Finalizing {
+    /// It has its answer.
+    Ended(Result<(), JobError>),
+    /// Its task is still running; the task's answer is the finalize's.
+    Running(tokio::task::JoinHandle<Result<(), JobError>>),
+}
+
+impl Finalizing {
+    /// The finalize's answer, once it has one.
+    pub async fn answer(self) -> Result<(), JobError> {
+        match self {
+            Self::Ended(answer) => answer,
+            Self::Running(task) => task.await.unwrap_or_else(|error| {
+                tracing::error!(%error, "the finalize's task ended without an answer");
+                Err(JobError::Unanswered)
+            }),
         }
     }
 }
@@ -123,12 +167,8 @@ async fn commit(
         // A slot that went away (its task aborted at shutdown) has nothing to hear; its
         // finalize stands, and the next job claimed for it is handed back at once rather
         // than left to its lease.
-        if let Err((_, Some(Ok(Some(orphan))))) = answer.send(finalized)
-            && let Err(error) = jobs::release(pool, &orphan).await
-        {
-            tracing::warn!(job_id = orphan.job_id,
-                error = %crate::telemetry::error_chain(&error),
-                "could not hand back a job claimed for a slot that is gone; its lease will expire");
+        if let Err((_, Some(Ok(Some(orphan))))) = answer.send(finalized) {
+            jobs::release_orphan(pool, &orphan).await;
         }
     }
 }

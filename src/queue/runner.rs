@@ -11,9 +11,11 @@ use futures_util::FutureExt;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use super::JobBody;
-use super::finalizer::Finalizer;
+use super::finalizer::{Finalizer, Finalizing};
 use super::health::{Ended, WorkerHealth};
 use super::heartbeat::{StopReason, keep_alive};
 use super::line::Listeners;
@@ -97,6 +99,8 @@ impl<B: JobBody> Runner<B> {
         let idle = self.join_idle_line(&wake, &shutdown);
         let heartbeats = self.heartbeat_pool();
         let finalizer = Finalizer::start(self.pool.clone(), &self.settings);
+        // The ends of attempts whose finalize still commits while their slot goes on.
+        let endings = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(self.settings.slots as usize));
         let mut running = JoinSet::new();
         let mut last_reap: Option<Instant> = None;
@@ -113,8 +117,15 @@ impl<B: JobBody> Runner<B> {
             let claimed = if std::mem::take(&mut queue_empty) {
                 Claimed::Nothing
             } else {
-                self.fill_slots(&slots, &mut running, &heartbeats, &finalizer, &shutdown)
-                    .await
+                self.fill_slots(
+                    &slots,
+                    &mut running,
+                    &heartbeats,
+                    &finalizer,
+                    &endings,
+                    &shutdown,
+                )
+                .await
             };
             let found_nothing = !matches!(claimed, Claimed::Full);
             idle.send_if_modified(|was| std::mem::replace(was, found_nothing) != found_nothing);
@@ -135,7 +146,7 @@ impl<B: JobBody> Runner<B> {
                 }
             }
         }
-        drain(running).await;
+        drain(running, endings).await;
     }
 
     /// Stands in the idle line while the returned flag says this process is idle; a
@@ -194,6 +205,7 @@ impl<B: JobBody> Runner<B> {
         running: &mut JoinSet<SlotEnd>,
         heartbeats: &DbPool,
         finalizer: &Finalizer,
+        endings: &TaskTracker,
         shutdown: &CancellationToken,
     ) -> Claimed {
         loop {
@@ -225,6 +237,7 @@ impl<B: JobBody> Runner<B> {
                     permit,
                     heartbeats.clone(),
                     finalizer.clone(),
+                    endings.clone(),
                     shutdown.clone(),
                 );
                 running.spawn(slot);
@@ -292,12 +305,19 @@ impl<B: JobBody> Runner<B> {
         _slot: OwnedSemaphorePermit,
         heartbeats: DbPool,
         finalizer: Finalizer,
+        endings: TaskTracker,
         shutdown: CancellationToken,
     ) -> SlotEnd {
         loop {
             match self
                 .clone()
-                .attempt(claim, heartbeats.clone(), &finalizer, shutdown.clone())
+                .attempt(
+                    claim,
+                    heartbeats.clone(),
+                    &finalizer,
+                    &endings,
+                    shutdown.clone(),
+                )
                 .await
             {
                 Next::Job(next) => {
@@ -318,6 +338,7 @@ impl<B: JobBody> Runner<B> {
         claim: Claim,
         heartbeats: DbPool,
         finalizer: &Finalizer,
+        endings: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Next {
         tracing::info!("claimed");
@@ -365,59 +386,88 @@ impl<B: JobBody> Runner<B> {
         let why = reason.get().copied();
         // Ends the heartbeat and the deadline watch (neither sets a reason on this path).
         stop.cancel();
-        let (ended, next) = self
-            .conclude(&claim, result, why, finalizer, !shutdown.is_cancelled())
-            .await;
-        metrics::ATTEMPT_SECONDS
-            .with_label_values(&[claim.kind.as_str(), ended.label()])
-            .observe(worked.as_secs_f64());
-        next
+        let carry = !shutdown.is_cancelled();
+        self.conclude(claim, result, why, worked, finalizer, endings, carry)
+            .await
     }
 
     /// Records how the attempt ended. With `carry`, a READY finalize also claims the slot's
-    /// next job in its round trip; returned is what that claim found.
+    /// next job in its flight; returned is what that claim found. The claim goes ahead of the
+    /// finalize's transaction and answers first: the slot goes on with its next job at once,
+    /// and the rest of this attempt's end is recorded by a task of `endings` once the
+    /// finalize answers.
+    #[allow(clippy::too_many_arguments)]
     async fn conclude(
-        &self,
-        claim: &Claim,
+        self: &Arc<Self>,
+        claim: Claim,
         result: Result<crate::pipeline::AttemptOutput, MediaError>,
         why: Option<StopReason>,
+        worked: Duration,
         finalizer: &Finalizer,
+        endings: &TaskTracker,
         carry: bool,
-    ) -> (Ended, Next) {
-        let mut next = Next::NotAsked;
-        let outcome = match (result, why) {
+    ) -> Next {
+        let (outcome, next) = match result {
             // A finished result is always offered to the fenced finalize, even when the
             // heartbeat gave up (a renewal that timed out may still have committed): the
             // fence, not this node's guess, decides whether the claim is still ours.
-            (Ok(output), _) => {
-                let finalized;
-                (finalized, next) = self.finalize_ready(claim, &output, finalizer, carry).await;
-                match finalized {
-                    Ok(()) => {
-                        tracing::info!("video ready");
-                        metrics::observe(&metrics::TIME_TO_READY_SECONDS, claim.waited.until_now());
-                        self.body
-                            .after_ready(claim.video, claim.run, claim.attempt)
-                            .await;
-                        Ok(Ended::Ready)
-                    }
-                    Err(err) => Err(err),
+            Ok(output) => {
+                let (finalizing, next) =
+                    self.finalize_ready(&claim, &output, finalizer, carry).await;
+                if let Finalizing::Running(_) = finalizing {
+                    let this = self.clone();
+                    endings.spawn(
+                        async move {
+                            let outcome = this.ready(&claim, finalizing.answer().await).await;
+                            this.record_end(&claim, outcome, why, worked).await;
+                        }
+                        .in_current_span(),
+                    );
+                    return next;
                 }
+                (self.ready(&claim, finalizing.answer().await).await, next)
             }
-            (Err(_), Some(StopReason::Lost)) => {
+            Err(error) => (self.not_ready(&claim, error, why).await, Next::NotAsked),
+        };
+        self.record_end(&claim, outcome, why, worked).await;
+        next
+    }
+
+    /// What a READY finalize's answer means for the attempt.
+    async fn ready(
+        &self,
+        claim: &Claim,
+        finalized: Result<(), JobError>,
+    ) -> Result<Ended, JobError> {
+        finalized?;
+        tracing::info!("video ready");
+        metrics::observe(&metrics::TIME_TO_READY_SECONDS, claim.waited.until_now());
+        self.body
+            .after_ready(claim.video, claim.run, claim.attempt)
+            .await;
+        Ok(Ended::Ready)
+    }
+
+    /// Records an attempt that ended without a result: lost, handed back, past its
+    /// deadline, or failed.
+    async fn not_ready(
+        &self,
+        claim: &Claim,
+        error: MediaError,
+        why: Option<StopReason>,
+    ) -> Result<Ended, JobError> {
+        match why {
+            Some(StopReason::Lost) => {
                 tracing::warn!("claim lost during the attempt; its result is dropped");
                 jobs::record_lost(&self.pool, claim, "lease lost during the attempt")
                     .await
                     .map(|()| Ended::Lost)
             }
-
-            (Err(_), Some(StopReason::Shutdown)) => {
-                jobs::release(&self.pool, claim).await.map(|()| {
-                    tracing::info!("claim handed back for another node");
-                    Ended::Released
-                })
-            }
-            (Err(_), Some(StopReason::Deadline)) => {
+            Some(StopReason::Shutdown) => jobs::release(&self.pool, claim).await.map(|()| {
+                tracing::info!("claim handed back for another node");
+                Ended::Released
+            }),
+            Some(StopReason::Deadline) => {
                 let error = MediaError::retryable(
                     "deadline_exceeded",
                     format!("the attempt ran past {:?}", self.settings.deadline),
@@ -432,7 +482,7 @@ impl<B: JobBody> Runner<B> {
                         }
                     })
             }
-            (Err(error), None) => {
+            None => {
                 match jobs::fail_or_retry(&self.pool, claim, &error, self.settings.retry_delay)
                     .await
                 {
@@ -447,7 +497,19 @@ impl<B: JobBody> Runner<B> {
                     Err(err) => Err(err),
                 }
             }
-        };
+        }
+    }
+
+    /// The end of an attempt, however it went: a claim found lost at the fence is logged as
+    /// lost, an end that could not be recorded is left to the lease, and the counters and
+    /// the attempt's duration (`worked`, its body's time) are updated.
+    async fn record_end(
+        &self,
+        claim: &Claim,
+        outcome: Result<Ended, JobError>,
+        why: Option<StopReason>,
+        worked: Duration,
+    ) {
         let ended = match outcome {
             Ok(ended) => ended,
             Err(JobError::ClaimLost) => {
@@ -474,7 +536,9 @@ impl<B: JobBody> Runner<B> {
             metrics::CLAIMS_LOST.with_label_values(&[at]).inc();
         }
         self.health.attempt_ended(ended);
-        (ended, next)
+        metrics::ATTEMPT_SECONDS
+            .with_label_values(&[claim.kind.as_str(), ended.label()])
+            .observe(worked.as_secs_f64());
     }
 
     /// The READY finalize; with `carry`, carrying the claim of the slot's next job, and what
@@ -485,7 +549,7 @@ impl<B: JobBody> Runner<B> {
         output: &crate::pipeline::AttemptOutput,
         finalizer: &Finalizer,
         carry: bool,
-    ) -> (Result<(), JobError>, Next) {
+    ) -> (Finalizing, Next) {
         // Counted with the other claims; not timed in `CLAIM_SECONDS`, as its round trip is
         // the finalize's.
         let (finalized, claimed) = finalizer.finalize_ready(claim, output, carry).await;
@@ -556,16 +620,20 @@ fn log_abnormal_end(ended: Result<(), tokio::task::JoinError>) {
     }
 }
 
-/// Waits (bounded) for the running attempts to hand their claims back.
-async fn drain(mut running: JoinSet<SlotEnd>) {
+/// Waits (bounded) for the running attempts to hand their claims back, and for the
+/// finalizes still committing to answer.
+async fn drain(mut running: JoinSet<SlotEnd>, endings: TaskTracker) {
     tracing::info!(
         running = running.len(),
+        finalizing = endings.len(),
         "worker stopping; handing claims back"
     );
+    endings.close();
     let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
         while let Some(ended) = running.join_next().await {
             log_abnormal_end(ended.map(drop));
         }
+        endings.wait().await;
     })
     .await;
     if drained.is_err() {

@@ -170,6 +170,24 @@ fn next_claim() -> vidq::app::jobs::NextClaim<'static> {
     }
 }
 
+/// An app with two queued jobs, a pool of `connections` to its database, and a claim of
+/// the first job.
+async fn two_jobs_and_a_claim_of_one(
+    connections: u32,
+) -> (TestApp, vidq::db::DbPool, vidq::app::jobs::Claim) {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    app.uploaded_video(&key).await;
+    app.uploaded_video(&key).await;
+    let pool = vidq::db::connect(&app.db.url, connections).await.unwrap();
+    let claim = vidq::db::jobs::claim(&pool.get().await.unwrap(), "node", 60.0)
+        .await
+        .unwrap()
+        .map(vidq::app::jobs::Claim::from)
+        .expect("a job to claim");
+    (app, pool, claim)
+}
+
 /// A busy worker's slot makes one round trip per job: the claim of its next job rides behind
 /// the finalize's COMMIT. Every answer the server sends here is held 300 ms, so each round
 /// trip costs at least that: a claim sent on its own after the finalize would take 600 ms.
@@ -222,21 +240,106 @@ async fn a_finalize_carries_its_slots_next_claim_in_the_same_round_trip() {
     );
 }
 
+/// A worker with one slot sends the claim of the slot's next job AHEAD of its finalize, and
+/// has the claim's answer while the finalize still runs. Here another transaction holds the
+/// uploader's row, so the finalize waits at its first statement: the next job is handed over
+/// all the same (behind the COMMIT it would wait as long as the row is held), and the
+/// finalize commits once the row is let go.
+#[tokio::test]
+async fn a_slots_next_claim_answers_while_its_finalize_still_waits_to_commit() {
+    let (app, pool, first) = two_jobs_and_a_claim_of_one(2).await;
+    let holder = vidq::db::connect(&app.db.url, 1).await.unwrap();
+    let mut hold = holder.get().await.unwrap();
+    diesel::sql_query("BEGIN").execute(&mut hold).await.unwrap();
+    diesel::sql_query("SELECT id FROM users FOR UPDATE")
+        .execute(&mut hold)
+        .await
+        .unwrap();
+    let output = vidq::pipeline::AttemptOutput::placeholder(&first.plan());
+    let ahead = tokio::time::timeout(
+        Duration::from_secs(10),
+        vidq::app::jobs::claim_ahead_of_finalize_ready(
+            &pool,
+            &first,
+            &output,
+            "node",
+            Duration::from_secs(60),
+        ),
+    )
+    .await
+    .expect("the claim answers while the finalize waits for the uploader's row");
+    let next = ahead
+        .claimed
+        .expect("a claim went out ahead of the finalize")
+        .expect("the claim ran")
+        .expect("the other job was waiting");
+    assert_ne!(next.job_id, first.job_id);
+    let claimed = job_row(&app.db.url, next.job_id).await;
+    assert_eq!(claimed.status, "PROCESSING");
+    assert_eq!(claimed.claim_token, Some(next.token));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !ahead.finalized.is_finished(),
+        "the finalize waits for the uploader's row"
+    );
+    assert_eq!(
+        job_row(&app.db.url, first.job_id).await.status,
+        "PROCESSING"
+    );
+    diesel::sql_query("ROLLBACK")
+        .execute(&mut hold)
+        .await
+        .unwrap();
+    ahead
+        .finalized
+        .await
+        .expect("the finalize's task answers")
+        .expect("the claim was ours");
+    assert_eq!(job_row(&app.db.url, first.job_id).await.status, "COMPLETED");
+}
+
+/// The claim sent ahead of a finalize does not depend on it: when the fence matches nothing
+/// the transaction rolls back, and the job the claim took is still handed over.
+#[tokio::test]
+async fn a_claim_sent_ahead_of_a_finalize_whose_fence_fails_is_still_handed_over() {
+    let (app, pool, mut stale) = two_jobs_and_a_claim_of_one(1).await;
+    stale.token = uuid::Uuid::now_v7(); // a token the job never had
+    let output = vidq::pipeline::AttemptOutput::placeholder(&stale.plan());
+    let ahead = vidq::app::jobs::claim_ahead_of_finalize_ready(
+        &pool,
+        &stale,
+        &output,
+        "node",
+        Duration::from_secs(60),
+    )
+    .await;
+    let next = ahead
+        .claimed
+        .expect("a claim went out ahead of the finalize")
+        .expect("the claim ran")
+        .expect("the other job was waiting");
+    let finalized = ahead.finalized.await.expect("the finalize's task answers");
+    assert!(
+        matches!(finalized, Err(vidq::app::jobs::JobError::ClaimLost)),
+        "{finalized:?}"
+    );
+    assert_eq!(
+        job_row(&app.db.url, next.job_id).await.claim_token,
+        Some(next.token)
+    );
+    assert_eq!(
+        job_row(&app.db.url, stale.job_id).await.status,
+        "PROCESSING",
+        "the rolled-back finalize wrote nothing"
+    );
+}
+
 /// The claim behind a finalize is a statement of its own: when the finalize's fence matches
 /// nothing and its transaction rolls back, the job that claim took is still handed over, so
 /// it is run now rather than left PROCESSING until its lease runs out.
 #[tokio::test]
 async fn a_finalize_whose_fence_fails_still_hands_over_the_claim_sent_behind_it() {
-    let app = TestApp::spawn().await;
-    let key = app.create_user("alice").await;
-    app.uploaded_video(&key).await;
-    app.uploaded_video(&key).await;
-    let pool = vidq::db::connect(&app.db.url, 1).await.unwrap();
-    let mut stale = vidq::db::jobs::claim(&pool.get().await.unwrap(), "node", 60.0)
-        .await
-        .unwrap()
-        .map(vidq::app::jobs::Claim::from)
-        .expect("a job to claim");
+    let (app, pool, mut stale) = two_jobs_and_a_claim_of_one(1).await;
     stale.token = uuid::Uuid::now_v7(); // a token the job never had
     let output = vidq::pipeline::AttemptOutput::placeholder(&stale.plan());
     let (finalized, next) =

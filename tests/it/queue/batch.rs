@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use vidq::app::jobs::{self, Claim, JobError, NextClaim};
-use vidq::app::ready_batch::{ReadyAttempt, finalize_ready_all};
+use vidq::app::ready_batch::{EarlyAnswer, ReadyAttempt, finalize_ready_all};
 
 use super::{
     Worker, claim, each_job_ran_once_and_announced_once, fast_settings, video_id, wait_for_count,
@@ -38,6 +38,7 @@ fn ready(claim: &Claim, carry: bool) -> ReadyAttempt {
         claim: claim.clone(),
         output: output(&claim.plan()),
         carry,
+        early: None,
     }
 }
 
@@ -240,6 +241,95 @@ async fn a_batch_commits_every_video_event_and_job_in_one_transaction_and_claims
         ))
         .await,
         3
+    );
+}
+
+/// Slots that hear their next claims early get them as soon as the claim statement answers,
+/// ahead of the batch's transaction: here another transaction holds the uploader's row, so
+/// the batch waits at its first statement, and both slots have their next jobs all the same.
+/// A slot that asked for nothing hears nothing, and the batch commits once the row is let go.
+#[tokio::test]
+async fn slots_hear_their_next_claims_before_their_batch_commits() {
+    let app = TestApp::spawn().await;
+    queued_jobs(&app, 5).await;
+    let claimed = claim_some(&app, "node-a", 30.0, 3).await;
+    let holder = vidq::db::connect(&app.db.url, 1).await.unwrap();
+    let mut hold = holder.get().await.unwrap();
+    for sql in ["BEGIN", "SELECT id FROM users FOR UPDATE"] {
+        diesel_async::RunQueryDsl::execute(diesel::sql_query(sql), &mut hold)
+            .await
+            .unwrap();
+    }
+    let mut heard = Vec::new();
+    let batch: Vec<ReadyAttempt> = claimed
+        .iter()
+        .enumerate()
+        .map(|(i, claim)| {
+            let (answer, early) = tokio::sync::oneshot::channel();
+            heard.push(early);
+            ReadyAttempt {
+                early: Some(EarlyAnswer::new(answer)),
+                ..ready(claim, i != 1)
+            }
+        })
+        .collect();
+    let pool = app.pool.clone();
+    let committing = tokio::spawn(async move { finalize_ready_all(&pool, &batch, next()).await });
+    let mut next_jobs = Vec::new();
+    for (i, early) in heard.into_iter().enumerate() {
+        let early = tokio::time::timeout(Duration::from_secs(10), early)
+            .await
+            .expect("the claims answer while the batch waits for the uploader's row");
+        if i == 1 {
+            assert!(
+                early.is_err(),
+                "a slot that asked for nothing hears nothing"
+            );
+            continue;
+        }
+        let job = early
+            .expect("a claim went out")
+            .expect("the claim ran")
+            .expect("two jobs were waiting");
+        next_jobs.push(job.job_id);
+    }
+    assert_ne!(next_jobs[0], next_jobs[1]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !committing.is_finished(),
+        "the batch waits for the uploader's row"
+    );
+    diesel_async::RunQueryDsl::execute(diesel::sql_query("ROLLBACK"), &mut hold)
+        .await
+        .unwrap();
+    let answers = committing.await.unwrap();
+    for (finalized, carried) in &answers {
+        assert!(finalized.is_ok(), "{finalized:?}");
+        assert!(
+            carried.is_none(),
+            "claims heard early are not answered again"
+        );
+    }
+    let done = claimed
+        .iter()
+        .map(|c| c.job_id.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) AS n FROM video_encoding_jobs WHERE id IN ({done}) AND status = 'COMPLETED'"
+        ))
+        .await,
+        3
+    );
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) AS n FROM video_encoding_jobs
+              WHERE id IN ({}, {}) AND status = 'PROCESSING' AND claimed_by = 'batcher'",
+            next_jobs[0], next_jobs[1]
+        ))
+        .await,
+        2
     );
 }
 
