@@ -565,7 +565,6 @@ impl Drop for TestApp {
     }
 }
 
-/// Asserts the response has this status and the error body's `code`.
 /// How PostgreSQL planned the prepared statements of one session whose text matches a pattern.
 #[derive(QueryableByName, Debug)]
 pub struct Plans {
@@ -595,6 +594,38 @@ pub async fn plans_of(conn: &mut diesel_async::AsyncPgConnection, pattern: &str)
     .unwrap()
 }
 
+/// Every user's row held `FOR UPDATE` by a transaction of its own until [`UsersHeld::let_go`]:
+/// a READY finalize, whose first statement locks its uploader, waits meanwhile.
+pub struct UsersHeld(
+    bb8::PooledConnection<
+        'static,
+        diesel_async::pooled_connection::AsyncDieselConnectionManager<
+            diesel_async::AsyncPgConnection,
+        >,
+    >,
+);
+
+impl UsersHeld {
+    /// Holds the rows of every user of the database at `url`.
+    pub async fn hold(url: &str) -> Self {
+        let pool = db::connect(url, 1).await.unwrap();
+        let mut conn = pool.get_owned().await.unwrap();
+        for sql in ["BEGIN", "SELECT id FROM users FOR UPDATE"] {
+            diesel::sql_query(sql).execute(&mut conn).await.unwrap();
+        }
+        Self(conn)
+    }
+
+    /// Ends the holding transaction.
+    pub async fn let_go(mut self) {
+        diesel::sql_query("ROLLBACK")
+            .execute(&mut self.0)
+            .await
+            .unwrap();
+    }
+}
+
+/// Asserts the response has this status and the error body's `code`.
 pub async fn assert_error(response: Response, status: StatusCode, code: &str) -> Value {
     assert_eq!(response.status(), status);
     let body: Value = response.json().await.unwrap();

@@ -9,7 +9,7 @@ use diesel::sql_types::BigInt;
 use diesel_async::RunQueryDsl;
 use vidq::db::pipeline::Pipeline;
 
-use crate::harness::{TestApp, TestDb};
+use crate::harness::{TestApp, TestDb, UsersHeld};
 
 #[derive(QueryableByName)]
 struct Count {
@@ -248,13 +248,7 @@ async fn a_finalize_carries_its_slots_next_claim_in_the_same_round_trip() {
 #[tokio::test]
 async fn a_slots_next_claim_answers_while_its_finalize_still_waits_to_commit() {
     let (app, pool, first) = two_jobs_and_a_claim_of_one(2).await;
-    let holder = vidq::db::connect(&app.db.url, 1).await.unwrap();
-    let mut hold = holder.get().await.unwrap();
-    diesel::sql_query("BEGIN").execute(&mut hold).await.unwrap();
-    diesel::sql_query("SELECT id FROM users FOR UPDATE")
-        .execute(&mut hold)
-        .await
-        .unwrap();
+    let held = UsersHeld::hold(&app.db.url).await;
     let output = vidq::pipeline::AttemptOutput::placeholder(&first.plan());
     let ahead = tokio::time::timeout(
         Duration::from_secs(10),
@@ -286,10 +280,7 @@ async fn a_slots_next_claim_answers_while_its_finalize_still_waits_to_commit() {
         job_row(&app.db.url, first.job_id).await.status,
         "PROCESSING"
     );
-    diesel::sql_query("ROLLBACK")
-        .execute(&mut hold)
-        .await
-        .unwrap();
+    held.let_go().await;
     ahead
         .finalized
         .await

@@ -11,7 +11,7 @@ use vidq::app::ready_batch::{EarlyAnswer, ReadyAttempt, finalize_ready_all};
 use super::{
     Worker, claim, each_job_ran_once_and_announced_once, fast_settings, video_id, wait_for_count,
 };
-use crate::harness::{TestApp, plans_of};
+use crate::harness::{TestApp, UsersHeld, plans_of};
 use crate::proxy::{FailOnce, Failure};
 use crate::scripted::{Scripted, Step, output};
 
@@ -253,13 +253,7 @@ async fn slots_hear_their_next_claims_before_their_batch_commits() {
     let app = TestApp::spawn().await;
     queued_jobs(&app, 5).await;
     let claimed = claim_some(&app, "node-a", 30.0, 3).await;
-    let holder = vidq::db::connect(&app.db.url, 1).await.unwrap();
-    let mut hold = holder.get().await.unwrap();
-    for sql in ["BEGIN", "SELECT id FROM users FOR UPDATE"] {
-        diesel_async::RunQueryDsl::execute(diesel::sql_query(sql), &mut hold)
-            .await
-            .unwrap();
-    }
+    let held = UsersHeld::hold(&app.db.url).await;
     let mut heard = Vec::new();
     let batch: Vec<ReadyAttempt> = claimed
         .iter()
@@ -299,9 +293,7 @@ async fn slots_hear_their_next_claims_before_their_batch_commits() {
         !committing.is_finished(),
         "the batch waits for the uploader's row"
     );
-    diesel_async::RunQueryDsl::execute(diesel::sql_query("ROLLBACK"), &mut hold)
-        .await
-        .unwrap();
+    held.let_go().await;
     let answers = committing.await.unwrap();
     for (finalized, carried) in &answers {
         assert!(finalized.is_ok(), "{finalized:?}");

@@ -1,10 +1,10 @@
 //! An attempt's life on a worker: handed back with its attempt restored on shutdown, kept
-//! past its lease by the heartbeat.
+//! past its lease by the heartbeat, and its finalize waited for by a worker that stops.
 
 use std::time::Duration;
 
 use super::{Worker, fast_settings, video_id, wait_for_count};
-use crate::harness::TestApp;
+use crate::harness::{TestApp, UsersHeld};
 use crate::scripted::{Scripted, Step};
 
 #[tokio::test]
@@ -105,6 +105,63 @@ async fn the_heartbeat_keeps_a_long_attempt_past_its_lease() {
     );
     assert_eq!(
         app.count("SELECT count(*) AS n FROM video_encoding_jobs WHERE attempt_count = 1")
+            .await,
+        1
+    );
+}
+
+/// A slot claims its next job ahead of its finalize and goes on while the finalize commits;
+/// a worker stopped then hands the running job back and still waits for the finalize. Here
+/// another transaction holds the uploader's row, so the first job's finalize cannot commit:
+/// the slot takes the second job all the same, the stop hands that one back, and the worker
+/// does not return until the row is let go and the first job is COMPLETED.
+#[tokio::test]
+async fn a_worker_stopped_while_a_finalize_commits_waits_for_it() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    for _ in 0..2 {
+        app.uploaded_video(&key).await;
+    }
+    let held = UsersHeld::hold(&app.db.url).await;
+    let body = Scripted::new(Step::Succeed(Duration::from_millis(200)));
+    let worker = Worker::start(&app.db.url, body.clone(), fast_settings("ahead")).await;
+    wait_for_count(
+        &app,
+        "SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'PROCESSING'",
+        2,
+        Duration::from_secs(10),
+    )
+    .await;
+    worker.stop.cancel();
+    wait_for_count(
+        &app,
+        "SELECT count(*) AS n FROM job_attempts WHERE outcome = 'released'",
+        1,
+        Duration::from_secs(10),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !worker.handle.is_finished(),
+        "the stopped worker waits for the finalize it started"
+    );
+    held.let_go().await;
+    tokio::time::timeout(Duration::from_secs(40), worker.handle)
+        .await
+        .expect("the worker stops once its finalize has committed")
+        .unwrap();
+    for (status, jobs) in [("COMPLETED", 1), ("PENDING", 1)] {
+        assert_eq!(
+            app.count(&format!(
+                "SELECT count(*) AS n FROM video_encoding_jobs WHERE status = '{status}'"
+            ))
+            .await,
+            jobs,
+            "{status}: the first job finalized, the second handed back"
+        );
+    }
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM notification_outbox WHERE event_type = 'video.ready'")
             .await,
         1
     );
