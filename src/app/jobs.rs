@@ -414,11 +414,7 @@ pub async fn finalize_ready_claiming_ahead(
 
 /// Answers a claim sent ahead; a job claimed for a slot that is no longer listening (its task
 /// ended at shutdown) is handed back at once rather than left to its lease.
-pub(crate) async fn hand_over(
-    pool: &DbPool,
-    answer: ClaimAnswer,
-    claimed: Result<Option<Claim>, JobError>,
-) {
+async fn hand_over(pool: &DbPool, answer: ClaimAnswer, claimed: Result<Option<Claim>, JobError>) {
     if let Err(Ok(Some(orphan))) = answer.send(claimed) {
         release_orphan(pool, &orphan).await;
     }
