@@ -558,6 +558,13 @@ pub struct ApiConfig {
     /// Do not apply pending migrations at start-up (run `vidq migrate` separately).
     #[arg(long = "no-migrate", env = "VIDQ_NO_MIGRATE", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
     pub no_migrate: bool,
+    /// `/readyz` answers 503 unless S3 answers too. Off by default: the node starts and
+    /// stays ready through an S3 outage, since uploads through vidq, live ingest, status
+    /// reads and the event feed need only the spool and PostgreSQL.
+    #[arg(long = "ready-requires-storage", env = "VIDQ_READY_REQUIRES_STORAGE", value_name = "BOOL",
+          default_value_t = false, action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub ready_requires_storage: bool,
 }
 
 /// How a worker claims and paces jobs.
@@ -615,15 +622,6 @@ pub struct WorkerConfig {
     pub storage: StorageConfig,
     #[command(flatten)]
     pub media: MediaArgs,
-    // Where repackage attempts keep a live recording's joined original until a sweeper has
-    // landed it in S3.
-    #[command(flatten)]
-    pub spool: SpoolArgs,
-    /// The node name live recordings' joined originals are registered under: the sweeper
-    /// run with this `VIDQ_NODE_ID` and the same `VIDQ_SPOOL_DIR` lands them (on this host,
-    /// or sharing the spool volume). Default: this worker's node id.
-    #[arg(long = "spool-node", env = "VIDQ_SPOOL_NODE", value_name = "NAME")]
-    pub spool_node: Option<String>,
 }
 
 /// How a relay claims, sends and retries.

@@ -9,3 +9,4 @@ pub mod private_pg;
 pub mod s3_server;
 pub mod spool;
 pub mod storage;
+pub mod storage_watch;

@@ -74,7 +74,7 @@ async fn make_video(
         db::jobs::insert(
             conn,
             video.0,
-            &recording::original_key(whole.id),
+            &recording::files_prefix(whole.id),
             JobKind::Repackage,
         )
         .await?;

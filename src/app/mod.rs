@@ -51,6 +51,8 @@ pub struct AppContext {
     /// A worker running in this same process (`vidq dev`), whose families the API's
     /// `/metrics` serves too: there it has no health listener of its own to scrape.
     pub in_process_worker: Option<InProcessWorker>,
+    /// `VIDQ_READY_REQUIRES_STORAGE`: `/readyz` is 503 unless the bucket answers too.
+    pub ready_requires_storage: bool,
 }
 
 /// A worker sharing the API's process: its own account of itself and its slot count.

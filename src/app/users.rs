@@ -100,7 +100,7 @@ pub async fn delete_user(ctx: &AppContext, name: &str) -> Result<DeletedUser, Ap
             for recording in recordings {
                 match ctx
                     .storage
-                    .delete_prefix(&format!("live/{recording}/"))
+                    .delete_prefix(&crate::domain::recording::files_prefix(recording))
                     .await
                 {
                     Ok(n) => deleted.objects += n,

@@ -218,7 +218,7 @@ pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Resul
         _ => Vec::new(),
     };
     let recording_prefix = match source {
-        Source::Recording(recording) => Some(format!("live/{recording}/")),
+        Source::Recording(recording) => Some(crate::domain::recording::files_prefix(recording)),
         _ => None,
     };
     drop(conn);

@@ -213,6 +213,7 @@ async fn run_nodes(
         ingest: None,
         operators: Default::default(),
         in_process_worker: None,
+        ready_requires_storage: false,
     };
     ctx.storage.ensure_bucket().await?;
     let (owner, _) = app::users::create_user(&ctx.db, "bench").await?;

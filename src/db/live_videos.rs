@@ -1,7 +1,6 @@
 //! From a finished recording to its video: which recordings of a node are whole (and which
 //! can never be), the lock and links of the transaction that makes the video, and the
-//! original axis that its repackage job writes (a `recording_files` row, landed by the
-//! sweeper like the others). Lock order (`db/mod.rs`): a recording row after `users` and
+//! files its repackage job reads from S3. Lock order (`db/mod.rs`): a recording row after `users` and
 //! `videos`, before `video_encoding_jobs`; its file rows after it.
 
 use diesel::sql_types::{BigInt, Nullable, Text};
@@ -278,140 +277,26 @@ pub async fn kept_files(
     .await
 }
 
-/// The original axis of a recording as its ledger row has it.
-#[derive(Debug, Clone, QueryableByName)]
-pub struct OriginalRow {
-    /// `pending` or `uploaded` (or `rejected` at the file boundary).
-    #[diesel(sql_type = Text)]
-    pub state: String,
-    /// Its size.
-    #[diesel(sql_type = BigInt)]
-    pub size_bytes: i64,
-    /// The spool file that holds it while pending.
-    #[diesel(sql_type = Text)]
-    pub spool_path: String,
-    /// The node whose spool that is.
-    #[diesel(sql_type = Text)]
-    pub node_id: String,
-    /// The last failed try's error.
-    #[diesel(sql_type = Nullable<Text>)]
-    pub last_error: Option<String>,
-    /// A sweeper holds a claim on it now (its PUT may be under way).
-    #[diesel(sql_type = diesel::sql_types::Bool)]
-    pub claimed: bool,
-}
-
-/// The recording's original axis, once a repackage attempt registered it.
-pub async fn original(
+/// How many of the recording's init and segment files the ledger still has `pending` (not
+/// yet landed in S3 by the API node's sweeper).
+pub async fn pending_files(
     conn: &mut AsyncPgConnection,
     recording: Uuid,
-) -> diesel::QueryResult<Option<OriginalRow>> {
-    diesel::sql_query(format!(
-        "SELECT state, size_bytes, spool_path, node_id, last_error,
-                COALESCE(claimed_until > statement_timestamp(), false) AS claimed
-           FROM recording_files
-          WHERE recording_id = $1 AND axis = '{original}' AND sequence = 0",
-        original = FileAxis::Original.as_str(),
+) -> diesel::QueryResult<i64> {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let row: Count = diesel::sql_query(format!(
+        "SELECT count(*) AS n FROM recording_files
+          WHERE recording_id = $1 AND state = '{pending}' AND axis IN ('{init}', '{segment}')",
+        pending = FileState::Pending.as_str(),
+        init = FileAxis::Init.as_str(),
+        segment = FileAxis::Segment.as_str(),
     ))
     .bind::<diesel::sql_types::Uuid, _>(recording)
     .get_result(conn)
-    .await
-    .optional()
-}
-
-/// The joined MP4 a repackage attempt spooled (fsynced before this row).
-#[derive(Debug, Clone)]
-pub struct NewOriginal<'a> {
-    /// The recording.
-    pub recording: Uuid,
-    /// `live/{recording}/original.mp4`.
-    pub object_key: &'a str,
-    /// Its size.
-    pub size: i64,
-    /// Relative to the worker's `VIDQ_SPOOL_DIR`.
-    pub spool_path: &'a str,
-    /// The node whose sweeper lands the file.
-    pub node: &'a str,
-    /// The attempt's fence: its claim token, which must still hold the recording's job
-    /// (`PROCESSING`, lease running). The token and not the attempt number: a claim lost with
-    /// a database crash (`super::jobs::CLAIM_SQL`) is taken again under the same number.
-    pub claim_token: Uuid,
-}
-
-/// What registering the original did.
-#[derive(Debug, Clone, QueryableByName)]
-pub struct RegisteredOriginal {
-    /// The row now names this attempt's file, `pending`.
-    #[diesel(sql_type = diesel::sql_types::Bool)]
-    pub taken: bool,
-    /// The row's state after the statement (`None`: no row).
-    #[diesel(sql_type = Nullable<Text>)]
-    pub state: Option<String>,
-    /// The node and spool file the row named before, when this replaced them.
-    #[diesel(sql_type = Nullable<Text>)]
-    pub replaced_node: Option<String>,
-    /// See `replaced_node`.
-    #[diesel(sql_type = Nullable<Text>)]
-    pub replaced_path: Option<String>,
-}
-
-/// Registers the original axis `pending` naming this attempt's file, then wakes the node's
-/// sweeper: a new row, or one an earlier attempt left `pending` or that was refused at the
-/// file boundary (tries start over). An `uploaded` row stays as it is, and so does every row
-/// when the attempt no longer holds its job (a zombie cannot take the row from the live
-/// attempt).
-pub async fn register_original(
-    conn: &mut AsyncPgConnection,
-    new: &NewOriginal<'_>,
-) -> diesel::QueryResult<RegisteredOriginal> {
-    let row: RegisteredOriginal = diesel::sql_query(format!(
-        "WITH fence AS (
-             SELECT 1 FROM video_encoding_jobs j JOIN videos v ON v.id = j.video_id
-              WHERE v.recording_id = $1 AND j.claim_token = $6
-                AND j.status = 'PROCESSING' AND j.lease_until > statement_timestamp()),
-         before AS (
-             SELECT node_id, spool_path FROM recording_files
-              WHERE recording_id = $1 AND axis = '{original}' AND sequence = 0
-                AND state IN ('{pending}', '{rejected}')),
-         upserted AS (
-             INSERT INTO recording_files
-                    (recording_id, axis, sequence, object_key, size_bytes, spool_path, node_id)
-             SELECT $1, '{original}', 0, $2, $3, $4, $5 FROM fence
-             ON CONFLICT (recording_id, axis, sequence) DO UPDATE
-                SET state = '{pending}', reject_reason = NULL,
-                    size_bytes = EXCLUDED.size_bytes, spool_path = EXCLUDED.spool_path,
-                    node_id = EXCLUDED.node_id, tries = 0, next_try_at = NULL,
-                    last_error = NULL, claimed_until = NULL,
-                    received_at = statement_timestamp()
-              WHERE recording_files.state IN ('{pending}', '{rejected}')
-             RETURNING state)
-         SELECT EXISTS (SELECT 1 FROM upserted) AS taken,
-                COALESCE((SELECT state FROM upserted),
-                         (SELECT state FROM recording_files
-                           WHERE recording_id = $1 AND axis = '{original}' AND sequence = 0))
-                    AS state,
-                (SELECT node_id FROM before WHERE EXISTS (SELECT 1 FROM upserted))
-                    AS replaced_node,
-                (SELECT spool_path FROM before WHERE EXISTS (SELECT 1 FROM upserted))
-                    AS replaced_path",
-        original = FileAxis::Original.as_str(),
-        pending = FileState::Pending.as_str(),
-        rejected = FileState::Rejected.as_str(),
-    ))
-    .bind::<diesel::sql_types::Uuid, _>(new.recording)
-    .bind::<Text, _>(new.object_key)
-    .bind::<BigInt, _>(new.size)
-    .bind::<Text, _>(new.spool_path)
-    .bind::<Text, _>(new.node)
-    .bind::<diesel::sql_types::Uuid, _>(new.claim_token)
-    .get_result(conn)
     .await?;
-    if row.taken {
-        diesel::sql_query("SELECT pg_notify($1, $2)")
-            .bind::<Text, _>(super::ingest::SWEEP_CHANNEL)
-            .bind::<Text, _>(new.node)
-            .execute(conn)
-            .await?;
-    }
-    Ok(row)
+    Ok(row.n)
 }

@@ -4,6 +4,8 @@
 spelled_states! {
     /// What an output object is.
     pub enum Axis {
+        /// A live recording's files joined into one MP4 by its repackage attempt.
+        Original = "original",
         /// fMP4 initialization segment (`EXT-X-MAP`).
         Init = "init",
         /// One media segment.
@@ -21,7 +23,7 @@ impl Axis {
     /// The `Content-Type` the object is stored with.
     pub fn content_type(self) -> &'static str {
         match self {
-            Self::Init | Self::Mp4 => "video/mp4",
+            Self::Original | Self::Init | Self::Mp4 => "video/mp4",
             Self::Segment => "video/iso.segment",
             Self::Playlist => "application/vnd.apple.mpegurl",
             Self::Thumbnail => "image/jpeg",

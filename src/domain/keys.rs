@@ -40,6 +40,8 @@ pub mod outputs {
     pub const MP4: &str = "video.mp4";
     /// Poster frame.
     pub const THUMBNAIL: &str = "thumb.jpg";
+    /// A live recording's init and segments joined into one MP4 (repackage attempts only).
+    pub const ORIGINAL: &str = "original.mp4";
 
     /// The n-th media segment.
     pub fn segment(n: u32) -> String {

@@ -28,7 +28,10 @@ spelled_states! {
         Init = "init",
         /// One media segment.
         Segment = "segment",
-        /// The whole recording joined into one MP4 by its repackage job.
+        /// The whole recording joined into one MP4, as builds before `repackage_writes_its_original`
+        /// registered it here. Today a repackage attempt puts its original under its own
+        /// attempt prefix in the artifact ledger; rows of this axis that landed stay
+        /// reconciled, and the migration forgot those that never did.
         Original = "original",
     }
 }
@@ -155,15 +158,10 @@ pub fn object_key(recording: uuid::Uuid, name: &IngestName) -> Option<String> {
     }
 }
 
-/// The object key of a recording's original axis: its segments joined into one MP4.
-pub fn original_key(recording: uuid::Uuid) -> String {
-    format!("live/{recording}/original.mp4")
-}
-
-/// The spool path of one version of a recording's original, as the repackage attempt
-/// `version` wrote it on its worker's spool.
-pub fn original_spool_path(recording: uuid::Uuid, version: uuid::Uuid) -> String {
-    format!("live/{recording}/original.{version}.mp4")
+/// The prefix every object of a recording's files lives under (`live/{recording}/`); a
+/// repackage job reads the recording from there.
+pub fn files_prefix(recording: uuid::Uuid) -> String {
+    format!("live/{recording}/")
 }
 
 /// The spool path (relative to the root) of one received version of a recording file:

@@ -606,7 +606,8 @@ pub struct HealthDto {
 /// `GET /readyz`: what answers and what does not.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ReadinessDto {
-    /// `ready` when both answer, else `unavailable`.
+    /// `ready` when the node takes requests (the database answers, and the bucket too when
+    /// `VIDQ_READY_REQUIRES_STORAGE` is on), else `unavailable`.
     #[schema(schema_with = readiness)]
     pub status: &'static str,
     /// `ok` or `unavailable`.

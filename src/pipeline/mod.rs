@@ -1,7 +1,7 @@
 //! One encoding attempt, between its claim and its finalize: get the original (an upload's
-//! from S3; a live recording's joined by [`repackage`]), probe it, encode it (a recording's
-//! is cut into HLS again without re-encoding), and put the outputs under the attempt's own S3 prefix with every object in
-//! the artifact ledger. No transaction is open while any of this runs (invariant I7); each
+//! from S3; a live recording's joined from its files in S3 by [`repackage`]), probe it,
+//! encode it (a recording's is cut into HLS again without re-encoding), and put the outputs
+//! under the attempt's own S3 prefix with every object in the artifact ledger. No transaction is open while any of this runs (invariant I7); each
 //! ledger write is its own short statement.
 
 pub mod outputs;
@@ -9,6 +9,7 @@ pub mod repackage;
 pub mod scratch;
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
@@ -85,6 +86,30 @@ impl AttemptOutput {
     }
 }
 
+/// How long an attempt waits for what it reads before it counts as failed.
+#[derive(Clone, Copy, Debug)]
+pub struct AttemptWaits {
+    /// A repackage attempt whose recording still has files `pending` in the ledger (the
+    /// sweeper has not landed them) waits this long at most, then gives the job back.
+    pub landing: Duration,
+    /// While S3 does not answer a read, the attempt tries again (with backoff) for this long
+    /// at most: a short outage costs no attempt.
+    pub storage: Duration,
+}
+
+impl Default for AttemptWaits {
+    /// Two minutes each: well inside an attempt's deadline (the heartbeat keeps the lease).
+    fn default() -> Self {
+        Self {
+            landing: Duration::from_secs(120),
+            storage: Duration::from_secs(120),
+        }
+    }
+}
+
+/// First and longest pause between reads of an S3 that did not answer.
+const STORAGE_BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(5));
+
 /// What an attempt needs.
 #[derive(Clone, Debug)]
 pub struct Pipeline {
@@ -96,9 +121,8 @@ pub struct Pipeline {
     pub media: MediaConfig,
     /// Parent of each attempt's scratch directory.
     pub work_root: PathBuf,
-    /// Where repackage attempts spool live recordings' originals (`None`: this worker
-    /// takes no live recordings, and their attempts fail to be retried elsewhere).
-    pub live: Option<repackage::LiveOriginals>,
+    /// How long an attempt waits for what it reads.
+    pub waits: AttemptWaits,
 }
 
 impl Pipeline {
@@ -121,7 +145,7 @@ impl Pipeline {
         match plan.kind {
             JobKind::Encode => self.download_original(plan, &original, cancel).await?,
             JobKind::Repackage => {
-                self.live_original(plan, scratch.path(), &original, cancel)
+                self.live_original(plan.video.0, scratch.path(), &original, cancel)
                     .await?
             }
         }
@@ -142,7 +166,10 @@ impl Pipeline {
         };
         tracing::info!(renditions = files.renditions.len(), "encoded");
         // Not dropped on a stop: it stops itself, so a multipart upload is aborted first.
-        let keys = outputs::upload(&self.storage, &self.db, plan, &files, cancel).await?;
+        // A recording's joined original is one of the attempt's outputs (an upload's is in S3
+        // already, under the key its client PUT it to).
+        let joined = (plan.kind == JobKind::Repackage).then_some(original.as_path());
+        let keys = outputs::upload(&self.storage, &self.db, plan, &files, joined, cancel).await?;
         Ok(AttemptOutput { media, keys })
     }
 }
@@ -155,10 +182,9 @@ impl Pipeline {
         original: &std::path::Path,
         cancel: &CancellationToken,
     ) -> Result<(), MediaError> {
-        let download = self.storage.download_to_file(&plan.original_key, original);
-        let downloaded = until_cancelled(cancel, download)
-            .await?
-            .map_err(outputs::storage_error)?;
+        let downloaded = self
+            .download_patiently(&plan.original_key, original, cancel)
+            .await?;
         if downloaded.is_none() {
             return Err(MediaError::permanent(
                 "original_missing",
@@ -166,6 +192,31 @@ impl Pipeline {
             ));
         }
         Ok(())
+    }
+
+    /// `key` into `to`; its size, or `None` when S3 does not have it. While S3 does not
+    /// answer, tries again with backoff for at most `waits.storage`.
+    async fn download_patiently(
+        &self,
+        key: &str,
+        to: &std::path::Path,
+        cancel: &CancellationToken,
+    ) -> Result<Option<u64>, MediaError> {
+        let deadline = Instant::now() + self.waits.storage;
+        let mut pause = STORAGE_BACKOFF.0;
+        loop {
+            match until_cancelled(cancel, self.storage.download_to_file(key, to)).await? {
+                Ok(got) => return Ok(got),
+                Err(error) if Instant::now() + pause < deadline => {
+                    tracing::warn!(error = %crate::telemetry::error_chain(&error), %key,
+                        retry_in_ms = pause.as_millis() as u64,
+                        "object storage did not answer a read; trying again");
+                    until_cancelled(cancel, tokio::time::sleep(pause)).await?;
+                    pause = (pause * 2).min(STORAGE_BACKOFF.1);
+                }
+                Err(error) => return Err(outputs::storage_error(error)),
+            }
+        }
     }
 
     /// After a READY commit: deletes every object of the video outside its live prefix (the

@@ -36,7 +36,9 @@ pub fn storage_error(err: impl std::error::Error + 'static) -> MediaError {
     )
 }
 
-/// Uploads every output of one attempt; returns the playback keys once all are confirmed.
+/// Uploads every output of one attempt (and `joined_original`, a recording's original joined
+/// by this attempt, under [`outputs::ORIGINAL`]); returns the playback keys once all are
+/// confirmed.
 /// When `cancel` fires it stops, and a multipart upload under way is aborted (not dropped)
 /// before it returns, so a stopped attempt leaves no parts in the bucket.
 pub async fn upload(
@@ -44,10 +46,11 @@ pub async fn upload(
     pool: &DbPool,
     plan: &AttemptPlan,
     files: &EncodedFiles,
+    joined_original: Option<&std::path::Path>,
     cancel: &CancellationToken,
 ) -> Result<PlaybackKeys, MediaError> {
     let key = |name: &str| keys::attempt_object(plan.video, plan.run, plan.attempt, name);
-    let (planned, first_playlist) = lay_out(plan, files);
+    let (planned, first_playlist) = lay_out(plan, files, joined_original);
     let all = super::until_cancelled(cancel, register(pool, plan, planned)).await??;
     let (objects, playlists) = all.split_at(first_playlist);
     put_in_order(storage, pool, objects, playlists, cancel).await?;
@@ -63,7 +66,11 @@ type Planned = (Axis, i32, String, PathBuf);
 
 /// Every output with its key, in upload order, and where the playlists start (rendition
 /// playlists after every segment, the top playlist, master or single, last).
-fn lay_out(plan: &AttemptPlan, files: &EncodedFiles) -> (Vec<Planned>, usize) {
+fn lay_out(
+    plan: &AttemptPlan,
+    files: &EncodedFiles,
+    joined_original: Option<&std::path::Path>,
+) -> (Vec<Planned>, usize) {
     let key = |name: &str| keys::attempt_object(plan.video, plan.run, plan.attempt, name);
     // Sequence numbers keep every object of an axis distinct across the ladder's renditions.
     const PER_RENDITION: i32 = 100_000;
@@ -99,6 +106,9 @@ fn lay_out(plan: &AttemptPlan, files: &EncodedFiles) -> (Vec<Planned>, usize) {
         key(outputs::THUMBNAIL),
         files.thumbnail.clone(),
     ));
+    if let Some(path) = joined_original {
+        planned.push((Axis::Original, 0, key(outputs::ORIGINAL), path.to_owned()));
+    }
     let first_playlist = planned.len();
     planned.extend(playlists);
     planned.push((

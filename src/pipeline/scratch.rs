@@ -21,6 +21,16 @@ pub struct Scratch {
     _lock: File,
 }
 
+/// Makes `root` if it is missing and proves a scratch directory can be made and written in
+/// it (a worker checks at start, so a read-only or missing work root is said once, not once
+/// per job).
+pub fn check_writable(root: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(root)?;
+    let scratch = Scratch::create(root)?;
+    std::fs::write(scratch.path().join("probe"), b"vidq")?;
+    Ok(())
+}
+
 impl Scratch {
     /// Creates and locks a new scratch directory under `root`.
     pub fn create(root: &Path) -> io::Result<Self> {

@@ -24,6 +24,7 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     ctx.webhooks = config.webhooks;
     ctx.playback = playback;
     ctx.operators = operators;
+    ctx.ready_requires_storage = config.ready_requires_storage;
     let node_id = super::spool_node(config.node_id.as_deref());
     report_presence(&ctx, &node_id, &shutdown);
     let ingest_listener = bind_ingest(&config.ingest).await?;
@@ -49,16 +50,16 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
         );
     }
     listen_for_events(&ctx, config.database.url.expose(), &shutdown).await;
-    // Fail fast rather than serve uploads that could never be confirmed; once running, a
-    // lost bucket shows as 503 on /readyz and `storage_unavailable` on the calls that need it.
-    ctx.storage.check_bucket().await.with_context(|| {
-        format!(
-            "object storage is not usable: the bucket {:?} did not answer HEAD (check \
-             VIDQ_S3_ENDPOINT, VIDQ_S3_BUCKET and the AWS credentials; S3 calls give up \
-             after VIDQ_S3_OPERATION_TIMEOUT_SECS)",
-            ctx.storage.bucket()
-        )
-    })?;
+    // The node serves whatever S3 does: ingest into the spool needs only PostgreSQL, and the
+    // sweeper lands the bytes once S3 answers. What needs S3 answers `503 storage_unavailable`
+    // meanwhile; `/readyz` names storage in its body (and is 503 only when told to be).
+    tokio::spawn(crate::adapters::storage_watch::watch(
+        ctx.storage.clone(),
+        "tus, single PUT and live ingest go on into the spool; confirms of presigned uploads \
+         answer 503 storage_unavailable (check VIDQ_S3_ENDPOINT, VIDQ_S3_BUCKET and the AWS \
+         credentials)",
+        shutdown.child_token(),
+    ));
     let listener = std::net::TcpListener::bind(config.http.addr)
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
     tracing::info!(addr = %config.http.addr, "API listening");
@@ -175,5 +176,6 @@ pub async fn context(
         ingest: None,
         operators: Default::default(),
         in_process_worker: None,
+        ready_requires_storage: false,
     })
 }

@@ -162,10 +162,6 @@ async fn run_on(
         database_url,
         &config.queue,
         &config.media,
-        super::worker::LiveSpool {
-            dir: &spool_dir,
-            node: Some(&node_id),
-        },
         storage,
         worker_health,
         shutdown.clone(),

@@ -13,8 +13,7 @@ use crate::adapters::storage::Storage;
 use crate::config::MediaArgs;
 pub use crate::config::{QueueArgs, WorkerConfig};
 use crate::db;
-use crate::pipeline::Pipeline;
-use crate::pipeline::repackage::{LiveOriginals, ORIGINAL_WAIT};
+use crate::pipeline::{AttemptWaits, Pipeline};
 use crate::queue::health::WorkerHealth;
 use crate::queue::runner::{Runner, WorkerSettings};
 
@@ -68,10 +67,6 @@ pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::R
         config.database.url.expose(),
         &config.queue,
         &config.media,
-        LiveSpool {
-            dir: &config.spool.dir_or("spool"),
-            node: config.spool_node.as_deref(),
-        },
         storage,
         health,
         shutdown,
@@ -79,32 +74,23 @@ pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::R
     .await
 }
 
-/// Where a worker spools live recordings' originals, and the node whose sweeper lands them
-/// (`None`: the worker's own node id).
-#[derive(Debug, Clone, Copy)]
-pub struct LiveSpool<'a> {
-    /// `VIDQ_SPOOL_DIR`.
-    pub dir: &'a std::path::Path,
-    /// `VIDQ_SPOOL_NODE`.
-    pub node: Option<&'a str>,
-}
-
 /// Runs a worker with a storage client already built (`vidq dev` passes the embedded S3's).
 pub async fn run_with(
     database_url: &str,
     queue: &QueueArgs,
     media: &MediaArgs,
-    spool: LiveSpool<'_>,
     storage: Storage,
     health: Arc<WorkerHealth>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let settings = queue.settings()?;
     let media = media.to_media_config();
-    media
-        .check_tools()
-        .await
-        .context("the media tools do not run (VIDQ_FFMPEG, VIDQ_FFPROBE; is FFmpeg installed?)")?;
+    // Both job kinds (encode, repackage) need the same tools, scratch space and S3; a worker
+    // that lacks one says so now, in one sentence, rather than failing each job it claims.
+    media.check_tools().await.context(
+        "this worker cannot encode or repackage: the media tools do not run (VIDQ_FFMPEG, \
+         VIDQ_FFPROBE; is FFmpeg installed?)",
+    )?;
     let pool = db::connect(database_url, WORKER_POOL_SIZE)
         .await
         .context("connecting to the database (DATABASE_URL)")?;
@@ -112,9 +98,15 @@ pub async fn run_with(
         Some(dir) => dir.clone(),
         None => std::env::temp_dir(),
     };
-    std::fs::create_dir_all(&work_root)
-        .with_context(|| format!("creating {} (VIDQ_WORK_DIR)", work_root.display()))?;
+    crate::pipeline::scratch::check_writable(&work_root).with_context(|| {
+        format!(
+            "this worker cannot encode or repackage: its scratch directory {} (VIDQ_WORK_DIR) \
+             is not writable",
+            work_root.display()
+        )
+    })?;
     remove_stale_scratch(&work_root);
+    warn_while_storage_is_down(&storage, &shutdown);
     // Checked now, so a host without a parent-death signal says so at start.
     crate::adapters::ffmpeg::process::parent_death();
     let body = Pipeline {
@@ -122,11 +114,7 @@ pub async fn run_with(
         db: pool.clone(),
         media,
         work_root,
-        live: Some(LiveOriginals {
-            spool_dir: spool.dir.to_owned(),
-            node: super::spool_node(spool.node.or(queue.node_id.as_deref())),
-            wait: ORIGINAL_WAIT,
-        }),
+        waits: AttemptWaits::default(),
     };
     let running = health.clone();
     super::presence::spawn(
@@ -149,6 +137,17 @@ pub async fn run_with(
     });
     runner.run(shutdown).await;
     Ok(())
+}
+
+/// Starts without S3 (a worker needs it only once it has a job): says so once in a WARN and
+/// once more when S3 answers. Jobs claimed meanwhile wait for S3 within their attempt, then
+/// go back to the queue.
+fn warn_while_storage_is_down(storage: &Storage, shutdown: &CancellationToken) {
+    tokio::spawn(crate::adapters::storage_watch::watch(
+        storage.clone(),
+        "jobs claimed meanwhile wait for it, then go back to the queue",
+        shutdown.child_token(),
+    ));
 }
 
 /// Removes the scratch directories a killed worker left under `root` (those of running

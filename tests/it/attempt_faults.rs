@@ -118,9 +118,15 @@ impl JobBody for FakeEncode {
     ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>> {
         Box::pin(async move {
             let files = self.files(plan).await;
-            let keys =
-                vidq::pipeline::outputs::upload(&self.storage, &self.pool, plan, &files, cancel)
-                    .await?;
+            let keys = vidq::pipeline::outputs::upload(
+                &self.storage,
+                &self.pool,
+                plan,
+                &files,
+                None,
+                cancel,
+            )
+            .await?;
             Ok(AttemptOutput {
                 keys,
                 ..output(plan)

@@ -250,6 +250,33 @@ fn init_test_logging() {
         .try_init();
 }
 
+/// A client of the test bucket at `endpoint` with the test credentials and `timeouts`.
+pub async fn storage_client(endpoint: &str, timeouts: vidq::config::S3Timeouts) -> Storage {
+    let config = StorageConfig {
+        endpoint: Some(endpoint.parse().unwrap()),
+        public_endpoint: None,
+        bucket: TEST_BUCKET.to_owned(),
+        region: "us-east-1".to_owned(),
+        force_path_style: true,
+        timeouts,
+    };
+    let credentials = StaticCredentials {
+        access_key_id: S3_ACCESS_KEY.to_owned(),
+        secret_access_key: Secret::new(S3_SECRET_KEY),
+    };
+    Storage::connect(&config, Some(credentials)).await
+}
+
+/// PUTs `bytes` to a presigned upload contract's URL with the headers it demands, as a
+/// client would.
+pub async fn put_presigned(http: &reqwest::Client, upload: &Value, bytes: Vec<u8>) -> Response {
+    let mut request = http.put(upload["upload_url"].as_str().unwrap()).body(bytes);
+    for (name, value) in upload["headers"].as_object().unwrap() {
+        request = request.header(name, value.as_str().unwrap());
+    }
+    request.send().await.unwrap()
+}
+
 /// A fresh database cloned from the template; dropped (WITH FORCE) when this is dropped.
 pub struct TestDb {
     pub url: String,
@@ -436,6 +463,12 @@ impl TestApp {
         stats
     }
 
+    /// A client of the app's bucket reached at `endpoint` (a fault proxy in front of the
+    /// embedded S3), with the app's credentials.
+    pub async fn storage_at(&self, endpoint: &str) -> Storage {
+        storage_client(endpoint, Default::default()).await
+    }
+
     /// Where the embedded S3 keeps its files (to see what a protocol client cannot list,
     /// such as open multipart uploads).
     pub fn s3_root(&self) -> &std::path::Path {
@@ -497,14 +530,7 @@ impl TestApp {
 
     /// PUTs `bytes` to a presigned upload URL with the headers it demands, as a client would.
     pub async fn put_to(&self, upload: &Value, bytes: Vec<u8>) -> Response {
-        let mut request = self
-            .http
-            .put(upload["upload_url"].as_str().unwrap())
-            .body(bytes);
-        for (name, value) in upload["headers"].as_object().unwrap() {
-            request = request.header(name, value.as_str().unwrap());
-        }
-        request.send().await.unwrap()
+        put_presigned(&self.http, upload, bytes).await
     }
 
     /// PUTs `bytes` with the contract's signed headers except `content-length`, which is

@@ -1,8 +1,8 @@
 //! The seed's six recovery scenarios of a live recording, each run 5 times (30 runs) with a
 //! real FFmpeg pushing the broadcast, the real sweeper landing its files through a wrapper
-//! that fails the PUTs of chosen keys, a real worker repackaging it into a video, and each
-//! run ending with `vidq reconcile` finding the ledger and the bucket in agreement:
-//! (1) the original's PUT fails, (2) a playback segment's PUT fails, (3) the init is not
+//! that fails the PUTs of chosen keys, a real worker repackaging it into a video (its S3
+//! behind a fault proxy), and each run ending with `vidq reconcile` finding the ledger and
+//! the bucket in agreement: (1) the worker's PUT of the joined original fails, (2) a playback segment's PUT fails, (3) the init is not
 //! confirmed, (4) the broadcast ends, (5) the cutoff excludes late segments, (6) the init
 //! recovers and releases the segments that waited for it.
 
@@ -14,12 +14,12 @@ use serde_json::Value;
 use vidq::adapters::ffmpeg::MediaConfig;
 use vidq::bench::sweeper::FaultStore;
 use vidq::pipeline::Pipeline;
-use vidq::pipeline::repackage::LiveOriginals;
 
-use crate::harness::{SPOOL_NODE, TestApp, TestAppOptions, assert_error};
+use crate::harness::{TestApp, TestAppOptions, assert_error};
 use crate::live::{create_recording, playlist_text, push, uploaded};
 use crate::queue::{Worker, fast_settings, wait_for_count};
 use crate::reconcile::{expect, reconcile};
+use crate::s3_faults::S3Faults;
 
 /// Runs of each scenario.
 const RUNS: usize = 5;
@@ -30,6 +30,8 @@ pub struct LiveRig {
     pub app: TestApp,
     pub key: String,
     pub store: FaultStore,
+    /// In front of the worker's S3.
+    pub worker_s3: S3Faults,
     pub worker: Option<Worker>,
     pub id: String,
     pub ingest: String,
@@ -66,13 +68,15 @@ impl LiveRig {
         settings.live_grace = Duration::from_secs(1);
         app.start_sweeper(store.clone(), settings).await;
         let work = tempfile::tempdir().unwrap();
-        let worker = repackager(&app, work.path()).await;
+        let worker_s3 = S3Faults::start(&app.s3.as_ref().unwrap().endpoint()).await;
+        let worker = repackager(&app, &worker_s3, work.path()).await;
         Self {
             ingest: recording["ingest_url"].as_str().unwrap().to_owned(),
             playback: recording["playback_url"].as_str().unwrap().to_owned(),
             id,
             key,
             store,
+            worker_s3,
             worker: Some(worker),
             app,
             _work: work,
@@ -184,19 +188,15 @@ impl LiveRig {
     }
 }
 
-/// A worker whose repackage attempts spool originals on the app's spool as its node, for
-/// the app's sweeper to land.
-pub async fn repackager(app: &TestApp, work: &std::path::Path) -> Worker {
+/// A worker that shares nothing with the app but its database and bucket: it reads the
+/// recording from S3 through `s3` and works in `work`.
+pub async fn repackager(app: &TestApp, s3: &S3Faults, work: &std::path::Path) -> Worker {
     let body = Arc::new(Pipeline {
-        storage: app.storage.clone(),
+        storage: app.storage_at(&s3.endpoint()).await,
         db: app.pool.clone(),
         media: MediaConfig::default(),
         work_root: work.to_owned(),
-        live: Some(LiveOriginals {
-            spool_dir: app.spool.path().to_owned(),
-            node: SPOOL_NODE.to_owned(),
-            wait: Duration::from_secs(60),
-        }),
+        waits: Default::default(),
     });
     Worker::start(&app.db.url, body, fast_settings("repackager")).await
 }
@@ -237,34 +237,51 @@ async fn plays_whole(video: &Value) {
 }
 
 #[tokio::test]
-async fn scenario_1_the_originals_put_fails_then_the_sweeper_lands_it_and_the_video_is_ready() {
+async fn scenario_1_the_workers_put_of_the_original_fails_and_a_later_attempt_lands_it() {
     for run in 0..RUNS {
-        let rig = LiveRig::start(&["original.mp4"]).await;
+        let rig = LiveRig::start(&[]).await;
+        rig.worker_s3.fail_puts_ending("/original.mp4");
         push(&rig.ingest).await;
-        rig.failed_twice("original.mp4").await;
-        // The repackage waits on the ledger: nothing is READY while the original is not in S3.
+        // An attempt whose original could not be stored ends without READY and gives the job
+        // back (attempts left).
+        rig.wait(
+            "SELECT count(*) AS n FROM job_attempts a JOIN video_encoding_jobs j ON j.id = a.job_id
+               JOIN videos v ON v.id = j.video_id
+              WHERE v.recording_id = '{id}' AND a.outcome = 'retry' AND a.error_code = 'storage_error'",
+            1,
+        )
+        .await;
+        assert!(rig.worker_s3.puts_failed() >= 1, "run {run}");
         assert_eq!(
             rig.count(
-                "SELECT count(*) AS n FROM videos v JOIN video_encoding_jobs j ON j.video_id = v.id
-                  WHERE v.recording_id = '{id}' AND v.status <> 'ready' AND j.status = 'PROCESSING'"
+                "SELECT count(*) AS n FROM videos WHERE recording_id = '{id}' AND status = 'ready'"
             )
             .await,
-            1,
-            "run {run}"
+            0,
+            "run {run}: nothing is READY while the original is not in S3"
         );
-        rig.store.heal(&rig.key_of("original.mp4"));
+        rig.worker_s3.heal();
         let video = rig.ready_video().await;
         assert_eq!(video["source"], "live");
+        let video_id = video["id"].as_str().unwrap();
+        // The original is the live attempt's output: in the ledger with the size S3 holds,
+        // under that attempt's prefix; the failed attempt's prefix is swept.
+        let (run_no, attempt) = (
+            rig.count(&format!("SELECT run::bigint AS n FROM video_encoding_jobs WHERE video_id = '{video_id}'")).await,
+            rig.count(&format!("SELECT attempt_count::bigint AS n FROM video_encoding_jobs WHERE video_id = '{video_id}'")).await,
+        );
+        assert!(attempt >= 2, "run {run}: READY on attempt {attempt}");
+        let key = format!("videos/{video_id}/r{run_no}/a{attempt}/original.mp4");
         let original = rig
             .app
             .storage
-            .head(&rig.key_of("original.mp4"))
+            .head(&key)
             .await
             .unwrap()
-            .expect("the original axis is in S3");
+            .unwrap_or_else(|| panic!("run {run}: {key} is not in S3"));
         assert_eq!(
             rig.count(&format!(
-                "SELECT count(*) AS n FROM recording_files WHERE recording_id = '{{id}}'
+                "SELECT count(*) AS n FROM video_artifacts WHERE object_key = '{key}'
                   AND axis = 'original' AND state = 'uploaded' AND size_bytes = {}",
                 original.size
             ))
@@ -272,9 +289,20 @@ async fn scenario_1_the_originals_put_fails_then_the_sweeper_lands_it_and_the_vi
             1,
             "run {run}: the original's CAS on the size S3 holds"
         );
-        assert!(rig.store.puts()[&rig.key_of("original.mp4")] >= 3);
-        rig.one_ready_event(video["id"].as_str().unwrap(), 3, 0)
-            .await;
+        let first = rig
+            .app
+            .storage
+            .list_with_sizes(&format!("videos/{video_id}/r{run_no}/a1/"))
+            .await
+            .unwrap();
+        assert!(first.is_empty(), "run {run}: attempt 1 keeps {first:?}");
+        // Nothing of the recording went through a spool for the original.
+        assert_eq!(
+            rig.count("SELECT count(*) AS n FROM recording_files WHERE recording_id = '{id}' AND axis = 'original'")
+                .await,
+            0
+        );
+        rig.one_ready_event(video_id, 3, 0).await;
         plays_whole(&video).await;
         rig.reconciled().await;
         rig.stop().await;

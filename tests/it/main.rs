@@ -45,6 +45,7 @@ mod s3_faults;
 mod s3_timeouts;
 mod schema;
 mod scripted;
+mod several_machines;
 mod sweeper;
 mod tus;
 mod tus_clients;

@@ -27,7 +27,7 @@ pub fn pipeline(app: &TestApp, work_root: &std::path::Path) -> Pipeline {
         db: app.pool.clone(),
         media: MediaConfig::default(),
         work_root: work_root.to_owned(),
-        live: None,
+        waits: Default::default(),
     }
 }
 
@@ -294,5 +294,56 @@ async fn a_ladder_puts_every_rendition_up_and_the_master_playlist_last() {
     assert!(
         master_row.uploaded_at.unwrap() > last_other,
         "the master playlist goes up last"
+    );
+}
+
+#[tokio::test]
+async fn an_attempt_waits_through_a_short_s3_outage_and_gives_up_on_a_long_one() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let video = upload_clip(&app, &key, &clips::small()).await;
+    let video_id = crate::queue::video_id(&video);
+    let work = tempfile::tempdir().unwrap();
+    let s3 = crate::s3_faults::S3Faults::start(&app.s3.as_ref().unwrap().endpoint()).await;
+    let mut body = pipeline(&app, work.path());
+    body.storage = app.storage_at(&s3.endpoint()).await;
+
+    // Down for longer than the wait: the attempt fails retryably, as storage's fault.
+    body.waits.storage = std::time::Duration::from_secs(2);
+    s3.set_down(true);
+    let plan = claimed(&app, video_id).await;
+    let error = body
+        .run(&plan, &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, "storage_error", "{error:?}");
+    assert_eq!(
+        error.class,
+        vidq::domain::media::FailureClass::Retryable,
+        "{error:?}"
+    );
+
+    // Down for a moment inside the wait: the same attempt reads the original once S3 is
+    // back and goes on to its outputs.
+    body.waits.storage = std::time::Duration::from_secs(60);
+    let back = tokio::spawn({
+        let s3_up = std::sync::Arc::new(s3);
+        let s3 = s3_up.clone();
+        async move {
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            s3.set_down(false);
+            s3_up
+        }
+    });
+    let output = body.run(&plan, &CancellationToken::new()).await.unwrap();
+    assert!(
+        back.await.unwrap().puts_seen() > 0,
+        "the outputs went through S3"
+    );
+    assert!(
+        output
+            .keys
+            .hls
+            .starts_with(&format!("videos/{video_id}/r1/a1/"))
     );
 }

@@ -29,7 +29,7 @@ async fn ready_video(app: &TestApp, key: &str, media: MediaConfig) -> Value {
         db: app.pool.clone(),
         media,
         work_root: work.path().to_owned(),
-        live: None,
+        waits: Default::default(),
     });
     let worker = Worker::start(&app.db.url, body, fast_settings("player-test")).await;
     wait_for_count(

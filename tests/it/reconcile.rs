@@ -21,13 +21,18 @@ use crate::queue::{Worker, fast_settings, video_id, wait_for_count};
 /// Runs `vidq reconcile ARGS` against the test's database and bucket.
 pub async fn reconcile(app: &TestApp, args: &[&str]) -> Output {
     let endpoint = app.s3.as_ref().unwrap().endpoint();
+    reconcile_at(&app.db.url, &endpoint, args).await
+}
+
+/// Runs `vidq reconcile ARGS` against `database_url` and the test bucket at `endpoint`.
+pub async fn reconcile_at(database_url: &str, endpoint: &str, args: &[&str]) -> Output {
     let mut all = vec!["reconcile"];
     all.extend_from_slice(args);
     vidq(
         &all,
         &[
-            ("DATABASE_URL", app.db.url.as_str()),
-            ("VIDQ_S3_ENDPOINT", endpoint.as_str()),
+            ("DATABASE_URL", database_url),
+            ("VIDQ_S3_ENDPOINT", endpoint),
             ("VIDQ_S3_BUCKET", TEST_BUCKET),
             ("VIDQ_S3_FORCE_PATH_STYLE", "true"),
             ("AWS_ACCESS_KEY_ID", "test-access"),

@@ -36,6 +36,9 @@ struct State {
     down: AtomicBool,
     puts_seen: AtomicU32,
     puts_stored: AtomicU32,
+    /// PUTs whose path ends with one of these are answered 503 (counted in `failed`).
+    failing: Mutex<Vec<String>>,
+    failed: AtomicU32,
 }
 
 /// A running fault proxy.
@@ -88,6 +91,22 @@ impl S3Faults {
             .lock()
             .unwrap()
             .extend(faults.iter().copied());
+    }
+
+    /// PUTs whose path ends with `suffix` are answered 503, nothing stored, until
+    /// [`S3Faults::heal`].
+    pub fn fail_puts_ending(&self, suffix: &str) {
+        self.state.failing.lock().unwrap().push(suffix.to_owned());
+    }
+
+    /// PUTs of every path pass again.
+    pub fn heal(&self) {
+        self.state.failing.lock().unwrap().clear();
+    }
+
+    /// PUTs refused by [`S3Faults::fail_puts_ending`].
+    pub fn puts_failed(&self) -> u32 {
+        self.state.failed.load(Ordering::SeqCst)
     }
 
     /// Every request is answered 503 while down.
@@ -146,6 +165,21 @@ async fn handle(
         return Ok(unavailable());
     }
     let is_put = req.method() == hyper::Method::PUT;
+    if is_put {
+        let path = req.uri().path();
+        if state
+            .failing
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| path.ends_with(s.as_str()))
+        {
+            state.failed.fetch_add(1, Ordering::SeqCst);
+            // The body is read first, as S3 does (see below).
+            let _ = req.into_body().collect().await;
+            return Ok(unavailable());
+        }
+    }
     let fault = if is_put {
         state.puts_seen.fetch_add(1, Ordering::SeqCst);
         state.plan.lock().unwrap().pop_front()

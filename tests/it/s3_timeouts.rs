@@ -7,10 +7,10 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use vidq::adapters::storage::{StaticCredentials, Storage};
-use vidq::config::{S3Timeouts, Secret, StorageConfig};
+use vidq::adapters::storage::Storage;
+use vidq::config::S3Timeouts;
 
-use crate::harness::{TEST_BUCKET, TestApp, TestDb, assert_error};
+use crate::harness::{TestApp, assert_error};
 
 /// Short bounds, so a hang shows as a failed test within seconds.
 const SHORT: S3Timeouts = S3Timeouts {
@@ -43,19 +43,7 @@ async fn silent_storage(endpoint: &str) -> Storage {
 }
 
 async fn silent_storage_with(endpoint: &str, timeouts: S3Timeouts) -> Storage {
-    let config = StorageConfig {
-        endpoint: Some(endpoint.parse().unwrap()),
-        public_endpoint: None,
-        bucket: TEST_BUCKET.to_owned(),
-        region: "us-east-1".to_owned(),
-        force_path_style: true,
-        timeouts,
-    };
-    let credentials = StaticCredentials {
-        access_key_id: "test-access".to_owned(),
-        secret_access_key: Secret::new("test-secret"),
-    };
-    Storage::connect(&config, Some(credentials)).await
+    crate::harness::storage_client(endpoint, timeouts).await
 }
 
 /// Runs `call`, failing the test if it takes longer than [`PROMPT`].
@@ -90,7 +78,8 @@ async fn an_s3_that_never_answers_makes_readyz_confirm_and_delete_answer_promptl
     let response = promptly("GET /readyz", app.http.get(format!("{base}/readyz")).send())
         .await
         .unwrap();
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // Ready all the same (ingest needs only the spool and the database); storage named.
+    assert_eq!(response.status(), StatusCode::OK);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["storage"], "unavailable", "{body}");
     assert_eq!(body["database"], "ok", "{body}");
@@ -151,7 +140,9 @@ async fn with_the_default_limits_readyz_and_delete_answer_within_their_budgets()
     let started = Instant::now();
     let response = app.http.get(format!("{base}/readyz")).send().await.unwrap();
     let waited = started.elapsed();
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["storage"], "unavailable", "{body}");
     assert!(
         waited < vidq::http::routes::health::READINESS_BUDGET + slack,
         "readyz took {waited:?}"
@@ -203,38 +194,5 @@ async fn every_storage_call_gives_up_within_its_bounds() {
         promptly("GET", storage.download_to_file("k", &target))
             .await
             .is_err()
-    );
-}
-
-#[tokio::test]
-async fn vidq_api_refuses_to_start_when_s3_never_answers() {
-    let db = TestDb::new().await;
-    let endpoint = black_hole().await;
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_vidq"));
-    command
-        .arg("api")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", &db.url)
-        .env("VIDQ_NO_MIGRATE", "true")
-        .env("VIDQ_HTTP_ADDR", "127.0.0.1:0")
-        .env("VIDQ_S3_ENDPOINT", &endpoint)
-        .env("VIDQ_S3_BUCKET", TEST_BUCKET)
-        .env("VIDQ_S3_FORCE_PATH_STYLE", "true")
-        .env("VIDQ_S3_CONNECT_TIMEOUT_MS", "500")
-        .env("VIDQ_S3_READ_TIMEOUT_SECS", "1")
-        .env("VIDQ_S3_OPERATION_TIMEOUT_SECS", "2")
-        .env("AWS_ACCESS_KEY_ID", "test-access")
-        .env("AWS_SECRET_ACCESS_KEY", "test-secret")
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(30), command.output())
-        .await
-        .expect("vidq api still starting after 30 s against an S3 that never answers")
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("object storage is not usable") && stderr.contains("VIDQ_S3_ENDPOINT"),
-        "{stderr}"
     );
 }

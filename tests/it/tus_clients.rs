@@ -22,7 +22,13 @@ fn clients_dir() -> PathBuf {
 }
 
 /// Runs one client against `endpoint`; returns its JSON line.
-async fn run_client(program: &str, script: &str, endpoint: &str, key: &str, file: &Path) -> Value {
+pub async fn run_client(
+    program: &str,
+    script: &str,
+    endpoint: &str,
+    key: &str,
+    file: &Path,
+) -> Value {
     let script = clients_dir().join(script);
     let out = tokio::process::Command::new(program)
         .arg(&script)
@@ -63,7 +69,7 @@ async fn a_real_client_resumes_after_a_cut_and_the_clip_ends_ready(program: &str
         db: app.pool.clone(),
         media: MediaConfig::default(),
         work_root: work.path().to_owned(),
-        live: None,
+        waits: Default::default(),
     });
     let worker = Worker::start(&app.db.url, body, fast_settings("tus-client-test")).await;
 

@@ -268,7 +268,7 @@ async fn a_worker_cut_off_from_its_database_kills_ffmpeg_and_drops_the_result() 
         db: pool_via_proxy,
         media,
         work_root: work.path().to_owned(),
-        live: None,
+        waits: Default::default(),
     });
     let settings = WorkerSettings {
         node_id: "partitioned".into(),

@@ -1,5 +1,7 @@
-//! Liveness (`/healthz`: the process answers) and readiness (`/readyz`: the database and the
-//! bucket answer too), for load balancers and orchestrators.
+//! Liveness (`/healthz`: the process answers) and readiness (`/readyz`: the database answers;
+//! the body says whether the bucket does), for load balancers and orchestrators. A node is
+//! ready without S3 because ingest into the spool needs only PostgreSQL; an operator who
+//! wants otherwise sets `VIDQ_READY_REQUIRES_STORAGE`.
 
 use std::time::Duration;
 
@@ -35,15 +37,16 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(HealthDto { status: HEALTH_OK })
 }
 
-/// `200` when the database and the bucket both answer, else `503` naming what does not.
+/// `200` while the database answers, its body naming storage `ok` or `unavailable`; `503`
+/// when the database does not (or, with `VIDQ_READY_REQUIRES_STORAGE`, the bucket does not).
 #[utoipa::path(
     method(get, head),
     path = "/readyz",
     tag = "health",
     operation_id = "readyz",
     responses(
-        (status = 200, description = "The database and the bucket answer.", body = ReadinessDto),
-        (status = 503, description = "The database or the bucket does not answer.", body = ReadinessDto),
+        (status = 200, description = "The database answers; `storage` says whether the bucket does.", body = ReadinessDto),
+        (status = 503, description = "The database does not answer (or the bucket does not, when storage is required).", body = ReadinessDto),
     ),
 )]
 pub async fn readyz(ctx: web::Data<AppContext>) -> HttpResponse {
@@ -65,16 +68,13 @@ pub async fn readyz(ctx: web::Data<AppContext>) -> HttpResponse {
         Ok(()) => HEALTH_OK,
         Err(_) => UNAVAILABLE,
     };
+    let ready = database.is_ok() && (storage.is_ok() || !ctx.ready_requires_storage);
     let body = ReadinessDto {
-        status: if database.is_ok() && storage.is_ok() {
-            READY
-        } else {
-            UNAVAILABLE
-        },
+        status: if ready { READY } else { UNAVAILABLE },
         database: verdict(&database),
         storage: verdict(&storage),
     };
-    if database.is_ok() && storage.is_ok() {
+    if ready {
         HttpResponse::Ok().json(body)
     } else {
         tracing::warn!(database = ?database.err(), storage = ?storage.err(), "not ready");
