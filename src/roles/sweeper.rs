@@ -68,6 +68,11 @@ pub async fn run_with(
         .await
         .context("connecting to the database (DATABASE_URL)")?;
     tracing::info!(node = %node_id, spool = %root.path().display(), "sweeper started");
+    tokio::spawn(crate::adapters::storage_watch::watch(
+        storage.clone(),
+        "the spool keeps what arrives and the breaker retries until S3 is back",
+        shutdown.child_token(),
+    ));
     let sweeper = Sweeper::start(
         pool.clone(),
         storage,

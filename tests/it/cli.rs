@@ -149,6 +149,29 @@ async fn a_worker_without_its_media_tools_refuses_to_start() {
 }
 
 #[tokio::test]
+async fn a_worker_without_scratch_space_says_so_at_start() {
+    let db = TestDb::new().await;
+    // A directory nobody can make, root included.
+    let out = vidq(
+        &["worker"],
+        &[
+            ("DATABASE_URL", &db.url),
+            ("VIDQ_S3_BUCKET", "media"),
+            ("VIDQ_S3_ENDPOINT", "http://127.0.0.1:9"),
+            ("VIDQ_WORK_DIR", "/proc/vidq-scratch"),
+        ],
+    )
+    .await;
+    assert_ne!(out.status.code(), Some(0));
+    let text = stderr(&out);
+    assert!(
+        text.contains("cannot encode or repackage")
+            && text.contains("/proc/vidq-scratch (VIDQ_WORK_DIR) is not writable"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn vidq_log_format_json_writes_one_json_object_per_log_line() {
     let db = TestDb::new().await;
     let out = vidq(
