@@ -198,16 +198,17 @@ pub struct HttpConfig {
     )]
     pub addr: SocketAddr,
 
-    /// A request body that sends nothing for this long is answered 408 and its connection
-    /// closed, in seconds. An idle limit, not a total one: a large body on a slow link that
-    /// keeps moving is not cut.
+    /// A request body that sends less than 1 KiB in this long is answered 408 and its
+    /// connection closed, in seconds, on the API port and the live ingest listener alike. An
+    /// idle limit, not a total one: a large body on a slow link that keeps moving is not cut.
     #[arg(long = "http-body-idle-secs", env = "VIDQ_HTTP_BODY_IDLE_SECS", value_name = "SECS",
           default_value_t = HttpLimits::default().body_idle.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub body_idle_secs: u64,
 
-    /// Most connections one client address may hold open; requests on the ones beyond are
-    /// answered 429 and those connections closed.
+    /// Most connections one client address may hold open, on the API port (requests on the
+    /// ones beyond are answered 429 and those connections closed) and on the live ingest
+    /// listener (the ones beyond are closed as they open), each counted on its own.
     #[arg(long = "http-max-connections-per-ip", env = "VIDQ_HTTP_MAX_CONNECTIONS_PER_IP", value_name = "N",
           default_value_t = HttpLimits::default().max_connections_per_ip,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]

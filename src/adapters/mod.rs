@@ -10,3 +10,4 @@ pub mod s3_server;
 pub mod spool;
 pub mod storage;
 pub mod storage_watch;
+pub mod writer_share;

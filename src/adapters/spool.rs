@@ -16,6 +16,7 @@ use bytes::Bytes;
 use sha1::Digest;
 use tokio::sync::mpsc;
 
+use super::writer_share::{ShareFull, ShareLimits, Writer, WriterShares};
 use crate::domain::sweep::relative_spool_path;
 use crate::domain::tus::{Checksum, ChecksumAlgorithm};
 use crate::domain::upload::RejectReason;
@@ -25,16 +26,16 @@ use crate::domain::upload::RejectReason;
 const CHANNEL_CHUNKS: usize = 16;
 /// Writes are gathered into this much before they reach the file.
 const WRITE_BUFFER: usize = 1 << 20;
-/// Spool writers at once on one node. Each holds a blocking thread for as long as its
-/// request sends (minutes on a slow phone); past this, requests are turned away (503,
-/// `Retry-After`) rather than left waiting for a thread while others starve.
-const MAX_WRITERS: usize = 256;
 
 /// The allowed root, resolved once (symlinks in the root itself are the operator's choice).
 #[derive(Clone, Debug)]
 pub struct SpoolRoot {
     root: PathBuf,
-    writers: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Spool writers at once, on the node and per user and recording. Each holds a blocking
+    /// thread for as long as its request sends (minutes on a slow phone); past a share,
+    /// requests are turned away (503, `Retry-After`) rather than left waiting for a thread
+    /// while others starve.
+    writers: WriterShares,
 }
 
 /// Why the root is unusable.
@@ -81,13 +82,19 @@ impl SpoolRoot {
             .map_err(err)?;
         Ok(Self {
             root,
-            writers: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_WRITERS)),
+            writers: WriterShares::new(ShareLimits::default()),
         })
     }
 
     /// The resolved root.
     pub fn path(&self) -> &Path {
         &self.root
+    }
+
+    /// The same root with other writer shares (tests and benchmarks set small ones).
+    pub fn with_shares(mut self, limits: ShareLimits) -> Self {
+        self.writers = WriterShares::new(limits);
+        self
     }
 
     /// Checks `raw` (as the row holds it) at the file boundary. Nothing outside the root is
@@ -171,9 +178,9 @@ pub enum AppendError {
     /// The path is not a file under the root.
     #[error("the spool path is refused: {0}")]
     Refused(RejectReason),
-    /// Every writer slot of this node is taken.
-    #[error("all {MAX_WRITERS} spool writers of this node are busy")]
-    Busy,
+    /// A share of the node's writer slots (the node's, the user's, the recording's) is full.
+    #[error(transparent)]
+    Busy(#[from] ShareFull),
     /// Another request (of this process or another one sharing the spool) holds the file.
     #[error("another request holds the spool file")]
     Held,
@@ -330,18 +337,16 @@ impl SpoolRoot {
 
     /// Starts appending to a held file at `offset` (the ledger's count of bytes kept):
     /// whatever lies past it (the tail of a write a crash interrupted before the ledger
-    /// counted it) is cut first. `expected` is the client's digest of exactly this chunk.
+    /// counted it) is cut first. `expected` is the client's digest of exactly this chunk;
+    /// `writer` says whose share of the writer slots it takes.
     pub fn append(
         &self,
         held: HeldSpoolFile,
         offset: u64,
         expected: Option<Checksum>,
+        writer: Writer,
     ) -> Result<SpoolAppend, AppendError> {
-        let permit = self
-            .writers
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| AppendError::Busy)?;
+        let permit = self.writers.take(writer)?;
         let (tx, mut rx) = mpsc::channel::<Message>(CHANNEL_CHUNKS);
         let writer = tokio::task::spawn_blocking(move || -> Result<_, AppendError> {
             let _permit = permit;

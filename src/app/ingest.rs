@@ -350,7 +350,15 @@ where
     };
     let mut append = ingest
         .spool
-        .append(file, offset, checksum)
+        .append(
+            file,
+            offset,
+            checksum,
+            crate::adapters::writer_share::Writer {
+                user: row.owner_id,
+                recording: None,
+            },
+        )
         .map_err(spool_error)?;
 
     let mut sent = 0u64;
@@ -498,7 +506,7 @@ async fn lose(ctx: &AppContext, id: UploadId) -> Result<(), AppError> {
 pub(crate) fn spool_error(error: AppendError) -> AppError {
     match error {
         AppendError::Lost { .. } => AppError::SpoolLost,
-        AppendError::Busy => AppError::SpoolBusy,
+        AppendError::Busy(full) => AppError::SpoolBusy(full),
         AppendError::Held => AppError::UploadBusy,
         other => AppError::Spool(other),
     }

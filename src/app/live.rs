@@ -129,62 +129,42 @@ where
             length: MAX_FILE_BYTES,
         });
     }
-    // The body is read at once, while the stream key is looked up: an encoder sends a whole
-    // file and half-closes its side right away (FFmpeg does), and a body the server has not
-    // read by then is cut off by the HTTP layer. A file goes to a name of its own first and
-    // is renamed into the recording once the key is known.
-    let lookup = async {
+    // The stream key first: a wrong key is refused before a byte of its body is read or
+    // written. The ingest listener reads a body to its end even after the encoder has shut its
+    // side (FFmpeg does at once), so nothing is cut short while the key is looked up.
+    let recording = {
         let mut conn = ctx.db.get().await?;
-        let found =
-            db::recordings::by_stream_key(&mut conn, &hash_presented_key(stream_key)).await?;
-        Ok::<_, AppError>(found)
+        db::recordings::by_stream_key(&mut conn, &hash_presented_key(stream_key))
+            .await?
+            .ok_or(AppError::NotFound)?
     };
+    if recording.node_id != ingest.node_id {
+        return Err(AppError::WrongNode {
+            node: recording.node_id,
+        });
+    }
+    // A file goes to a name of its own first and is renamed into the recording once whole.
     let incoming = format!("live/incoming/{}.part", uuid::Uuid::now_v7());
-    // Whatever happens to this request (a bad key, an error, the client gone and the
-    // handler dropped), its incoming file does not stay behind.
+    // Whatever happens to this request (an error, the client gone and the handler dropped),
+    // its incoming file does not stay behind.
     let mut guard = IncomingFile {
         spool: ingest.spool.clone(),
         path: incoming.clone(),
         armed: true,
     };
-    let receive = async {
-        if kind == IngestName::Playlist {
-            read_playlist(&mut body).await.map(Received::Playlist)
-        } else {
-            spool_whole(ingest, &incoming, length, &mut body)
-                .await
-                .map(Received::File)
-        }
+    // The write takes a slot of the broadcaster's share and of the recording's, so no
+    // broadcaster (or anyone holding their key) takes the node's spool from the others.
+    let writer = crate::adapters::writer_share::Writer {
+        user: recording.owner_id,
+        recording: Some(recording.id),
     };
-    let mut receive = std::pin::pin!(receive);
-    let mut lookup = std::pin::pin!(lookup);
-    // The body is read while the key is looked up, and no longer than that when the key is
-    // wrong: an unknown key stops the reading at once.
-    let (received, found) = tokio::select! {
-        found = &mut lookup => match found {
-            Ok(Some(recording)) => (receive.await, Ok(Some(recording))),
-            other => (Err(AppError::NotFound), other),
-        },
-        received = &mut receive => (received, lookup.await),
-    };
-    let (recording, received) = match (received, found) {
-        (Ok(received), Ok(Some(recording))) if recording.node_id == ingest.node_id => {
-            (recording, received)
-        }
-        (received, found) => {
-            return Err(match found {
-                Err(error) => error,
-                Ok(None) => AppError::NotFound,
-                Ok(Some(recording)) if recording.node_id != ingest.node_id => AppError::WrongNode {
-                    node: recording.node_id,
-                },
-                Ok(Some(_)) => match received {
-                    Err(error) => error,
-                    Ok(_) => unreachable!("the first arm takes a whole body of a known recording"),
-                },
-            });
-        }
-    };
+    let received = if kind == IngestName::Playlist {
+        read_playlist(&mut body).await.map(Received::Playlist)
+    } else {
+        spool_whole(ingest, &incoming, length, writer, &mut body)
+            .await
+            .map(Received::File)
+    }?;
     let id = recording.id;
     let size = match received {
         Received::Playlist(text) => {
@@ -292,6 +272,7 @@ async fn spool_whole<S>(
     ingest: &super::ingest::Ingest,
     relative: &str,
     length: Option<u64>,
+    writer: crate::adapters::writer_share::Writer,
     body: &mut S,
 ) -> Result<u64, AppError>
 where
@@ -300,7 +281,10 @@ where
     use super::ingest::spool_error;
     ingest.spool.create(relative).await.map_err(spool_error)?;
     let file = ingest.spool.hold(relative).await.map_err(spool_error)?;
-    let mut append = ingest.spool.append(file, 0, None).map_err(spool_error)?;
+    let mut append = ingest
+        .spool
+        .append(file, 0, None, writer)
+        .map_err(spool_error)?;
     let mut sent = 0u64;
     let mut failure = None;
     let end = loop {

@@ -154,9 +154,10 @@ pub enum AppError {
         /// Bytes held.
         held: u64,
     },
-    /// Every spool writer of this node is busy.
-    #[error("this node is taking as many uploads as it can; retry shortly")]
-    SpoolBusy,
+    /// A share of this node's spool writers is full: the node's, the user's or the
+    /// recording's.
+    #[error("{0}; retry shortly")]
+    SpoolBusy(crate::adapters::writer_share::ShareFull),
     /// The client's checksum of the bytes does not match what arrived.
     #[error("the checksum does not match the bytes received; nothing of this request was kept")]
     ChecksumMismatch,

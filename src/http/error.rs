@@ -323,7 +323,7 @@ impl From<AppError> for ApiError {
             AppError::WholeFileOnly | AppError::ResumableInProgress { .. } => {
                 Self::new(S::CONFLICT, "wrong_upload_method", message)
             }
-            AppError::SpoolBusy => Self {
+            AppError::SpoolBusy(_) => Self {
                 retry_after: Some(1),
                 ..Self::new(S::SERVICE_UNAVAILABLE, "spool_busy", message)
             },

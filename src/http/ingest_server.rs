@@ -7,6 +7,12 @@
 //! read yet, so a large segment arrives cut short. This listener reads each request to its
 //! end whatever the client does with its write side (HTTP/1.1 half-close support), and hands
 //! the body to the same use-case in constant memory.
+//!
+//! It keeps the API port's limits: at most `max_connections_per_ip` connections from one
+//! address (one more is closed as soon as it is accepted) and [`MAX_CONNECTIONS`] in all, a
+//! request head within [`HEADER_READ_TIMEOUT`], and a body that moves at least
+//! [`MIN_PROGRESS_BYTES`] every `body_idle`, so nobody can hold the listener's connections
+//! or the spool's writers with idle or trickling requests.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -24,6 +30,25 @@ use crate::app::live::Ingested;
 use crate::app::{self, AppContext};
 use crate::domain::recording::FileState;
 use crate::http::error::ApiError;
+use crate::http::limits::{ConnectionCounter, MIN_PROGRESS_BYTES};
+
+/// What one client may hold on the ingest listener (the API port's limits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IngestLimits {
+    /// A body that moves fewer than [`MIN_PROGRESS_BYTES`] in this long is cut.
+    pub body_idle: Duration,
+    /// Open connections per client address.
+    pub max_connections_per_ip: u32,
+}
+
+impl From<&crate::config::HttpLimits> for IngestLimits {
+    fn from(limits: &crate::config::HttpLimits) -> Self {
+        Self {
+            body_idle: limits.body_idle,
+            max_connections_per_ip: limits.max_connections_per_ip,
+        }
+    }
+}
 
 /// The path every ingest URL starts with.
 pub const PREFIX: &str = "/v1/live/ingest/";
@@ -40,22 +65,32 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn serve(
     listener: tokio::net::TcpListener,
     ctx: AppContext,
-    body_idle: Duration,
+    limits: IngestLimits,
     shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
+    let body_idle = limits.body_idle;
     tokio::spawn(async move {
         let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let per_ip = ConnectionCounter::default();
         loop {
-            let socket = tokio::select! {
+            let (socket, peer) = tokio::select! {
                 () = shutdown.cancelled() => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((socket, _)) => socket,
+                    Ok(accepted) => accepted,
                     Err(error) => {
                         tracing::warn!(%error, "ingest listener could not accept a connection");
                         continue;
                     }
                 },
             };
+            let from_peer = per_ip.open(peer.ip(), limits.max_connections_per_ip);
+            if from_peer.over_limit {
+                tracing::debug!(
+                    max = limits.max_connections_per_ip,
+                    "an address is at its ingest connection limit; closing its new connection"
+                );
+                continue;
+            }
             let Ok(slot) = slots.clone().try_acquire_owned() else {
                 tracing::warn!(
                     max = MAX_CONNECTIONS,
@@ -66,7 +101,7 @@ pub fn serve(
             let ctx = ctx.clone();
             let stop = shutdown.clone();
             tokio::spawn(async move {
-                let _slot = slot;
+                let _slots = (slot, from_peer);
                 let service = hyper::service::service_fn(move |req| {
                     let ctx = ctx.clone();
                     async move { Ok::<_, Infallible>(handle(&ctx, req, body_idle).await) }
@@ -150,25 +185,42 @@ fn redact(path: &str) -> String {
     }
 }
 
-/// The body as the use-case reads it; a body that sends nothing for `idle` ends with
-/// [`BodyError::Idle`].
+/// The body as the use-case reads it; a body that sends fewer than [`MIN_PROGRESS_BYTES`]
+/// within `idle` (nothing, or a byte now and then) ends with [`BodyError::Idle`].
 fn body_stream(
     body: Incoming,
     idle: Duration,
 ) -> impl Stream<Item = Result<Bytes, BodyError>> + Unpin {
+    /// The body, when its current window of `idle` ends, and what arrived in that window.
+    struct Progress {
+        body: Incoming,
+        deadline: tokio::time::Instant,
+        bytes: usize,
+    }
+    let start = Progress {
+        body,
+        deadline: tokio::time::Instant::now() + idle,
+        bytes: 0,
+    };
     Box::pin(futures_util::stream::unfold(
-        Some(body),
-        move |body| async move {
-            let mut body = body?;
+        Some(start),
+        move |progress| async move {
+            let mut progress = progress?;
             loop {
-                let frame = match tokio::time::timeout(idle, body.frame()).await {
+                let frame = tokio::time::timeout_at(progress.deadline, progress.body.frame());
+                let frame = match frame.await {
                     Err(_) => return Some((Err(BodyError::Idle), None)),
                     Ok(None) => return None,
                     Ok(Some(Err(_))) => return Some((Err(BodyError::Broken), None)),
                     Ok(Some(Ok(frame))) => frame,
                 };
                 if let Ok(data) = frame.into_data() {
-                    return Some((Ok(data), Some(body)));
+                    progress.bytes += data.len();
+                    if progress.bytes >= MIN_PROGRESS_BYTES {
+                        progress.deadline = tokio::time::Instant::now() + idle;
+                        progress.bytes = 0;
+                    }
+                    return Some((Ok(data), Some(progress)));
                 }
             }
         },

@@ -70,7 +70,7 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     crate::http::ingest_server::serve(
         ingest_listener,
         ctx.clone(),
-        config.http.limits().body_idle,
+        (&config.http.limits()).into(),
         shutdown.clone(),
     );
     crate::http::serve_with(listener, ctx, config.http.limits(), shutdown)?.await?;

@@ -143,7 +143,7 @@ async fn run_on(
     crate::http::ingest_server::serve(
         ingest_listener,
         ctx.clone(),
-        config.http.limits().body_idle,
+        (&config.http.limits()).into(),
         shutdown.clone(),
     );
     let listener = std::net::TcpListener::bind(config.http.addr)

@@ -416,7 +416,7 @@ impl TestApp {
         vidq::http::ingest_server::serve(
             ingest_listener,
             ctx.clone(),
-            Duration::from_secs(15),
+            (&vidq::config::HttpLimits::default()).into(),
             shutdown.clone(),
         );
         Self {

@@ -1,0 +1,281 @@
+//! A small deployment of real `vidq` processes for multi-node tests: `vidq api` and `vidq
+//! sweeper` on node `api-1` sharing one spool, a `vidq worker` on node `enc-1` with its own
+//! working directory and no spool, one database and one embedded S3, reached by the
+//! processes at an endpoint the test chooses (S3 itself, or a proxy in front of it).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::process::Child;
+
+use vidq::adapters::s3_server::EmbeddedS3;
+use vidq::adapters::storage::Storage;
+use vidq::db::DbPool;
+
+use crate::harness::{TEST_BUCKET, TestDb, free_port, vidq_child};
+use crate::reconcile::{expect, reconcile_at};
+
+/// The API node's name; its sweeper runs under the same one.
+pub const API_NODE: &str = "api-1";
+/// The encoding node's name.
+pub const WORKER_NODE: &str = "enc-1";
+
+/// The database, the bucket, and the three processes of a small deployment.
+pub struct Deployment {
+    pub db: TestDb,
+    pub pool: DbPool,
+    /// The bucket, reached directly (not through the proxy the processes use).
+    pub storage: Storage,
+    pub s3: EmbeddedS3,
+    /// `http://127.0.0.1:PORT` of the API.
+    pub api: String,
+    pub http: reqwest::Client,
+    pub root: tempfile::TempDir,
+    pub processes: Vec<Child>,
+    _s3_dir: tempfile::TempDir,
+}
+
+impl Deployment {
+    /// The database and the embedded S3 (with its bucket); no process yet.
+    pub async fn prepare() -> Self {
+        let db = TestDb::new().await;
+        let pool = vidq::db::connect(&db.url, 4).await.unwrap();
+        let s3_dir = tempfile::tempdir().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let s3 = EmbeddedS3::start(s3_dir.path(), listener, "test-access", "test-secret").unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let deployment = Self {
+            storage: crate::harness::storage_client(&s3.endpoint(), Default::default()).await,
+            db,
+            pool,
+            s3,
+            api: String::new(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            root,
+            processes: Vec::new(),
+            _s3_dir: s3_dir,
+        };
+        deployment.storage.ensure_bucket().await.unwrap();
+        deployment
+    }
+
+    /// A node's own working directory (`api-1`, `enc-1`), made on first use.
+    pub fn node_dir(&self, node: &str) -> PathBuf {
+        let dir = self.root.path().join(node);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    pub fn log(&self, role: &str) -> PathBuf {
+        self.root.path().join(format!("{role}.log"))
+    }
+
+    /// `vidq ROLE` with the database and the bucket at `s3` (the proxy), working in `node`'s
+    /// directory.
+    pub fn command(&self, role: &str, node: &str, s3: &str) -> tokio::process::Command {
+        let mut command = vidq_child(role, &self.log(role));
+        command
+            .current_dir(self.node_dir(node))
+            .env("DATABASE_URL", &self.db.url)
+            .env("VIDQ_NODE_ID", node)
+            .env("VIDQ_S3_ENDPOINT", s3)
+            .env("VIDQ_S3_BUCKET", TEST_BUCKET)
+            .env("VIDQ_S3_FORCE_PATH_STYLE", "true")
+            .env("AWS_ACCESS_KEY_ID", "test-access")
+            .env("AWS_SECRET_ACCESS_KEY", "test-secret")
+            // Short bounds, so an S3 that never answers costs seconds, not minutes.
+            .env("VIDQ_S3_CONNECT_TIMEOUT_MS", "500")
+            .env("VIDQ_S3_READ_TIMEOUT_SECS", "2")
+            .env("VIDQ_S3_OPERATION_TIMEOUT_SECS", "3")
+            .env("VIDQ_S3_TRANSFER_TIMEOUT_SECS", "10");
+        command
+    }
+
+    /// Starts `vidq api` and `vidq sweeper` on `api-1` (one spool) and `vidq worker` on
+    /// `enc-1`, all reaching S3 at `s3`; returns once the API answers `/healthz`.
+    pub async fn start(&mut self, s3: &str) {
+        self.start_with(s3, &[]).await;
+    }
+
+    /// [`Deployment::start`], with more settings for the API process.
+    pub async fn start_with(&mut self, s3: &str, api_env: &[(&str, &str)]) {
+        let spool = self.node_dir(API_NODE).join("spool");
+        let (http, ingest) = (free_port(), free_port());
+        let api = self
+            .command("api", API_NODE, s3)
+            .envs(api_env.iter().copied())
+            .env("VIDQ_SPOOL_DIR", &spool)
+            .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{http}"))
+            .env("VIDQ_INGEST_ADDR", format!("127.0.0.1:{ingest}"))
+            .env("VIDQ_LIVE_IDLE_SECS", "30")
+            .env("VIDQ_LIVE_GRACE_SECS", "1")
+            .spawn()
+            .unwrap();
+        let sweeper = self
+            .command("sweeper", API_NODE, s3)
+            .env("VIDQ_SPOOL_DIR", &spool)
+            .env("VIDQ_LIVE_GRACE_SECS", "1")
+            .env("VIDQ_SWEEPER_INTERVAL_MS", "200")
+            .env("VIDQ_SWEEPER_BREAKER_COOLDOWN_MS", "500")
+            .spawn()
+            .unwrap();
+        let work = self.node_dir(WORKER_NODE).join("work");
+        let worker = self
+            .command("worker", WORKER_NODE, s3)
+            .env("VIDQ_WORK_DIR", &work)
+            .env("VIDQ_LEASE_SECS", "10")
+            .env("VIDQ_HEARTBEAT_SECS", "2")
+            .env("VIDQ_POLL_MS", "200")
+            .spawn()
+            .unwrap();
+        assert!(
+            !work.starts_with(&spool) && !spool.starts_with(self.node_dir(WORKER_NODE)),
+            "the worker's disk is not the API node's"
+        );
+        self.processes.extend([api, sweeper, worker]);
+        self.api = format!("http://127.0.0.1:{http}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self
+            .http
+            .get(format!("{}/healthz", self.api))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            for child in &mut self.processes {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("a role exited at start ({status}):\n{}", self.logs());
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the API did not start:\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Every role's log, for a failing assertion.
+    pub fn logs(&self) -> String {
+        ["api", "sweeper", "worker"]
+            .iter()
+            .map(|role| {
+                let text = std::fs::read_to_string(self.log(role)).unwrap_or_default();
+                format!("--- {role}\n{text}")
+            })
+            .collect()
+    }
+
+    pub async fn user(&self, name: &str) -> String {
+        let (_, key) = vidq::app::users::create_user(&self.pool, name)
+            .await
+            .unwrap();
+        key.reveal().to_owned()
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        #[derive(diesel::QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        let mut conn = self.pool.get().await.unwrap();
+        diesel_async::RunQueryDsl::get_result::<Count>(diesel::sql_query(sql), &mut conn)
+            .await
+            .unwrap()
+            .n
+    }
+
+    /// Waits (at most `within`) until `sql` (a `count(*) AS n` query) returns `want`.
+    pub async fn wait_for(&self, sql: &str, want: i64, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let n = self.count(sql).await;
+            if n == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{sql}: {n}, not {want}, after {within:?}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub async fn get(&self, key: &str, path: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}{path}", self.api))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn post(&self, key: &str, path: &str, body: &Value) -> reqwest::Response {
+        self.http
+            .post(format!("{}{path}", self.api))
+            .bearer_auth(key)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// The end of every test: nothing is owed to S3 and `vidq reconcile` finds the ledger
+    /// and the bucket in agreement.
+    pub async fn ends_clean(&self) {
+        for table in ["uploads", "recording_files", "video_artifacts"] {
+            assert_eq!(
+                self.count(&format!(
+                    "SELECT count(*) AS n FROM {table} WHERE state = 'pending'"
+                ))
+                .await,
+                0,
+                "{table} has pending rows"
+            );
+        }
+        expect(
+            &reconcile_at(&self.db.url, &self.s3.endpoint(), &["--grace-secs", "0"]).await,
+            0,
+        );
+    }
+}
+
+/// FFmpeg as a live encoder: `seconds` of test picture and tone in real time, cut into 2 s
+/// fMP4 segments and PUT to `ingest` (the recording's ingest URL).
+pub async fn broadcast(ingest: &str, seconds: u32) {
+    let out = tokio::process::Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error", "-re"])
+        .args(["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25"])
+        .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=44100"])
+        .args(["-t", &seconds.to_string()])
+        .args([
+            "-c:v",
+            "libx264",
+            "-g",
+            "50",
+            "-preset",
+            "ultrafast",
+            "-pix_fmt",
+            "yuv420p",
+        ])
+        .args(["-c:a", "aac"])
+        .args(["-f", "hls", "-hls_segment_type", "fmp4", "-hls_time", "2"])
+        .args(["-hls_playlist_type", "event", "-method", "PUT"])
+        .arg(format!("{ingest}index.m3u8"))
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,4 @@
+//! Helpers the test modules share.
+
+pub mod deployment;
+pub mod s3_switch;
