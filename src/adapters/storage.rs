@@ -116,7 +116,13 @@ pub struct StaticCredentials {
 pub struct ObjectHead {
     /// Size in bytes.
     pub size: i64,
+    /// The SHA-256 (hex) vidq stored the object with ([`SHA256_METADATA`]), if it did.
+    pub sha256: Option<String>,
 }
+
+/// The user-metadata key (`x-amz-meta-vidq-sha256`) vidq stores a content digest under, so a
+/// later HEAD can say which bytes an object holds, not only how many.
+pub const SHA256_METADATA: &str = "vidq-sha256";
 
 /// One object of a listing.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,6 +154,11 @@ pub struct Storage {
     fast_get: Option<std::sync::Arc<super::presign::FastGet>>,
     bucket: String,
     transfer: TimeoutConfig,
+}
+
+/// The user metadata that carries a content digest, if there is one.
+fn digest_metadata(sha256: Option<&str>) -> Option<std::collections::HashMap<String, String>> {
+    sha256.map(|d| std::collections::HashMap::from([(SHA256_METADATA.to_owned(), d.to_owned())]))
 }
 
 /// The client's default bounds, meant for small calls: connect, first byte and each try, and
@@ -346,6 +357,7 @@ impl Storage {
         {
             Ok(out) => Ok(Some(ObjectHead {
                 size: out.content_length().unwrap_or_default(),
+                sha256: out.metadata().and_then(|m| m.get(SHA256_METADATA)).cloned(),
             })),
             Err(err) if err.as_service_error().is_some_and(|e| e.is_not_found()) => Ok(None),
             Err(err) => Err(StorageError::new("HeadObject", key, err)),
@@ -397,13 +409,27 @@ impl Storage {
         content_type: &str,
         cancel: &CancellationToken,
     ) -> Result<u64, StorageError> {
+        self.put_file_tagged(key, path, content_type, None, cancel)
+            .await
+    }
+
+    /// [`Storage::put_file_until`] that stores `sha256` (the file's digest, hex) with the
+    /// object as [`SHA256_METADATA`], for [`Storage::head`] to report.
+    pub async fn put_file_tagged(
+        &self,
+        key: &str,
+        path: &std::path::Path,
+        content_type: &str,
+        sha256: Option<&str>,
+        cancel: &CancellationToken,
+    ) -> Result<u64, StorageError> {
         let size = tokio::fs::metadata(path)
             .await
             .map_err(|e| StorageError::new("PutObject", key, e))?
             .len();
         if size > MULTIPART_THRESHOLD {
             return self
-                .put_multipart(key, path, content_type, cancel)
+                .put_multipart(key, path, content_type, sha256, cancel)
                 .await
                 .map(|()| size);
         }
@@ -416,6 +442,7 @@ impl Storage {
             .bucket(&self.bucket)
             .key(key)
             .content_type(content_type)
+            .set_metadata(digest_metadata(sha256))
             .content_length(i64::try_from(size).unwrap_or(i64::MAX))
             .body(body)
             .customize()
@@ -433,6 +460,7 @@ impl Storage {
         key: &str,
         path: &std::path::Path,
         content_type: &str,
+        sha256: Option<&str>,
         cancel: &CancellationToken,
     ) -> Result<(), StorageError> {
         let created = self
@@ -441,6 +469,7 @@ impl Storage {
             .bucket(&self.bucket)
             .key(key)
             .content_type(content_type)
+            .set_metadata(digest_metadata(sha256))
             .send()
             .await
             .map_err(|e| StorageError::new("CreateMultipartUpload", key, e))?;

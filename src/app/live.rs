@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
+use sha2::Digest as _;
 
 use super::ingest::BodyError;
 use super::{AppContext, AppError};
@@ -101,6 +102,8 @@ pub async fn end(ctx: &AppContext, owner: UserId, id: uuid::Uuid) -> Result<(), 
 pub enum Ingested {
     /// A file registered with this state.
     File(FileState),
+    /// The file had landed already with exactly these bytes: nothing changed.
+    AlreadyLanded,
     /// A playlist read (and whether it ended the broadcast).
     Playlist {
         /// It carried `#EXT-X-ENDLIST`.
@@ -163,10 +166,10 @@ where
     } else {
         spool_whole(ingest, &incoming, length, writer, &mut body)
             .await
-            .map(Received::File)
+            .map(|(size, sha256)| Received::File(size, sha256))
     }?;
     let id = recording.id;
-    let size = match received {
+    let (size, sha256) = match received {
         Received::Playlist(text) => {
             guard.armed = false; // a playlist is read into memory, never written
             let playlist = recording::parse_playlist(&text);
@@ -191,7 +194,7 @@ where
                 ended: playlist.ended,
             });
         }
-        Received::File(size) => size,
+        Received::File(size, sha256) => (size, sha256),
     };
 
     let (axis, sequence) = match kind {
@@ -221,6 +224,7 @@ where
             size: size as i64,
             spool_path: &spool_path,
             node: &ingest.node_id,
+            sha256: &sha256,
         },
     )
     .await?;
@@ -238,6 +242,15 @@ where
         tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not remove an unused recording file");
     }
     tracing::debug!(recording_id = %id, axis = axis.as_str(), sequence, bytes = size, state = state.as_str(), "recording file received");
+    // A file that has landed is final: the same bytes again are acknowledged, other bytes
+    // are refused (players may already hold the landed ones).
+    if state == FileState::Uploaded && !recorded.taken {
+        return if recorded.same_bytes {
+            Ok(Ingested::AlreadyLanded)
+        } else {
+            Err(AppError::FileLanded)
+        };
+    }
     Ok(Ingested::File(state))
 }
 
@@ -245,8 +258,8 @@ where
 enum Received {
     /// A playlist's text.
     Playlist(String),
-    /// A file of this many bytes, fsynced under its incoming name.
-    File(u64),
+    /// A file of this many bytes with this SHA-256 (hex), fsynced under its incoming name.
+    File(u64, String),
 }
 
 /// A playlist's text (small: at most 4 MiB).
@@ -274,7 +287,7 @@ async fn spool_whole<S>(
     length: Option<u64>,
     writer: crate::adapters::writer_share::Writer,
     body: &mut S,
-) -> Result<u64, AppError>
+) -> Result<(u64, String), AppError>
 where
     S: Stream<Item = Result<Bytes, BodyError>> + Unpin,
 {
@@ -286,11 +299,13 @@ where
         .append(file, 0, None, writer)
         .map_err(spool_error)?;
     let mut sent = 0u64;
+    let mut digest = sha2::Sha256::new();
     let mut failure = None;
     let end = loop {
         match body.next().await {
             Some(Ok(chunk)) => {
                 sent += chunk.len() as u64;
+                digest.update(&chunk);
                 if sent > MAX_FILE_BYTES {
                     failure = Some(AppError::PastUploadLength {
                         length: MAX_FILE_BYTES,
@@ -312,6 +327,11 @@ where
                 });
                 break AppendEnd::Discard;
             }
+            // No file of a recording is empty; an encoder that sends one has failed.
+            None if sent == 0 => {
+                failure = Some(AppError::EmptyFile);
+                break AppendEnd::Discard;
+            }
             None => break AppendEnd::Complete,
         }
     };
@@ -321,7 +341,7 @@ where
             tracing::info!(error = %failure, bytes = sent, "a recording file did not arrive whole; nothing kept");
             Err(failure)
         }
-        None => Ok(appended.kept),
+        None => Ok((appended.kept, hex::encode(digest.finalize()))),
     }
 }
 
@@ -386,11 +406,29 @@ pub async fn playlist(
         Some(init) => Some(url(&init.object_key).await?),
         None => None,
     };
-    let mut listed = Vec::with_capacity(playable);
+    // Past the cutoff nothing more can arrive: the playlist lists every segment S3 holds,
+    // across any gap (marked as a discontinuity), and ends once none is still on its way.
+    // Before that, only the contiguous run, which a gap may still fill.
+    let final_state = matches!(
+        state,
+        RecordingState::Ended | RecordingState::Ready | RecordingState::Failed
+    );
+    let mut to_list: Vec<&&db::recordings::FileView> = if final_state {
+        kept.iter()
+            .filter(|f| f.state == uploaded && f.duration_ms.is_some())
+            .collect()
+    } else {
+        kept.iter().take(playable).collect()
+    };
+    to_list.sort_by_key(|f| f.sequence);
+    let mut listed = Vec::with_capacity(to_list.len());
     if init_url.is_some() {
-        for file in kept.iter().take(playable) {
+        let mut previous: Option<i32> = None;
+        for file in to_list {
             let ms = file.duration_ms.unwrap_or_default() as u32;
-            listed.push((ms, url(&file.object_key).await?));
+            let after_gap = previous.is_some_and(|p| file.sequence != p + 1);
+            previous = Some(file.sequence);
+            listed.push((ms, url(&file.object_key).await?, after_gap));
         }
     }
     // ENDLIST only once nothing more can be listed: a player stops reloading when it sees
@@ -399,13 +437,17 @@ pub async fn playlist(
     let final_listed = recording
         .final_sequence
         .is_some_and(|last| playable == last as usize + 1);
-    // Past the cutoff, a recording stays final when it follows its video (`ready`, `failed`).
-    let over = matches!(
-        state,
-        RecordingState::Ended | RecordingState::Ready | RecordingState::Failed
-    ) || (recording.end_reason.as_deref() == Some(EndReason::Endlist.as_str())
-        && final_listed);
-    let ended = over && playable == kept.len() && init_url.is_some();
+    let still_landing = kept.iter().any(|f| f.state == FileState::Pending.as_str());
+    let ended = init_url.is_some()
+        && if final_state {
+            // Past the cutoff (and when it follows its video, `ready` or `failed`): over
+            // once every kept segment is in S3, whatever gaps the encoder left.
+            !still_landing
+        } else {
+            recording.end_reason.as_deref() == Some(EndReason::Endlist.as_str())
+                && final_listed
+                && playable == kept.len()
+        };
     Ok(recording::render_live_playlist(
         init_url.as_deref(),
         &listed,

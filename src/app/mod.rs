@@ -158,6 +158,14 @@ pub enum AppError {
     /// recording's.
     #[error("{0}; retry shortly")]
     SpoolBusy(crate::adapters::writer_share::ShareFull),
+    /// A live file sent again after it landed, with other bytes: a landed file is final.
+    #[error(
+        "this file has landed in storage with other bytes; a landed file does not change (send it under its own name, or the same bytes)"
+    )]
+    FileLanded,
+    /// A live file with no bytes.
+    #[error("a recording file must not be empty; nothing was kept")]
+    EmptyFile,
     /// The client's checksum of the bytes does not match what arrived.
     #[error("the checksum does not match the bytes received; nothing of this request was kept")]
     ChecksumMismatch,

@@ -107,6 +107,7 @@ impl SweepStore for FaultStore {
         key: &str,
         path: &Path,
         content_type: &str,
+        sha256: Option<&str>,
         cancel: &CancellationToken,
     ) -> Result<u64, StorageError> {
         *self
@@ -125,7 +126,7 @@ impl SweepStore for FaultStore {
             });
         }
         self.inner
-            .put_file_until(key, path, content_type, cancel)
+            .put_file_tagged(key, path, content_type, sha256, cancel)
             .await
     }
 

@@ -149,14 +149,17 @@ pub struct NewRecordingFile<'a> {
     pub spool_path: &'a str,
     /// The node holding it.
     pub node: &'a str,
+    /// SHA-256 (hex) of its bytes.
+    pub sha256: &'a str,
 }
 
 /// Registers a received file in one statement: `pending` (owed to S3, and the node's
 /// sweeper is woken), or `excluded` when it arrived after the recording's cutoff or is
 /// numbered past its final playlist. A file sent again (the encoder retried its PUT)
 /// replaces a `pending` row's size and try count; an `uploaded` or `excluded` row stays as
-/// it is. Returns the row's state after the statement, whether this file is the one it
-/// names now, and the spool path it named before (a replaced version, to remove).
+/// it is (a landed file is final). Returns the row's state after the statement, whether this
+/// file is the one it names now, the spool path it named before (a replaced version, to
+/// remove), and whether the row's bytes are this file's (same digest).
 pub async fn record_file(
     conn: &mut AsyncPgConnection,
     file: &NewRecordingFile<'_>,
@@ -169,6 +172,8 @@ pub async fn record_file(
         before: Option<String>,
         #[diesel(sql_type = Bool)]
         taken: bool,
+        #[diesel(sql_type = Bool)]
+        same_bytes: bool,
     }
     let sql = format!(
         "WITH decided AS (
@@ -188,17 +193,18 @@ pub async fn record_file(
          stored AS (
              INSERT INTO recording_files
                     (recording_id, axis, sequence, object_key, size_bytes, spool_path, node_id,
-                     state, duration_ms)
-             SELECT $1, $2, $3, $4, $5, $6, $7, decided.state, decided.duration_ms
+                     state, duration_ms, content_sha256)
+             SELECT $1, $2, $3, $4, $5, $6, $7, decided.state, decided.duration_ms, $8
                FROM decided
              ON CONFLICT (recording_id, axis, sequence) DO UPDATE
                 SET size_bytes = excluded.size_bytes, spool_path = excluded.spool_path,
+                    content_sha256 = excluded.content_sha256,
                     received_at = statement_timestamp(),
                     tries = 0, next_try_at = NULL, last_error = NULL
               WHERE recording_files.state = '{pending}'
              RETURNING state, node_id),
          before AS (
-             SELECT spool_path FROM recording_files
+             SELECT spool_path, content_sha256 FROM recording_files
               WHERE recording_id = $1 AND axis = $2 AND sequence = $3)
          SELECT COALESCE(
                     (SELECT state FROM stored),
@@ -207,7 +213,9 @@ pub async fn record_file(
                 (SELECT count(pg_notify('{channel}', node_id)) FROM stored
                   WHERE state = '{pending}') AS woken,
                 (SELECT spool_path FROM before) AS before,
-                EXISTS (SELECT 1 FROM stored) AS taken",
+                EXISTS (SELECT 1 FROM stored) AS taken,
+                EXISTS (SELECT 1 FROM stored)
+                    OR COALESCE((SELECT content_sha256 = $8 FROM before), false) AS same_bytes",
         segment = FileAxis::Segment.as_str(),
         excluded = FileState::Excluded.as_str(),
         pending = FileState::Pending.as_str(),
@@ -224,6 +232,7 @@ pub async fn record_file(
         .bind::<BigInt, _>(file.size)
         .bind::<Text, _>(file.spool_path)
         .bind::<Text, _>(file.node)
+        .bind::<Text, _>(file.sha256)
         .get_result(conn)
         .await?;
     let state = stored
@@ -236,6 +245,7 @@ pub async fn record_file(
         state,
         taken: stored.taken,
         replaced: stored.before.filter(|before| before != file.spool_path),
+        same_bytes: stored.same_bytes,
     })
 }
 
@@ -248,6 +258,9 @@ pub struct RecordedFile {
     pub taken: bool,
     /// The spool path the row named before, if another.
     pub replaced: Option<String>,
+    /// The row's bytes are this file's: it took the row, or the row it left alone holds a
+    /// file with the same digest (a re-send of the same bytes).
+    pub same_bytes: bool,
 }
 
 /// Stores the durations a playlist gave its segments: on the recording (for segments whose
@@ -349,6 +362,9 @@ pub struct ClaimedFile {
     /// Failed tries so far.
     #[diesel(sql_type = Int4)]
     pub tries: i32,
+    /// SHA-256 (hex) of the bytes the row names (`None`: a row from before digests).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub content_sha256: Option<String>,
 }
 
 /// Claims up to `limit` due pending files of `node` with an id above `after`, in id order,
@@ -371,7 +387,8 @@ pub async fn claim_files(
          UPDATE recording_files f
             SET claimed_until = statement_timestamp() + make_interval(secs => $4)
            FROM page WHERE f.id = page.id
-         RETURNING f.id, f.recording_id, f.object_key, f.size_bytes, f.spool_path, f.tries",
+         RETURNING f.id, f.recording_id, f.object_key, f.size_bytes, f.spool_path, f.tries,
+                   f.content_sha256",
         pending = FileState::Pending.as_str(),
     ))
     .bind::<BigInt, _>(after.unwrap_or(0))
@@ -384,25 +401,29 @@ pub async fn claim_files(
     Ok(rows)
 }
 
-/// CAS `pending -> uploaded` when S3 holds the object with the size the ledger holds now and
-/// the row still names the spool file that was PUT (a file sent again while it was PUT
-/// changed them: 0 rows, the next try PUTs the new one).
+/// CAS `pending -> uploaded` when S3 holds the object with the size and the digest the
+/// ledger holds now and the row still names the spool file that was PUT (a file sent again
+/// while it was PUT changed them: 0 rows, the next try PUTs the new one). `sha256` is what
+/// S3 reported; a row from before digests (NULL) matches only an object without one.
 pub async fn mark_file_uploaded(
     conn: &mut AsyncPgConnection,
     id: i64,
     size: i64,
+    sha256: Option<&str>,
     spool_path: &str,
 ) -> QueryResult<usize> {
     diesel::sql_query(format!(
         "UPDATE recording_files SET state = '{uploaded}', uploaded_at = statement_timestamp(),
                 claimed_until = NULL
-          WHERE id = $1 AND state = '{pending}' AND size_bytes = $2 AND spool_path = $3",
+          WHERE id = $1 AND state = '{pending}' AND size_bytes = $2 AND spool_path = $3
+            AND content_sha256 IS NOT DISTINCT FROM $4",
         uploaded = FileState::Uploaded.as_str(),
         pending = FileState::Pending.as_str(),
     ))
     .bind::<BigInt, _>(id)
     .bind::<BigInt, _>(size)
     .bind::<Text, _>(spool_path)
+    .bind::<Nullable<Text>, _>(sha256)
     .execute(conn)
     .await
 }
@@ -429,19 +450,23 @@ pub async fn record_file_failure(
 }
 
 /// CAS `pending -> rejected` with its reason: never PUT, never tried again.
+/// Only while the row still names `spool_path`: a file sent again meanwhile replaced the
+/// version that was refused (and removed it), and the new one is judged on its own.
 pub async fn reject_file(
     conn: &mut AsyncPgConnection,
     id: i64,
+    spool_path: &str,
     reason: crate::domain::upload::RejectReason,
 ) -> QueryResult<usize> {
     diesel::sql_query(format!(
         "UPDATE recording_files SET state = '{rejected}', reject_reason = $2, claimed_until = NULL
-          WHERE id = $1 AND state = '{pending}'",
+          WHERE id = $1 AND state = '{pending}' AND spool_path = $3",
         rejected = FileState::Rejected.as_str(),
         pending = FileState::Pending.as_str(),
     ))
     .bind::<BigInt, _>(id)
     .bind::<Text, _>(reason.as_str())
+    .bind::<Text, _>(spool_path)
     .execute(conn)
     .await
 }

@@ -110,6 +110,7 @@ diesel::table! {
         claimed_until -> Nullable<Timestamptz>,
         received_at -> Timestamptz,
         uploaded_at -> Nullable<Timestamptz>,
+        content_sha256 -> Nullable<Text>,
     }
 }
 

@@ -199,13 +199,18 @@ pub fn playable_prefix(segments: &[LiveSegment]) -> usize {
         .count()
 }
 
-/// An HLS EVENT playlist of `segments` (duration in ms, URL) after `init` (its URL); with
-/// `ended`, `#EXT-X-ENDLIST`. Without an init there is nothing a player could decode: the
-/// playlist lists nothing yet.
-pub fn render_live_playlist(init: Option<&str>, segments: &[(u32, String)], ended: bool) -> String {
+/// An HLS EVENT playlist of `segments` (duration in ms, URL, whether it follows a gap in
+/// the numbering) after `init` (its URL); a segment after a gap gets
+/// `#EXT-X-DISCONTINUITY`; with `ended`, `#EXT-X-ENDLIST`. Without an init there is nothing
+/// a player could decode: the playlist lists nothing yet.
+pub fn render_live_playlist(
+    init: Option<&str>,
+    segments: &[(u32, String, bool)],
+    ended: bool,
+) -> String {
     let target = segments
         .iter()
-        .map(|(ms, _)| ms.div_ceil(1000))
+        .map(|(ms, _, _)| ms.div_ceil(1000))
         .max()
         .unwrap_or(4)
         .max(1);
@@ -215,7 +220,10 @@ pub fn render_live_playlist(init: Option<&str>, segments: &[(u32, String)], ende
     );
     if let Some(init) = init {
         out.push_str(&format!("#EXT-X-MAP:URI=\"{init}\"\n"));
-        for (ms, url) in segments {
+        for (ms, url, after_gap) in segments {
+            if *after_gap {
+                out.push_str("#EXT-X-DISCONTINUITY\n");
+            }
             out.push_str(&format!("#EXTINF:{}.{:03},\n{url}\n", ms / 1000, ms % 1000));
         }
         if ended {
@@ -304,16 +312,25 @@ mod tests {
 
     #[test]
     fn a_live_playlist_lists_nothing_before_its_init_and_ends_with_endlist() {
-        let closed = render_live_playlist(None, &[(4000, "s0".into())], true);
+        let closed = render_live_playlist(None, &[(4000, "s0".into(), false)], true);
         assert!(
             !closed.contains("EXTINF") && !closed.contains("ENDLIST") && !closed.contains("MAP")
         );
         let open = render_live_playlist(
             Some("i"),
-            &[(4000, "s0".into()), (3960, "s1".into())],
+            &[(4000, "s0".into(), false), (3960, "s1".into(), false)],
             false,
         );
         assert!(open.contains("#EXT-X-MAP:URI=\"i\"\n#EXTINF:4.000,\ns0\n#EXTINF:3.960,\ns1\n"));
+        let gapped = render_live_playlist(
+            Some("i"),
+            &[(4000, "s2".into(), false), (4000, "s5".into(), true)],
+            true,
+        );
+        assert!(
+            gapped.ends_with("s2\n#EXT-X-DISCONTINUITY\n#EXTINF:4.000,\ns5\n#EXT-X-ENDLIST\n"),
+            "{gapped}"
+        );
         assert!(open.contains("#EXT-X-TARGETDURATION:4\n"));
         assert!(!open.contains("ENDLIST"));
         assert!(render_live_playlist(Some("i"), &[], true).ends_with("#EXT-X-ENDLIST\n"));

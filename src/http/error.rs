@@ -39,6 +39,8 @@ pub const CODES: &[&str] = &[
     "unsupported_version",
     "origin_not_allowed",
     "excluded",
+    "file_landed",
+    "empty_file",
     "too_large",
     "unsupported_media_type",
     "too_many_connections",
@@ -323,6 +325,8 @@ impl From<AppError> for ApiError {
             AppError::WholeFileOnly | AppError::ResumableInProgress { .. } => {
                 Self::new(S::CONFLICT, "wrong_upload_method", message)
             }
+            AppError::FileLanded => Self::new(S::CONFLICT, "file_landed", message),
+            AppError::EmptyFile => Self::new(S::BAD_REQUEST, "empty_file", message),
             AppError::SpoolBusy(_) => Self {
                 retry_after: Some(1),
                 ..Self::new(S::SERVICE_UNAVAILABLE, "spool_busy", message)

@@ -139,6 +139,7 @@ async fn handle(
             match app::live::ingest(ctx, key, name, length, body).await {
                 Ok(Ingested::File(FileState::Excluded)) => Err(ApiError::excluded()),
                 Ok(Ingested::File(_)) => Ok(201),
+                Ok(Ingested::AlreadyLanded) => Ok(200),
                 Ok(Ingested::Playlist { .. }) => Ok(204),
                 Err(error) => Err(error.into()),
             }

@@ -1,7 +1,8 @@
 //! The sweeper's second ledger: live recordings' init and segment files
 //! (`recording_files`), read through a forward cursor of their own, queued beside the
 //! uploads, and landed by the same workers with the same file boundary, breaker, HEAD
-//! before PUT and backoff; the CAS is `pending -> uploaded` on the size the ledger holds.
+//! before PUT and backoff; the CAS is `pending -> uploaded` on the size and digest the
+//! ledger holds.
 
 use std::sync::atomic::Ordering;
 
@@ -109,28 +110,38 @@ impl<S: SweepStore> Shared<S> {
         } else {
             "video/mp4"
         };
-        // The size S3 holds is what the CAS checks: a file sent again between the claim and
-        // the PUT has another size than the claim's, and its row is not marked with it.
-        let stored_size = match self
+        // The size and digest S3 holds are what the CAS checks: a file sent again between the
+        // claim and the CAS (other bytes, of any length) changed the row, which is then not
+        // marked with what S3 holds; its next try PUTs the new version.
+        let landed = match self
             .land(
                 Held::File(file.id),
                 file.tries,
-                &file.object_key,
-                &path,
-                file.size_bytes,
-                content_type,
+                super::Landing {
+                    key: &file.object_key,
+                    path: &path,
+                    size: file.size_bytes,
+                    sha256: file.content_sha256.as_deref(),
+                    content_type,
+                },
                 cancel,
             )
             .await
         {
-            Ok(landed) => landed.size,
+            Ok(landed) => landed,
             Err(outcome) => return outcome,
         };
         let marked = async {
             let mut conn = self.pool.get().await?;
-            db::recordings::mark_file_uploaded(&mut conn, file.id, stored_size, &file.spool_path)
-                .await
-                .map_err(db::DbError::from)
+            db::recordings::mark_file_uploaded(
+                &mut conn,
+                file.id,
+                landed.size,
+                landed.sha256.as_deref(),
+                &file.spool_path,
+            )
+            .await
+            .map_err(db::DbError::from)
         }
         .await;
         match marked {
@@ -185,7 +196,26 @@ impl<S: SweepStore> Shared<S> {
             );
         }
         drop(conn);
-        crate::app::live_videos::settle_ended(&self.pool, &self.settings.node_id).await?;
+        let settled =
+            crate::app::live_videos::settle_ended(&self.pool, &self.settings.node_id).await?;
+        // A settled recording owes S3 nothing: its spool directory is empty by now (each
+        // copy went once landed), so it goes too, rather than one empty directory per
+        // broadcast forever. `remove_dir` leaves a directory that still holds anything.
+        let finals = settled
+            .videos
+            .iter()
+            .map(|(id, _)| id)
+            .chain(&settled.failed);
+        for id in finals {
+            let dir = self.root.path().join("live").join(id.to_string());
+            match std::fs::remove_dir(&dir) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    tracing::debug!(%error, recording_id = %id, "kept a final recording's spool directory");
+                }
+            }
+        }
         Ok(())
     }
 }

@@ -76,12 +76,14 @@ pub trait SweepStore: Clone + Send + Sync + 'static {
         &self,
         key: &str,
     ) -> impl Future<Output = Result<Option<ObjectHead>, StorageError>> + Send;
-    /// PUTs a file (multipart when large); the byte count sent.
+    /// PUTs a file (multipart when large), stored with its `sha256` when given (see
+    /// [`ObjectHead::sha256`]); the byte count sent.
     fn put_file(
         &self,
         key: &str,
         path: &Path,
         content_type: &str,
+        sha256: Option<&str>,
         cancel: &CancellationToken,
     ) -> impl Future<Output = Result<u64, StorageError>> + Send;
     /// Deletes an object (absent is fine).
@@ -102,9 +104,11 @@ impl SweepStore for Storage {
         key: &str,
         path: &Path,
         content_type: &str,
+        sha256: Option<&str>,
         cancel: &CancellationToken,
     ) -> Result<u64, StorageError> {
-        self.put_file_until(key, path, content_type, cancel).await
+        self.put_file_tagged(key, path, content_type, sha256, cancel)
+            .await
     }
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         Storage::delete(self, key).await
@@ -472,6 +476,20 @@ impl<S: SweepStore> Sweeper<S> {
 struct Landed {
     put: bool,
     size: i64,
+    /// The digest S3 holds the object with (`None`: stored without one).
+    sha256: Option<String>,
+}
+
+/// What one row puts where: the object key, the spool file, the ledger's size and digest,
+/// and the `Content-Type` to store.
+struct Landing<'a> {
+    key: &'a str,
+    path: &'a Path,
+    size: i64,
+    /// When the ledger holds a digest, S3 must hold the object with that digest (not just
+    /// that size) for the PUT to be skipped, and what S3 holds after the PUT is read back.
+    sha256: Option<&'a str>,
+    content_type: &'a str,
 }
 
 /// How one row ended, for the counters and the log.
@@ -577,10 +595,13 @@ impl<S: SweepStore> Shared<S> {
             .land(
                 Held::Upload(row.id),
                 row.tries,
-                &row.object_key,
-                &file,
-                row.declared_size,
-                &row.content_type,
+                Landing {
+                    key: &row.object_key,
+                    path: &file,
+                    size: row.declared_size,
+                    sha256: None,
+                    content_type: &row.content_type,
+                },
                 cancel,
             )
             .await;
@@ -600,12 +621,16 @@ impl<S: SweepStore> Shared<S> {
         &self,
         row: Held,
         tries: i32,
-        key: &str,
-        path: &Path,
-        size: i64,
-        content_type: &str,
+        landing: Landing<'_>,
         cancel: &CancellationToken,
     ) -> Result<Landed, Outcome> {
+        let Landing {
+            key,
+            path,
+            size,
+            sha256,
+            content_type,
+        } = landing;
         let admission = self
             .breaker
             .lock()
@@ -621,19 +646,50 @@ impl<S: SweepStore> Shared<S> {
             }
         }
         let landed = match self.store.head(key).await {
-            Ok(Some(head)) if head.size == size => {
+            // Already there: the same size, and the same digest when the ledger has one
+            // (bytes of the same length can differ: a file sent again with other content).
+            Ok(Some(head))
+                if head.size == size && (sha256.is_none() || head.sha256.as_deref() == sha256) =>
+            {
                 self.stats.found_by_head.fetch_add(1, Ordering::Relaxed);
                 Landed {
                     put: false,
                     size: head.size,
+                    sha256: head.sha256,
                 }
             }
             Ok(_) => {
                 self.stats.puts.fetch_add(1, Ordering::Relaxed);
-                match self.store.put_file(key, path, content_type, cancel).await {
-                    Ok(sent) => Landed {
+                match self
+                    .store
+                    .put_file(key, path, content_type, sha256, cancel)
+                    .await
+                {
+                    Ok(sent) if sha256.is_none() => Landed {
                         put: true,
                         size: i64::try_from(sent).unwrap_or(i64::MAX),
+                        sha256: None,
+                    },
+                    // What S3 holds now, not what this PUT sent: another PUT of the key
+                    // may have finished after this one.
+                    Ok(_) => match self.store.head(key).await {
+                        Ok(Some(head)) => Landed {
+                            put: true,
+                            size: head.size,
+                            sha256: head.sha256,
+                        },
+                        Ok(None) => {
+                            let error = StorageError {
+                                op: "HeadObject",
+                                key: key.to_owned(),
+                                source: Box::new(std::io::Error::other(
+                                    "the object is missing right after its PUT",
+                                )),
+                                outage: false,
+                            };
+                            return Err(self.storage_failed(row, tries, &error).await);
+                        }
+                        Err(error) => return Err(self.storage_failed(row, tries, &error).await),
                     },
                     // Stopped by a shutdown, not failed by S3: the row is given back as it
                     // was (no try counted, the breaker untouched).
@@ -742,20 +798,36 @@ impl<S: SweepStore> Shared<S> {
 
     /// Refuses the row for good (never PUT, never tried again).
     async fn reject(&self, row: Held, spool_path: Option<&str>, reason: RejectReason) -> Outcome {
-        self.stats.rejected.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(?row, reason = reason.as_str(), spool_path = ?spool_path, "rejected at the file boundary");
         let stored = async {
             let mut conn = self.pool.get().await?;
             match row {
                 Held::Upload(id) => db::ledger::reject(&mut conn, id, reason).await,
-                Held::File(id) => db::recordings::reject_file(&mut conn, id, reason).await,
+                Held::File(id) => {
+                    let path = spool_path.unwrap_or_default();
+                    db::recordings::reject_file(&mut conn, id, path, reason).await
+                }
             }
             .map_err(db::DbError::from)
         }
         .await;
-        if let Err(error) = stored {
-            tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not record the rejection");
+        match stored {
+            // A recording file sent again since the claim: its row names the new version,
+            // which the next claim checks. The refused one was this claim's, not the row's.
+            Ok(0) if matches!(row, Held::File(_)) => {
+                tracing::debug!(
+                    ?row,
+                    "a file sent again replaced the one refused; not rejected"
+                );
+                self.release(row).await;
+                return Outcome::AlreadyClosed;
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not record the rejection");
+            }
         }
+        self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(?row, reason = reason.as_str(), spool_path = ?spool_path, "rejected at the file boundary");
         Outcome::Rejected
     }
 

@@ -41,12 +41,7 @@ async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
 
 /// A live recording of `key`'s: (id, ingest URL).
 async fn recording(d: &Deployment, key: &str) -> (String, String) {
-    let made: Value = d
-        .post(key, "/v1/live", &json!({}))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let made = d.live_recording(key).await;
     (
         made["id"].as_str().unwrap().to_owned(),
         made["ingest_url"].as_str().unwrap().to_owned(),

@@ -101,7 +101,8 @@ impl Deployment {
         self.start_with(s3, &[]).await;
     }
 
-    /// [`Deployment::start`], with more settings for the API process.
+    /// [`Deployment::start`], with more settings for the API node's processes (the API and
+    /// its sweeper; each ignores what is not its own).
     pub async fn start_with(&mut self, s3: &str, api_env: &[(&str, &str)]) {
         let spool = self.node_dir(API_NODE).join("spool");
         let (http, ingest) = (free_port(), free_port());
@@ -117,6 +118,7 @@ impl Deployment {
             .unwrap();
         let sweeper = self
             .command("sweeper", API_NODE, s3)
+            .envs(api_env.iter().copied())
             .env("VIDQ_SPOOL_DIR", &spool)
             .env("VIDQ_LIVE_GRACE_SECS", "1")
             .env("VIDQ_SWEEPER_INTERVAL_MS", "200")
@@ -176,6 +178,14 @@ impl Deployment {
             .await
             .unwrap();
         key.reveal().to_owned()
+    }
+
+    /// `POST /v1/live` for `key`: the new recording as the API shows it (`id`,
+    /// `ingest_url`, `playback_url`, ...).
+    pub async fn live_recording(&self, key: &str) -> Value {
+        let made = self.post(key, "/v1/live", &serde_json::json!({})).await;
+        assert_eq!(made.status(), reqwest::StatusCode::CREATED);
+        made.json().await.unwrap()
     }
 
     pub async fn count(&self, sql: &str) -> i64 {

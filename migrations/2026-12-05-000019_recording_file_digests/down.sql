@@ -1,0 +1,1 @@
+ALTER TABLE recording_files DROP COLUMN content_sha256;
