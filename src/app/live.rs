@@ -242,16 +242,20 @@ where
         tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not remove an unused recording file");
     }
     tracing::debug!(recording_id = %id, axis = axis.as_str(), sequence, bytes = size, state = state.as_str(), "recording file received");
-    // A file that has landed is final: the same bytes again are acknowledged, other bytes
-    // are refused (players may already hold the landed ones).
-    if state == FileState::Uploaded && !recorded.taken {
-        return if recorded.same_bytes {
-            Ok(Ingested::AlreadyLanded)
-        } else {
-            Err(AppError::FileLanded)
-        };
+    if recorded.taken || state == FileState::Excluded {
+        return Ok(Ingested::File(state));
     }
-    Ok(Ingested::File(state))
+    // The row did not take this file: it has landed (final: the same bytes again are
+    // acknowledged, other bytes refused, since players may hold the landed ones). Read
+    // afresh: the statement's own view may predate a landing that committed while it waited
+    // for the row, and would call the row `pending`.
+    let now = db::recordings::file_digest(&mut conn, id, axis, sequence).await?;
+    match now {
+        Some((FileState::Uploaded, Some(digest))) if digest == sha256 => {
+            Ok(Ingested::AlreadyLanded)
+        }
+        _ => Err(AppError::FileLanded),
+    }
 }
 
 /// What a PUT's body became.

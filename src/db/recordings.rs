@@ -9,7 +9,7 @@ use diesel::sql_types::{BigInt, Bool, Int4, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
-use super::schema::recordings;
+use super::schema::{recording_files, recordings};
 use crate::domain::recording::{EndReason, FileAxis, FileState, RecordingState};
 
 /// A `recordings` row.
@@ -339,6 +339,32 @@ pub async fn counts(conn: &mut AsyncPgConnection, recording: Uuid) -> QueryResul
     .bind::<diesel::sql_types::Uuid, _>(recording)
     .get_result(conn)
     .await
+}
+
+/// A recording file's state and digest now.
+pub async fn file_digest(
+    conn: &mut AsyncPgConnection,
+    recording: Uuid,
+    axis: FileAxis,
+    sequence: i32,
+) -> QueryResult<Option<(FileState, Option<String>)>> {
+    let row: Option<(String, Option<String>)> = recording_files::table
+        .filter(recording_files::recording_id.eq(recording))
+        .filter(recording_files::axis.eq(axis.as_str()))
+        .filter(recording_files::sequence.eq(sequence))
+        .select((recording_files::state, recording_files::content_sha256))
+        .first(conn)
+        .await
+        .optional()?;
+    row.map(|(state, digest)| {
+        let state = state
+            .parse()
+            .map_err(|e: crate::domain::upload::UnknownState| {
+                diesel::result::Error::DeserializationError(Box::new(e))
+            })?;
+        Ok((state, digest))
+    })
+    .transpose()
 }
 
 /// A pending recording file claimed by this node's sweeper.
