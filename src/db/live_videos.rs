@@ -1,7 +1,7 @@
 //! From a finished recording to its video: which recordings of a node are whole (and which
-//! can never be), the lock and links of the transaction that makes the video, and the
-//! files its repackage job reads from S3. Lock order (`db/mod.rs`): a recording row after `users` and
-//! `videos`, before `video_encoding_jobs`; its file rows after it.
+//! can never be), the lock and links of the transaction that makes the video, and the files
+//! its repackage job reads from S3. Lock order (`db/mod.rs`): a recording row after `users`
+//! and `videos`, before `video_encoding_jobs`; its file rows after it.
 
 use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel::{OptionalExtension, QueryableByName};

@@ -158,8 +158,8 @@ pub struct NewRecordingFile<'a> {
 /// numbered past its final playlist. A file sent again (the encoder retried its PUT)
 /// replaces a `pending` row's size and try count; an `uploaded` or `excluded` row stays as
 /// it is (a landed file is final). Returns the row's state after the statement, whether this
-/// file is the one it names now, the spool path it named before (a replaced version, to
-/// remove), and whether the row's bytes are this file's (same digest).
+/// file is the one it names now, and the spool path it named before (a replaced version, to
+/// remove). A file the row did not take is judged by [`file_digest`], read afresh.
 pub async fn record_file(
     conn: &mut AsyncPgConnection,
     file: &NewRecordingFile<'_>,
@@ -172,8 +172,6 @@ pub async fn record_file(
         before: Option<String>,
         #[diesel(sql_type = Bool)]
         taken: bool,
-        #[diesel(sql_type = Bool)]
-        same_bytes: bool,
     }
     let sql = format!(
         "WITH decided AS (
@@ -204,7 +202,7 @@ pub async fn record_file(
               WHERE recording_files.state = '{pending}'
              RETURNING state, node_id),
          before AS (
-             SELECT spool_path, content_sha256 FROM recording_files
+             SELECT spool_path FROM recording_files
               WHERE recording_id = $1 AND axis = $2 AND sequence = $3)
          SELECT COALESCE(
                     (SELECT state FROM stored),
@@ -213,9 +211,7 @@ pub async fn record_file(
                 (SELECT count(pg_notify('{channel}', node_id)) FROM stored
                   WHERE state = '{pending}') AS woken,
                 (SELECT spool_path FROM before) AS before,
-                EXISTS (SELECT 1 FROM stored) AS taken,
-                EXISTS (SELECT 1 FROM stored)
-                    OR COALESCE((SELECT content_sha256 = $8 FROM before), false) AS same_bytes",
+                EXISTS (SELECT 1 FROM stored) AS taken",
         segment = FileAxis::Segment.as_str(),
         excluded = FileState::Excluded.as_str(),
         pending = FileState::Pending.as_str(),
@@ -235,17 +231,11 @@ pub async fn record_file(
         .bind::<Text, _>(file.sha256)
         .get_result(conn)
         .await?;
-    let state = stored
-        .state
-        .parse()
-        .map_err(|e: crate::domain::upload::UnknownState| {
-            diesel::result::Error::DeserializationError(Box::new(e))
-        })?;
+    let state = file_state(&stored.state)?;
     Ok(RecordedFile {
         state,
         taken: stored.taken,
         replaced: stored.before.filter(|before| before != file.spool_path),
-        same_bytes: stored.same_bytes,
     })
 }
 
@@ -258,9 +248,6 @@ pub struct RecordedFile {
     pub taken: bool,
     /// The spool path the row named before, if another.
     pub replaced: Option<String>,
-    /// The row's bytes are this file's: it took the row, or the row it left alone holds a
-    /// file with the same digest (a re-send of the same bytes).
-    pub same_bytes: bool,
 }
 
 /// Stores the durations a playlist gave its segments: on the recording (for segments whose
@@ -356,15 +343,16 @@ pub async fn file_digest(
         .first(conn)
         .await
         .optional()?;
-    row.map(|(state, digest)| {
-        let state = state
-            .parse()
-            .map_err(|e: crate::domain::upload::UnknownState| {
-                diesel::result::Error::DeserializationError(Box::new(e))
-            })?;
-        Ok((state, digest))
-    })
-    .transpose()
+    row.map(|(state, digest)| Ok((file_state(&state)?, digest)))
+        .transpose()
+}
+
+/// A file row's state; one the code does not know is an error, never a default.
+fn file_state(raw: &str) -> QueryResult<FileState> {
+    raw.parse()
+        .map_err(|e: crate::domain::upload::UnknownState| {
+            diesel::result::Error::DeserializationError(Box::new(e))
+        })
 }
 
 /// A pending recording file claimed by this node's sweeper.

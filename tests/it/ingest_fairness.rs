@@ -54,20 +54,7 @@ async fn an_encoder_streams_normally(d: &Deployment, key: &str, seconds: u32) {
     broadcast(&ingest, seconds).await;
     // FFmpeg exits once it has sent its last file, not once vidq has answered for it: the
     // recording's end is the condition, then what it holds.
-    d.wait_for(
-        &format!(
-            "SELECT count(*) AS n FROM videos WHERE recording_id = '{id}' AND status = 'ready'"
-        ),
-        1,
-        Duration::from_secs(120),
-    )
-    .await;
-    let status: Value = d
-        .get(key, &format!("/v1/live/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let status = d.recording_when_ready(key, &id).await;
     assert_eq!(
         status["segments"]["uploaded"],
         seconds / 2,

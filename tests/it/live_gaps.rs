@@ -22,37 +22,7 @@ async fn a_recording_with_a_gap_ends_and_its_playlist_says_so() {
 
     // An encoder's files, made here: 12 s cut into six 2 s fMP4 segments.
     let dir = tempfile::tempdir().unwrap();
-    let encoded = tokio::process::Command::new("ffmpeg")
-        .args(["-nostdin", "-v", "error"])
-        .args(["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25"])
-        .args([
-            "-f",
-            "lavfi",
-            "-i",
-            "sine=frequency=440:sample_rate=44100",
-            "-t",
-            "12",
-        ])
-        .args([
-            "-c:v",
-            "libx264",
-            "-g",
-            "50",
-            "-preset",
-            "ultrafast",
-            "-pix_fmt",
-            "yuv420p",
-        ])
-        .args([
-            "-c:a",
-            "aac",
-            "-f",
-            "hls",
-            "-hls_segment_type",
-            "fmp4",
-            "-hls_time",
-            "2",
-        ])
+    let encoded = crate::support::deployment::hls_encoder(12, false)
         .arg(dir.path().join("index.m3u8"))
         .status()
         .await

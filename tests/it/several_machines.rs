@@ -16,20 +16,7 @@ use crate::support::s3_switch::{Mode, Switch};
 
 /// The recording's video once READY, as its owner reads it.
 async fn ready_video_of(d: &Deployment, key: &str, recording: &str) -> Value {
-    d.wait_for(
-        &format!(
-            "SELECT count(*) AS n FROM videos WHERE recording_id = '{recording}' AND status = 'ready'"
-        ),
-        1,
-        Duration::from_secs(120),
-    )
-    .await;
-    let status: Value = d
-        .get(key, &format!("/v1/live/{recording}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let status = d.recording_when_ready(key, recording).await;
     let video = status["video_id"]
         .as_str()
         .expect("the recording names its video");

@@ -188,6 +188,24 @@ impl Deployment {
         made.json().await.unwrap()
     }
 
+    /// Waits (at most 2 min) until `recording` has become a READY video; returns the
+    /// recording as its owner `key` reads it then.
+    pub async fn recording_when_ready(&self, key: &str, recording: &str) -> Value {
+        self.wait_for(
+            &format!(
+                "SELECT count(*) AS n FROM videos WHERE recording_id = '{recording}' AND status = 'ready'"
+            ),
+            1,
+            Duration::from_secs(120),
+        )
+        .await;
+        self.get(key, &format!("/v1/live/{recording}"))
+            .await
+            .json()
+            .await
+            .unwrap()
+    }
+
     pub async fn count(&self, sql: &str) -> i64 {
         #[derive(diesel::QueryableByName)]
         struct Count {
@@ -257,29 +275,32 @@ impl Deployment {
     }
 }
 
-/// FFmpeg as a live encoder: `seconds` of test picture and tone in real time, cut into 2 s
-/// fMP4 segments and PUT to `ingest` (the recording's ingest URL).
-pub async fn broadcast(ingest: &str, seconds: u32) {
-    let out = tokio::process::Command::new("ffmpeg")
-        .args(["-nostdin", "-v", "error", "-re"])
+/// FFmpeg as an HLS encoder: `seconds` of test picture and tone (in real time when
+/// `realtime`), cut into 2 s fMP4 segments with a keyframe every 2 s; the caller adds where
+/// they go (a directory, or `-method PUT` and an ingest URL).
+pub fn hls_encoder(seconds: u32, realtime: bool) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new("ffmpeg");
+    command.args(["-nostdin", "-v", "error"]);
+    if realtime {
+        command.arg("-re");
+    }
+    command
         .args(["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25"])
         .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=44100"])
         .args(["-t", &seconds.to_string()])
-        .args([
-            "-c:v",
-            "libx264",
-            "-g",
-            "50",
-            "-preset",
-            "ultrafast",
-            "-pix_fmt",
-            "yuv420p",
-        ])
-        .args(["-c:a", "aac"])
+        .args(["-c:v", "libx264", "-g", "50", "-preset", "ultrafast"])
+        .args(["-pix_fmt", "yuv420p", "-c:a", "aac"])
         .args(["-f", "hls", "-hls_segment_type", "fmp4", "-hls_time", "2"])
+        .kill_on_drop(true);
+    command
+}
+
+/// FFmpeg as a live encoder: `seconds` in real time, PUT to `ingest` (the recording's ingest
+/// URL) as it is made.
+pub async fn broadcast(ingest: &str, seconds: u32) {
+    let out = hls_encoder(seconds, true)
         .args(["-hls_playlist_type", "event", "-method", "PUT"])
         .arg(format!("{ingest}index.m3u8"))
-        .kill_on_drop(true)
         .output()
         .await
         .unwrap();
