@@ -195,7 +195,8 @@ impl Pipeline {
     }
 
     /// `key` into `to`; its size, or `None` when S3 does not have it. While S3 does not
-    /// answer, tries again with backoff for at most `waits.storage`.
+    /// answer (an outage: no connection, no answer in time, a 5xx or 429), tries again with
+    /// backoff for at most `waits.storage`.
     async fn download_patiently(
         &self,
         key: &str,
@@ -207,7 +208,9 @@ impl Pipeline {
         loop {
             match until_cancelled(cancel, self.storage.download_to_file(key, to)).await? {
                 Ok(got) => return Ok(got),
-                Err(error) if Instant::now() + pause < deadline => {
+                // Only an outage is waited out; S3 refusing this request (a 4xx: credentials,
+                // policy) will refuse the next one too.
+                Err(error) if error.outage && Instant::now() + pause < deadline => {
                     tracing::warn!(error = %crate::telemetry::error_chain(&error), %key,
                         retry_in_ms = pause.as_millis() as u64,
                         "object storage did not answer a read; trying again");
