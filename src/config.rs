@@ -810,6 +810,12 @@ pub struct LiveArgs {
     #[arg(long = "live-grace-secs", env = "VIDQ_LIVE_GRACE_SECS", value_name = "SECS",
           default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3_600))]
     pub grace_secs: u64,
+    /// A live recording created and never streamed to for this long ends (`expired`) and
+    /// then fails (nothing playable), in seconds: it leaves the dashboard and the
+    /// open-recordings gauge, and its ingest URL takes nothing more.
+    #[arg(long = "live-waiting-ttl-secs", env = "VIDQ_LIVE_WAITING_TTL_SECS", value_name = "SECS",
+          default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..=30 * 86_400))]
+    pub waiting_ttl_secs: u64,
 }
 
 impl Default for LiveArgs {
@@ -817,6 +823,7 @@ impl Default for LiveArgs {
         Self {
             idle_secs: 30,
             grace_secs: 10,
+            waiting_ttl_secs: 86_400,
         }
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod destination;
 pub mod ffmpeg;
+pub mod incoming;
 pub mod nats;
 pub mod presign;
 pub mod private_pg;

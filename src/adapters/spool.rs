@@ -304,6 +304,17 @@ impl SpoolRoot {
         }
     }
 
+    /// Removes the directory holding `relative` if it is empty (it holds something, is gone
+    /// already, or cannot be named: left as it is).
+    pub async fn remove_empty_dir_of(&self, relative: &str) {
+        let Ok(path) = self.join(relative) else {
+            return;
+        };
+        if let Some(dir) = path.parent() {
+            let _ = tokio::fs::remove_dir(dir).await;
+        }
+    }
+
     /// Takes the spool file for one request (see [`HeldSpoolFile`]), waiting a moment for
     /// a writer that is finishing. A missing file is [`AppendError::Lost`].
     pub async fn hold(&self, relative: &str) -> Result<HeldSpoolFile, AppendError> {

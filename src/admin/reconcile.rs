@@ -1,6 +1,7 @@
-//! `vidq reconcile [--fix] [--json]`: compares the ledger (uploads, artifacts) with a listing
-//! of the bucket and reports rows whose object is missing or of another size and objects no
-//! live row owns (past a grace period). `--fix` deletes the orphans and re-drives the uploads
+//! `vidq reconcile [--fix] [--json]`: compares the ledger (uploads, artifacts, recording
+//! files) with a listing of the bucket and reports rows whose object is missing or of another
+//! size, recording files whose object holds other bytes of their size (by the SHA-256 stored
+//! with it), and objects no live row owns (past a grace period). `--fix` deletes the orphans and re-drives the uploads
 //! through vidq whose spool file is still there. Exit status: 0 when there is no difference
 //! (or `--fix` fixed every one), 1 otherwise, 2 when it could not run (see `main.rs`).
 
@@ -48,6 +49,9 @@ pub async fn run(config: ReconcileConfig) -> anyhow::Result<bool> {
             .context("listing the bucket")?;
         objects.extend(listed.into_iter().map(BucketObject::from));
     }
+    read_recording_digests(&snapshot, &mut objects, &storage)
+        .await
+        .context("reading the digests of recording files")?;
     let report = crate::app::reconcile::compare_snapshot(
         &snapshot,
         &objects,
@@ -75,6 +79,56 @@ pub async fn run(config: ReconcileConfig) -> anyhow::Result<bool> {
         print_text(&report, fixes.as_deref(), &config);
     }
     Ok(agree)
+}
+
+/// How many digests are read at once.
+const DIGEST_READS: usize = 16;
+
+/// Reads the SHA-256 stored with each object an `uploaded` recording file names with a
+/// digest and the same size (one HEAD each, a few at a time): a listing carries sizes only,
+/// and two versions of one segment can have the same size (a re-sent file with other bytes).
+async fn read_recording_digests(
+    snapshot: &db::reconcile::LedgerSnapshot,
+    objects: &mut [BucketObject],
+    storage: &Storage,
+) -> anyhow::Result<()> {
+    use futures_util::{StreamExt, TryStreamExt};
+    let uploaded = crate::domain::recording::FileState::Uploaded.as_str();
+    let sizes: HashMap<&str, i64> = snapshot
+        .recording_files
+        .iter()
+        .filter(|f| f.state == uploaded && f.content_sha256.is_some())
+        .map(|f| (f.object_key.as_str(), f.size_bytes))
+        .collect();
+    let wanted: Vec<usize> = objects
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| sizes.get(o.key.as_str()) == Some(&o.size))
+        .map(|(i, _)| i)
+        .collect();
+    use crate::domain::reconcile::StoredDigest;
+    let read: Vec<(usize, StoredDigest)> = futures_util::stream::iter(wanted)
+        .map(|i| {
+            let key = objects[i].key.clone();
+            async move {
+                let head = storage.head(&key).await?;
+                // Gone since the listing: no verdict here (the listing's is the report's).
+                let stored = match head {
+                    None => StoredDigest::Unread,
+                    Some(head) => head
+                        .sha256
+                        .map_or(StoredDigest::Absent, StoredDigest::Sha256),
+                };
+                Ok::<_, crate::adapters::storage::StorageError>((i, stored))
+            }
+        })
+        .buffer_unordered(DIGEST_READS)
+        .try_collect()
+        .await?;
+    for (i, stored) in read {
+        objects[i].sha256 = stored;
+    }
+    Ok(())
 }
 
 /// Deletes the orphans (outside any transaction, after the snapshot's has ended) and

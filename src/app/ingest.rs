@@ -30,6 +30,8 @@ const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
 pub struct Ingest {
     /// The allowed root.
     pub spool: SpoolRoot,
+    /// This process's directory for live files still arriving.
+    pub incoming: std::sync::Arc<crate::adapters::incoming::IncomingDir>,
     /// The node the rows are written under (the sweeper of the same name lands them).
     pub node_id: String,
     /// How long an upload may take to arrive.

@@ -147,7 +147,7 @@ where
         });
     }
     // A file goes to a name of its own first and is renamed into the recording once whole.
-    let incoming = format!("live/incoming/{}.part", uuid::Uuid::now_v7());
+    let incoming = ingest.incoming.new_file();
     // Whatever happens to this request (an error, the client gone and the handler dropped),
     // its incoming file does not stay behind.
     let mut guard = IncomingFile {
@@ -175,7 +175,7 @@ where
             let playlist = recording::parse_playlist(&text);
             let mut conn = ctx.db.get().await?;
             db::recordings::touch(&mut conn, id).await?;
-            db::recordings::set_durations(&mut conn, id, &playlist.segments).await?;
+            db::recordings::set_playlist(&mut conn, id, &playlist).await?;
             if playlist.ended {
                 let last = playlist.segments.iter().map(|(n, _)| *n as i32).max();
                 let ended = db::recordings::end(
@@ -240,6 +240,12 @@ where
         && let Err(error) = ingest.spool.remove(&path).await
     {
         tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not remove an unused recording file");
+    }
+    if state == FileState::Excluded {
+        // The recording passed its cutoff while this file arrived: its sweeper may have
+        // removed its directory meanwhile, which the rename brought back. Gone again if
+        // empty (a directory that still holds a file is left).
+        ingest.spool.remove_empty_dir_of(&spool_path).await;
     }
     tracing::debug!(recording_id = %id, axis = axis.as_str(), sequence, bytes = size, state = state.as_str(), "recording file received");
     if recorded.taken || state == FileState::Excluded {
@@ -398,7 +404,10 @@ pub async fn playlist(
             uploaded: f.state == uploaded,
         })
         .collect();
-    let playable = recording::playable_prefix(&segments);
+    // The run starts at the encoder's first segment (FFmpeg's `-start_number`), as its
+    // first playlist said; rows from before that was recorded started at 0.
+    let first = recording.first_sequence.unwrap_or(0).max(0) as u32;
+    let playable = recording::playable_prefix(&segments, first);
     let ttl = std::time::Duration::from_secs(ctx.upload.playback_url_ttl_secs);
     let url = async |key: &str| -> Result<String, AppError> {
         match ctx.playback.public_url(key) {
@@ -422,7 +431,10 @@ pub async fn playlist(
             .filter(|f| f.state == uploaded && f.duration_ms.is_some())
             .collect()
     } else {
-        kept.iter().take(playable).collect()
+        let mut run: Vec<_> = kept.iter().filter(|f| f.sequence >= first as i32).collect();
+        run.sort_by_key(|f| f.sequence);
+        run.truncate(playable);
+        run
     };
     to_list.sort_by_key(|f| f.sequence);
     let mut listed = Vec::with_capacity(to_list.len());
@@ -440,7 +452,7 @@ pub async fn playlist(
     // segment up to the last one it named listed.
     let final_listed = recording
         .final_sequence
-        .is_some_and(|last| playable == last as usize + 1);
+        .is_some_and(|last| first as usize + playable == last as usize + 1);
     let still_landing = kept.iter().any(|f| f.state == FileState::Pending.as_str());
     let ended = init_url.is_some()
         && if final_state {
@@ -450,10 +462,11 @@ pub async fn playlist(
         } else {
             recording.end_reason.as_deref() == Some(EndReason::Endlist.as_str())
                 && final_listed
-                && playable == kept.len()
+                && playable == kept.iter().filter(|f| f.sequence >= first as i32).count()
         };
     Ok(recording::render_live_playlist(
         init_url.as_deref(),
+        recording.target_duration_secs.map(|n| n as u32),
         &listed,
         ended,
     ))

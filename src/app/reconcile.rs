@@ -23,6 +23,8 @@ impl From<crate::adapters::storage::ListedObject> for BucketObject {
             key: o.key,
             size: o.size,
             last_modified: o.last_modified,
+            // A listing carries no metadata; `vidq reconcile` reads it where it compares.
+            sha256: crate::domain::reconcile::StoredDigest::Unread,
         }
     }
 }
@@ -78,6 +80,7 @@ pub fn compare_snapshot(
                 recording: f.recording_id,
                 key: f.object_key.clone(),
                 size: f.size_bytes,
+                sha256: f.content_sha256.clone(),
                 uploaded: f.state == crate::domain::recording::FileState::Uploaded.as_str(),
             })
             .collect(),

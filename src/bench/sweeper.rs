@@ -301,6 +301,7 @@ async fn measure(
         orphans_every: None,
         orphan_grace: Duration::from_secs(3600),
         live_idle: Duration::from_secs(30),
+        live_waiting_ttl: Duration::from_secs(86_400),
         live_grace: Duration::from_secs(10),
     };
     let mut sweeper = Sweeper::start(pool.clone(), store, root, settings, shutdown.clone());

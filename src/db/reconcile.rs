@@ -104,6 +104,9 @@ pub struct RecordingFileKey {
     /// Its state.
     #[diesel(sql_type = Text)]
     pub state: String,
+    /// SHA-256 (hex) of the bytes the row names; `None` for rows from before digests.
+    #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
+    pub content_sha256: Option<String>,
 }
 
 /// Reads the snapshot in one `REPEATABLE READ, READ ONLY` transaction: the three reads see
@@ -145,7 +148,7 @@ pub async fn snapshot(conn: &mut AsyncPgConnection) -> diesel::QueryResult<Ledge
                 .load(conn)
                 .await?;
             let recording_files = diesel::sql_query(format!(
-                "SELECT recording_id, object_key, size_bytes, state FROM recording_files
+                "SELECT recording_id, object_key, size_bytes, state, content_sha256 FROM recording_files
                   WHERE state IN ('{pending}', '{uploaded}') ORDER BY id",
                 pending = crate::domain::recording::FileState::Pending.as_str(),
                 uploaded = crate::domain::recording::FileState::Uploaded.as_str(),

@@ -34,6 +34,10 @@ pub struct RecordingRow {
     pub final_sequence: Option<i32>,
     /// The last file or playlist it received.
     pub last_ingest_at: Option<DateTime<Utc>>,
+    /// The encoder's first segment number, from its first playlist.
+    pub first_sequence: Option<i32>,
+    /// The encoder's `#EXT-X-TARGETDURATION`, from its first playlist.
+    pub target_duration_secs: Option<i32>,
     /// Created.
     pub created_at: DateTime<Utc>,
     /// Last change.
@@ -250,16 +254,21 @@ pub struct RecordedFile {
     pub replaced: Option<String>,
 }
 
-/// Stores the durations a playlist gave its segments: on the recording (for segments whose
-/// PUT is still being registered: `record_file` reads them under a share lock) and then,
-/// in a second statement that sees every row committed meanwhile, on the rows that exist.
-pub async fn set_durations(
+/// Stores what an encoder's playlist says. On the recording: the durations it gave its
+/// segments (for segments whose PUT is still being registered: `record_file` reads them
+/// under a share lock), and, from the first playlist that says them, the first segment
+/// number and the target duration, kept for the life of the recording. Then, in a second
+/// statement that sees every row committed meanwhile, the durations on the rows that exist.
+pub async fn set_playlist(
     conn: &mut AsyncPgConnection,
     recording: Uuid,
-    segments: &[(u32, u32)],
+    playlist: &crate::domain::recording::IngestPlaylist,
 ) -> QueryResult<usize> {
     use diesel_async::AsyncConnection;
-    if segments.is_empty() {
+    let segments = &playlist.segments;
+    let first = playlist.media_sequence.map(|n| n as i32);
+    let target = playlist.target_duration.map(|n| n as i32);
+    if segments.is_empty() && first.is_none() && target.is_none() {
         return Ok(0);
     }
     let numbers: Vec<i32> = segments.iter().map(|(n, _)| *n as i32).collect();
@@ -267,16 +276,23 @@ pub async fn set_durations(
     conn.transaction(async |conn| {
         diesel::sql_query(
             "UPDATE recordings
-                SET playlist_durations = playlist_durations || (
-                    SELECT jsonb_object_agg(seq::text, ms)
-                      FROM unnest($2::int4[], $3::int4[]) AS v(seq, ms))
+                SET playlist_durations = playlist_durations || COALESCE((
+                        SELECT jsonb_object_agg(seq::text, ms)
+                          FROM unnest($2::int4[], $3::int4[]) AS v(seq, ms)), '{}'),
+                    first_sequence = COALESCE(first_sequence, $4),
+                    target_duration_secs = COALESCE(target_duration_secs, $5)
               WHERE id = $1",
         )
         .bind::<diesel::sql_types::Uuid, _>(recording)
         .bind::<diesel::sql_types::Array<Int4>, _>(&numbers)
         .bind::<diesel::sql_types::Array<Int4>, _>(&millis)
+        .bind::<Nullable<Int4>, _>(first)
+        .bind::<Nullable<Int4>, _>(target)
         .execute(conn)
         .await?;
+        if segments.is_empty() {
+            return Ok(0);
+        }
         diesel::sql_query(format!(
             "UPDATE recording_files f SET duration_ms = v.ms
                FROM unnest($2::int4[], $3::int4[]) AS v(seq, ms)
@@ -555,25 +571,61 @@ pub async fn end_idle(
     idle_secs: f64,
     grace_secs: f64,
 ) -> QueryResult<Vec<Uuid>> {
+    end_quiet(conn, node, Quiet::Idle, idle_secs, grace_secs).await
+}
+
+/// CAS `waiting -> ending` (`expired`) for `node`'s recordings created more than `ttl_secs`
+/// ago that never received a file or playlist, their cutoff `grace_secs` after the end (a
+/// file racing the expiry still counts, as after any end); returns their ids.
+pub async fn expire_waiting(
+    conn: &mut AsyncPgConnection,
+    node: &str,
+    ttl_secs: f64,
+    grace_secs: f64,
+) -> QueryResult<Vec<Uuid>> {
+    end_quiet(conn, node, Quiet::NeverStreamed, ttl_secs, grace_secs).await
+}
+
+/// Which silence ends a recording by itself.
+#[derive(Clone, Copy)]
+enum Quiet {
+    /// `live`, nothing received since `last_ingest_at`.
+    Idle,
+    /// `waiting`: nothing ever received since `created_at`.
+    NeverStreamed,
+}
+
+/// The CAS of [`end_idle`] and [`expire_waiting`]: `node`'s recordings quiet for `secs` end.
+async fn end_quiet(
+    conn: &mut AsyncPgConnection,
+    node: &str,
+    quiet: Quiet,
+    secs: f64,
+    grace_secs: f64,
+) -> QueryResult<Vec<Uuid>> {
     #[derive(QueryableByName)]
     struct Ended {
         #[diesel(sql_type = diesel::sql_types::Uuid)]
         id: Uuid,
     }
+    let (from, reason, since) = match quiet {
+        Quiet::Idle => (RecordingState::Live, EndReason::Idle, "last_ingest_at"),
+        Quiet::NeverStreamed => (RecordingState::Waiting, EndReason::Expired, "created_at"),
+    };
     let ended: Vec<Ended> = diesel::sql_query(format!(
         "UPDATE recordings
-            SET state = '{ending}', end_reason = '{idle}', ended_at = statement_timestamp(),
+            SET state = '{ending}', end_reason = '{reason}', ended_at = statement_timestamp(),
                 cutoff_at = statement_timestamp() + make_interval(secs => $3),
                 updated_at = statement_timestamp()
-          WHERE node_id = $1 AND state = '{live}'
-            AND last_ingest_at < statement_timestamp() - make_interval(secs => $2)
+          WHERE node_id = $1 AND state = '{from}'
+            AND {since} < statement_timestamp() - make_interval(secs => $2)
          RETURNING id",
         ending = RecordingState::Ending.as_str(),
-        idle = EndReason::Idle.as_str(),
-        live = RecordingState::Live.as_str(),
+        reason = reason.as_str(),
+        from = from.as_str(),
     ))
     .bind::<Text, _>(node)
-    .bind::<diesel::sql_types::Double, _>(idle_secs)
+    .bind::<diesel::sql_types::Double, _>(secs)
     .bind::<diesel::sql_types::Double, _>(grace_secs)
     .load(conn)
     .await?;

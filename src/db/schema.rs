@@ -127,6 +127,8 @@ diesel::table! {
         final_sequence -> Nullable<Int4>,
         last_ingest_at -> Nullable<Timestamptz>,
         playlist_durations -> Jsonb,
+        first_sequence -> Nullable<Int4>,
+        target_duration_secs -> Nullable<Int4>,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
     }

@@ -59,6 +59,20 @@ pub struct BucketObject {
     pub size: i64,
     /// Last written.
     pub last_modified: DateTime<Utc>,
+    /// The SHA-256 vidq stored it with, where it was read (a listing carries none).
+    pub sha256: StoredDigest,
+}
+
+/// What an object's metadata says of its bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum StoredDigest {
+    /// Not read (a listing carries no metadata): no verdict.
+    #[default]
+    Unread,
+    /// Read: the object carries no digest (vidq did not write it with one).
+    Absent,
+    /// Read: the SHA-256 (hex) it was stored with.
+    Sha256(String),
 }
 
 /// What kind of difference.
@@ -68,19 +82,28 @@ pub enum Kind {
     Missing,
     /// The object is there with another size than the row's.
     SizeMismatch,
+    /// The object is there with the row's size but other bytes (its stored SHA-256 is not
+    /// the row's).
+    DigestMismatch,
     /// An object no live row owns, older than the grace period.
     Orphan,
 }
 
 impl Kind {
     /// Every kind, in report order.
-    pub const ALL: [Kind; 3] = [Kind::Missing, Kind::SizeMismatch, Kind::Orphan];
+    pub const ALL: [Kind; 4] = [
+        Kind::Missing,
+        Kind::SizeMismatch,
+        Kind::DigestMismatch,
+        Kind::Orphan,
+    ];
 
     /// How the report spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Missing => "missing",
             Kind::SizeMismatch => "size_mismatch",
+            Kind::DigestMismatch => "digest_mismatch",
             Kind::Orphan => "orphan",
         }
     }
@@ -104,6 +127,8 @@ pub struct LiveFileRecord {
     pub key: String,
     /// The ledger's size.
     pub size: i64,
+    /// The ledger's SHA-256 of its bytes (`None` for rows from before digests).
+    pub sha256: Option<String>,
     /// S3 is said to hold it (checked); otherwise it only owns its key.
     pub uploaded: bool,
 }
@@ -172,7 +197,7 @@ pub fn compare(
         objects: objects.len(),
         ..Report::default()
     };
-    let mut check = |key: &str, size: i64, owner: Owner, what: String| {
+    let mut check = |key: &str, size: i64, sha256: Option<&str>, owner: Owner, what: String| {
         report.rows += 1;
         match listed.get(key) {
             None => report.differences.push(Difference {
@@ -187,7 +212,27 @@ pub fn compare(
                 reason: format!("object has {} bytes, {what} declares {size}", object.size),
                 owner,
             }),
-            Some(_) => {}
+            Some(object) => {
+                // A row with a digest landed only once S3 held its object with that digest:
+                // another digest, or none, means the object was written over since.
+                let held = match (&object.sha256, sha256) {
+                    (StoredDigest::Sha256(held), Some(want)) if held != want => {
+                        Some(format!("bytes with SHA-256 {held}"))
+                    }
+                    (StoredDigest::Absent, Some(_)) => {
+                        Some("bytes stored without a SHA-256".into())
+                    }
+                    _ => None,
+                };
+                if let (Some(held), Some(want)) = (held, sha256) {
+                    report.differences.push(Difference {
+                        kind: Kind::DigestMismatch,
+                        key: key.to_owned(),
+                        reason: format!("object holds {held}, {what} names SHA-256 {want}"),
+                        owner,
+                    });
+                }
+            }
         }
     };
     for upload in uploads {
@@ -195,6 +240,7 @@ pub fn compare(
             check(
                 &upload.key,
                 upload.size,
+                None,
                 Owner::Upload(upload.id),
                 format!("upload {} ({})", upload.id, upload.state.as_str()),
             );
@@ -204,6 +250,7 @@ pub fn compare(
         check(
             &artifact.key,
             artifact.size,
+            None,
             Owner::Artifact(artifact.video),
             format!("artifact of video {} (uploaded)", artifact.video),
         );
@@ -213,6 +260,7 @@ pub fn compare(
         check(
             &file.key,
             file.size,
+            file.sha256.as_deref(),
             Owner::Recording(file.recording),
             format!("file of recording {} (uploaded)", file.recording),
         );
@@ -322,6 +370,7 @@ mod tests {
             key: key.to_owned(),
             size,
             last_modified: Utc::now() - chrono::Duration::seconds(age_secs),
+            sha256: StoredDigest::Unread,
         }
     }
 
@@ -421,5 +470,45 @@ mod tests {
             0,
         );
         assert_eq!(zero.count(Kind::Orphan), 5);
+    }
+
+    #[test]
+    fn a_recording_file_whose_object_holds_other_bytes_of_its_size_is_a_digest_mismatch() {
+        let recording = Uuid::now_v7();
+        let file = |name: &str, sha: char| LiveFileRecord {
+            recording,
+            key: format!("live/{recording}/{name}"),
+            size: 10,
+            sha256: Some(sha.to_string().repeat(64)),
+            uploaded: true,
+        };
+        let live = LiveLedger {
+            recordings: [recording].into(),
+            files: vec![file("a", 'a'), file("b", 'b'), file("c", 'c')],
+        };
+        let held = |name: &str, sha256: StoredDigest| BucketObject {
+            sha256,
+            ..object(&format!("live/{recording}/{name}"), 10, 600)
+        };
+        let sha = |c: char| StoredDigest::Sha256(c.to_string().repeat(64));
+        let objects = [
+            held("a", sha('a')),
+            held("b", sha('e')),
+            held("c", StoredDigest::Absent),
+            // Only listed: no verdict on its bytes.
+            held("d", StoredDigest::Unread),
+        ];
+        let mut live = live;
+        live.files.push(file("d", 'd'));
+        let report = compare(&[], &[], &[], &live, &objects, Utc::now(), 60);
+        let mismatched: Vec<&str> = report
+            .differences
+            .iter()
+            .inspect(|d| assert_eq!(d.owner, Owner::Recording(recording)))
+            .filter(|d| d.kind == Kind::DigestMismatch)
+            .map(|d| d.key.rsplit('/').next().unwrap())
+            .collect();
+        assert_eq!(mismatched, ["b", "c"], "{:?}", report.differences);
+        assert_eq!(report.differences.len(), 2);
     }
 }

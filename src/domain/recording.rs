@@ -59,6 +59,8 @@ spelled_states! {
         EndedByClient = "ended_by_client",
         /// Nothing arrived for `VIDQ_LIVE_IDLE_SECS`.
         Idle = "idle",
+        /// Created and never streamed to for `VIDQ_LIVE_WAITING_TTL_SECS`.
+        Expired = "expired",
     }
 }
 
@@ -122,6 +124,11 @@ pub struct IngestPlaylist {
     pub segments: Vec<(u32, u32)>,
     /// It carries `#EXT-X-ENDLIST`: the broadcast is over.
     pub ended: bool,
+    /// Its `#EXT-X-MEDIA-SEQUENCE`: the number of the first segment it lists (FFmpeg's
+    /// `-start_number`, 0 by default).
+    pub media_sequence: Option<u32>,
+    /// Its `#EXT-X-TARGETDURATION` in seconds: the longest segment the encoder means to send.
+    pub target_duration: Option<u32>,
 }
 
 /// Reads a media playlist as an encoder sends it. Lines that name files vidq does not take
@@ -139,6 +146,10 @@ pub fn parse_playlist(text: &str) -> IngestPlaylist {
                 .map(|s| (s * 1000.0).round() as u32);
         } else if line == "#EXT-X-ENDLIST" {
             playlist.ended = true;
+        } else if let Some(n) = line.strip_prefix("#EXT-X-MEDIA-SEQUENCE:") {
+            playlist.media_sequence = n.trim().parse().ok().filter(|n| *n <= i32::MAX as u32);
+        } else if let Some(n) = line.strip_prefix("#EXT-X-TARGETDURATION:") {
+            playlist.target_duration = n.trim().parse().ok().filter(|n| (1..=86_400).contains(n));
         } else if !line.is_empty() && !line.starts_with('#') {
             let name = line.rsplit('/').next().unwrap_or(line);
             if let (Ok(IngestName::Segment(n)), Some(ms)) = (classify(name), duration.take()) {
@@ -186,34 +197,40 @@ pub struct LiveSegment {
     pub uploaded: bool,
 }
 
-/// How many segments, from number 0 on, a player may be given: the contiguous run that S3
+/// How many segments, from number `first` on (the encoder's first, see
+/// [`IngestPlaylist::media_sequence`]), a player may be given: the contiguous run that S3
 /// holds and whose durations are known. A segment still on its way stops the run, so the
-/// playlist never skips one (it moves on once that one lands).
-pub fn playable_prefix(segments: &[LiveSegment]) -> usize {
-    let mut sorted: Vec<&LiveSegment> = segments.iter().collect();
+/// playlist never skips one (it moves on once that one lands). Segments numbered below
+/// `first` are not part of the broadcast's run.
+pub fn playable_prefix(segments: &[LiveSegment], first: u32) -> usize {
+    let mut sorted: Vec<&LiveSegment> = segments.iter().filter(|s| s.sequence >= first).collect();
     sorted.sort_by_key(|s| s.sequence);
     sorted
         .iter()
         .enumerate()
-        .take_while(|(i, s)| s.sequence as usize == *i && s.uploaded && s.duration_ms.is_some())
+        .take_while(|(i, s)| {
+            s.sequence as u64 == first as u64 + *i as u64 && s.uploaded && s.duration_ms.is_some()
+        })
         .count()
 }
 
+/// The target duration a live playlist announces before the encoder has said its own:
+/// nothing is listed then (a segment's duration comes from the same playlist).
+pub const DEFAULT_TARGET_DURATION: u32 = 4;
+
 /// An HLS EVENT playlist of `segments` (duration in ms, URL, whether it follows a gap in
 /// the numbering) after `init` (its URL); a segment after a gap gets
-/// `#EXT-X-DISCONTINUITY`; with `ended`, `#EXT-X-ENDLIST`. Without an init there is nothing
-/// a player could decode: the playlist lists nothing yet.
+/// `#EXT-X-DISCONTINUITY`; with `ended`, `#EXT-X-ENDLIST`. `target` is the encoder's
+/// `#EXT-X-TARGETDURATION`, repeated as it is: a player may not see it change while it
+/// reloads (RFC 8216, 6.2.1), so it is not worked out from the segments listed so far.
+/// Without an init there is nothing a player could decode: the playlist lists nothing yet.
 pub fn render_live_playlist(
     init: Option<&str>,
+    target: Option<u32>,
     segments: &[(u32, String, bool)],
     ended: bool,
 ) -> String {
-    let target = segments
-        .iter()
-        .map(|(ms, _, _)| ms.div_ceil(1000))
-        .max()
-        .unwrap_or(4)
-        .max(1);
+    let target = target.unwrap_or(DEFAULT_TARGET_DURATION).max(1);
     let mut out = format!(
         "#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-PLAYLIST-TYPE:EVENT\n#EXT-X-TARGETDURATION:{target}\n\
          #EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-INDEPENDENT-SEGMENTS\n"
@@ -266,6 +283,20 @@ mod tests {
         let live = parse_playlist(text);
         assert_eq!(live.segments, vec![(0, 4000), (1, 3960)]);
         assert!(!live.ended);
+        assert_eq!(
+            (live.media_sequence, live.target_duration),
+            (Some(0), Some(4))
+        );
+        let later = parse_playlist("#EXT-X-TARGETDURATION:2\n#EXT-X-MEDIA-SEQUENCE:100\n");
+        assert_eq!(
+            (later.media_sequence, later.target_duration),
+            (Some(100), Some(2))
+        );
+        let nonsense = parse_playlist("#EXT-X-TARGETDURATION:0\n#EXT-X-MEDIA-SEQUENCE:-1\n");
+        assert_eq!(
+            (nonsense.media_sequence, nonsense.target_duration),
+            (None, None)
+        );
         let ended = parse_playlist(&format!("{text}#EXTINF:1.5,\nindex2.m4s\n#EXT-X-ENDLIST\n"));
         assert_eq!(ended.segments.last(), Some(&(2, 1500)));
         assert!(ended.ended);
@@ -282,48 +313,64 @@ mod tests {
             duration_ms: ms,
             uploaded,
         };
-        assert_eq!(playable_prefix(&[]), 0);
+        assert_eq!(playable_prefix(&[], 0), 0);
         let all = [
             seg(1, true, Some(4000)),
             seg(0, true, Some(4000)),
             seg(2, true, Some(2000)),
         ];
-        assert_eq!(playable_prefix(&all), 3);
+        assert_eq!(playable_prefix(&all, 0), 3);
         assert_eq!(
-            playable_prefix(&[
-                seg(0, true, Some(1)),
-                seg(1, false, Some(1)),
-                seg(2, true, Some(1))
-            ]),
+            playable_prefix(
+                &[
+                    seg(0, true, Some(1)),
+                    seg(1, false, Some(1)),
+                    seg(2, true, Some(1))
+                ],
+                0
+            ),
             1
         );
         assert_eq!(
-            playable_prefix(&[seg(0, true, Some(1)), seg(2, true, Some(1))]),
+            playable_prefix(&[seg(0, true, Some(1)), seg(2, true, Some(1))], 0),
             1,
             "a gap"
         );
-        assert_eq!(playable_prefix(&[seg(0, true, None)]), 0, "no duration yet");
         assert_eq!(
-            playable_prefix(&[seg(1, true, Some(1))]),
+            playable_prefix(&[seg(0, true, None)], 0),
+            0,
+            "no duration yet"
+        );
+        assert_eq!(
+            playable_prefix(&[seg(1, true, Some(1))], 0),
             0,
             "segment 0 missing"
         );
+        let from_100 = [
+            seg(101, true, Some(1)),
+            seg(100, true, Some(1)),
+            seg(7, true, Some(1)),
+        ];
+        assert_eq!(playable_prefix(&from_100, 100), 2, "-start_number 100");
+        assert_eq!(playable_prefix(&from_100, 0), 0);
     }
 
     #[test]
     fn a_live_playlist_lists_nothing_before_its_init_and_ends_with_endlist() {
-        let closed = render_live_playlist(None, &[(4000, "s0".into(), false)], true);
+        let closed = render_live_playlist(None, None, &[(4000, "s0".into(), false)], true);
         assert!(
             !closed.contains("EXTINF") && !closed.contains("ENDLIST") && !closed.contains("MAP")
         );
         let open = render_live_playlist(
             Some("i"),
+            Some(2),
             &[(4000, "s0".into(), false), (3960, "s1".into(), false)],
             false,
         );
         assert!(open.contains("#EXT-X-MAP:URI=\"i\"\n#EXTINF:4.000,\ns0\n#EXTINF:3.960,\ns1\n"));
         let gapped = render_live_playlist(
             Some("i"),
+            None,
             &[(4000, "s2".into(), false), (4000, "s5".into(), true)],
             true,
         );
@@ -331,9 +378,13 @@ mod tests {
             gapped.ends_with("s2\n#EXT-X-DISCONTINUITY\n#EXTINF:4.000,\ns5\n#EXT-X-ENDLIST\n"),
             "{gapped}"
         );
-        assert!(open.contains("#EXT-X-TARGETDURATION:4\n"));
+        assert!(
+            open.contains("#EXT-X-TARGETDURATION:2\n"),
+            "the encoder's target, not the longest segment's"
+        );
+        assert!(gapped.contains("#EXT-X-TARGETDURATION:4\n"));
         assert!(!open.contains("ENDLIST"));
-        assert!(render_live_playlist(Some("i"), &[], true).ends_with("#EXT-X-ENDLIST\n"));
+        assert!(render_live_playlist(Some("i"), Some(1), &[], true).ends_with("#EXT-X-ENDLIST\n"));
     }
 
     #[test]

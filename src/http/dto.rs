@@ -216,7 +216,7 @@ pub struct RecordingDto {
     pub segments: SegmentCountsDto,
     /// Whether the init segment is in S3 (nothing plays before it is).
     pub init_uploaded: bool,
-    /// Why it ended: `endlist | ended_by_client | idle`.
+    /// Why it ended: `endlist | ended_by_client | idle | expired`.
     #[schema(value_type = Option<crate::domain::recording::EndReason>)]
     pub end_reason: Option<String>,
     /// When it ended.

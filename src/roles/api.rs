@@ -88,8 +88,24 @@ pub fn ingest(
     ingest_port: u16,
 ) -> anyhow::Result<crate::app::ingest::Ingest> {
     use crate::app::ingest::LiveIngestAt;
+    let spool = crate::adapters::spool::SpoolRoot::open(spool_dir).context("VIDQ_SPOOL_DIR")?;
+    let (incoming, swept) =
+        crate::adapters::incoming::IncomingDir::claim(&spool).with_context(|| {
+            format!(
+                "cannot make this process's incoming directory in {}",
+                spool.path().display()
+            )
+        })?;
+    if swept.directories > 0 || swept.files > 0 {
+        tracing::info!(
+            directories = swept.directories,
+            files = swept.files,
+            "removed the incoming files of API processes that stopped mid-request"
+        );
+    }
     Ok(crate::app::ingest::Ingest {
-        spool: crate::adapters::spool::SpoolRoot::open(spool_dir).context("VIDQ_SPOOL_DIR")?,
+        spool,
+        incoming: std::sync::Arc::new(incoming),
         node_id,
         ttl: std::time::Duration::from_secs(args.resumable_ttl_secs),
         live_grace: std::time::Duration::from_secs(live.grace_secs),

@@ -174,7 +174,8 @@ impl<S: SweepStore> Shared<S> {
 }
 
 impl<S: SweepStore> Shared<S> {
-    /// This node's live recordings: those idle for `live_idle` end (`idle`), those past
+    /// This node's live recordings: those idle for `live_idle` end (`idle`), those never
+    /// streamed to for `live_waiting_ttl` end (`expired`), those past
     /// their cutoff become `ended`, and ended ones whose files are all in S3 become videos.
     pub(super) async fn end_recordings(&self) -> Result<(), db::DbError> {
         let mut conn = self.pool.get().await?;
@@ -187,6 +188,16 @@ impl<S: SweepStore> Shared<S> {
         .await?;
         for id in &idle {
             tracing::info!(recording_id = %id, "live recording ended: nothing arrived for VIDQ_LIVE_IDLE_SECS");
+        }
+        let expired = db::recordings::expire_waiting(
+            &mut conn,
+            &self.settings.node_id,
+            self.settings.live_waiting_ttl.as_secs_f64(),
+            self.settings.live_grace.as_secs_f64(),
+        )
+        .await?;
+        for id in &expired {
+            tracing::info!(recording_id = %id, "live recording expired: nothing was streamed to it for VIDQ_LIVE_WAITING_TTL_SECS");
         }
         let closed = db::recordings::close_past_cutoff(&mut conn, &self.settings.node_id).await?;
         if closed > 0 {

@@ -145,6 +145,8 @@ pub struct SweeperSettings {
     pub live_idle: Duration,
     /// Files of a recording still count this long after its end.
     pub live_grace: Duration,
+    /// This node's recordings never streamed to end (`expired`) this long after creation.
+    pub live_waiting_ttl: Duration,
 }
 
 impl SweeperArgs {
@@ -167,6 +169,7 @@ impl SweeperArgs {
             orphan_grace: Duration::from_secs(self.orphan_grace_secs),
             live_idle: Duration::from_secs(live.idle_secs),
             live_grace: Duration::from_secs(live.grace_secs),
+            live_waiting_ttl: Duration::from_secs(live.waiting_ttl_secs),
         }
     }
 }

@@ -675,7 +675,14 @@ pub fn vidq_child(role: &str, log: &std::path::Path) -> tokio::process::Command 
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUST_LOG", "info")
         .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
+        // Appended: a role started again after a crash adds to what it said before.
+        .stderr(
+            std::fs::File::options()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        )
         .kill_on_drop(true);
     command
 }

@@ -284,9 +284,13 @@ async fn names_that_could_leave_the_recording_a_wrong_key_and_files_after_the_cu
     .expect("answered without waiting for the body")
     .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    let incoming = app.spool.path().join("live").join("incoming");
+    let incoming = app
+        .spool
+        .path()
+        .join(app.ctx.ingest.as_ref().unwrap().incoming.relative());
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-    while incoming.exists() && std::fs::read_dir(&incoming).unwrap().count() > 0 {
+    // The process's incoming directory holds its lock file, and no request's file.
+    while std::fs::read_dir(&incoming).unwrap().count() > 1 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "an incoming file stayed"

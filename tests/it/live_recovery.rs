@@ -47,6 +47,7 @@ impl LiveRig {
             live: vidq::config::LiveArgs {
                 idle_secs: 30,
                 grace_secs: 1,
+                ..Default::default()
             },
             ..Default::default()
         })

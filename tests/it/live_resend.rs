@@ -195,4 +195,55 @@ async fn a_file_sent_again_is_replaced_until_it_lands_and_final_after_both_order
         refused.load(Ordering::Relaxed),
     );
     d.ends_clean().await;
+
+    // Reconcile keeps the same rule: a landed segment whose object now holds other bytes of
+    // its size (written over with another digest, or with none) is a digest mismatch.
+    let landed: Vec<String> = {
+        #[derive(diesel::QueryableByName)]
+        struct Key {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            object_key: String,
+        }
+        let mut conn = d.pool.get().await.unwrap();
+        let keys: Vec<Key> = diesel_async::RunQueryDsl::load(
+            diesel::sql_query(
+                "SELECT object_key FROM recording_files
+                  WHERE axis = 'segment' AND state = 'uploaded' ORDER BY id LIMIT 2",
+            ),
+            &mut conn,
+        )
+        .await
+        .unwrap();
+        keys.into_iter().map(|k| k.object_key).collect()
+    };
+    let mut other = vec![0u8; SIZE];
+    for (i, key) in landed.iter().enumerate() {
+        let size = d.storage.head(key).await.unwrap().unwrap().size as usize;
+        other.resize(size, i as u8 + 1);
+        let digest = sha256(&other);
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(tmp.path(), &other).unwrap();
+        let with_digest = (i == 0).then_some(digest.as_str());
+        d.storage
+            .put_file_tagged(
+                key,
+                tmp.path(),
+                "video/iso.segment",
+                with_digest,
+                &Default::default(),
+            )
+            .await
+            .unwrap();
+    }
+    let report = crate::reconcile::expect(
+        &crate::reconcile::reconcile_at(&d.db.url, &d.s3.endpoint(), &["--grace-secs", "0"]).await,
+        1,
+    );
+    assert!(report.contains("digest_mismatch: 2"), "{report}");
+    for key in &landed {
+        assert!(
+            report.contains(&format!("digest_mismatch {key} object holds")),
+            "{report}"
+        );
+    }
 }

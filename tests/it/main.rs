@@ -23,6 +23,7 @@ mod layout;
 mod leftovers;
 mod live;
 mod live_broadcast;
+mod live_edges;
 mod live_gaps;
 mod live_recovery;
 mod live_resend;

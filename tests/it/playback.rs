@@ -46,7 +46,7 @@ async fn ready_video(app: &TestApp, key: &str, media: MediaConfig) -> Value {
 /// How many seconds of each video stream a player reads from `url` (last packet's end minus
 /// first packet's start), reading every packet of every variant. Panics with FFmpeg's own
 /// words if it cannot play.
-async fn played_seconds(url: &str) -> Vec<f64> {
+pub async fn played_seconds(url: &str) -> Vec<f64> {
     let out = tokio::process::Command::new("ffprobe")
         .args(["-v", "error", "-of", "json", "-show_entries"])
         .arg("stream=index,codec_type:packet=stream_index,pts_time,duration_time")

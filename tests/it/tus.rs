@@ -35,6 +35,7 @@ pub fn woken_sweeper() -> SweeperSettings {
         orphans_every: None,
         orphan_grace: Duration::from_secs(3600),
         live_idle: Duration::from_secs(30),
+        live_waiting_ttl: Duration::from_secs(86_400),
         live_grace: Duration::from_secs(10),
     }
 }

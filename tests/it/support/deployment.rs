@@ -32,8 +32,19 @@ pub struct Deployment {
     pub api: String,
     pub http: reqwest::Client,
     pub root: tempfile::TempDir,
+    /// The API, the sweeper and the worker, in that order.
     pub processes: Vec<Child>,
+    /// How the API was started, to start it again after a kill.
+    api_start: Option<ApiStart>,
     _s3_dir: tempfile::TempDir,
+}
+
+/// What starting the API took: where S3 is, its ports, its extra settings.
+struct ApiStart {
+    s3: String,
+    http: u16,
+    ingest: u16,
+    env: Vec<(String, String)>,
 }
 
 impl Deployment {
@@ -57,10 +68,31 @@ impl Deployment {
                 .unwrap(),
             root,
             processes: Vec::new(),
+            api_start: None,
             _s3_dir: s3_dir,
         };
         deployment.storage.ensure_bucket().await.unwrap();
         deployment
+    }
+
+    /// [`Deployment::prepare`], then [`Deployment::start`] with S3 reached directly.
+    pub async fn started() -> Self {
+        let mut d = Self::prepare().await;
+        let s3 = d.s3.endpoint();
+        d.start(&s3).await;
+        d
+    }
+
+    /// The body of `GET url` (a whole URL: a playlist, `/metrics`), as text.
+    pub async fn text(&self, url: &str) -> String {
+        self.http
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
     }
 
     /// A node's own working directory (`api-1`, `enc-1`), made on first use.
@@ -105,17 +137,16 @@ impl Deployment {
     /// its sweeper; each ignores what is not its own).
     pub async fn start_with(&mut self, s3: &str, api_env: &[(&str, &str)]) {
         let spool = self.node_dir(API_NODE).join("spool");
-        let (http, ingest) = (free_port(), free_port());
-        let api = self
-            .command("api", API_NODE, s3)
-            .envs(api_env.iter().copied())
-            .env("VIDQ_SPOOL_DIR", &spool)
-            .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{http}"))
-            .env("VIDQ_INGEST_ADDR", format!("127.0.0.1:{ingest}"))
-            .env("VIDQ_LIVE_IDLE_SECS", "30")
-            .env("VIDQ_LIVE_GRACE_SECS", "1")
-            .spawn()
-            .unwrap();
+        self.api_start = Some(ApiStart {
+            s3: s3.to_owned(),
+            http: free_port(),
+            ingest: free_port(),
+            env: api_env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        });
+        let api = self.spawn_api();
         let sweeper = self
             .command("sweeper", API_NODE, s3)
             .envs(api_env.iter().copied())
@@ -139,7 +170,37 @@ impl Deployment {
             "the worker's disk is not the API node's"
         );
         self.processes.extend([api, sweeper, worker]);
-        self.api = format!("http://127.0.0.1:{http}");
+        self.wait_for_api().await;
+    }
+
+    /// `vidq api` as [`Deployment::start_with`] started it (the same ports and settings).
+    fn spawn_api(&mut self) -> Child {
+        let start = self.api_start.as_ref().expect("started once");
+        let spool = self.node_dir(API_NODE).join("spool");
+        self.api = format!("http://127.0.0.1:{}", start.http);
+        self.command("api", API_NODE, &start.s3)
+            .envs(start.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("VIDQ_SPOOL_DIR", &spool)
+            .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{}", start.http))
+            .env("VIDQ_INGEST_ADDR", format!("127.0.0.1:{}", start.ingest))
+            .env("VIDQ_LIVE_IDLE_SECS", "30")
+            .env("VIDQ_LIVE_GRACE_SECS", "1")
+            .spawn()
+            .unwrap()
+    }
+
+    /// Kills the API with SIGKILL (a crash: nothing of it runs after), waits for it to be
+    /// gone, and starts it again on the same ports; returns once it answers `/healthz`.
+    pub async fn crash_and_restart_api(&mut self) {
+        let api = &mut self.processes[0];
+        api.start_kill().unwrap();
+        api.wait().await.unwrap();
+        self.processes[0] = self.spawn_api();
+        self.wait_for_api().await;
+    }
+
+    /// Returns once the API answers `/healthz`; panics with the logs if a role exits first.
+    async fn wait_for_api(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !self
             .http
@@ -279,18 +340,32 @@ impl Deployment {
 /// `realtime`), cut into 2 s fMP4 segments with a keyframe every 2 s; the caller adds where
 /// they go (a directory, or `-method PUT` and an ingest URL).
 pub fn hls_encoder(seconds: u32, realtime: bool) -> tokio::process::Command {
+    hls_encoder_cut(seconds, realtime, 50, 2)
+}
+
+/// [`hls_encoder`] with a keyframe every `gop` frames (25 a second, exactly: no cut at a
+/// scene change) and segments of at least `segment_secs`, cut at the next keyframe.
+pub fn hls_encoder_cut(
+    seconds: u32,
+    realtime: bool,
+    gop: u32,
+    segment_secs: u32,
+) -> tokio::process::Command {
     let mut command = tokio::process::Command::new("ffmpeg");
     command.args(["-nostdin", "-v", "error"]);
     if realtime {
         command.arg("-re");
     }
+    let gop = gop.to_string();
     command
         .args(["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25"])
         .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=44100"])
         .args(["-t", &seconds.to_string()])
-        .args(["-c:v", "libx264", "-g", "50", "-preset", "ultrafast"])
+        .args(["-c:v", "libx264", "-g", &gop, "-keyint_min", &gop])
+        .args(["-sc_threshold", "0", "-preset", "ultrafast"])
         .args(["-pix_fmt", "yuv420p", "-c:a", "aac"])
-        .args(["-f", "hls", "-hls_segment_type", "fmp4", "-hls_time", "2"])
+        .args(["-f", "hls", "-hls_segment_type", "fmp4"])
+        .args(["-hls_time", &segment_secs.to_string()])
         .kill_on_drop(true);
     command
 }
