@@ -855,6 +855,29 @@ pub struct IngestArgs {
         value_name = "URL"
     )]
     pub ingest_public_url: Option<Url>,
+    /// Where tus uploads (and single PUTs) keep their bytes while they arrive. `spool`: this
+    /// node's disk, PUT by its sweeper once whole; one node serves each upload (a load
+    /// balancer needs affinity) and uploads go on while S3 is down. `s3`: an S3 multipart
+    /// upload on the final key, with its offset and parts in the database; any API node
+    /// serves any request (no affinity), and an upload outlives the node that began it.
+    #[arg(long = "tus-store", env = "VIDQ_TUS_STORE", value_name = "STORE",
+          default_value = "spool", value_parser = ["spool", "s3"])]
+    pub tus_store: String,
+    /// With the `s3` store: the size of each S3 part (all but a file's last), in bytes; at
+    /// least S3's minimum of 5 MiB. A request holds at most one part's worth of buffers.
+    #[arg(long = "tus-part-bytes", env = "VIDQ_TUS_PART_BYTES", value_name = "BYTES",
+          default_value_t = 8 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(5 * 1024 * 1024..=5 * 1024 * 1024 * 1024))]
+    pub tus_part_bytes: u64,
+}
+
+impl IngestArgs {
+    /// The chosen store.
+    pub fn store(&self) -> crate::domain::upload::UploadStore {
+        self.tus_store
+            .parse()
+            .expect("clap allows only the stores there are")
+    }
 }
 
 impl Default for IngestArgs {
@@ -863,6 +886,8 @@ impl Default for IngestArgs {
             resumable_ttl_secs: 86_400,
             ingest_addr: "127.0.0.1:8081".parse().expect("a valid address"),
             ingest_public_url: None,
+            tus_store: "spool".to_owned(),
+            tus_part_bytes: 8 * 1024 * 1024,
         }
     }
 }

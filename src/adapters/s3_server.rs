@@ -8,10 +8,147 @@ use std::path::Path;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
 use s3s::auth::SimpleAuth;
+use s3s::dto;
 use s3s::service::S3ServiceBuilder;
+use s3s::{S3, S3Request, S3Response, S3Result};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+/// s3s-fs, which keeps the state of multipart uploads in progress but cannot list them, and
+/// the listing (`ListMultipartUploads`): vidq's `s3` tus store and its tests ask S3 which
+/// multipart uploads are still open.
+struct WithUploadListing {
+    fs: s3s_fs::FileSystem,
+    root: std::path::PathBuf,
+}
+
+/// Passes each S3 call that s3s-fs serves on to it (spelled as `async_trait` spells an
+/// `async fn`, which it cannot do for fns a macro makes inside the impl).
+macro_rules! served_by_fs {
+    ($($call:ident: $input:ident => $output:ident;)+) => {
+        $(
+            fn $call<'life0, 'async_trait>(
+                &'life0 self,
+                req: S3Request<dto::$input>,
+            ) -> std::pin::Pin<Box<
+                dyn std::future::Future<Output = S3Result<S3Response<dto::$output>>>
+                    + Send
+                    + 'async_trait,
+            >>
+            where
+                'life0: 'async_trait,
+                Self: 'async_trait,
+            {
+                Box::pin(async move { self.fs.$call(req).await })
+            }
+        )+
+    };
+}
+
+#[async_trait::async_trait]
+impl S3 for WithUploadListing {
+    served_by_fs! {
+        create_bucket: CreateBucketInput => CreateBucketOutput;
+        copy_object: CopyObjectInput => CopyObjectOutput;
+        delete_bucket: DeleteBucketInput => DeleteBucketOutput;
+        delete_object: DeleteObjectInput => DeleteObjectOutput;
+        delete_objects: DeleteObjectsInput => DeleteObjectsOutput;
+        get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput;
+        get_object: GetObjectInput => GetObjectOutput;
+        head_bucket: HeadBucketInput => HeadBucketOutput;
+        head_object: HeadObjectInput => HeadObjectOutput;
+        list_buckets: ListBucketsInput => ListBucketsOutput;
+        list_objects: ListObjectsInput => ListObjectsOutput;
+        list_objects_v2: ListObjectsV2Input => ListObjectsV2Output;
+        put_object: PutObjectInput => PutObjectOutput;
+        create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput;
+        upload_part: UploadPartInput => UploadPartOutput;
+        upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput;
+        list_parts: ListPartsInput => ListPartsOutput;
+        abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput;
+    }
+
+    /// S3 assembles the parts listed, in ascending order, numbers with gaps included; s3s-fs
+    /// takes only 1, 2, 3... So the listed parts' files are renumbered that way first (s3s-fs
+    /// keeps part `n` as `.upload_id-{id}.part-{n}`, and drops the unlisted ones after).
+    async fn complete_multipart_upload(
+        &self,
+        mut req: S3Request<dto::CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<dto::CompleteMultipartUploadOutput>> {
+        let id = req.input.upload_id.clone();
+        if uuid::Uuid::parse_str(&id).is_err() {
+            return Err(s3s::s3_error!(NoSuchUpload));
+        }
+        if let Some(parts) = req
+            .input
+            .multipart_upload
+            .as_mut()
+            .and_then(|m| m.parts.as_mut())
+        {
+            let file = |kind: &str, n: i32| self.root.join(format!(".upload_id-{id}.{kind}-{n}"));
+            for (i, part) in parts.iter().enumerate() {
+                let number = part.part_number.unwrap_or_default();
+                std::fs::rename(file("part", number), file("renumbered", i as i32 + 1))
+                    .map_err(|_| s3s::s3_error!(InvalidPart))?;
+            }
+            for (i, part) in parts.iter_mut().enumerate() {
+                let number = i as i32 + 1;
+                std::fs::rename(file("renumbered", number), file("part", number))
+                    .map_err(|e| s3s::s3_error!(e, InternalError))?;
+                part.part_number = Some(number);
+            }
+        }
+        self.fs.complete_multipart_upload(req).await
+    }
+
+    /// s3s-fs keeps `.bucket-{bucket}.object-{key}.upload-{id}.metadata.json` (names in
+    /// URL-safe base64) from the creation of a multipart upload to its completion or abort:
+    /// those are the uploads in progress. One page, keys under the prefix.
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<dto::ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<dto::ListMultipartUploadsOutput>> {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let input = req.input;
+        let marker = format!(".bucket-{}.object-", b64.encode(&input.bucket));
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let entries =
+            std::fs::read_dir(&self.root).map_err(|e| s3s::s3_error!(e, InternalError))?;
+        let mut uploads = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(rest) = name
+                .strip_prefix(&marker)
+                .and_then(|r| r.strip_suffix(".metadata.json"))
+            else {
+                continue;
+            };
+            let Some((key, id)) = rest.split_once(".upload-") else {
+                continue;
+            };
+            let Some(key) = b64.decode(key).ok().and_then(|k| String::from_utf8(k).ok()) else {
+                continue;
+            };
+            if key.starts_with(&prefix) {
+                uploads.push(dto::MultipartUpload {
+                    key: Some(key),
+                    upload_id: Some(id.to_owned()),
+                    ..Default::default()
+                });
+            }
+        }
+        uploads.sort_by(|a, b| (&a.key, &a.upload_id).cmp(&(&b.key, &b.upload_id)));
+        Ok(S3Response::new(dto::ListMultipartUploadsOutput {
+            bucket: Some(input.bucket),
+            prefix: input.prefix,
+            is_truncated: Some(false),
+            uploads: Some(uploads),
+            ..Default::default()
+        }))
+    }
+}
 
 /// A running embedded S3 server; stops when dropped or when [`EmbeddedS3::stop`] is called.
 pub struct EmbeddedS3 {
@@ -44,7 +181,8 @@ impl EmbeddedS3 {
         };
         std::fs::create_dir_all(root).map_err(|e| err(Box::new(e)))?;
         let fs = s3s_fs::FileSystem::new(root).map_err(|e| err(format!("{e:?}").into()))?;
-        let mut builder = S3ServiceBuilder::new(fs);
+        let root = std::fs::canonicalize(root).map_err(|e| err(Box::new(e)))?;
+        let mut builder = S3ServiceBuilder::new(WithUploadListing { fs, root });
         builder.set_auth(SimpleAuth::from_single(access_key, secret_key));
         let service = builder.build();
         let addr = listener.local_addr().map_err(|e| err(Box::new(e)))?;

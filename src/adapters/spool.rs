@@ -13,12 +13,11 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use sha1::Digest;
 use tokio::sync::mpsc;
 
 use super::writer_share::{ShareFull, ShareLimits, Writer, WriterShares};
 use crate::domain::sweep::relative_spool_path;
-use crate::domain::tus::{Checksum, ChecksumAlgorithm};
+use crate::domain::tus::{Checksum, ChecksumHasher};
 use crate::domain::upload::RejectReason;
 
 /// Chunks in flight between the request and the writer thread: with a 1 MiB write buffer
@@ -231,32 +230,6 @@ impl SpoolAppend {
     }
 }
 
-enum Hasher {
-    Sha1(sha1::Sha1),
-    Sha256(sha2::Sha256),
-}
-
-impl Hasher {
-    fn new(algorithm: ChecksumAlgorithm) -> Self {
-        match algorithm {
-            ChecksumAlgorithm::Sha1 => Self::Sha1(sha1::Sha1::new()),
-            ChecksumAlgorithm::Sha256 => Self::Sha256(sha2::Sha256::new()),
-        }
-    }
-    fn update(&mut self, data: &[u8]) {
-        match self {
-            Self::Sha1(h) => h.update(data),
-            Self::Sha256(h) => h.update(data),
-        }
-    }
-    fn finish(self) -> Vec<u8> {
-        match self {
-            Self::Sha1(h) => h.finalize().to_vec(),
-            Self::Sha256(h) => h.finalize().to_vec(),
-        }
-    }
-}
-
 impl SpoolRoot {
     /// The path a relative spool path names, checked lexically (it must stay under the
     /// root) without touching the disk.
@@ -368,7 +341,7 @@ impl SpoolRoot {
             file.set_len(offset)?;
             let mut out = std::io::BufWriter::with_capacity(WRITE_BUFFER, file);
             out.seek(SeekFrom::Start(offset))?;
-            let mut hasher = expected.as_ref().map(|c| Hasher::new(c.algorithm));
+            let mut hasher = expected.as_ref().map(|c| ChecksumHasher::new(c.algorithm));
             let mut written = 0u64;
             let end = loop {
                 match rx.blocking_recv() {

@@ -17,6 +17,9 @@ use url::Url;
 
 use crate::config::{S3Timeouts, StorageConfig};
 
+mod streamed;
+pub use streamed::{BodySender, Completed};
+
 /// A storage failure: which operation on which key, with the SDK's error as the source.
 #[derive(Debug, thiserror::Error)]
 #[error("S3 {op} of {key:?} failed")]
@@ -35,6 +38,11 @@ pub struct StorageError {
 }
 
 impl StorageError {
+    /// S3 answered this request in a way vidq cannot use (`why`); not an outage.
+    pub fn refused(op: &'static str, key: &str, why: &'static str) -> Self {
+        Self::new(op, key, Refusal(why))
+    }
+
     fn new(
         op: &'static str,
         key: &str,
@@ -46,6 +54,17 @@ impl StorageError {
             outage: source.is_outage(),
             source: Box::new(source),
         }
+    }
+}
+
+/// An answer vidq cannot use, in words.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Refusal(&'static str);
+
+impl Outage for Refusal {
+    fn is_outage(&self) -> bool {
+        false
     }
 }
 

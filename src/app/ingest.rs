@@ -20,7 +20,7 @@ use crate::db::{self, uploads::UploadRow};
 use crate::domain::ids::{UploadId, UserId};
 use crate::domain::keys;
 use crate::domain::tus::Checksum;
-use crate::domain::upload::{NewUpload, RejectReason, UploadState, UploadVia};
+use crate::domain::upload::{NewUpload, RejectReason, UploadState, UploadStore, UploadVia};
 
 /// How long a new request waits for one that holds the same upload to let go.
 const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
@@ -34,6 +34,10 @@ pub struct Ingest {
     pub incoming: std::sync::Arc<crate::adapters::incoming::IncomingDir>,
     /// The node the rows are written under (the sweeper of the same name lands them).
     pub node_id: String,
+    /// Where new uploads keep their bytes while they arrive (`VIDQ_TUS_STORE`).
+    pub store: UploadStore,
+    /// With the `s3` store: the size of a part.
+    pub part_bytes: u64,
     /// How long an upload may take to arrive.
     pub ttl: Duration,
     /// Files of a recording still count this long after its end.
@@ -166,36 +170,42 @@ pub async fn create(
     )?;
     let id = UploadId::new();
     let key = keys::original(id);
-    let spool_path = format!("{}/{id}", crate::adapters::spool::UPLOADS_DIR);
     let size = i64::try_from(request.size_bytes).expect("size was checked against the limit");
-    ingest
-        .spool
-        .create(&spool_path)
-        .await
-        .map_err(spool_error)?;
     let expires_at =
         Utc::now() + chrono::Duration::from_std(ingest.ttl).expect("the TTL is at most 30 days");
     let checksum = checksum.map(|c| c.to_ledger());
-    let mut conn = ctx.db.get().await?;
-    db::ingest::insert_receiving(
-        &mut conn,
-        &db::ledger::NewVidqUpload {
-            contract: db::uploads::NewUploadRow {
-                id: id.0,
-                owner_id: owner.0,
-                object_key: &key,
-                filename: &request.filename,
-                content_type: &request.content_type,
-                declared_size: size,
-                expires_at,
-            },
-            spool_path: &spool_path,
-            node_id: &ingest.node_id,
-        },
-        checksum.as_deref(),
-    )
-    .await?;
-    tracing::info!(upload_id = %id, size, node = %ingest.node_id, "upload through vidq created");
+    let contract = db::uploads::NewUploadRow {
+        id: id.0,
+        owner_id: owner.0,
+        object_key: &key,
+        filename: &request.filename,
+        content_type: &request.content_type,
+        declared_size: size,
+        expires_at,
+        checksum: checksum.as_deref(),
+    };
+    match ingest.store {
+        UploadStore::S3 => super::ingest_s3::create(ctx, &contract, ingest.part_bytes).await?,
+        UploadStore::Spool => {
+            let spool_path = format!("{}/{id}", crate::adapters::spool::UPLOADS_DIR);
+            ingest
+                .spool
+                .create(&spool_path)
+                .await
+                .map_err(spool_error)?;
+            let mut conn = ctx.db.get().await?;
+            db::ingest::insert_receiving(
+                &mut conn,
+                &db::ledger::NewVidqUpload {
+                    contract,
+                    spool_path: &spool_path,
+                    node_id: &ingest.node_id,
+                },
+            )
+            .await?;
+        }
+    }
+    tracing::info!(upload_id = %id, size, node = %ingest.node_id, store = ingest.store.as_str(), "upload through vidq created");
     Ok(ReceivingUpload {
         id,
         size: request.size_bytes,
@@ -232,11 +242,20 @@ pub async fn resume_point(
     id: UploadId,
 ) -> Result<UploadStatus, AppError> {
     let (status, _guard) = take(ctx, owner, id).await?;
+    if is_s3(&status) {
+        super::ingest_s3::resume(ctx, &status).await?;
+        return self::status(ctx, owner, id).await;
+    }
     Ok(status)
 }
 
+/// The upload keeps its bytes in S3's multipart upload (the `s3` store).
+fn is_s3(status: &UploadStatus) -> bool {
+    status.row.store.as_deref() == Some(UploadStore::S3.as_str())
+}
+
 /// Locks the upload on this node and reads it: only an upload through vidq of this caller,
-/// spooled on this node, still open.
+/// spooled on this node (or in S3's multipart upload, which any node serves), still open.
 async fn take(
     ctx: &AppContext,
     owner: UserId,
@@ -252,7 +271,7 @@ async fn take(
     if status.via != UploadVia::Vidq {
         return Err(AppError::NotThroughVidq);
     }
-    if status.row.node_id.as_deref() != Some(&ingest.node_id) {
+    if !is_s3(&status) && status.row.node_id.as_deref() != Some(&ingest.node_id) {
         return Err(AppError::WrongNode {
             node: status.row.node_id.clone().unwrap_or_default(),
         });
@@ -290,55 +309,29 @@ where
 {
     let ingest = ingest(ctx)?;
     let (status, guard) = take(ctx, owner, id).await?;
+    let admitted = match admit(&status, &receive)? {
+        Admission::Complete(received) => {
+            // Every byte has arrived; the `s3` store may still owe the completion.
+            if is_s3(&status) && status.state == UploadState::Pending {
+                super::ingest_s3::finish(ctx, &status).await?;
+            }
+            return Ok(received);
+        }
+        Admission::Go(admitted) => admitted,
+    };
+    if is_s3(&status) {
+        return super::ingest_s3::receive(ctx, &status, admitted, body, &guard).await;
+    }
     let row = &status.row;
     let declared = row.declared_size as u64;
-    let held = row.received_bytes as u64;
-    let whole_file = receive.offset.is_none();
-    let offset = receive.offset.unwrap_or(0);
-    if status.state != UploadState::Receiving {
-        // Complete already: a repeat of the last PATCH whose answer was lost is fine.
-        return match (receive.offset, receive.length) {
-            (Some(o), Some(0) | None) if o == declared => Ok(Received {
-                offset: declared,
-                complete: true,
-                expires_at: row.expires_at,
-            }),
-            _ => Err(AppError::UploadComplete),
-        };
-    }
-    // A contract checked as one whole file takes the single PUT only, and a PUT never
-    // starts over bytes that arrived through tus.
-    if !whole_file && row.checksum.is_some() {
-        return Err(AppError::WholeFileOnly);
-    }
-    if whole_file && held != 0 {
-        return Err(AppError::ResumableInProgress { held });
-    }
-    if !whole_file && offset != held {
-        return Err(AppError::OffsetMismatch { expected: held });
-    }
-    match receive.length {
-        Some(length) if whole_file && length != declared => {
-            return Err(AppError::SizeMismatch {
-                declared: row.declared_size,
-                actual: length as i64,
-            });
-        }
-        Some(length) if offset.checked_add(length).is_none_or(|end| end > declared) => {
-            return Err(AppError::PastUploadLength { length: declared });
-        }
-        _ => {}
-    }
+    let Admitted {
+        held,
+        offset,
+        whole_file,
+        checksum,
+        ..
+    } = admitted;
     let spool_path = row.spool_path.as_deref().unwrap_or_default();
-    // The single PUT's whole body is the whole file: the contract's checksum covers it.
-    let checksum =
-        match (&receive.checksum, whole_file, &row.checksum) {
-            (Some(c), _, _) => Some(c.clone()),
-            (None, true, Some(ledger)) => Some(Checksum::from_ledger(ledger).map_err(|_| {
-                db::DbError::from(crate::domain::upload::UnknownState(ledger.clone()))
-            })?),
-            _ => None,
-        };
     // Held until the ledger counts what this request kept: no other request, of this
     // process or another sharing the spool, can cut or extend the file in between.
     let file = ingest.spool.hold(spool_path).await.map_err(spool_error);
@@ -446,6 +439,90 @@ where
     })
 }
 
+/// What a request may do, once checked against the row.
+enum Admission {
+    /// Every byte has arrived already and this request repeats the last (its answer was
+    /// lost): answered as it was.
+    Complete(Received),
+    /// Bytes to take.
+    Go(Admitted),
+}
+
+/// A request admitted to send bytes.
+#[derive(Debug, Clone)]
+pub(super) struct Admitted {
+    /// Bytes the ledger holds.
+    pub held: u64,
+    /// Where the request's bytes start (`held`).
+    pub offset: u64,
+    /// The body's length, when the client said it.
+    pub length: Option<u64>,
+    /// The single PUT: the whole file or nothing.
+    pub whole_file: bool,
+    /// The digest the request's bytes must have (the tus header's, or for the single PUT
+    /// the contract's).
+    pub checksum: Option<Checksum>,
+}
+
+/// Checks a request against the row: the same rules for both stores.
+fn admit(status: &UploadStatus, receive: &Receive) -> Result<Admission, AppError> {
+    let row = &status.row;
+    let declared = row.declared_size as u64;
+    let held = row.received_bytes as u64;
+    let whole_file = receive.offset.is_none();
+    let offset = receive.offset.unwrap_or(0);
+    if status.state != UploadState::Receiving {
+        // Complete already: a repeat of the last PATCH whose answer was lost is fine.
+        return match (receive.offset, receive.length) {
+            (Some(o), Some(0) | None) if o == declared => Ok(Admission::Complete(Received {
+                offset: declared,
+                complete: true,
+                expires_at: row.expires_at,
+            })),
+            _ => Err(AppError::UploadComplete),
+        };
+    }
+    // A contract checked as one whole file takes the single PUT only, and a PUT never
+    // starts over bytes that arrived through tus.
+    if !whole_file && row.checksum.is_some() {
+        return Err(AppError::WholeFileOnly);
+    }
+    if whole_file && held != 0 {
+        return Err(AppError::ResumableInProgress { held });
+    }
+    if !whole_file && offset != held {
+        return Err(AppError::OffsetMismatch { expected: held });
+    }
+    match receive.length {
+        Some(length) if whole_file && length != declared => {
+            return Err(AppError::SizeMismatch {
+                declared: row.declared_size,
+                actual: length as i64,
+            });
+        }
+        Some(length) if offset.checked_add(length).is_none_or(|end| end > declared) => {
+            return Err(AppError::PastUploadLength { length: declared });
+        }
+        _ => {}
+    }
+    // The single PUT's whole body is the whole file: the contract's checksum covers it.
+    let checksum =
+        match (&receive.checksum, whole_file, &row.checksum) {
+            (Some(c), _, _) => Some(c.clone()),
+            (None, true, Some(ledger)) => Some(Checksum::from_ledger(ledger).map_err(|_| {
+                db::DbError::from(crate::domain::upload::UnknownState(ledger.clone()))
+            })?),
+            _ => None,
+        };
+    Ok(Admission::Go(Admitted {
+        held,
+        offset,
+        length: receive.length,
+        whole_file,
+        checksum,
+    }))
+}
+
 /// tus termination: drops a `receiving` upload and its spool file.
 #[tracing::instrument(skip_all, fields(owner = %owner, upload_id = %id))]
 pub async fn terminate(ctx: &AppContext, owner: UserId, id: UploadId) -> Result<(), AppError> {
@@ -453,6 +530,9 @@ pub async fn terminate(ctx: &AppContext, owner: UserId, id: UploadId) -> Result<
     let (status, _guard) = take(ctx, owner, id).await?;
     if status.state != UploadState::Receiving {
         return Err(AppError::UploadComplete);
+    }
+    if is_s3(&status) {
+        return super::ingest_s3::terminate(ctx, &status).await;
     }
     // Not while a request of another process sharing the spool writes it.
     let _held = match status.row.spool_path.as_deref() {

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod confirm_batch;
 pub mod events;
 pub mod ingest;
+pub mod ingest_s3;
 pub mod jobs;
 pub mod live;
 pub mod live_videos;
@@ -120,6 +121,12 @@ pub enum AppError {
         /// Its state.
         state: crate::domain::upload::UploadState,
     },
+    /// An `s3`-store upload used up S3's 10,000 part numbers (every failed request spends a
+    /// few): it cannot take more bytes.
+    #[error(
+        "this upload failed too many times to take more bytes (S3's 10,000 parts are used up); create a new upload"
+    )]
+    UploadTooFragmented,
     /// Every byte has arrived already.
     #[error(
         "all bytes of this upload have arrived; it takes no more and can no longer be terminated"

@@ -76,6 +76,7 @@ pub async fn create_upload(
             content_type: &request.content_type,
             declared_size: size,
             expires_at,
+            checksum: None,
         },
     )
     .await?;

@@ -408,6 +408,7 @@ async fn enqueue(conn: &mut diesel_async::AsyncPgConnection, owner: UserId) -> a
             content_type: "video/mp4",
             declared_size: 1,
             expires_at: chrono::Utc::now(),
+            checksum: None,
         },
     )
     .await?;

@@ -188,6 +188,7 @@ pub async fn insert_pending_at(
                 content_type: "video/mp4",
                 declared_size: size,
                 expires_at: chrono::Utc::now() + chrono::Duration::days(1),
+                checksum: None,
             },
             spool_path,
             node_id: node,

@@ -20,7 +20,6 @@ pub const SWEEP_CHANNEL: &str = "vidq_sweep";
 pub async fn insert_receiving(
     conn: &mut AsyncPgConnection,
     new: &NewVidqUpload<'_>,
-    checksum: Option<&str>,
 ) -> diesel::QueryResult<usize> {
     use super::schema::uploads::dsl;
     use diesel::ExpressionMethods;
@@ -32,7 +31,7 @@ pub async fn insert_receiving(
             dsl::received_bytes.eq(0),
             dsl::spool_path.eq(new.spool_path),
             dsl::node_id.eq(new.node_id),
-            dsl::checksum.eq(checksum),
+            dsl::store.eq(crate::domain::upload::UploadStore::Spool.as_str()),
         ))
         .execute(conn)
         .await

@@ -197,6 +197,7 @@ pub async fn insert_pending(
             dsl::received_bytes.eq(new.contract.declared_size),
             dsl::spool_path.eq(new.spool_path),
             dsl::node_id.eq(new.node_id),
+            dsl::store.eq(crate::domain::upload::UploadStore::Spool.as_str()),
         ))
         .execute(conn)
         .await

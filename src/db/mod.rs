@@ -88,6 +88,7 @@ pub mod jobs;
 pub mod ledger;
 pub mod live_videos;
 pub mod migrations;
+pub mod multiparts;
 pub mod nodes;
 pub mod operator_view;
 pub mod outbox;

@@ -135,6 +135,37 @@ diesel::table! {
 }
 
 diesel::table! {
+    tus_multiparts (upload_id) {
+        upload_id -> Uuid,
+        multipart_id -> Text,
+        part_bytes -> Int8,
+        next_part -> Int4,
+        lease_token -> Nullable<Uuid>,
+        lease_until -> Nullable<Timestamptz>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    tus_parts (upload_id, start_offset) {
+        upload_id -> Uuid,
+        start_offset -> Int8,
+        part_number -> Int4,
+        size_bytes -> Int8,
+        etag -> Text,
+    }
+}
+
+diesel::table! {
+    tus_tail_pieces (upload_id, start_offset) {
+        upload_id -> Uuid,
+        start_offset -> Int8,
+        size_bytes -> Int8,
+        object_key -> Text,
+    }
+}
+
+diesel::table! {
     uploads (id) {
         id -> Uuid,
         owner_id -> Uuid,
@@ -156,6 +187,7 @@ diesel::table! {
         next_try_at -> Nullable<Timestamptz>,
         last_error -> Nullable<Text>,
         claimed_until -> Nullable<Timestamptz>,
+        store -> Nullable<Text>,
     }
 }
 

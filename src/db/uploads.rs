@@ -44,6 +44,8 @@ pub struct UploadRow {
     pub node_id: Option<String>,
     /// The client's whole-file checksum (`sha256:<hex>`), if it gave one.
     pub checksum: Option<String>,
+    /// Where its bytes are kept while they arrive (`None`: a presigned upload).
+    pub store: Option<String>,
 }
 
 /// Values for a new contract.
@@ -64,6 +66,8 @@ pub struct NewUploadRow<'a> {
     pub declared_size: i64,
     /// When the presigned URL expires.
     pub expires_at: DateTime<Utc>,
+    /// The client's whole-file checksum (`sha256:<hex>`), for an upload through vidq.
+    pub checksum: Option<&'a str>,
 }
 
 /// Records a new pending contract.

@@ -44,6 +44,43 @@ impl ChecksumAlgorithm {
     }
 }
 
+/// A digest being computed over bytes as they pass, to compare with a [`Checksum`].
+pub enum ChecksumHasher {
+    /// SHA-1.
+    Sha1(sha1::Sha1),
+    /// SHA-256.
+    Sha256(sha2::Sha256),
+}
+
+impl ChecksumHasher {
+    /// A fresh digest of `algorithm`.
+    pub fn new(algorithm: ChecksumAlgorithm) -> Self {
+        use sha1::Digest as _;
+        match algorithm {
+            ChecksumAlgorithm::Sha1 => Self::Sha1(sha1::Sha1::new()),
+            ChecksumAlgorithm::Sha256 => Self::Sha256(sha2::Sha256::new()),
+        }
+    }
+
+    /// Adds bytes.
+    pub fn update(&mut self, data: &[u8]) {
+        use sha1::Digest as _;
+        match self {
+            Self::Sha1(h) => h.update(data),
+            Self::Sha256(h) => h.update(data),
+        }
+    }
+
+    /// The raw digest of everything added.
+    pub fn finish(self) -> Vec<u8> {
+        use sha1::Digest as _;
+        match self {
+            Self::Sha1(h) => h.finalize().to_vec(),
+            Self::Sha256(h) => h.finalize().to_vec(),
+        }
+    }
+}
+
 /// An expected digest of some bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Checksum {

@@ -58,6 +58,18 @@ spelled_states! {
 }
 
 spelled_states! {
+    /// Where an upload through vidq keeps its bytes while they arrive (`VIDQ_TUS_STORE`).
+    pub enum UploadStore {
+        /// The node's spool; its sweeper PUTs the file once whole. One node serves the
+        /// upload (a load balancer needs affinity); keeps taking bytes while S3 is down.
+        Spool = "spool",
+        /// An S3 multipart upload on the final key, its parts and offset in the ledger: any
+        /// node serves any request, and the upload outlives the node that began it.
+        S3 = "s3",
+    }
+}
+
+spelled_states! {
     /// Why the sweeper refused an upload through vidq for good (shown in the API).
     pub enum RejectReason {
         /// The spool path is absolute, holds `..`, or resolves (through a symlink) outside

@@ -321,6 +321,9 @@ impl From<AppError> for ApiError {
                 Self::new(S::GONE, "upload_gone", message)
             }
             AppError::UploadComplete => Self::new(S::CONFLICT, "upload_complete", message),
+            AppError::UploadTooFragmented => {
+                Self::new(S::CONFLICT, "upload_too_fragmented", message)
+            }
             AppError::BadIngestName(_) => Self::new(S::BAD_REQUEST, "bad_file_name", message),
             AppError::WholeFileOnly | AppError::ResumableInProgress { .. } => {
                 Self::new(S::CONFLICT, "wrong_upload_method", message)

@@ -35,13 +35,21 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
         config.live,
         ingest_listener.local_addr()?.port(),
     )?;
-    tracing::info!(
-        spool = %ingest.spool.path().display(),
-        node = %ingest.node_id,
-        "uploads through vidq (tus, PUT) spool here; run `vidq sweeper` on this node with the \
-         same VIDQ_SPOOL_DIR and VIDQ_NODE_ID to land them in S3"
-    );
+    match ingest.store {
+        crate::domain::upload::UploadStore::Spool => tracing::info!(
+            spool = %ingest.spool.path().display(),
+            node = %ingest.node_id,
+            "uploads through vidq (tus, PUT) spool here; run `vidq sweeper` on this node with \
+             the same VIDQ_SPOOL_DIR and VIDQ_NODE_ID to land them in S3"
+        ),
+        crate::domain::upload::UploadStore::S3 => tracing::info!(
+            part_bytes = ingest.part_bytes,
+            "uploads through vidq (tus, PUT) go straight into S3 multipart uploads; any API node \
+             serves any of their requests (live ingest still spools here)"
+        ),
+    }
     ctx.ingest = Some(ingest);
+    tokio::spawn(expire_s3_uploads(ctx.clone(), shutdown.child_token()));
     if config.playback.secret.is_none() && config.playback.public_base_url.is_none() {
         tracing::warn!(
             "VIDQ_PLAYBACK_SECRET is not set: this process signs hls_url tokens with a key of \
@@ -106,6 +114,8 @@ pub fn ingest(
     Ok(crate::app::ingest::Ingest {
         spool,
         incoming: std::sync::Arc::new(incoming),
+        store: args.store(),
+        part_bytes: args.tus_part_bytes,
         node_id,
         ttl: std::time::Duration::from_secs(args.resumable_ttl_secs),
         live_grace: std::time::Duration::from_secs(live.grace_secs),
@@ -115,6 +125,23 @@ pub fn ingest(
         },
         locks: Default::default(),
     })
+}
+
+/// How often an API node looks for expired `s3`-store uploads to abort.
+const S3_EXPIRY_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Aborts the multipart uploads of expired `s3`-store uploads, every few seconds, on every
+/// API node (each takes its rows with SKIP LOCKED), until `shutdown`.
+async fn expire_s3_uploads(ctx: AppContext, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(S3_EXPIRY_EVERY) => {}
+        }
+        if let Err(error) = crate::app::ingest_s3::expire_due(&ctx).await {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not abort expired uploads' multipart uploads; trying again shortly");
+        }
+    }
 }
 
 /// Reports this API node on the dashboard every few seconds.

@@ -322,6 +322,8 @@ pub struct TestAppOptions {
     pub admin_token: Option<String>,
     /// `VIDQ_CONFIRM_BATCH_MAX` and `VIDQ_CONFIRM_COMMITTERS`: the defaults, 64 and 2.
     pub confirm_batches: (u16, u16),
+    /// `VIDQ_TUS_STORE` and `VIDQ_TUS_PART_BYTES`: the spool (and 8 MiB parts).
+    pub tus: (&'static str, u64),
 }
 
 impl Default for TestAppOptions {
@@ -333,6 +335,7 @@ impl Default for TestAppOptions {
             live: vidq::config::LiveArgs::default(),
             admin_token: None,
             confirm_batches: (64, 2),
+            tus: ("spool", 8 * 1024 * 1024),
         }
     }
 }
@@ -399,7 +402,11 @@ impl TestApp {
             vidq::roles::api::ingest(
                 spool.path(),
                 SPOOL_NODE.to_owned(),
-                &vidq::config::IngestArgs::default(),
+                &vidq::config::IngestArgs {
+                    tus_store: options.tus.0.to_owned(),
+                    tus_part_bytes: options.tus.1,
+                    ..Default::default()
+                },
                 options.live,
                 ingest_listener.local_addr().unwrap().port(),
             )

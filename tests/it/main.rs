@@ -54,6 +54,7 @@ mod support;
 mod sweeper;
 mod tus;
 mod tus_clients;
+mod tus_s3;
 mod uploads;
 mod user_delete;
 mod users;

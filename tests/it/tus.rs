@@ -45,14 +45,14 @@ pub fn bytes(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 7 % 251) as u8).collect()
 }
 
-fn tus(app: &TestApp, key: &str, method: reqwest::Method, url: &str) -> RequestBuilder {
+pub fn tus(app: &TestApp, key: &str, method: reqwest::Method, url: &str) -> RequestBuilder {
     app.http
         .request(method, url)
         .bearer_auth(key)
         .header("Tus-Resumable", "1.0.0")
 }
 
-fn metadata(filename: &str, filetype: &str) -> String {
+pub fn metadata(filename: &str, filetype: &str) -> String {
     format!(
         "filename {},filetype {}",
         STANDARD.encode(filename),
@@ -74,7 +74,7 @@ pub async fn create(app: &TestApp, key: &str, length: usize) -> String {
     response.headers()["location"].to_str().unwrap().to_owned()
 }
 
-async fn patch(
+pub async fn patch(
     app: &TestApp,
     key: &str,
     url: &str,
@@ -92,7 +92,7 @@ async fn patch(
     request.send().await.unwrap()
 }
 
-async fn offset_of(app: &TestApp, key: &str, url: &str) -> u64 {
+pub async fn offset_of(app: &TestApp, key: &str, url: &str) -> u64 {
     let response = tus(app, key, reqwest::Method::HEAD, url)
         .send()
         .await
@@ -106,15 +106,15 @@ async fn offset_of(app: &TestApp, key: &str, url: &str) -> u64 {
         .unwrap()
 }
 
-fn sha1_header(chunk: &[u8]) -> String {
+pub fn sha1_header(chunk: &[u8]) -> String {
     format!("sha1 {}", STANDARD.encode(sha1::Sha1::digest(chunk)))
 }
 
-fn sha256_header(chunk: &[u8]) -> String {
+pub fn sha256_header(chunk: &[u8]) -> String {
     format!("sha256 {}", STANDARD.encode(sha2::Sha256::digest(chunk)))
 }
 
-fn upload_id(url: &str) -> String {
+pub fn upload_id(url: &str) -> String {
     url.rsplit('/').next().unwrap().to_owned()
 }
 
