@@ -15,7 +15,7 @@ use crate::domain::upload::UploadState;
 use crate::domain::video::VideoStatus;
 
 /// Where vidq writes: what the comparison lists.
-pub const PREFIXES: [&str; 3] = ["originals/", "videos/", "live/"];
+pub const PREFIXES: [&str; 4] = ["originals/", "videos/", "live/", "tus-tail/"];
 
 impl From<crate::adapters::storage::ListedObject> for BucketObject {
     fn from(o: crate::adapters::storage::ListedObject) -> Self {
@@ -47,6 +47,12 @@ pub fn compare_snapshot(
                 key: u.object_key.clone(),
                 size: u.declared_size,
                 state: UploadState::from_str(&u.state)?,
+                tail_pieces: snapshot
+                    .tail_pieces
+                    .iter()
+                    .filter(|p| p.upload_id == u.id)
+                    .map(|p| p.object_key.clone())
+                    .collect(),
             })
         })
         .collect::<Result<Vec<_>, crate::domain::upload::UnknownState>>()?;

@@ -87,6 +87,19 @@ pub struct LedgerSnapshot {
     pub recordings: Vec<Uuid>,
     /// Live recording files that own their key (`pending` or `uploaded`).
     pub recording_files: Vec<RecordingFileKey>,
+    /// Tail pieces of `s3`-store uploads still arriving.
+    pub tail_pieces: Vec<TailPieceKey>,
+}
+
+/// A tail piece's key and its upload.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct TailPieceKey {
+    /// The upload.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub upload_id: Uuid,
+    /// The piece's key.
+    #[diesel(sql_type = Text)]
+    pub object_key: String,
 }
 
 /// A live recording file that owns its key.
@@ -155,7 +168,13 @@ pub async fn snapshot(conn: &mut AsyncPgConnection) -> diesel::QueryResult<Ledge
             ))
             .load(conn)
             .await?;
+            let tail_pieces = diesel::sql_query(
+                "SELECT upload_id, object_key FROM tus_tail_pieces ORDER BY upload_id, start_offset",
+            )
+            .load(conn)
+            .await?;
             Ok(LedgerSnapshot {
+                tail_pieces,
                 uploads,
                 artifacts,
                 videos,

@@ -24,6 +24,8 @@ pub struct UploadRecord {
     /// Its state: `uploaded` and `confirmed` claim the object is there; the others only
     /// reserve the key.
     pub state: UploadState,
+    /// The keys of its tail pieces (an `s3`-store upload still arriving), which it owns.
+    pub tail_pieces: Vec<String>,
 }
 
 /// An artifact the ledger says is `uploaded`.
@@ -270,6 +272,10 @@ pub fn compare(
 
     let contracted: std::collections::HashSet<&str> =
         uploads.iter().map(|u| u.key.as_str()).collect();
+    let tail_pieces: std::collections::HashSet<&str> = uploads
+        .iter()
+        .flat_map(|u| u.tail_pieces.iter().map(String::as_str))
+        .collect();
     let videos: HashMap<Uuid, &VideoRecord> = videos.iter().map(|v| (v.id, v)).collect();
     let grace = chrono::Duration::seconds(i64::try_from(grace_secs).unwrap_or(i64::MAX));
     let mut orphans = Vec::new();
@@ -278,6 +284,9 @@ pub fn compare(
             (!contracted.contains(object.key.as_str())).then(|| "no live upload owns it".to_owned())
         } else if let Some(rest) = object.key.strip_prefix("videos/") {
             video_orphan(rest, &videos)
+        } else if object.key.starts_with("tus-tail/") {
+            (!tail_pieces.contains(object.key.as_str()))
+                .then(|| "no upload still arriving names it as a tail piece".to_owned())
         } else if let Some(rest) = object.key.strip_prefix("live/") {
             let recording = rest
                 .split('/')
@@ -386,18 +395,21 @@ mod tests {
                 key: format!("originals/{up}"),
                 size: 10,
                 state: UploadState::Confirmed,
+                tail_pieces: vec![],
             },
             UploadRecord {
                 id: Uuid::now_v7(),
                 key: "originals/p".into(),
                 size: 5,
                 state: UploadState::Pending,
+                tail_pieces: vec![],
             },
             UploadRecord {
                 id: Uuid::now_v7(),
                 key: "originals/m".into(),
                 size: 5,
                 state: UploadState::Uploaded,
+                tail_pieces: vec![],
             },
         ];
         let artifacts = [ArtifactRecord {

@@ -53,6 +53,7 @@ mod several_machines;
 mod support;
 mod sweeper;
 mod tus;
+mod tus_balanced;
 mod tus_clients;
 mod tus_s3;
 mod uploads;

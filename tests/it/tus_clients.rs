@@ -29,20 +29,27 @@ pub async fn run_client(
     key: &str,
     file: &Path,
 ) -> Value {
+    run_client_with(program, script, endpoint, key, file, (65_536, 5, 0.2)).await
+}
+
+/// [`run_client`] with its chunk size, retries and delay between them (seconds).
+pub async fn run_client_with(
+    program: &str,
+    script: &str,
+    endpoint: &str,
+    key: &str,
+    file: &Path,
+    (chunk, retries, delay): (usize, u32, f64),
+) -> Value {
     let script = clients_dir().join(script);
     let out = tokio::process::Command::new(program)
         .arg(&script)
         .args(["--endpoint", endpoint, "--token", key])
         .arg("--file")
         .arg(file)
-        .args([
-            "--chunk-size",
-            "65536",
-            "--retries",
-            "5",
-            "--retry-delay",
-            "0.2",
-        ])
+        .args(["--chunk-size", &chunk.to_string()])
+        .args(["--retries", &retries.to_string()])
+        .args(["--retry-delay", &delay.to_string()])
         .kill_on_drop(true)
         .output()
         .await

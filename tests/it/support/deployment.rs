@@ -109,7 +109,18 @@ impl Deployment {
     /// `vidq ROLE` with the database and the bucket at `s3` (the proxy), working in `node`'s
     /// directory.
     pub fn command(&self, role: &str, node: &str, s3: &str) -> tokio::process::Command {
-        let mut command = vidq_child(role, &self.log(role));
+        self.command_logged(role, node, s3, role)
+    }
+
+    /// [`Deployment::command`] logging to `{log}.log` (one of several processes of a role).
+    pub fn command_logged(
+        &self,
+        role: &str,
+        node: &str,
+        s3: &str,
+        log: &str,
+    ) -> tokio::process::Command {
+        let mut command = vidq_child(role, &self.log(log));
         command
             .current_dir(self.node_dir(node))
             .env("DATABASE_URL", &self.db.url)
@@ -156,21 +167,25 @@ impl Deployment {
             .env("VIDQ_SWEEPER_BREAKER_COOLDOWN_MS", "500")
             .spawn()
             .unwrap();
+        let worker = self.spawn_worker(s3);
         let work = self.node_dir(WORKER_NODE).join("work");
-        let worker = self
-            .command("worker", WORKER_NODE, s3)
-            .env("VIDQ_WORK_DIR", &work)
-            .env("VIDQ_LEASE_SECS", "10")
-            .env("VIDQ_HEARTBEAT_SECS", "2")
-            .env("VIDQ_POLL_MS", "200")
-            .spawn()
-            .unwrap();
         assert!(
             !work.starts_with(&spool) && !spool.starts_with(self.node_dir(WORKER_NODE)),
             "the worker's disk is not the API node's"
         );
         self.processes.extend([api, sweeper, worker]);
         self.wait_for_api().await;
+    }
+
+    /// `vidq worker` on `enc-1`, with its own working directory, reaching S3 at `s3`.
+    pub fn spawn_worker(&self, s3: &str) -> Child {
+        self.command("worker", WORKER_NODE, s3)
+            .env("VIDQ_WORK_DIR", self.node_dir(WORKER_NODE).join("work"))
+            .env("VIDQ_LEASE_SECS", "10")
+            .env("VIDQ_HEARTBEAT_SECS", "2")
+            .env("VIDQ_POLL_MS", "200")
+            .spawn()
+            .unwrap()
     }
 
     /// `vidq api` as [`Deployment::start_with`] started it (the same ports and settings).
@@ -225,8 +240,9 @@ impl Deployment {
 
     /// Every role's log, for a failing assertion.
     pub fn logs(&self) -> String {
-        ["api", "sweeper", "worker"]
+        ["api", "sweeper", "worker", "api-1", "api-2", "api-3"]
             .iter()
+            .filter(|role| self.log(role).exists())
             .map(|role| {
                 let text = std::fs::read_to_string(self.log(role)).unwrap_or_default();
                 format!("--- {role}\n{text}")

@@ -1,4 +1,5 @@
 //! Helpers the test modules share.
 
 pub mod deployment;
+pub mod haproxy;
 pub mod s3_switch;

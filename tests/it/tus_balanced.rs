@@ -1,0 +1,329 @@
+//! Resumable uploads behind a load balancer: three `vidq api` processes with the `s3` tus
+//! store (each its own node id and directory) behind HAProxy, round robin per request and no
+//! affinity, and a worker on another node. Real clients (tus-js-client, tuspy) upload clips
+//! in 256 KiB chunks, so each upload's PATCHes land on every node; each object is the file
+//! byte for byte and each video READY, also while one API process is SIGKILLed mid-upload
+//! and stays down for 10 s. Two PATCHes of one upload through two nodes at once: one wins.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use reqwest::StatusCode;
+use tokio::process::Child;
+
+use crate::harness::free_port;
+use crate::support::deployment::Deployment;
+use crate::support::haproxy::Haproxy;
+use crate::tus_clients::run_client_with;
+
+const CHUNK: usize = 256 * 1024;
+const NODES: usize = 3;
+
+/// The API nodes, the worker and the load balancer.
+struct Farm {
+    d: Deployment,
+    ports: Vec<u16>,
+    apis: Vec<Option<Child>>,
+    _worker: Child,
+    lb: Haproxy,
+}
+
+impl Farm {
+    async fn start() -> Self {
+        let d = Deployment::prepare().await;
+        let ports: Vec<u16> = (0..NODES).map(|_| free_port()).collect();
+        let worker = d.spawn_worker(&d.s3.endpoint());
+        let mut farm = Self {
+            lb: Haproxy::start(&ports).await,
+            d,
+            ports,
+            apis: Vec::new(),
+            _worker: worker,
+        };
+        for n in 0..NODES {
+            let api = farm.spawn_api(n);
+            farm.apis.push(Some(api));
+        }
+        for n in 0..NODES {
+            farm.wait_until_up(n).await;
+        }
+        farm.d.api = farm.lb.url();
+        farm
+    }
+
+    fn node(n: usize) -> String {
+        format!("api-{}", n + 1)
+    }
+
+    fn spawn_api(&self, n: usize) -> Child {
+        let node = Self::node(n);
+        self.d
+            .command_logged("api", &node, &self.d.s3.endpoint(), &node)
+            .env("RUST_LOG", "info,vidq::http::access=debug")
+            .env("VIDQ_TUS_STORE", "s3")
+            .env("VIDQ_TUS_PART_BYTES", (5 * 1024 * 1024).to_string())
+            .env("VIDQ_SPOOL_DIR", self.d.node_dir(&node).join("spool"))
+            .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{}", self.ports[n]))
+            .env("VIDQ_INGEST_ADDR", format!("127.0.0.1:{}", free_port()))
+            .spawn()
+            .unwrap()
+    }
+
+    async fn wait_until_up(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let url = format!("http://127.0.0.1:{}/healthz", self.ports[n]);
+        while !self
+            .d
+            .http
+            .get(&url)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{} did not start:\n{}",
+                Self::node(n),
+                self.d.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The bytes S3 holds for upload `id`.
+    async fn original(&self, id: &str) -> Vec<u8> {
+        self.d
+            .storage
+            .get_bytes(&format!("originals/{id}"))
+            .await
+            .unwrap()
+            .expect("the original")
+    }
+
+    /// How many PATCHes of upload `id` node `n` answered 204.
+    fn patches_served(&self, n: usize, id: &str) -> usize {
+        std::fs::read_to_string(self.d.log(&Self::node(n)))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("PATCH") && l.contains(id) && l.contains("status=204"))
+            .count()
+    }
+
+    fn tus_endpoint(&self) -> String {
+        format!("{}/v1/tus/", self.lb.url())
+    }
+
+    /// Waits until every upload of `clips` is a READY video whose original is the file.
+    async fn all_ready(&self, key: &str, done: &[(serde_json::Value, PathBuf)]) {
+        self.d
+            .wait_for(
+                "SELECT count(*) AS n FROM videos WHERE status = 'ready'",
+                done.len() as i64,
+                Duration::from_secs(240),
+            )
+            .await;
+        for (client, clip) in done {
+            let id = client["upload_url"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap();
+            let status: serde_json::Value = self
+                .d
+                .get(key, &format!("/v1/uploads/{id}"))
+                .await
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(status["state"], "confirmed", "{status}");
+            assert!(
+                self.original(id).await == std::fs::read(clip).unwrap(),
+                "{id}: S3 holds the file byte for byte"
+            );
+        }
+        assert_eq!(self.d.storage.list_multiparts("").await.unwrap(), vec![]);
+    }
+}
+
+/// Clips of 4 to 4 + n - 1 seconds at 640x360 (about 1-2 MiB: 4 to 8 chunks each).
+fn clips(n: u32) -> Vec<PathBuf> {
+    (0..n)
+        .map(|i| crate::clips::video(4 + i, 640, 360))
+        .collect()
+}
+
+async fn upload_all(
+    farm: &Farm,
+    key: &str,
+    (program, script): (&str, &str),
+    files: &[PathBuf],
+) -> Vec<(serde_json::Value, PathBuf)> {
+    let mut done = Vec::new();
+    for file in files {
+        let answer = run_client_with(
+            program,
+            script,
+            &farm.tus_endpoint(),
+            key,
+            file,
+            (CHUNK, 40, 0.5),
+        )
+        .await;
+        assert_eq!(
+            answer["bytes"].as_u64().unwrap(),
+            std::fs::metadata(file).unwrap().len()
+        );
+        done.push((answer, file.clone()));
+    }
+    done
+}
+
+const TUS_JS: (&str, &str) = ("node", "tus_upload.mjs");
+const TUSPY: (&str, &str) = ("python3", "tus_upload.py");
+
+#[tokio::test]
+async fn real_clients_upload_through_a_load_balancer_and_every_node_takes_part() {
+    let farm = Farm::start().await;
+    let key = farm.d.user("alice").await;
+    let files = clips(5);
+    // One client at a time: round robin then sends each upload's requests to each node in
+    // turn.
+    let mut done = upload_all(&farm, &key, TUS_JS, &files).await;
+    done.extend(upload_all(&farm, &key, TUSPY, &files).await);
+    for (client, _) in &done {
+        let id = client["upload_url"]
+            .as_str()
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap();
+        let served: Vec<usize> = (0..NODES).map(|n| farm.patches_served(n, id)).collect();
+        assert!(
+            served.iter().all(|n| *n > 0),
+            "upload {id}: PATCHes per node {served:?}"
+        );
+        eprintln!("upload {id}: 204 PATCHes per node {served:?}");
+    }
+    farm.all_ready(&key, &done).await;
+    farm.d.ends_clean().await;
+}
+
+#[tokio::test]
+async fn uploads_complete_while_one_api_node_is_killed_and_down_for_10_seconds() {
+    let mut farm = Farm::start().await;
+    let key = farm.d.user("alice").await;
+    let files = clips(3);
+    let mut victim = farm.apis[1].take().unwrap();
+    let started = async {
+        let (js, py) = futures_util::join!(
+            upload_all(&farm, &key, TUS_JS, &files),
+            upload_all(&farm, &key, TUSPY, &files)
+        );
+        js.into_iter().chain(py).collect::<Vec<_>>()
+    };
+    let kill = async {
+        // Mid-upload: once some bytes of an upload are counted.
+        farm.d
+            .wait_for(
+                "SELECT count(*) AS n FROM (SELECT 1 FROM uploads
+                  WHERE received_bytes > 0 AND state = 'receiving' LIMIT 1) x",
+                1,
+                Duration::from_secs(60),
+            )
+            .await;
+        victim.start_kill().unwrap();
+        victim.wait().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    };
+    let (done, ()) = futures_util::join!(started, kill);
+    let retries: u64 = done
+        .iter()
+        .map(|(c, _)| c["retries_seen"].as_u64().unwrap_or_default())
+        .sum();
+    let unfinished_at_kill = farm.d.count("SELECT count(*) AS n FROM uploads").await;
+    eprintln!(
+        "{} uploads ({unfinished_at_kill} rows), {retries} client retries",
+        done.len()
+    );
+    assert!(
+        retries > 0,
+        "the kill cut requests in flight, and the clients retried"
+    );
+    // Back after its 10 s down, as an operator would bring it.
+    farm.apis[1] = Some(farm.spawn_api(1));
+    farm.wait_until_up(1).await;
+    farm.all_ready(&key, &done).await;
+    farm.d.ends_clean().await;
+}
+
+#[tokio::test]
+async fn two_patches_of_one_upload_through_two_nodes_at_once_one_wins() {
+    let farm = Farm::start().await;
+    let key = farm.d.user("alice").await;
+    let file = bytes::Bytes::from(crate::tus::bytes(6 * 1024 * 1024 + 5));
+    for round in 0..5 {
+        let created = farm
+            .d
+            .http
+            .post(farm.tus_endpoint())
+            .bearer_auth(&key)
+            .header("Tus-Resumable", "1.0.0")
+            .header("Upload-Length", file.len().to_string())
+            .header(
+                "Upload-Metadata",
+                crate::tus::metadata("x.mp4", "video/mp4"),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), StatusCode::CREATED);
+        let id = created.headers()["location"]
+            .to_str()
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .to_owned();
+        // The whole file from offset 0, through node 1 and node 2 at once, each body sent
+        // over about a second so the two overlap.
+        let patch = |n: usize| {
+            let chunks: Vec<bytes::Bytes> = (0..file.len())
+                .step_by(256 * 1024)
+                .map(|at| file.slice(at..(at + 256 * 1024).min(file.len())))
+                .collect();
+            let body = futures_util::stream::iter(chunks).then(|chunk| async move {
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                Ok::<_, std::io::Error>(chunk)
+            });
+            farm.d
+                .http
+                .patch(format!("http://127.0.0.1:{}/v1/tus/{id}", farm.ports[n]))
+                .bearer_auth(&key)
+                .header("Tus-Resumable", "1.0.0")
+                .header("Upload-Offset", "0")
+                .header("Content-Type", "application/offset+octet-stream")
+                .header("Content-Length", file.len().to_string())
+                .body(reqwest::Body::wrap_stream(body))
+                .send()
+        };
+        let (a, b) = futures_util::join!(patch(0), patch(1));
+        let mut statuses = [a.unwrap().status(), b.unwrap().status()];
+        statuses.sort();
+        assert_eq!(
+            statuses[0],
+            StatusCode::NO_CONTENT,
+            "round {round}: {statuses:?}"
+        );
+        assert!(
+            matches!(statuses[1], StatusCode::CONFLICT | StatusCode::LOCKED),
+            "round {round}: the other is refused: {statuses:?}"
+        );
+        assert!(
+            farm.original(&id).await == file[..],
+            "round {round}: the object is the file"
+        );
+    }
+    assert_eq!(farm.d.storage.list_multiparts("").await.unwrap(), vec![]);
+}
