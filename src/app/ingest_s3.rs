@@ -214,6 +214,37 @@ pub async fn expire_due(ctx: &AppContext) -> Result<usize, AppError> {
     Ok(dropped)
 }
 
+/// Aborts the multipart uploads (and deletes the tail pieces) of `owner`'s uploads still
+/// arriving, before the user's rows go: nothing would name them afterwards. Best effort: what
+/// fails is logged (a bucket's `AbortIncompleteMultipartUpload` lifecycle rule is the
+/// backstop); returns how many were aborted.
+pub async fn abort_all_of(ctx: &AppContext, owner: Uuid) -> Result<usize, AppError> {
+    let open = {
+        let mut conn = ctx.db.get().await?;
+        multiparts::of_owner(&mut conn, owner).await?
+    };
+    let mut aborted = 0;
+    for row in &open {
+        let done = ctx
+            .storage
+            .abort_multipart(&row.object_key, &row.multipart_id)
+            .await
+            .and(
+                ctx.storage
+                    .delete_prefix(&tail_prefix(row.upload_id))
+                    .await
+                    .map(drop),
+            );
+        match done {
+            Ok(()) => aborted += 1,
+            Err(error) => {
+                tracing::warn!(upload_id = %row.upload_id, error = %crate::telemetry::error_chain(&error), "could not abort a deleted user's multipart upload");
+            }
+        }
+    }
+    Ok(aborted)
+}
+
 /// Streams one request's bytes into the upload's parts (see the module doc).
 pub(super) async fn receive<S>(
     ctx: &AppContext,

@@ -62,7 +62,8 @@ pub struct DeletedUser {
 /// of [`DELETE_PAGE`] so that memory and the number of rows locked at once stay bounded
 /// whatever the user owns:
 ///
-/// 1. the user's API key is revoked, so no new upload, webhook or resend arrives;
+/// 1. the user's API key is revoked, so no new upload, webhook or resend arrives, and the
+///    multipart uploads of their `s3`-store uploads still arriving are aborted;
 /// 2. one transaction per page of upload contracts locks them, their videos and jobs (lock
 ///    order users -> uploads -> videos -> jobs, see `db`) and deletes them; the page's
 ///    objects are deleted after it commits;
@@ -87,6 +88,9 @@ pub async fn delete_user(ctx: &AppContext, name: &str) -> Result<DeletedUser, Ap
         objects: 0,
         transactions: 0,
     };
+    // Uploads still arriving into S3 multipart uploads: their parts are not objects a
+    // listing shows, so they are aborted while the rows still name them.
+    deleted.objects += super::ingest_s3::abort_all_of(ctx, user).await?;
     for _ in 0..FINAL_TRIES {
         while let Some((originals, videos)) = delete_upload_page(ctx, user).await? {
             deleted.transactions += 1;

@@ -37,8 +37,10 @@ pub enum BenchCommand {
     /// reads of a READY video, with many keep-alive clients, next to pgbench running the
     /// confirm transaction's statements.
     Api(api::ApiBenchArgs),
-    /// Bytes per second through tus into the spool (one client, then many at once) next to
-    /// `dd ... conv=fsync` on the same disk, and the API's peak memory during a large upload.
+    /// Bytes per second through tus (one client, then many at once) into either store, next
+    /// to where the bytes go measured alone (`dd ... conv=fsync` on the spool's disk, or
+    /// aws-sdk-s3's own multipart upload to the same S3), and the API's peak memory over
+    /// several large uploads at once.
     Tus(tus::TusBenchArgs),
 }
 

@@ -1,10 +1,12 @@
-//! `vidq bench tus`: how fast bytes reach the spool through tus over loopback, next to the
-//! disk's own limit measured in the same run. A real `vidq api` process (the API role,
-//! spooling to `--spool-dir`), one client PATCHing `--gib` GiB in `--chunk-mib` MiB chunks,
-//! then `--clients` clients at once sending the same total, then `dd if=/dev/zero bs=1M
-//! count=1024 conv=fsync` onto the same directory; medians of `--rounds`. Then a fresh API
-//! process takes one `--rss-gib` GiB upload and its peak RSS (`VmHWM`) is reported: the
-//! spool writer's memory does not grow with the upload.
+//! `vidq bench tus --store spool|s3`: how fast bytes get through tus over loopback, next to
+//! the limit of where they go, measured in the same run. A real `vidq api` process with that
+//! store; one client PATCHing `--gib` GiB in `--chunk-mib` MiB chunks, then `--clients`
+//! clients at once sending the same total; medians of `--rounds`. The limit: for `spool`,
+//! `dd if=/dev/zero bs=1M count=1024 conv=fsync` onto the spool's directory; for `s3`, the
+//! same bytes sent by aws-sdk-s3's own multipart upload (parts of `--part-mib`, from memory)
+//! to the same S3, by one client and by `--clients` at once. Then a fresh API process takes
+//! `--clients` uploads of `--rss-gib` GiB at once and its peak RSS (`VmHWM`) is reported:
+//! neither store's memory grows with the uploads.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -37,9 +39,17 @@ pub struct TusBenchArgs {
     /// Rounds (medians are reported).
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
-    /// Size of the upload whose peak API memory is reported, in GiB (0: skip).
-    #[arg(long = "rss-gib", default_value_t = 2)]
+    /// Size of each of the `--clients` uploads whose peak API memory is reported, in GiB
+    /// (0: skip).
+    #[arg(long = "rss-gib", default_value_t = 1)]
     pub rss_gib: u64,
+    /// Where the API keeps tus bytes while they arrive (`VIDQ_TUS_STORE`).
+    #[arg(long, default_value = "spool", value_parser = ["spool", "s3"])]
+    pub store: String,
+    /// With `--store s3`: the part size (`VIDQ_TUS_PART_BYTES`), in MiB, for vidq and for the
+    /// SDK's own upload alike.
+    #[arg(long = "part-mib", default_value_t = 8)]
+    pub part_mib: u64,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub server: super::ServerArgs,
@@ -59,14 +69,20 @@ impl Api {
         s3: &super::BenchS3,
         spool: &Path,
         key: &str,
+        args: &TusBenchArgs,
     ) -> anyhow::Result<Self> {
         let max_upload = (64 * GIB).to_string();
+        let part_bytes = (args.part_mib * MIB).to_string();
         let (child, base) = super::spawn_api(
             None,
             scratch,
             s3,
             spool,
-            &[("VIDQ_MAX_UPLOAD_BYTES", &max_upload)],
+            &[
+                ("VIDQ_MAX_UPLOAD_BYTES", &max_upload),
+                ("VIDQ_TUS_STORE", &args.store),
+                ("VIDQ_TUS_PART_BYTES", &part_bytes),
+            ],
         )
         .await?;
         Ok(Self {
@@ -170,6 +186,7 @@ async fn measure(args: &TusBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
     let (_, key) = crate::app::users::create_user(&pool, "bench").await?;
     empty(&args.spool_dir)?;
     let spool = std::fs::canonicalize(&args.spool_dir)?;
+    let in_s3 = args.store == "s3";
 
     // Bytes that do not compress or repeat within a chunk.
     let chunk: Bytes = (0..args.chunk_mib * MIB)
@@ -178,19 +195,46 @@ async fn measure(args: &TusBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
         .into();
     let total = args.gib * GIB;
     let per_client = total / args.clients;
-    let api = Api::start(scratch, &s3, &spool, key.reveal()).await?;
+    // The SDK's uploads send the same bytes, from memory.
+    let whole: Bytes = if in_s3 {
+        let mut whole = bytes::BytesMut::with_capacity(total as usize);
+        while (whole.len() as u64) < total {
+            let n = (total as usize - whole.len()).min(chunk.len());
+            whole.extend_from_slice(&chunk[..n]);
+        }
+        whole.freeze()
+    } else {
+        Bytes::new()
+    };
+    let part = (args.part_mib * MIB) as usize;
+    // What the previous measurement left (spool files, objects) goes before the next.
+    let clean = async || -> anyhow::Result<()> {
+        empty(&spool)?;
+        if in_s3 {
+            s3.storage.delete_prefix("originals/").await?;
+            s3.storage.delete_prefix("ceiling/").await?;
+        }
+        Ok(())
+    };
+    let api = Api::start(scratch, &s3, &spool, key.reveal(), args).await?;
     println!(
-        "vidq bench tus: loopback, {} MiB PATCHes, spool {}, {} round(s)\n",
+        "vidq bench tus: loopback, store {}, {} MiB PATCHes{}, {} round(s)\n",
+        args.store,
         args.chunk_mib,
-        spool.display(),
+        if in_s3 {
+            format!(", {} MiB parts", args.part_mib)
+        } else {
+            format!(", spool {}", spool.display())
+        },
         args.rounds
     );
-    let (mut one, mut many, mut disk) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut one, mut many) = (Vec::new(), Vec::new());
+    let (mut limit_one, mut limit_many) = (Vec::new(), Vec::new());
     for round in 1..=args.rounds {
         let started = Instant::now();
         api.upload(total, &chunk).await?;
         one.push(mb_per_s(total, started.elapsed()));
-        empty(&spool)?;
+        clean().await?;
 
         let started = Instant::now();
         let clients = (0..args.clients).map(|_| api.upload(per_client, &chunk));
@@ -198,51 +242,95 @@ async fn measure(args: &TusBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
             done?;
         }
         many.push(mb_per_s(per_client * args.clients, started.elapsed()));
-        empty(&spool)?;
+        clean().await?;
 
-        disk.push(dd(&spool).await?);
+        if in_s3 {
+            let started = Instant::now();
+            s3.storage
+                .put_multipart_bytes("ceiling/one", whole.clone(), part)
+                .await?;
+            limit_one.push(mb_per_s(total, started.elapsed()));
+            clean().await?;
+            let keys: Vec<String> = (0..args.clients).map(|n| format!("ceiling/{n}")).collect();
+            let started = Instant::now();
+            let clients = keys.iter().map(|key| {
+                s3.storage
+                    .put_multipart_bytes(key, whole.slice(..per_client as usize), part)
+            });
+            for done in futures_util::future::join_all(clients).await {
+                done?;
+            }
+            limit_many.push(mb_per_s(per_client * args.clients, started.elapsed()));
+            clean().await?;
+        } else {
+            let disk = dd(&spool).await?;
+            limit_one.push(disk);
+            limit_many.push(disk);
+        }
         println!(
-            "round {round}: 1 client {:.0} MB/s, {} clients {:.0} MB/s, dd {:.0} MB/s",
+            "round {round}: 1 client {:.0} MB/s (limit {:.0}), {} clients {:.0} MB/s (limit {:.0})",
             one[one.len() - 1],
+            limit_one[limit_one.len() - 1],
             args.clients,
             many[many.len() - 1],
-            disk[disk.len() - 1]
+            limit_many[limit_many.len() - 1],
         );
     }
     let api_rss = api.peak_rss_mib();
     drop(api);
-    let (one, many, disk) = (median(&one), median(&many), median(&disk));
-    println!("\n| what | MB/s (median) | of dd |");
+    let (one, many) = (median(&one), median(&many));
+    let (limit_one, limit_many) = (median(&limit_one), median(&limit_many));
+    println!("\n| what | MB/s (median) | of the limit |");
     println!("|---|---|---|");
-    println!("| `dd bs=1M count=1024 conv=fsync` | {disk:.0} | 100% |");
+    if in_s3 {
+        println!(
+            "| limit: aws-sdk-s3 multipart upload, 1 client, {} GiB | {limit_one:.0} | 100% |",
+            args.gib
+        );
+        println!(
+            "| limit: aws-sdk-s3 multipart upload, {} clients at once, {} GiB in all | {limit_many:.0} | 100% |",
+            args.clients, args.gib
+        );
+    } else {
+        println!("| limit: `dd bs=1M count=1024 conv=fsync` | {limit_one:.0} | 100% |");
+    }
     println!(
-        "| 1 client, {} GiB in {} MiB PATCHes | {one:.0} | {:.0}% |",
+        "| vidq tus ({} store), 1 client, {} GiB in {} MiB PATCHes | {one:.0} | {:.0}% |",
+        args.store,
         args.gib,
         args.chunk_mib,
-        100.0 * one / disk
+        100.0 * one / limit_one
     );
     println!(
-        "| {} clients at once, {} GiB in all | {many:.0} | {:.0}% |",
+        "| vidq tus ({} store), {} clients at once, {} GiB in all | {many:.0} | {:.0}% |",
+        args.store,
         args.clients,
         args.gib,
-        100.0 * many / disk
+        100.0 * many / limit_many
     );
     println!("\npeak RSS of that API process: {api_rss:.1} MiB");
 
     if args.rss_gib > 0 {
-        empty(&spool)?;
-        let api = Api::start(scratch, &s3, &spool, key.reveal()).await?;
+        clean().await?;
+        let api = Api::start(scratch, &s3, &spool, key.reveal(), args).await?;
         let idle = api.peak_rss_mib();
         let started = Instant::now();
-        api.upload(args.rss_gib * GIB, &chunk).await?;
+        let uploads = (0..args.clients).map(|_| api.upload(args.rss_gib * GIB, &chunk));
+        for done in futures_util::future::join_all(uploads).await {
+            done?;
+        }
         let elapsed = started.elapsed();
         println!(
-            "\none {} GiB tus upload into a fresh API process: peak RSS {:.1} MiB \
-             (started at {idle:.1} MiB), {:.0} MB/s",
+            "\n{} tus uploads of {} GiB at once into a fresh API process ({} store): peak RSS \
+             {:.1} MiB (started at {idle:.1} MiB), {:.0} MB/s",
+            args.clients,
             args.rss_gib,
+            args.store,
             api.peak_rss_mib(),
-            mb_per_s(args.rss_gib * GIB, elapsed)
+            mb_per_s(args.clients * args.rss_gib * GIB, elapsed)
         );
+        drop(api);
+        clean().await?;
     }
     Ok(())
 }

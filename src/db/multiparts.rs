@@ -454,6 +454,22 @@ pub struct Dropped {
     pub multipart_id: String,
 }
 
+/// The multipart uploads of `owner`'s `s3`-store uploads still arriving (the user is being
+/// deleted: S3 would keep their parts once the rows are gone).
+pub async fn of_owner(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+) -> diesel::QueryResult<Vec<Dropped>> {
+    diesel::sql_query(
+        "SELECT u.id AS upload_id, u.object_key, m.multipart_id
+           FROM tus_multiparts m JOIN uploads u ON u.id = m.upload_id
+          WHERE u.owner_id = $1 ORDER BY u.id",
+    )
+    .bind::<diesel::sql_types::Uuid, _>(owner)
+    .load(conn)
+    .await
+}
+
 /// CAS `receiving -> expired` for up to `limit` `s3`-store uploads past `expires_at` (any
 /// node's: none holds them), and those whose multipart upload is still to be aborted (a
 /// termination, or an expiry whose abort failed); skips rows another node is at.

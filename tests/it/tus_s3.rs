@@ -1,8 +1,8 @@
 //! The `s3` tus store in one API against the embedded S3: any chunk size (below a part,
 //! exactly a part, a part and a byte) lands byte for byte as one object, with SHA-1 and
 //! SHA-256 checksums per chunk, and a checksum that does not match keeps nothing;
-//! termination and expiry leave no multipart upload and no tail piece, and `vidq reconcile`
-//! agrees with the bucket.
+//! termination, expiry and the deletion of the user leave no multipart upload and no tail
+//! piece, and `vidq reconcile` agrees with the bucket.
 
 use reqwest::StatusCode;
 
@@ -152,6 +152,18 @@ async fn termination_and_expiry_leave_no_multipart_upload_and_no_tail_piece() {
     assert_eq!(tail_pieces(&app, &id).await, 0);
     let late = patch(&app, &key, &urls[1], file.len(), b"more", None).await;
     assert_eq!(late.status(), StatusCode::GONE);
+
+    // A user deleted with an upload still arriving: its multipart upload goes too.
+    let bob = app.create_user("bob").await;
+    let url = create(&app, &bob, 3 * PART).await;
+    let r = patch(&app, &bob, &url, 0, &file, None).await;
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(multiparts(&app).await.len(), 1);
+    vidq::app::users::delete_user(&app.ctx, "bob")
+        .await
+        .unwrap();
+    assert_eq!(multiparts(&app).await, vec![]);
+    assert_eq!(tail_pieces(&app, &upload_id(&url)).await, 0);
     assert_eq!(
         app.count("SELECT count(*) AS n FROM tus_multiparts").await,
         0

@@ -254,7 +254,8 @@ pub async fn head(
 
 /// `PATCH`: bytes at `Upload-Offset` (409 if vidq holds another count), with an optional
 /// `Upload-Checksum` (460 on mismatch, nothing kept); `204` with the new offset (and
-/// `Upload-Expires` while incomplete) once the bytes are fsynced.
+/// `Upload-Expires` while incomplete) once the bytes are stored (fsynced in the spool, or in S3
+/// with the `s3` store).
 #[utoipa::path(
     patch,
     path = "/v1/tus/{upload_id}",
@@ -271,7 +272,7 @@ pub async fn head(
         content_type = "application/offset+octet-stream",
     ),
     responses(
-        (status = 204, description = "The bytes are on disk.", headers(
+        (status = 204, description = "The bytes are stored (in the spool, or in S3 with the `s3` store).", headers(
             ("Upload-Offset" = u64, description = "The new offset."),
             ("Upload-Expires" = String, description = "While incomplete: when it expires."),
             ("Tus-Resumable" = String, description = "`1.0.0`."),

@@ -160,8 +160,8 @@ pub async fn status(
 }
 
 /// The single-request upload of a `"via": "vidq"` contract: the whole file, streamed to
-/// the spool and fsynced; `200` with the upload's status once it is all there (vidq lands
-/// it in S3 and confirms it without the client). A contract made with a `checksum` is
+/// the spool and fsynced (or, with the `s3` store, into S3's parts); `200` with the upload's
+/// status once it is all there (vidq lands it in S3 and confirms it without the client). A contract made with a `checksum` is
 /// checked against it: `460` on a mismatch, and nothing is kept.
 #[utoipa::path(
     put,
