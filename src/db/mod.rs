@@ -33,7 +33,13 @@
 //!    statements that lock `uploads` rows only, in id order, and hold no lock across a PUT
 //!    (the claim is a lease column, `claimed_until`, committed before the transfer).
 //!    `vidq reconcile` reads without locks (one read-only snapshot) and its `--fix` re-queue
-//!    is one such single statement; it deletes objects outside any transaction.
+//!    is one such single statement; it deletes objects outside any transaction. An `s3`-store
+//!    upload's own rows come right after its `uploads` row (`multiparts`): taking the lease
+//!    and counting stored bytes lock the `uploads` row, then its `tus_multiparts` row, then
+//!    write `tus_parts` and `tus_tail_pieces`; a HEAD's take-over, a renewal and a release
+//!    touch the `tus_multiparts` row alone, and the expiry pass locks `uploads` rows
+//!    `FOR UPDATE SKIP LOCKED` before it reads theirs. No lock is held across an S3 call
+//!    (the lease is a column, committed before the part streams).
 //! 3. `videos`: `FOR UPDATE` or an UPDATE (finalize, reaper, operator, video deletion, a user
 //!    deletion's page); `FOR KEY SHARE` by an attempt registering its outputs.
 //!    `recordings` come right after, then their `recording_files`: the finalize of a video
