@@ -8,9 +8,13 @@ use crate::harness::{TestApp, TestDb};
 
 /// Runs the binary without blocking the runtime (the test's S3 server lives on it).
 pub async fn vidq(args: &[&str], env: &[(&str, &str)]) -> Output {
+    // In a directory of its own: a role's relative defaults (`./spool`) stay out of the
+    // checkout.
+    let cwd = tempfile::tempdir().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_vidq"));
     command
         .args(args)
+        .current_dir(cwd.path())
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default());
     for (name, value) in env {

@@ -387,6 +387,7 @@ async fn client_errors_are_not_logged_as_errors_and_probes_are_quiet() {
     let log = dir.path().join("api.log");
     let mut command = crate::harness::vidq_child("api", &log);
     command
+        .current_dir(dir.path())
         .env_remove("RUST_LOG")
         .env("DATABASE_URL", &app.db.url)
         .env("VIDQ_NO_MIGRATE", "true")
