@@ -10,7 +10,7 @@ use aws_sdk_s3::config::{
 };
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
+use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use url::Url;
@@ -531,44 +531,20 @@ impl Storage {
             if chunk.is_empty() {
                 break;
             }
-            let uploaded = self
-                .client
-                .upload_part()
-                .bucket(&self.bucket)
-                .key(key)
-                .upload_id(upload_id)
-                .part_number(number)
-                .body(ByteStream::from(chunk))
-                .customize()
-                .config_override(self.transfer_override())
-                .send()
-                .await
-                .map_err(|e| StorageError::new("UploadPart", key, e))?;
-            parts.push(
-                CompletedPart::builder()
-                    .part_number(number)
-                    .set_e_tag(uploaded.e_tag().map(str::to_owned))
-                    .build(),
-            );
+            let etag = self
+                .upload_part_bytes(key, upload_id, number, ByteStream::from(chunk))
+                .await?;
+            parts.push((number, etag));
         }
-        self.client
-            .complete_multipart_upload()
-            .bucket(&self.bucket)
-            .key(key)
-            .upload_id(upload_id)
-            .multipart_upload(
-                CompletedMultipartUpload::builder()
-                    .set_parts(Some(parts))
-                    .build(),
-            )
-            // S3 may take minutes to assemble a large object (it keeps the answer alive
-            // with whitespace meanwhile): a transfer's bounds, not a HEAD's.
-            .customize()
-            .config_override(self.transfer_override())
-            .send()
-            .await
-            .map_err(|e| StorageError::new("CompleteMultipartUpload", key, e))?;
-        Ok(())
+        match self.complete_multipart(key, upload_id, &parts).await? {
+            Completed::Now => Ok(()),
+            // This call created the upload and nothing else completes it.
+            Completed::UnknownUpload => Err(StorageError::refused(
+                "CompleteMultipartUpload",
+                key,
+                "S3 no longer knows the multipart upload",
+            )),
+        }
     }
 
     /// Streams an object to a file, never holding more than a network buffer in memory.

@@ -314,17 +314,8 @@ pub async fn count(
             .await?;
             // Then the lease, under the upload row's lock (lock order): a HEAD that took the
             // upload over meanwhile makes this count nothing.
-            let held = diesel::sql_query(
-                "UPDATE tus_multiparts
-                    SET lease_until = statement_timestamp() + make_interval(secs => $3)
-                  WHERE upload_id = $1 AND lease_token = $2",
-            )
-            .bind::<diesel::sql_types::Uuid, _>(id)
-            .bind::<diesel::sql_types::Uuid, _>(token)
-            .bind::<diesel::sql_types::Double, _>(LEASE_SECS)
-            .execute(conn)
-            .await?;
-            if moved == 0 || held == 0 {
+            let held = renew(conn, id, token).await?;
+            if moved == 0 || !held {
                 return Err(diesel::result::Error::RollbackTransaction);
             }
             record(conn, id, stored).await

@@ -15,6 +15,7 @@ use tokio::process::Child;
 use crate::harness::free_port;
 use crate::support::deployment::Deployment;
 use crate::support::haproxy::Haproxy;
+use crate::tus::upload_id;
 use crate::tus_clients::run_client_with;
 
 const CHUNK: usize = 256 * 1024;
@@ -124,12 +125,7 @@ impl Farm {
             )
             .await;
         for (client, clip) in done {
-            let id = client["upload_url"]
-                .as_str()
-                .unwrap()
-                .rsplit('/')
-                .next()
-                .unwrap();
+            let id = &upload_id(client["upload_url"].as_str().unwrap());
             let status: serde_json::Value = self
                 .d
                 .get(key, &format!("/v1/uploads/{id}"))
@@ -193,12 +189,7 @@ async fn real_clients_upload_through_a_load_balancer_and_every_node_takes_part()
     let mut done = upload_all(&farm, &key, TUS_JS, &files).await;
     done.extend(upload_all(&farm, &key, TUSPY, &files).await);
     for (client, _) in &done {
-        let id = client["upload_url"]
-            .as_str()
-            .unwrap()
-            .rsplit('/')
-            .next()
-            .unwrap();
+        let id = &upload_id(client["upload_url"].as_str().unwrap());
         let served: Vec<usize> = (0..NODES).map(|n| farm.patches_served(n, id)).collect();
         assert!(
             served.iter().all(|n| *n > 0),
@@ -279,13 +270,7 @@ async fn two_patches_of_one_upload_through_two_nodes_at_once_one_wins() {
             .await
             .unwrap();
         assert_eq!(created.status(), StatusCode::CREATED);
-        let id = created.headers()["location"]
-            .to_str()
-            .unwrap()
-            .rsplit('/')
-            .next()
-            .unwrap()
-            .to_owned();
+        let id = upload_id(created.headers()["location"].to_str().unwrap());
         // The whole file from offset 0, through node 1 and node 2 at once, each body sent
         // over about a second so the two overlap.
         let patch = |n: usize| {

@@ -227,24 +227,39 @@ impl Storage {
         for (i, at) in (0..data.len()).step_by(part).enumerate() {
             let number = i as i32 + 1;
             let body = data.slice(at..(at + part).min(data.len()));
-            let out = self
-                .client
-                .upload_part()
-                .bucket(&self.bucket)
-                .key(key)
-                .upload_id(&multipart_id)
-                .part_number(number)
-                .body(ByteStream::from(body))
-                .customize()
-                .config_override(self.transfer_override())
-                .send()
-                .await
-                .map_err(|e| StorageError::new("UploadPart", key, e))?;
-            parts.push((number, out.e_tag().unwrap_or_default().to_owned()));
+            let etag = self
+                .upload_part_bytes(key, &multipart_id, number, ByteStream::from(body))
+                .await?;
+            parts.push((number, etag));
         }
         self.complete_multipart(key, &multipart_id, &parts)
             .await
             .map(drop)
+    }
+
+    /// Uploads part `number` from a body whose bytes the SDK holds (a file's part read into
+    /// memory, a benchmark's slice); its ETag.
+    pub(super) async fn upload_part_bytes(
+        &self,
+        key: &str,
+        multipart_id: &str,
+        number: i32,
+        body: ByteStream,
+    ) -> Result<String, StorageError> {
+        let out = self
+            .client
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(multipart_id)
+            .part_number(number)
+            .body(body)
+            .customize()
+            .config_override(self.transfer_override())
+            .send()
+            .await
+            .map_err(|e| StorageError::new("UploadPart", key, e))?;
+        Ok(out.e_tag().unwrap_or_default().to_owned())
     }
 
     /// Aborts a multipart upload, dropping its parts (one S3 no longer knows is fine).
