@@ -61,11 +61,21 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     // The node serves whatever S3 does: ingest into the spool needs only PostgreSQL, and the
     // sweeper lands the bytes once S3 answers. What needs S3 answers `503 storage_unavailable`
     // meanwhile; `/readyz` names storage in its body (and is 503 only when told to be).
+    let meanwhile = match config.ingest.store() {
+        crate::domain::upload::UploadStore::Spool => {
+            "tus, single PUT and live ingest go on into the spool; confirms of presigned \
+             uploads answer 503 storage_unavailable (check VIDQ_S3_ENDPOINT, VIDQ_S3_BUCKET and \
+             the AWS credentials)"
+        }
+        crate::domain::upload::UploadStore::S3 => {
+            "live ingest goes on into the spool; tus, single PUT (VIDQ_TUS_STORE=s3) and \
+             confirms of presigned uploads answer 503 storage_unavailable (check \
+             VIDQ_S3_ENDPOINT, VIDQ_S3_BUCKET and the AWS credentials)"
+        }
+    };
     tokio::spawn(crate::adapters::storage_watch::watch(
         ctx.storage.clone(),
-        "tus, single PUT and live ingest go on into the spool; confirms of presigned uploads \
-         answer 503 storage_unavailable (check VIDQ_S3_ENDPOINT, VIDQ_S3_BUCKET and the AWS \
-         credentials)",
+        meanwhile,
         shutdown.child_token(),
     ));
     let listener = std::net::TcpListener::bind(config.http.addr)
