@@ -35,61 +35,30 @@ impl Farm {
         let d = Deployment::prepare().await;
         let ports: Vec<u16> = (0..NODES).map(|_| free_port()).collect();
         let worker = d.spawn_worker(&d.s3.endpoint());
+        let apis = (0..NODES).map(|n| Some(spawn_api(&d, &ports, n))).collect();
+        for n in 0..NODES {
+            wait_until_up(&d, &ports, n).await;
+        }
+        // The balancer comes last: its first health checks find every node up, so none is
+        // out of the rotation while the first uploads go through.
+        let lb = Haproxy::start(&ports).await;
         let mut farm = Self {
-            lb: Haproxy::start(&ports).await,
+            lb,
             d,
             ports,
-            apis: Vec::new(),
+            apis,
             _worker: worker,
         };
-        for n in 0..NODES {
-            let api = farm.spawn_api(n);
-            farm.apis.push(Some(api));
-        }
-        for n in 0..NODES {
-            farm.wait_until_up(n).await;
-        }
         farm.d.api = farm.lb.url();
         farm
     }
 
-    fn node(n: usize) -> String {
-        format!("api-{}", n + 1)
-    }
-
     fn spawn_api(&self, n: usize) -> Child {
-        let node = Self::node(n);
-        self.d
-            .command_logged("api", &node, &self.d.s3.endpoint(), &node)
-            .env("RUST_LOG", "info,vidq::http::access=debug")
-            .env("VIDQ_TUS_STORE", "s3")
-            .env("VIDQ_TUS_PART_BYTES", (5 * 1024 * 1024).to_string())
-            .env("VIDQ_SPOOL_DIR", self.d.node_dir(&node).join("spool"))
-            .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{}", self.ports[n]))
-            .env("VIDQ_INGEST_ADDR", format!("127.0.0.1:{}", free_port()))
-            .spawn()
-            .unwrap()
+        spawn_api(&self.d, &self.ports, n)
     }
 
     async fn wait_until_up(&self, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let url = format!("http://127.0.0.1:{}/healthz", self.ports[n]);
-        while !self
-            .d
-            .http
-            .get(&url)
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            assert!(
-                Instant::now() < deadline,
-                "{} did not start:\n{}",
-                Self::node(n),
-                self.d.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_until_up(&self.d, &self.ports, n).await;
     }
 
     /// The bytes S3 holds for upload `id`.
@@ -104,7 +73,7 @@ impl Farm {
 
     /// How many PATCHes of upload `id` node `n` answered 204.
     fn patches_served(&self, n: usize, id: &str) -> usize {
-        std::fs::read_to_string(self.d.log(&Self::node(n)))
+        std::fs::read_to_string(self.d.log(&format!("api-{}", n + 1)))
             .unwrap_or_default()
             .lines()
             .filter(|l| l.contains("PATCH") && l.contains(id) && l.contains("status=204"))
@@ -140,6 +109,42 @@ impl Farm {
             );
         }
         assert_eq!(self.d.storage.list_multiparts("").await.unwrap(), vec![]);
+    }
+}
+
+/// API node `n` (`api-{n+1}`): its own directory and log, the `s3` tus store with 5 MiB
+/// parts, its HTTP port `ports[n]`.
+fn spawn_api(d: &Deployment, ports: &[u16], n: usize) -> Child {
+    let node = format!("api-{}", n + 1);
+    d.command_logged("api", &node, &d.s3.endpoint(), &node)
+        .env("RUST_LOG", "info,vidq::http::access=debug")
+        .env("VIDQ_TUS_STORE", "s3")
+        .env("VIDQ_TUS_PART_BYTES", (5 * 1024 * 1024).to_string())
+        .env("VIDQ_SPOOL_DIR", d.node_dir(&node).join("spool"))
+        .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{}", ports[n]))
+        .env("VIDQ_INGEST_ADDR", format!("127.0.0.1:{}", free_port()))
+        .spawn()
+        .unwrap()
+}
+
+/// Returns once API node `n` answers `/healthz` on its own port.
+async fn wait_until_up(d: &Deployment, ports: &[u16], n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let url = format!("http://127.0.0.1:{}/healthz", ports[n]);
+    while !d
+        .http
+        .get(&url)
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "api-{} did not start:\n{}",
+            n + 1,
+            d.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
