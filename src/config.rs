@@ -549,6 +549,8 @@ pub struct ApiConfig {
     #[command(flatten)]
     pub ingest: IngestArgs,
     #[command(flatten)]
+    pub rtmp: RtmpArgs,
+    #[command(flatten)]
     pub live: LiveArgs,
     #[command(flatten)]
     pub admin: AdminArgs,
@@ -871,6 +873,76 @@ pub struct IngestArgs {
     pub tus_part_bytes: u64,
 }
 
+/// Where the RTMP listener accepts encoders (`VIDQ_RTMP_ADDR`): an address, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RtmpListen {
+    /// No RTMP listener.
+    Off,
+    /// Listen here (port 0: any free port, which the recordings' `rtmp_url` then names).
+    At(SocketAddr),
+}
+
+impl FromStr for RtmpListen {
+    type Err = String;
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        if raw.eq_ignore_ascii_case("off") {
+            return Ok(Self::Off);
+        }
+        raw.parse().map(Self::At).map_err(|_| {
+            format!("{raw:?}: an address such as 0.0.0.0:1935, or `off` for no RTMP listener")
+        })
+    }
+}
+
+/// RTMP ingest: encoders (OBS, Larix, hardware encoders, `ffmpeg -f flv`) publish to
+/// `rtmp://{host}/live` with the recording's stream key as the stream name.
+#[derive(Debug, Clone, Args)]
+pub struct RtmpArgs {
+    /// Address of the RTMP listener, or `off`. Each published stream runs one FFmpeg child
+    /// that repackages it (`-c copy`, no re-encoding) into the recording's HLS files.
+    #[arg(
+        long = "rtmp-addr",
+        env = "VIDQ_RTMP_ADDR",
+        value_name = "ADDR|off",
+        default_value = "127.0.0.1:1935"
+    )]
+    pub rtmp_addr: RtmpListen,
+    /// The RTMP listener's address as encoders reach it (`rtmp://host[:port]`), when a proxy
+    /// or another name is in front of it. Default: the host the client reached the API at,
+    /// with the RTMP listener's port.
+    #[arg(long = "rtmp-public-url", env = "VIDQ_RTMP_PUBLIC_URL", value_name = "URL",
+          value_parser = parse_rtmp_public_url)]
+    pub rtmp_public_url: Option<Url>,
+    /// The ffmpeg binary that repackages each RTMP stream.
+    #[arg(
+        long = "rtmp-ffmpeg",
+        env = "VIDQ_FFMPEG",
+        value_name = "PATH",
+        default_value = "ffmpeg"
+    )]
+    pub ffmpeg: PathBuf,
+}
+
+impl Default for RtmpArgs {
+    fn default() -> Self {
+        Self {
+            rtmp_addr: RtmpListen::At("127.0.0.1:1935".parse().expect("a valid address")),
+            rtmp_public_url: None,
+            ffmpeg: PathBuf::from("ffmpeg"),
+        }
+    }
+}
+
+fn parse_rtmp_public_url(raw: &str) -> Result<Url, String> {
+    let url = Url::parse(raw).map_err(|e| e.to_string())?;
+    if !matches!(url.scheme(), "rtmp" | "rtmps") || url.query().is_some() {
+        return Err(
+            "an rtmp:// URL without a path or query, e.g. rtmp://live.example.com".to_owned(),
+        );
+    }
+    Ok(url)
+}
+
 impl IngestArgs {
     /// The chosen store.
     pub fn store(&self) -> crate::domain::upload::UploadStore {
@@ -1011,6 +1083,8 @@ pub struct DevConfig {
 
     #[command(flatten)]
     pub ingest: IngestArgs,
+    #[command(flatten)]
+    pub rtmp: RtmpArgs,
 
     #[command(flatten)]
     pub live: LiveArgs,

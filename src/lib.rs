@@ -9,6 +9,7 @@
 //! - [`db`]: the only code that knows SQL; query functions take the caller's connection.
 //! - [`app`]: use-cases, one function per transaction (create upload, confirm, delete...).
 //! - [`http`]: the actix-web API: routes, request/response types, the error-code table.
+//! - [`rtmp`]: the RTMP listener: encoders publish, an FFmpeg child per stream makes HLS.
 //! - [`adapters`]: the outside world (S3 storage, FFmpeg, the embedded S3 server).
 //! - [`pipeline`]: one encoding attempt: download, probe, encode, outputs to S3.
 //! - [`queue`]: the worker engine: claim loop, heartbeat lease, fenced outcomes.
@@ -34,6 +35,7 @@ pub mod pipeline;
 pub mod queue;
 pub mod relay;
 pub mod roles;
+pub mod rtmp;
 pub mod shutdown;
 pub mod sweeper;
 pub mod telemetry;

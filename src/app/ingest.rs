@@ -47,6 +47,9 @@ pub struct Ingest {
     /// Where encoders reach the live ingest listener: a fixed public URL, or the port it
     /// listens on at the host the client reached the API at.
     pub live_ingest: LiveIngestAt,
+    /// Where encoders reach the RTMP listener, when one runs (`VIDQ_RTMP_ADDR`); its URL
+    /// is made as the live ingest listener's is.
+    pub rtmp: Option<LiveIngestAt>,
 }
 
 /// How a recording's `ingest_url` is made.
@@ -59,6 +62,22 @@ pub enum LiveIngestAt {
 }
 
 impl Ingest {
+    /// `rtmp://host:port/live`, the server URL an encoder publishes to (the stream key is the
+    /// stream name), given the API's base; `None` without an RTMP listener.
+    pub fn rtmp_url(&self, api_base: &str) -> Option<String> {
+        let base = match self.rtmp.as_ref()? {
+            LiveIngestAt::Public(url) => url.trim_end_matches('/').to_owned(),
+            LiveIngestAt::Port(port) => {
+                let host = url::Url::parse(api_base)
+                    .ok()
+                    .and_then(|url| url.host().map(|h| h.to_string()))
+                    .unwrap_or_else(|| "127.0.0.1".to_owned());
+                format!("rtmp://{host}:{port}")
+            }
+        };
+        Some(format!("{base}/{}", crate::rtmp::APP_NAME))
+    }
+
     /// `scheme://host[:port]` of the ingest listener, given the API's base.
     pub fn ingest_base(&self, api_base: &str) -> String {
         match &self.live_ingest {

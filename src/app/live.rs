@@ -1,5 +1,5 @@
-//! Live recordings: creating one (a secret stream key in its ingest URL), taking the files
-//! an HLS encoder PUTs (each spooled and fsynced, then registered in the recording's file
+//! Live recordings: creating one (a secret stream key in its ingest URL), whether an RTMP
+//! publish may feed one, taking the files an HLS encoder PUTs (each spooled and fsynced, then registered in the recording's file
 //! ledger for this node's sweeper; a playlist is read for durations and the end), ending it,
 //! and what its status shows.
 
@@ -95,6 +95,49 @@ pub async fn end(ctx: &AppContext, owner: UserId, id: uuid::Uuid) -> Result<(), 
         tracing::info!(recording_id = %id, "live recording ended by its owner");
     }
     Ok(())
+}
+
+/// Why an RTMP publish is refused before any media is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishRefusal {
+    /// No recording has this stream key.
+    UnknownKey,
+    /// The recording is spooled on another node: its encoder must publish there.
+    OtherNode(String),
+    /// The recording has ended; a stream key serves one recording only.
+    Over(RecordingState),
+}
+
+/// The recording an RTMP publish with `stream_key` feeds, if it may: one of this node's,
+/// still `waiting` or `live`. Checked before the encoder's first media message is read.
+pub async fn publishable(
+    ctx: &AppContext,
+    stream_key: &str,
+) -> Result<Result<RecordingRow, PublishRefusal>, AppError> {
+    let ingest = ctx.ingest.as_ref().ok_or(AppError::IngestDisabled)?;
+    let mut conn = ctx.db.get().await?;
+    let Some(recording) =
+        db::recordings::by_stream_key(&mut conn, &hash_presented_key(stream_key)).await?
+    else {
+        return Ok(Err(PublishRefusal::UnknownKey));
+    };
+    if recording.node_id != ingest.node_id {
+        return Ok(Err(PublishRefusal::OtherNode(recording.node_id)));
+    }
+    let state: RecordingState = recording.state.parse().map_err(db::DbError::from)?;
+    Ok(match state {
+        RecordingState::Waiting | RecordingState::Live => Ok(recording),
+        over => Err(PublishRefusal::Over(over)),
+    })
+}
+
+/// Where a recording's next segments go on: the number after the highest one received (0
+/// before the first), and the media time its playlists listed so far, in ms.
+pub async fn resume_point(ctx: &AppContext, id: uuid::Uuid) -> Result<(u32, u64), AppError> {
+    let mut conn = ctx.db.get().await?;
+    let (last, listed_ms) = db::recordings::segment_extent(&mut conn, id).await?;
+    let next = last.map_or(0, |n| n.max(-1) + 1) as u32;
+    Ok((next, listed_ms.max(0) as u64))
 }
 
 /// What one PUT did.

@@ -224,6 +224,8 @@ pub fn role_command(
             "vidq-bench-playback-secret-0123456789abcdef",
         )
         .env("RUST_LOG", "warn")
+        // Any free port (a bench that publishes over RTMP names its own).
+        .env("VIDQ_RTMP_ADDR", "127.0.0.1:0")
         .kill_on_drop(true);
     Ok(command)
 }

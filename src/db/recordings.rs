@@ -344,6 +344,31 @@ pub async fn counts(conn: &mut AsyncPgConnection, recording: Uuid) -> QueryResul
     .await
 }
 
+/// How far a recording's segments reach: the highest segment number received (`None`
+/// before the first), and the sum of the durations its playlists gave them, in ms. An RTMP
+/// stream that comes back after the process that took it is gone goes on from here.
+pub async fn segment_extent(
+    conn: &mut AsyncPgConnection,
+    recording: Uuid,
+) -> QueryResult<(Option<i32>, i64)> {
+    #[derive(QueryableByName)]
+    struct Extent {
+        #[diesel(sql_type = Nullable<Int4>)]
+        last: Option<i32>,
+        #[diesel(sql_type = BigInt)]
+        listed_ms: i64,
+    }
+    let extent: Extent = diesel::sql_query(format!(
+        "SELECT max(sequence) AS last, COALESCE(sum(duration_ms), 0)::bigint AS listed_ms
+           FROM recording_files WHERE recording_id = $1 AND axis = '{segment}'",
+        segment = FileAxis::Segment.as_str(),
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(recording)
+    .get_result(conn)
+    .await?;
+    Ok((extent.last, extent.listed_ms))
+}
+
 /// A recording file's state and digest now.
 pub async fn file_digest(
     conn: &mut AsyncPgConnection,

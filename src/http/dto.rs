@@ -209,6 +209,14 @@ pub struct RecordingDto {
     /// stream key, so it is only in the answer to `POST /v1/live`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ingest_url: Option<String>,
+    /// The RTMP server URL for OBS and other RTMP encoders (`rtmp://{host}:{port}/live`), when
+    /// this node runs an RTMP listener; only in the answer to `POST /v1/live`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtmp_url: Option<String>,
+    /// The secret stream key: the stream name under `rtmp_url`, and the path segment of
+    /// `ingest_url`. Only in the answer to `POST /v1/live` (only its hash is stored).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_key: Option<String>,
     /// The live HLS playlist (a signed, expiring token in the URL): nothing playable until
     /// the init segment is in S3, `#EXT-X-ENDLIST` once it has ended and is all there.
     pub playback_url: String,
@@ -241,6 +249,14 @@ pub struct SegmentCountsDto {
 }
 
 impl RecordingDto {
+    /// With the secrets only its creation shows: the stream key, and the RTMP URL to use it
+    /// with.
+    pub fn with_stream_key(mut self, stream_key: String, rtmp_url: Option<String>) -> Self {
+        self.stream_key = Some(stream_key);
+        self.rtmp_url = rtmp_url;
+        self
+    }
+
     /// The wire form; `ingest_url` only when the key is known (at creation).
     pub fn new(
         status: crate::app::live::RecordingStatus,
@@ -252,6 +268,8 @@ impl RecordingDto {
             id: row.id.to_string(),
             state: status.state.as_str().to_owned(),
             ingest_url,
+            rtmp_url: None,
+            stream_key: None,
             playback_url,
             segments: SegmentCountsDto {
                 received: status.counts.received,

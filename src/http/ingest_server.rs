@@ -30,7 +30,7 @@ use crate::app::live::Ingested;
 use crate::app::{self, AppContext};
 use crate::domain::recording::FileState;
 use crate::http::error::ApiError;
-use crate::http::limits::{ConnectionCounter, MIN_PROGRESS_BYTES};
+use crate::http::limits::{AcceptGate, MIN_PROGRESS_BYTES};
 
 /// What one client may hold on the ingest listener (the API port's limits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,38 +70,16 @@ pub fn serve(
 ) -> tokio::task::JoinHandle<()> {
     let body_idle = limits.body_idle;
     tokio::spawn(async move {
-        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-        let per_ip = ConnectionCounter::default();
-        loop {
-            let (socket, peer) = tokio::select! {
-                () = shutdown.cancelled() => break,
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        tracing::warn!(%error, "ingest listener could not accept a connection");
-                        continue;
-                    }
-                },
-            };
-            let from_peer = per_ip.open(peer.ip(), limits.max_connections_per_ip);
-            if from_peer.over_limit {
-                tracing::debug!(
-                    max = limits.max_connections_per_ip,
-                    "an address is at its ingest connection limit; closing its new connection"
-                );
-                continue;
-            }
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
-                tracing::warn!(
-                    max = MAX_CONNECTIONS,
-                    "ingest listener at its connection limit; closing a new connection"
-                );
-                continue;
-            };
+        let gate = AcceptGate::new(
+            "live ingest",
+            MAX_CONNECTIONS,
+            limits.max_connections_per_ip,
+        );
+        while let Some((socket, _, admitted)) = gate.accept(&listener, &shutdown).await {
             let ctx = ctx.clone();
             let stop = shutdown.clone();
             tokio::spawn(async move {
-                let _slots = (slot, from_peer);
+                let _admitted = admitted;
                 let service = hyper::service::service_fn(move |req| {
                     let ctx = ctx.clone();
                     async move { Ok::<_, Infallible>(handle(&ctx, req, body_idle).await) }

@@ -76,6 +76,79 @@ impl Drop for ConnectionSlot {
     }
 }
 
+/// The caps of a listener vidq accepts on itself (the live ingest listener, RTMP): at most
+/// `max_per_ip` connections from one address and `max_total` in all; a connection past either
+/// is closed as soon as it is accepted.
+pub struct AcceptGate {
+    /// What the log lines call the listener.
+    name: &'static str,
+    slots: Arc<tokio::sync::Semaphore>,
+    max_total: usize,
+    per_ip: ConnectionCounter,
+    max_per_ip: u32,
+}
+
+/// A connection within the caps; dropping it (the connection ended) frees its places.
+pub struct Admitted {
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    _from_peer: ConnectionSlot,
+}
+
+impl AcceptGate {
+    /// A gate for the listener `name`.
+    pub fn new(name: &'static str, max_total: usize, max_per_ip: u32) -> Self {
+        Self {
+            name,
+            slots: Arc::new(tokio::sync::Semaphore::new(max_total)),
+            max_total,
+            per_ip: ConnectionCounter::default(),
+            max_per_ip,
+        }
+    }
+
+    /// The next connection within the caps; `None` once `shutdown` fires.
+    pub async fn accept(
+        &self,
+        listener: &tokio::net::TcpListener,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> Option<(tokio::net::TcpStream, std::net::SocketAddr, Admitted)> {
+        loop {
+            let (socket, peer) = tokio::select! {
+                () = shutdown.cancelled() => return None,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        tracing::warn!(%error, listener = self.name, "could not accept a connection");
+                        continue;
+                    }
+                },
+            };
+            let from_peer = self.per_ip.open(peer.ip(), self.max_per_ip);
+            if from_peer.over_limit {
+                tracing::debug!(
+                    listener = self.name,
+                    max = self.max_per_ip,
+                    "an address is at its connection limit; closing its new connection"
+                );
+                continue;
+            }
+            let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+                tracing::warn!(
+                    listener = self.name,
+                    max = self.max_total,
+                    "listener at its connection limit; closing a new connection"
+                );
+                continue;
+            };
+            let admitted = Admitted {
+                _slot: slot,
+                _from_peer: from_peer,
+            };
+            return Some((socket, peer, admitted));
+        }
+    }
+}
+
 /// The `on_connect` hook: stores a [`ConnectionSlot`] in the connection's data.
 pub fn on_connect(
     counter: ConnectionCounter,

@@ -28,13 +28,15 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     let node_id = super::spool_node(config.node_id.as_deref());
     report_presence(&ctx, &node_id, &shutdown);
     let ingest_listener = bind_ingest(&config.ingest).await?;
-    let ingest = ingest(
+    let rtmp_listener = bind_rtmp(&config.rtmp).await?;
+    let mut ingest = ingest(
         &config.spool.dir_or("spool"),
         node_id,
         &config.ingest,
         config.live,
         ingest_listener.local_addr()?.port(),
     )?;
+    ingest.rtmp = rtmp_at(&config.rtmp, rtmp_listener.as_ref())?;
     match ingest.store {
         crate::domain::upload::UploadStore::Spool => tracing::info!(
             spool = %ingest.spool.path().display(),
@@ -91,6 +93,9 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
         (&config.http.limits()).into(),
         shutdown.clone(),
     );
+    if let Some(rtmp) = rtmp_listener {
+        serve_rtmp(rtmp, &ctx, &config.rtmp, &config.http.limits(), &shutdown).await?;
+    }
     crate::http::serve_with(listener, ctx, config.http.limits(), shutdown)?.await?;
     tracing::info!("API stopped");
     Ok(())
@@ -134,6 +139,7 @@ pub fn ingest(
             None => LiveIngestAt::Port(ingest_port),
         },
         locks: Default::default(),
+        rtmp: None,
     })
 }
 
@@ -175,6 +181,59 @@ pub async fn bind_ingest(
     tokio::net::TcpListener::bind(args.ingest_addr)
         .await
         .with_context(|| format!("cannot listen on {} (VIDQ_INGEST_ADDR)", args.ingest_addr))
+}
+
+/// Binds the RTMP listener (`VIDQ_RTMP_ADDR`), unless it is `off`.
+pub async fn bind_rtmp(
+    args: &crate::config::RtmpArgs,
+) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    match args.rtmp_addr {
+        crate::config::RtmpListen::Off => Ok(None),
+        crate::config::RtmpListen::At(addr) => tokio::net::TcpListener::bind(addr)
+            .await
+            .map(Some)
+            .with_context(|| {
+                format!("cannot listen on {addr} (VIDQ_RTMP_ADDR; `off` runs no RTMP listener)")
+            }),
+    }
+}
+
+/// How recordings' `rtmp_url` is made: the public URL if set, else the listener's port.
+pub fn rtmp_at(
+    args: &crate::config::RtmpArgs,
+    listener: Option<&tokio::net::TcpListener>,
+) -> anyhow::Result<Option<crate::app::ingest::LiveIngestAt>> {
+    use crate::app::ingest::LiveIngestAt;
+    let Some(listener) = listener else {
+        return Ok(None);
+    };
+    Ok(Some(match &args.rtmp_public_url {
+        Some(url) => LiveIngestAt::Public(url.as_str().to_owned()),
+        None => LiveIngestAt::Port(listener.local_addr()?.port()),
+    }))
+}
+
+/// Serves RTMP ingest on `listener` with the API port's per-address and idle limits.
+pub async fn serve_rtmp(
+    listener: tokio::net::TcpListener,
+    ctx: &AppContext,
+    args: &crate::config::RtmpArgs,
+    limits: &crate::config::HttpLimits,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    tracing::info!(addr = %listener.local_addr()?, "RTMP ingest listening (rtmp://HOST:PORT/live, the stream key as the stream name)");
+    crate::rtmp::serve(
+        listener,
+        ctx.clone(),
+        crate::rtmp::RtmpSettings {
+            ffmpeg: args.ffmpeg.clone(),
+            max_connections_per_ip: limits.max_connections_per_ip,
+            body_idle: limits.body_idle,
+        },
+        shutdown.clone(),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Applies pending migrations, logging how many ran.

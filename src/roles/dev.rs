@@ -127,13 +127,17 @@ async fn run_on(
     let node_id = super::spool_node(config.queue.node_id.as_deref());
     super::api::report_presence(&ctx, &node_id, &shutdown);
     let ingest_listener = super::api::bind_ingest(&config.ingest).await?;
-    ctx.ingest = Some(super::api::ingest(
+    let rtmp_listener = super::api::bind_rtmp(&config.rtmp).await?;
+    let rtmp_addr = rtmp_listener.as_ref().map(|l| l.local_addr()).transpose()?;
+    let mut ingest = super::api::ingest(
         &spool_dir,
         node_id.clone(),
         &config.ingest,
         config.live,
         ingest_listener.local_addr()?.port(),
-    )?);
+    )?;
+    ingest.rtmp = super::api::rtmp_at(&config.rtmp, rtmp_listener.as_ref())?;
+    ctx.ingest = Some(ingest);
     super::api::listen_for_events(&ctx, database_url, &shutdown).await;
     ctx.storage
         .ensure_bucket()
@@ -146,6 +150,9 @@ async fn run_on(
         (&config.http.limits()).into(),
         shutdown.clone(),
     );
+    if let Some(rtmp) = rtmp_listener {
+        super::api::serve_rtmp(rtmp, &ctx, &config.rtmp, &config.http.limits(), &shutdown).await?;
+    }
     let listener = std::net::TcpListener::bind(config.http.addr)
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
     // The worker runs in this process, with no health listener of its own: the API's
@@ -182,7 +189,7 @@ async fn run_on(
         shutdown,
     );
     eprintln!(
-        "\nvidq dev is running\n  API         http://{api}\n  dashboard   http://{api}/admin (log in with {token})\n  metrics     http://{api}/metrics\n  live ingest http://{ingest} (encoders PUT HLS here)\n  worker      {slots}, FFmpeg from PATH (its metrics: the API's /metrics)\n  relay       webhooks (private addresses allowed){nats}\n  sweeper     spool {spool}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
+        "\nvidq dev is running\n  API         http://{api}\n  dashboard   http://{api}/admin (log in with {token})\n  metrics     http://{api}/metrics\n  live ingest http://{ingest} (encoders PUT HLS here)\n  RTMP        {rtmp}\n  worker      {slots}, FFmpeg from PATH (its metrics: the API's /metrics)\n  relay       webhooks (private addresses allowed){nats}\n  sweeper     spool {spool}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
          Get an API key (in another terminal):\n  DATABASE_URL={db} cargo run -- user create --name me\n\
          Then follow the curl walk-through in README.md. Ctrl-C stops everything.\n",
         api = config.http.addr,
@@ -195,6 +202,11 @@ async fn run_on(
             n => format!("{n} slots"),
         },
         ingest = config.ingest.ingest_addr,
+        rtmp = match rtmp_addr {
+            Some(addr) =>
+                format!("rtmp://{addr}/live (OBS: this server, the stream key from POST /v1/live)"),
+            None => "off (VIDQ_RTMP_ADDR=off)".to_owned(),
+        },
         s3 = s3.endpoint(),
         root = s3_root.display(),
         spool = spool_dir.display(),

@@ -16,7 +16,9 @@ pub async fn vidq(args: &[&str], env: &[(&str, &str)]) -> Output {
         .args(args)
         .current_dir(cwd.path())
         .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default());
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        // Any free port: tests run side by side, and 1935 (the default) is one port.
+        .env("VIDQ_RTMP_ADDR", "127.0.0.1:0");
     for (name, value) in env {
         command.env(name, value);
     }

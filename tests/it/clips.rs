@@ -45,32 +45,40 @@ fn rand_suffix() -> u64 {
 /// as a camera writes it).
 pub fn video(seconds: u32, w: u32, h: u32) -> PathBuf {
     let name = format!("testsrc_{seconds}s_{w}x{h}.mp4");
+    h264_aac(&name, seconds, w, h, &[], "mp4")
+}
+
+/// What a broadcaster sends: `seconds` of 320x240 at 25 fps, H.264 with a keyframe every
+/// 2 s (as the README asks encoders for) and AAC, in an FLV file to send with `-c copy`.
+pub fn broadcast(seconds: u32) -> PathBuf {
+    let name = format!("broadcast_{seconds}s.flv");
+    let keyframes = ["-g", "50", "-keyint_min", "50", "-sc_threshold", "0"];
+    h264_aac(&name, seconds, 320, 240, &keyframes, "flv")
+}
+
+/// `name`: FFmpeg's test pattern and a sine, H.264 (with `video` options) + AAC in `format`.
+fn h264_aac(name: &str, seconds: u32, w: u32, h: u32, video: &[&str], format: &str) -> PathBuf {
     let src = format!("testsrc2=size={w}x{h}:rate=25:duration={seconds}");
     let sine = format!("sine=frequency=440:duration={seconds}");
-    make(
-        &name,
-        &[
-            "-f",
-            "lavfi",
-            "-i",
-            &src,
-            "-f",
-            "lavfi",
-            "-i",
-            &sine,
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-pix_fmt",
-            "yuv420p",
-            "-c:a",
-            "aac",
-            "-shortest",
-            "-f",
-            "mp4",
-        ],
-    )
+    let mut args = vec![
+        "-f",
+        "lavfi",
+        "-i",
+        &src,
+        "-f",
+        "lavfi",
+        "-i",
+        &sine,
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-pix_fmt",
+        "yuv420p",
+    ];
+    args.extend_from_slice(video);
+    args.extend_from_slice(&["-c:a", "aac", "-shortest", "-f", format]);
+    make(name, &args)
 }
 
 /// The default small clip: 6 s of 320x240.

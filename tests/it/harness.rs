@@ -681,6 +681,8 @@ pub fn vidq_child(role: &str, log: &std::path::Path) -> tokio::process::Command 
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUST_LOG", "info")
+        // Any free port: tests run side by side, and 1935 (the default) is one port.
+        .env("VIDQ_RTMP_ADDR", "127.0.0.1:0")
         .stdout(std::process::Stdio::null())
         // Appended: a role started again after a crash adds to what it said before.
         .stderr(

@@ -27,6 +27,40 @@ fn pusher(clip: &std::path::Path, ingest: &str) -> tokio::process::Command {
     command
 }
 
+/// Waits until the live playlist at `playback` lists a segment.
+pub async fn playable(app: &TestApp, playback: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = crate::live::playlist_text(app, playback).await;
+        if text.contains("#EXTINF") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "nothing became playable: {text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A player reading the live playlist from its start with FFmpeg's HLS reader into `copy`,
+/// until the playlist ends (within `within`).
+pub async fn read_live(playback: &str, copy: &std::path::Path, within: Duration) {
+    let reader = tokio::process::Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error", "-live_start_index", "0", "-i"])
+        .arg(playback)
+        .args(["-c", "copy", "-f", "mp4"])
+        .arg(copy)
+        .kill_on_drop(true)
+        .output();
+    let read = tokio::time::timeout(within, reader)
+        .await
+        .expect("the reader stops at the end")
+        .unwrap();
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+}
+
 async fn finished(child: tokio::process::Child) {
     let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
         .await
@@ -65,34 +99,13 @@ async fn a_60_second_broadcast_is_read_live_and_lands_15_segments_that_play_whol
 
     // A player joins while it is live (the first segment is playable) and reads from the
     // start until the playlist ends.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = crate::live::playlist_text(&rig.app, &rig.playback).await;
-        if text.contains("#EXTINF") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "nothing became playable: {text}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    playable(&rig.app, &rig.playback).await;
     assert_eq!(rig.status().await["state"], "live");
     let read = tempfile::tempdir().unwrap();
     let copy = read.path().join("read.mp4");
-    let reader = tokio::process::Command::new("ffmpeg")
-        .args(["-nostdin", "-v", "error", "-live_start_index", "0", "-i"])
-        .arg(&rig.playback)
-        .args(["-c", "copy", "-f", "mp4"])
-        .arg(&copy)
-        .kill_on_drop(true)
-        .output();
-    let (read_out, ()) = tokio::join!(
-        tokio::time::timeout(Duration::from_secs(150), reader),
+    let ((), ()) = tokio::join!(
+        read_live(&rig.playback, &copy, Duration::from_secs(150)),
         finished(push)
-    );
-    let read_out = read_out.expect("the reader stops at the end").unwrap();
-    assert!(
-        read_out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&read_out.stderr)
     );
     let live_seconds = played_seconds(copy.to_str().unwrap()).await;
     assert!(
@@ -129,6 +142,16 @@ fn api_process(
     ingest: u16,
     log: &std::path::Path,
 ) -> tokio::process::Child {
+    api_command(app, http, ingest, log).spawn().unwrap()
+}
+
+/// The command [`api_process`] runs, to add settings to.
+pub fn api_command(
+    app: &TestApp,
+    http: u16,
+    ingest: u16,
+    log: &std::path::Path,
+) -> tokio::process::Command {
     let mut command = vidq_child("api", log);
     command
         .env("DATABASE_URL", &app.db.url)
@@ -144,10 +167,10 @@ fn api_process(
         .env("VIDQ_S3_FORCE_PATH_STYLE", "true")
         .env("AWS_ACCESS_KEY_ID", "test-access")
         .env("AWS_SECRET_ACCESS_KEY", "test-secret");
-    command.spawn().unwrap()
+    command
 }
 
-async fn answering(app: &TestApp, base: &str, log: &std::path::Path) {
+pub async fn answering(app: &TestApp, base: &str, log: &std::path::Path) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while app
         .http

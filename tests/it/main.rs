@@ -27,6 +27,7 @@ mod live_edges;
 mod live_gaps;
 mod live_recovery;
 mod live_resend;
+mod live_rtmp;
 mod media;
 mod metrics;
 mod mp4;

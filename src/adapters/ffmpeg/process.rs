@@ -1,6 +1,7 @@
 //! Running one tool as a child process: no stdin, stdout collected, the tail of stderr kept
 //! for the error, a wall-clock timeout, and SIGKILL on timeout, cancellation or drop, and on
-//! this process's death (a parent-death signal through `setpriv`).
+//! this process's death (a parent-death signal through `setpriv`). Also a long-running child
+//! fed through its stdin (an RTMP stream's FFmpeg), tied to this process the same way.
 
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
@@ -92,9 +93,26 @@ pub async fn run(
     finish(outcome, &mut child, name, limit).await
 }
 
+/// Starts a long-running child fed through its stdin (piped, as is stderr; stdout is
+/// discarded), tied to this process's life as [`run`]'s children are and killed when dropped.
+/// The caller feeds it, closes its stdin and waits for it.
+pub async fn spawn_fed(program: &Path, args: &[OsString]) -> Result<Child, ProcessError> {
+    start_with(program, args, Stdio::piped(), Stdio::null()).await
+}
+
 /// Starts the child, tied to this process's life where the host allows (see
 /// [`parent_death`]), with no stdin and both outputs piped.
 async fn start(program: &Path, args: &[OsString]) -> Result<Child, ProcessError> {
+    start_with(program, args, Stdio::null(), Stdio::piped()).await
+}
+
+/// [`start`] with the given stdin and stdout (stderr is always piped).
+async fn start_with(
+    program: &Path,
+    args: &[OsString],
+    stdin: Stdio,
+    stdout: Stdio,
+) -> Result<Child, ProcessError> {
     let name = program.display().to_string();
     let spawn_error = |source: std::io::Error| match source.kind() {
         std::io::ErrorKind::NotFound => ProcessError::NotFound {
@@ -119,8 +137,8 @@ async fn start(program: &Path, args: &[OsString]) -> Result<Child, ProcessError>
     };
     command
         .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
+        .stdin(stdin)
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     spawn_from_lasting_thread(command)
@@ -140,7 +158,7 @@ async fn read_stdout(stdout: &mut ChildStdout) -> Vec<u8> {
 }
 
 /// Reads stderr to its end, keeping the last [`STDERR_TAIL`] bytes.
-async fn read_stderr_tail(stderr: &mut ChildStderr) -> String {
+pub async fn read_stderr_tail(stderr: &mut ChildStderr) -> String {
     let mut tail = Vec::new();
     let mut buf = [0u8; 8192];
     while let Ok(n) = stderr.read(&mut buf).await {

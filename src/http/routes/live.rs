@@ -1,7 +1,8 @@
 //! Live recordings: `POST /v1/live`, `GET /v1/live/{id}`, `POST /v1/live/{id}/end`. The
 //! files themselves go to the ingest listener (`http::ingest_server`), whose URL the
 //! recording's `ingest_url` names (its stream key authorizes it: FFmpeg's `-method PUT`
-//! sends no API key).
+//! sends no API key), or over RTMP (`rtmp_url`, the stream key as the stream name) to the
+//! RTMP listener (`crate::rtmp`).
 
 use actix_web::http::header::{CacheControl, CacheDirective};
 use actix_web::{HttpResponse, web};
@@ -22,7 +23,7 @@ use crate::http::openapi::{Forbidden, KeyErrors, NotFound, TooManyRequests, Unav
     operation_id = "create_live",
     security(("api_key" = [])),
     responses(
-        (status = 201, description = "The recording, with its `ingest_url`.", body = RecordingDto),
+        (status = 201, description = "The recording, with its `ingest_url`, `stream_key` and `rtmp_url` (shown only here).", body = RecordingDto),
         KeyErrors,
     ),
 )]
@@ -37,6 +38,7 @@ pub async fn create(
         .as_ref()
         .map(|i| i.ingest_base(&base.0))
         .unwrap_or_default();
+    let rtmp_url = ctx.ingest.as_ref().and_then(|i| i.rtmp_url(&base.0));
     let ingest_url = format!(
         "{ingest_base}{}{}/",
         crate::http::ingest_server::PREFIX,
@@ -44,7 +46,10 @@ pub async fn create(
     );
     let status = app::live::status(&ctx, caller.0, created.row.id).await?;
     let playback = playback_url(&ctx, &base, created.row.id);
-    Ok(HttpResponse::Created().json(RecordingDto::new(status, Some(ingest_url), playback)))
+    Ok(HttpResponse::Created().json(
+        RecordingDto::new(status, Some(ingest_url), playback)
+            .with_stream_key(created.stream_key, rtmp_url),
+    ))
 }
 
 /// The recording's state and counts.
