@@ -920,7 +920,7 @@ pub struct RtmpArgs {
         value_name = "PATH",
         default_value = "ffmpeg"
     )]
-    pub ffmpeg: PathBuf,
+    pub rtmp_ffmpeg: PathBuf,
 }
 
 impl Default for RtmpArgs {
@@ -928,7 +928,7 @@ impl Default for RtmpArgs {
         Self {
             rtmp_addr: RtmpListen::At("127.0.0.1:1935".parse().expect("a valid address")),
             rtmp_public_url: None,
-            ffmpeg: PathBuf::from("ffmpeg"),
+            rtmp_ffmpeg: PathBuf::from("ffmpeg"),
         }
     }
 }

@@ -1,12 +1,17 @@
-//! `vidq bench live`: how soon a live segment a real encoder PUT is visible in the playlist
-//! vidq serves, and how many concurrent broadcasts one API process holds before that
-//! latency's p99 passes a second. A real `vidq api` process (its ingest listener spooling
-//! to `--spool-dir`) and a real `vidq sweeper` of the same node land the files in the
-//! in-process S3; for each step of `--streams`, that many FFmpeg processes push one clip
-//! (`-re`, stream copy, 4 s fMP4 segments) at once, and the bench polls every stream's
-//! playlist every `--poll-ms`. A segment's latency is from its arrival (its ledger row's
-//! `received_at`, written once the file is whole and fsynced) to the first poll whose
-//! playlist lists it; the poll interval bounds the error from above.
+//! `vidq bench live --protocol hls|rtmp`: how soon a live segment is visible in the playlist
+//! vidq serves, how many concurrent broadcasts one API process holds before that latency's
+//! p99 passes a second, and what the API process costs meanwhile. A real `vidq api` process
+//! (its ingest listener spooling to `--spool-dir`, its RTMP listener on a port of its own)
+//! and a real `vidq sweeper` of the same node land the files in the in-process S3; for each
+//! step of `--streams`, that many FFmpeg processes push one clip in real time (`-re`, stream
+//! copy) at once: with `hls`, as fMP4 HLS PUTs of 4 s segments; with `rtmp`, as FLV to the
+//! RTMP listener, whose FFmpeg child per stream makes 2 s segments. The bench polls every
+//! stream's playlist every `--poll-ms`. A segment's latency is from its arrival (its ledger
+//! row's `received_at`, written once the file is whole and fsynced) to the first poll whose
+//! playlist lists it; the poll interval bounds the error from above. The API's CPU is its
+//! own and its children's (the RTMP streams' FFmpeg) over the step, as a share of one core;
+//! its RSS and its children's PSS (shared libraries counted once) are sampled at every poll,
+//! the peaks reported.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -22,11 +27,15 @@ use super::{BenchS3, Scratch};
 /// `vidq bench live`.
 #[derive(Debug, Args)]
 pub struct LiveBenchArgs {
+    /// How the encoders send: `hls` (HTTP PUT of fMP4 HLS, 4 s segments) or `rtmp` (FLV to the
+    /// RTMP listener, 2 s segments).
+    #[arg(long, default_value = "hls", value_parser = ["hls", "rtmp"])]
+    pub protocol: String,
     /// Concurrent broadcasts of each step; the bench stops after the first step whose p99
     /// passes 1 s.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
     pub streams: Vec<u32>,
-    /// Length of each broadcast in seconds (4 s segments).
+    /// Length of each broadcast in seconds.
     #[arg(long, default_value_t = 24)]
     pub seconds: u32,
     /// Rounds of each step (the medians of the rounds' figures are reported).
@@ -64,6 +73,21 @@ struct Step {
     p99: Duration,
     max: Duration,
     missing: usize,
+    /// The API process and its children, in cores (1.0: one core busy all along).
+    cpu: f64,
+    /// Peak RSS of the API process, and PSS of its children together, in MiB.
+    rss_mib: (f64, f64),
+}
+
+impl LiveBenchArgs {
+    fn rtmp(&self) -> bool {
+        self.protocol == "rtmp"
+    }
+
+    /// Segment length the step's recordings get.
+    fn segment_secs(&self) -> u32 {
+        if self.rtmp() { 2 } else { 4 }
+    }
 }
 
 async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
@@ -75,11 +99,12 @@ async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> 
     let spool = std::fs::canonicalize(&args.spool_dir)?;
     let clips = tempfile::tempdir()?;
     let clip = make_clip(clips.path(), args.seconds).await?;
-    let (http, ingest) = (free_port()?, free_port()?);
+    let (http, ingest, rtmp) = (free_port()?, free_port()?, free_port()?);
     let mut api = child("api", scratch, &s3, &spool)?
         .arg("--no-migrate")
         .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{http}"))
         .env("VIDQ_INGEST_ADDR", format!("127.0.0.1:{ingest}"))
+        .env("VIDQ_RTMP_ADDR", format!("127.0.0.1:{rtmp}"))
         .env("VIDQ_LIVE_GRACE_SECS", "2")
         .spawn()
         .context("starting vidq api")?;
@@ -93,17 +118,29 @@ async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> 
         .build()?;
     wait_healthy(&client, &base).await?;
     println!(
-        "vidq bench live: {} s broadcasts of 4 s segments (FFmpeg -re, stream copy), playlists read every {} ms\n",
-        args.seconds, args.poll_ms
+        "vidq bench live --protocol {}: {} s broadcasts of {} s segments (FFmpeg -re, stream copy), playlists read every {} ms\n",
+        args.protocol,
+        args.seconds,
+        args.segment_secs(),
+        args.poll_ms
     );
-    println!("| streams | segments a round | p50 | p99 | max | p99 of each round | not seen |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| streams | segments a round | p50 | p99 | max | p99 of each round | not seen | API CPU (with its children) | API RSS / children's PSS |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let api_pid = api.id().context("the API process's pid")?;
     let mut held = 0;
     let mut steps = Vec::new();
     for &streams in &args.streams {
         let mut rounds = Vec::new();
         for _ in 0..args.rounds.max(1) {
-            rounds.push(one_step(&client, &base, key.reveal(), &clip, streams, args, &pool).await?);
+            let target = Target {
+                base: &base,
+                key: key.reveal(),
+                clip: &clip,
+                api_pid,
+            };
+            rounds.push(one_step(&client, &target, streams, args, &pool).await?);
         }
         let med = |f: fn(&Step) -> Duration| {
             Duration::from_secs_f64(median(
@@ -120,20 +157,28 @@ async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> 
             p99: med(|r| r.p99),
             max: med(|r| r.max),
             missing: rounds.iter().map(|r| r.missing).sum(),
+            cpu: median(&rounds.iter().map(|r| r.cpu).collect::<Vec<_>>()),
+            rss_mib: (
+                median(&rounds.iter().map(|r| r.rss_mib.0).collect::<Vec<_>>()),
+                median(&rounds.iter().map(|r| r.rss_mib.1).collect::<Vec<_>>()),
+            ),
         };
         let each: Vec<String> = rounds
             .iter()
             .map(|r| r.p99.as_millis().to_string())
             .collect();
         println!(
-            "| {} | {} | {} ms | {} ms | {} ms | {} | {} |",
+            "| {} | {} | {} ms | {} ms | {} ms | {} | {} | {:.0}% of a core | {:.0} / {:.0} MiB |",
             step.streams,
             step.segments,
             step.p50.as_millis(),
             step.p99.as_millis(),
             step.max.as_millis(),
             each.join(" / "),
-            step.missing
+            step.missing,
+            step.cpu * 100.0,
+            step.rss_mib.0,
+            step.rss_mib.1,
         );
         let within = step.p99 <= Duration::from_secs(1) && step.missing == 0;
         steps.push(step);
@@ -157,12 +202,18 @@ async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Where a step's broadcasts go.
+struct Target<'a> {
+    base: &'a str,
+    key: &'a str,
+    clip: &'a Path,
+    api_pid: u32,
+}
+
 /// `streams` broadcasts at once; the latency of every segment of every one.
 async fn one_step(
     client: &reqwest::Client,
-    base: &str,
-    key: &str,
-    clip: &Path,
+    target: &Target<'_>,
     streams: u32,
     args: &LiveBenchArgs,
     pool: &crate::db::DbPool,
@@ -170,43 +221,60 @@ async fn one_step(
     let mut recordings = Vec::new();
     for _ in 0..streams {
         let created: serde_json::Value = client
-            .post(format!("{base}/v1/live"))
-            .bearer_auth(key)
+            .post(format!("{}/v1/live", target.base))
+            .bearer_auth(target.key)
             .send()
             .await?
             .error_for_status()?
             .json()
             .await?;
+        let text = |field: &str| {
+            created[field]
+                .as_str()
+                .map(str::to_owned)
+                .with_context(|| field.to_owned())
+        };
+        let push_to = if args.rtmp() {
+            format!("{}/{}", text("rtmp_url")?, text("stream_key")?)
+        } else {
+            format!("{}index.m3u8", text("ingest_url")?)
+        };
         recordings.push((
-            created["id"]
-                .as_str()
-                .context("id")?
-                .parse::<uuid::Uuid>()?,
-            created["ingest_url"]
-                .as_str()
-                .context("ingest_url")?
-                .to_owned(),
-            created["playback_url"]
-                .as_str()
-                .context("playback_url")?
-                .to_owned(),
+            text("id")?.parse::<uuid::Uuid>()?,
+            push_to,
+            text("playback_url")?,
         ));
     }
+    let cpu_before = cpu_ticks(target.api_pid);
+    let started = Instant::now();
     let mut pushers = Vec::new();
-    for (_, ingest, _) in &recordings {
+    for (_, push_to, _) in &recordings {
+        let mut command = tokio::process::Command::new("ffmpeg");
+        command
+            .args(["-nostdin", "-v", "error", "-re", "-i"])
+            .arg(target.clip)
+            .args(["-c", "copy"]);
+        if args.rtmp() {
+            command.args(["-f", "flv"]);
+        } else {
+            command.args(["-f", "hls", "-hls_segment_type", "fmp4"]);
+            command.args(["-hls_time", "4", "-method", "PUT"]);
+        }
         pushers.push(
-            tokio::process::Command::new("ffmpeg")
-                .args(["-nostdin", "-v", "error", "-re", "-i"])
-                .arg(clip)
-                .args(["-c", "copy", "-f", "hls", "-hls_segment_type", "fmp4"])
-                .args(["-hls_time", "4", "-method", "PUT"])
-                .arg(format!("{ingest}index.m3u8"))
+            command
+                .arg(push_to)
                 .kill_on_drop(true)
                 .spawn()
                 .context("starting ffmpeg (is it installed?)")?,
         );
     }
-    let expected = args.seconds.div_ceil(4) as usize;
+    let expected = args.seconds.div_ceil(args.segment_secs()) as usize;
+    let peak = std::sync::Arc::new(std::sync::Mutex::new((0.0, 0.0)));
+    let sampling = tokio::spawn(sample_rss(
+        target.api_pid,
+        Duration::from_millis(args.poll_ms),
+        peak.clone(),
+    ));
     let deadline = Instant::now() + Duration::from_secs(u64::from(args.seconds) + 30);
     let mut watchers = tokio::task::JoinSet::new();
     for (id, _, playback) in &recordings {
@@ -228,6 +296,12 @@ async fn one_step(
             seen_at.insert((id, n as i32), at);
         }
     }
+    sampling.abort();
+    let rss_mib = *peak.lock().unwrap_or_else(|e| e.into_inner());
+    // The RTMP streams' FFmpeg children have ended with their connections and been reaped,
+    // so their time is in the API's children's count.
+    let cpu =
+        (cpu_ticks(target.api_pid) - cpu_before) / CLOCK_TICKS / started.elapsed().as_secs_f64();
     let arrivals = arrivals(pool, &recordings.iter().map(|r| r.0).collect::<Vec<_>>()).await?;
     let mut latencies = Vec::new();
     let mut missing = 0;
@@ -244,7 +318,72 @@ async fn one_step(
         p99: percentile(&latencies, 99.0),
         max: latencies.iter().max().copied().unwrap_or_default(),
         missing,
+        cpu,
+        rss_mib,
     })
+}
+
+/// Linux's `USER_HZ`: the unit of the CPU times in `/proc/{pid}/stat` (100 on every
+/// mainstream kernel configuration).
+const CLOCK_TICKS: f64 = 100.0;
+
+/// CPU time of `pid` and its reaped children (`utime + stime + cutime + cstime`), in ticks.
+fn cpu_ticks(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces), from field 3 on.
+    let rest = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime, stime, cutime, cstime are fields 14-17, i.e. 11-14 here.
+    fields.get(11..15).map_or(0.0, |f| {
+        f.iter().filter_map(|v| v.parse::<f64>().ok()).sum()
+    })
+}
+
+/// Samples the RSS of `pid` and the PSS of its children together every `every`, until aborted,
+/// keeping the peaks (MiB) in `peak`.
+async fn sample_rss(pid: u32, every: Duration, peak: std::sync::Arc<std::sync::Mutex<(f64, f64)>>) {
+    loop {
+        let own = super::stats::proc_kib(Some(pid), "VmRSS").unwrap_or(0.0) / 1024.0;
+        let children: f64 = children_of(pid)
+            .into_iter()
+            .filter_map(pss_kib)
+            .sum::<f64>()
+            / 1024.0;
+        {
+            let mut peak = peak.lock().unwrap_or_else(|e| e.into_inner());
+            *peak = (peak.0.max(own), peak.1.max(children));
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// The proportional set size of `pid` in KiB: its own pages, and its share of the pages it
+/// shares (FFmpeg's libraries are mapped once for all the children, which RSS would count
+/// once per child).
+fn pss_kib(pid: u32) -> Option<f64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    rollup
+        .lines()
+        .find_map(|line| line.strip_prefix("Pss:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The pids of `pid`'s children.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
 }
 
 /// Polls one playlist until it lists `expected` segments (or `deadline`); when each first

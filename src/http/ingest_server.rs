@@ -61,11 +61,27 @@ pub const MAX_CONNECTIONS: usize = 1024;
 /// its previous request) is closed: idle or trickling clients cannot hold the slots.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Stand-ins for stream keys in ingest paths: a listener given these takes only them, each
+/// for the key it stands for. The RTMP streams' FFmpeg children PUT under one, so no stream
+/// key is on a command line (which any local user can read).
+pub type KeyAliases = std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, String>>>;
+
 /// Serves the ingest listener until `shutdown`.
 pub fn serve(
     listener: tokio::net::TcpListener,
     ctx: AppContext,
     limits: IngestLimits,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    serve_aliased(listener, ctx, limits, None, shutdown)
+}
+
+/// [`serve`], taking only the stand-ins of `aliases` for keys when given.
+pub fn serve_aliased(
+    listener: tokio::net::TcpListener,
+    ctx: AppContext,
+    limits: IngestLimits,
+    aliases: Option<KeyAliases>,
     shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let body_idle = limits.body_idle;
@@ -78,11 +94,15 @@ pub fn serve(
         while let Some((socket, _, admitted)) = gate.accept(&listener, &shutdown).await {
             let ctx = ctx.clone();
             let stop = shutdown.clone();
+            let aliases = aliases.clone();
             tokio::spawn(async move {
                 let _admitted = admitted;
                 let service = hyper::service::service_fn(move |req| {
                     let ctx = ctx.clone();
-                    async move { Ok::<_, Infallible>(handle(&ctx, req, body_idle).await) }
+                    let aliases = aliases.clone();
+                    async move {
+                        Ok::<_, Infallible>(handle(&ctx, req, body_idle, aliases.as_ref()).await)
+                    }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .half_close(true)
@@ -102,10 +122,19 @@ async fn handle(
     ctx: &AppContext,
     req: Request<Incoming>,
     body_idle: Duration,
+    aliases: Option<&KeyAliases>,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
-    let answer = match route(&path) {
+    let routed = route(&path).and_then(|(key, name)| match aliases {
+        None => Some((key.to_owned(), name)),
+        Some(aliases) => aliases
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .map(|key| (key.clone(), name)),
+    });
+    let answer = match routed {
         None => Err(ApiError::not_found()),
         Some((key, name)) if method == Method::PUT => {
             let length = req
@@ -114,7 +143,7 @@ async fn handle(
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse::<u64>().ok());
             let body = body_stream(req.into_body(), body_idle);
-            match app::live::ingest(ctx, key, name, length, body).await {
+            match app::live::ingest(ctx, &key, name, length, body).await {
                 Ok(Ingested::File(FileState::Excluded)) => Err(ApiError::excluded()),
                 Ok(Ingested::File(_)) => Ok(201),
                 Ok(Ingested::AlreadyLanded) => Ok(200),

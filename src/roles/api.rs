@@ -93,10 +93,20 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
         (&config.http.limits()).into(),
         shutdown.clone(),
     );
-    if let Some(rtmp) = rtmp_listener {
-        serve_rtmp(rtmp, &ctx, &config.rtmp, &config.http.limits(), &shutdown).await?;
-    }
+    let rtmp = match rtmp_listener {
+        Some(rtmp) => {
+            Some(serve_rtmp(rtmp, &ctx, &config.rtmp, &config.http.limits(), &shutdown).await?)
+        }
+        None => None,
+    };
     crate::http::serve_with(listener, ctx, config.http.limits(), shutdown)?.await?;
+    if let Some(rtmp) = rtmp {
+        // Each RTMP stream's FFmpeg writes its last segment and playlist before the process
+        // goes.
+        if tokio::time::timeout(RTMP_DRAIN, rtmp).await.is_err() {
+            tracing::warn!("RTMP streams still ending after {RTMP_DRAIN:?}; stopping anyway");
+        }
+    }
     tracing::info!("API stopped");
     Ok(())
 }
@@ -213,27 +223,31 @@ pub fn rtmp_at(
     }))
 }
 
-/// Serves RTMP ingest on `listener` with the API port's per-address and idle limits.
+/// Longest a stopping API waits for its RTMP streams' FFmpeg children to write their last
+/// files.
+const RTMP_DRAIN: std::time::Duration = std::time::Duration::from_secs(25);
+
+/// Serves RTMP ingest on `listener` with the API port's per-address and idle limits; the
+/// task ends after `shutdown`, once every stream has ended.
 pub async fn serve_rtmp(
     listener: tokio::net::TcpListener,
     ctx: &AppContext,
     args: &crate::config::RtmpArgs,
     limits: &crate::config::HttpLimits,
     shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     tracing::info!(addr = %listener.local_addr()?, "RTMP ingest listening (rtmp://HOST:PORT/live, the stream key as the stream name)");
     crate::rtmp::serve(
         listener,
         ctx.clone(),
         crate::rtmp::RtmpSettings {
-            ffmpeg: args.ffmpeg.clone(),
+            ffmpeg: args.rtmp_ffmpeg.clone(),
             max_connections_per_ip: limits.max_connections_per_ip,
             body_idle: limits.body_idle,
         },
         shutdown.clone(),
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 /// Applies pending migrations, logging how many ran.

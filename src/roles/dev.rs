@@ -151,7 +151,11 @@ async fn run_on(
         shutdown.clone(),
     );
     if let Some(rtmp) = rtmp_listener {
-        super::api::serve_rtmp(rtmp, &ctx, &config.rtmp, &config.http.limits(), &shutdown).await?;
+        // Detached: `vidq dev` is one developer's machine, and its streams end with it.
+        drop(
+            super::api::serve_rtmp(rtmp, &ctx, &config.rtmp, &config.http.limits(), &shutdown)
+                .await?,
+        );
     }
     let listener = std::net::TcpListener::bind(config.http.addr)
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;

@@ -53,11 +53,14 @@ pub struct Shared {
     body_idle: Duration,
     /// `http://127.0.0.1:{port}`: the ingest listener the FFmpeg children PUT to.
     internal_ingest: String,
+    /// Its stand-ins for the stream keys, one per running stream.
+    aliases: ingest_server::KeyAliases,
     streams: Arc<streams::Streams>,
     shutdown: CancellationToken,
 }
 
-/// Serves RTMP on `listener` until `shutdown`. The FFmpeg children's files go to an ingest
+/// Serves RTMP on `listener` until `shutdown`; the task ends once every stream has ended
+/// and its FFmpeg has written its last files. The FFmpeg children's files go to an ingest
 /// listener of their own on a loopback port (they all come from one address, which the
 /// public listener's per-address cap would refuse).
 pub async fn serve(
@@ -70,31 +73,41 @@ pub async fn serve(
         .await
         .context("cannot open a loopback port for the RTMP streams' FFmpeg children")?;
     let internal_ingest = format!("http://{}", internal.local_addr()?);
-    ingest_server::serve(
+    // The children's listener outlives the streams: at shutdown each stream's FFmpeg still
+    // writes its last segment and playlist through it.
+    let streams_done = CancellationToken::new();
+    let aliases = ingest_server::KeyAliases::default();
+    ingest_server::serve_aliased(
         internal,
         ctx.clone(),
         IngestLimits {
             body_idle: settings.body_idle,
             max_connections_per_ip: u32::MAX,
         },
-        shutdown.clone(),
+        Some(aliases.clone()),
+        streams_done.clone(),
     );
     let shared = Arc::new(Shared {
         ctx,
         ffmpeg: settings.ffmpeg.clone(),
         body_idle: settings.body_idle,
         internal_ingest,
+        aliases,
         streams: Arc::default(),
         shutdown: shutdown.clone(),
     });
     Ok(tokio::spawn(async move {
         let gate = AcceptGate::new("rtmp", MAX_CONNECTIONS, settings.max_connections_per_ip);
+        let sessions = tokio_util::task::TaskTracker::new();
         while let Some((socket, peer, admitted)) = gate.accept(&listener, &shutdown).await {
             let shared = shared.clone();
-            tokio::spawn(async move {
+            sessions.spawn(async move {
                 let _admitted = admitted;
                 session::serve(socket, peer, shared).await;
             });
         }
+        sessions.close();
+        sessions.wait().await;
+        streams_done.cancel();
     }))
 }

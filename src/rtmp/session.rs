@@ -154,7 +154,8 @@ impl Conn {
 }
 
 /// What a successful negotiation leaves: the session, its recording, its key (for the
-/// FFmpeg child's URL only), and the events that came in the same reads as the publish.
+/// FFmpeg child's writes only, through a stand-in), and the events that came in the same
+/// reads as the publish.
 struct Published {
     session: ServerSession,
     recording: RecordingRow,
@@ -276,14 +277,20 @@ async fn stream(conn: &mut Conn, published: Published, shared: &Arc<Shared>) -> 
     let stop = shared.shutdown.child_token();
     let turn = shared.streams.take(recording.id, stop.clone()).await;
     tracing::info!(recording_id = %recording.id, "RTMP stream publishing");
+    // FFmpeg's URL names a stand-in for the key, valid while this stream runs.
+    let alias = format!("rtmp-{}", uuid::Uuid::new_v4().simple());
+    shared
+        .aliases
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(alias.clone(), stream_key);
     let mut media = Media {
         shared: shared.clone(),
         recording: recording.id,
         playlist_url: format!(
-            "{}{}{}/index.m3u8",
+            "{}{}{alias}/index.m3u8",
             shared.internal_ingest,
             crate::http::ingest_server::PREFIX,
-            stream_key
         ),
         metadata: None,
         encoder: None,
@@ -308,6 +315,11 @@ async fn stream(conn: &mut Conn, published: Published, shared: &Arc<Shared>) -> 
             tracing::warn!(recording_id = %recording.id, ?status, stderr = %stderr, "the RTMP stream's FFmpeg ended badly");
         }
     }
+    shared
+        .aliases
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&alias);
     drop(turn);
     ended
 }

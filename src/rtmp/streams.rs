@@ -52,16 +52,6 @@ impl Streams {
             _turn: turn,
         }
     }
-
-    /// Recordings with a publisher or one waiting for its turn.
-    pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// Whether no recording is being published to.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 impl Drop for Publishing {

@@ -435,20 +435,24 @@ async fn a_sigkill_of_the_api_holding_an_rtmp_stream_lands_what_arrived_as_a_vid
     let push = publish(30, &recording);
     let segments = segments_of(&recording);
     rig.wait(&segments, 3, Duration::from_secs(30)).await;
-    kill(rig.api.id().unwrap());
+    // The stream's FFmpeg is a child of the API process, and its command line does not
+    // carry the stream key (any local user can read command lines).
+    let api_pid = rig.api.id().unwrap();
+    let children = children_of(api_pid);
+    assert_eq!(children.len(), 1, "one FFmpeg for the one stream");
+    let cmdline = std::fs::read_to_string(format!("/proc/{}/cmdline", children[0])).unwrap();
+    assert!(
+        cmdline.contains("ffmpeg") && cmdline.contains("-start_number"),
+        "{cmdline}"
+    );
+    assert!(!cmdline.contains(&recording.stream_key), "{cmdline}");
+    kill(api_pid);
     rig.api.wait().await.unwrap();
     // Its FFmpeg child goes with it (parent-death signal), and the encoder loses the server.
     let (ok, _) = outcome(push, Duration::from_secs(30)).await;
     assert!(!ok, "the encoder lost its server");
     let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let found = std::process::Command::new("pgrep")
-            .args(["-f", &recording.stream_key])
-            .output()
-            .unwrap();
-        if found.stdout.is_empty() {
-            break;
-        }
+    while alive(children[0]) {
         assert!(
             Instant::now() < deadline,
             "the stream's FFmpeg outlived its API process"
@@ -504,6 +508,33 @@ async fn three_hundred_idle_connections_from_one_address_are_capped_and_an_encod
     let closed = closed_within(&mut idle, Duration::from_secs(12)).await;
     assert_eq!(closed, 300, "every idle connection is closed");
     rig.stop().await;
+}
+
+/// The pids of `pid`'s children.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut children = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        children.extend(
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
+    }
+    children
+}
+
+/// Whether `pid` is a running process (not gone, not a zombie waiting to be reaped).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat.rsplit_once(") ")?.1.chars().next()?;
+            Some(state != 'Z')
+        })
+        .unwrap_or(false)
 }
 
 /// How many of `sockets` the server has closed (a read that returns 0 or fails) within
