@@ -603,6 +603,21 @@ pub struct QueueArgs {
     #[arg(long = "deadline-secs", env = "VIDQ_DEADLINE_SECS", value_name = "SECS", default_value_t = 2100,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub deadline_secs: u64,
+    /// Attempts in a row whose media tools could not run (a missing library, a crash, a tool
+    /// that cannot be executed: `tool_failed`) after which this worker stops claiming, hands
+    /// such a claim back with its attempt restored and reports itself unhealthy, until its
+    /// tools work again; 0 never stops.
+    #[arg(
+        long = "worker-tool-failures",
+        env = "VIDQ_WORKER_TOOL_FAILURES",
+        value_name = "N",
+        default_value_t = 3
+    )]
+    pub tool_failures: u32,
+    /// While its tools fail, how often the worker tries them again, in seconds.
+    #[arg(long = "worker-tool-recheck-secs", env = "VIDQ_WORKER_TOOL_RECHECK_SECS", value_name = "SECS",
+          default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub tool_recheck_secs: u64,
     /// Scratch space for originals and outputs (one directory per attempt, removed after).
     #[arg(long = "work-dir", env = "VIDQ_WORK_DIR", value_name = "DIR")]
     pub work_dir: Option<PathBuf>,

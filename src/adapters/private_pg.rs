@@ -2,7 +2,8 @@
 //! none running: its cluster lives under the dev data directory (`<dir>/pg`), it listens on
 //! a free loopback port (no Unix socket), trusts local connections, and is stopped when
 //! `vidq dev` exits. PostgreSQL refuses to run as root, so as root the cluster is owned by
-//! and run as the `postgres` system user (else `nobody`).
+//! and run as the `postgres` system user (else `nobody`); when that user cannot enter the
+//! data directory (a project under `/root`), the cluster lives under `/var/tmp` instead.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -65,9 +66,24 @@ impl PrivatePostgres {
             None
         };
         std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
-        let data =
+        let mut data =
             std::fs::canonicalize(dir).map_err(io(format!("resolving {}", dir.display())))?;
         let log = data.with_file_name("pg.log");
+        if let Some((uid, gid)) = owner
+            && !reachable_by(&data, uid, gid)
+        {
+            // A project under a directory only root may enter (`/root`, mode 700): the
+            // server's user could not reach a cluster there. It goes where that user can.
+            let elsewhere = reachable_home(&data);
+            tracing::info!(
+                wanted = %data.display(),
+                dir = %elsewhere.display(),
+                "the PostgreSQL user cannot enter the dev data directory (a directory above it is closed to other users); its private cluster lives here instead"
+            );
+            std::fs::create_dir_all(&elsewhere)
+                .map_err(io(format!("creating {}", elsewhere.display())))?;
+            data = elsewhere;
+        }
         if let Some((uid, gid)) = owner {
             chown_tree(&data, uid, gid).map_err(io(format!(
                 "handing {} to the server's user",
@@ -283,6 +299,36 @@ fn is_root() -> bool {
                 .and_then(|ids| ids.split_whitespace().nth(1).map(|e| e == "0"))
         })
         .unwrap_or(false)
+}
+
+/// Whether the user `uid` (group `gid`) may pass through every directory from `/` down to
+/// `path` (the execute bit that applies to them: owner, group, or others).
+fn reachable_by(path: &Path, uid: u32, gid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    path.ancestors().all(|dir| {
+        let Ok(meta) = std::fs::metadata(dir) else {
+            return false;
+        };
+        let mode = meta.mode();
+        if meta.uid() == uid {
+            mode & 0o100 != 0
+        } else if meta.gid() == gid {
+            mode & 0o010 != 0
+        } else {
+            mode & 0o001 != 0
+        }
+    })
+}
+
+/// Where the private cluster of the dev data directory `data` lives when the server's user
+/// cannot reach `data`: under `/var/tmp` (kept across reboots, open to every user), in a
+/// directory named after `data`, so each project keeps its own.
+fn reachable_home(data: &Path) -> PathBuf {
+    use sha2::Digest as _;
+    let digest = hex::encode(sha2::Sha256::digest(data.as_os_str().as_encoded_bytes()));
+    Path::new("/var/tmp")
+        .join("vidq-dev-postgres")
+        .join(&digest[..16])
 }
 
 /// The uid and gid of `postgres`, else `nobody`, from `/etc/passwd`.

@@ -346,7 +346,14 @@ impl SpoolRoot {
             let end = loop {
                 match rx.blocking_recv() {
                     Some(Message::Data(data)) => {
-                        out.write_all(&data)?;
+                        if let Err(error) = out.write_all(&data) {
+                            // A full disk (or a failing one): what this request wrote is
+                            // given back, so its space is free again and the file ends at
+                            // the bytes the ledger counts.
+                            let file = out.into_parts().0;
+                            let _ = file.set_len(offset);
+                            return Err(error.into());
+                        }
                         if let Some(h) = hasher.as_mut() {
                             h.update(&data);
                         }
@@ -357,7 +364,14 @@ impl SpoolRoot {
                     None => break AppendEnd::Interrupted,
                 }
             };
-            let file = out.into_inner().map_err(|e| e.into_error())?;
+            let file = match out.into_inner() {
+                Ok(file) => file,
+                Err(failed) => {
+                    let (error, out) = failed.into_parts();
+                    let _ = out.into_parts().0.set_len(offset);
+                    return Err(error.into());
+                }
+            };
             let had_checksum = expected.is_some();
             let checksum_mismatch = end == AppendEnd::Complete
                 && expected
@@ -373,7 +387,10 @@ impl SpoolRoot {
             if !keep {
                 file.set_len(offset)?;
             }
-            file.sync_data()?;
+            if let Err(error) = file.sync_data() {
+                let _ = file.set_len(offset);
+                return Err(error.into());
+            }
             let appended = Appended {
                 kept: if keep { written } else { 0 },
                 checksum_mismatch,

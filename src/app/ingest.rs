@@ -609,6 +609,12 @@ pub(crate) fn spool_error(error: AppendError) -> AppError {
         AppendError::Lost { .. } => AppError::SpoolLost,
         AppendError::Busy(full) => AppError::SpoolBusy(full),
         AppendError::Held => AppError::UploadBusy,
+        AppendError::Io(io) if io.kind() == std::io::ErrorKind::StorageFull => {
+            tracing::warn!(
+                "the spool disk is full: a write was refused (507); the sweeper frees space as it lands what is there"
+            );
+            AppError::SpoolFull
+        }
         other => AppError::Spool(other),
     }
 }

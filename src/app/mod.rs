@@ -10,6 +10,7 @@ pub mod ingest_s3;
 pub mod jobs;
 pub mod live;
 pub mod live_videos;
+pub mod login_throttle;
 pub mod operators;
 pub mod playback;
 pub mod ready_batch;
@@ -185,6 +186,12 @@ pub enum AppError {
     /// A live ingest file name vidq does not take.
     #[error(transparent)]
     BadIngestName(crate::domain::recording::BadName),
+    /// The spool disk is full: nothing of the request past what was counted before it was
+    /// kept.
+    #[error(
+        "this node's spool disk is full; nothing past what was already received was kept (a tus upload resumes from the offset HEAD reports); retry later"
+    )]
+    SpoolFull,
     /// The spool disk failed.
     #[error("the spool disk failed")]
     Spool(#[source] crate::adapters::spool::AppendError),

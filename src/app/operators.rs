@@ -23,6 +23,8 @@ pub const SESSION_HOURS: i64 = 12;
 pub struct OperatorAccess {
     /// `VIDQ_ADMIN_TOKEN`, if set.
     pub token: Option<Secret>,
+    /// Unsuccessful logins per client address.
+    pub logins: super::login_throttle::LoginThrottle,
 }
 
 /// A logged-in operator.
@@ -77,6 +79,7 @@ impl OperatorAccess {
         }
         Ok(Self {
             token: args.admin_token.clone(),
+            logins: Default::default(),
         })
     }
 

@@ -327,16 +327,27 @@ async fn one_step(
 /// mainstream kernel configuration).
 const CLOCK_TICKS: f64 = 100.0;
 
-/// CPU time of `pid` and its reaped children (`utime + stime + cutime + cstime`), in ticks.
+/// CPU time of `pid` and of all its children, in ticks: its own and its reaped children's
+/// (`utime + stime + cutime + cstime`), and that of the children not reaped yet (running, or
+/// exited a moment ago), whose time is not in its count until it waits for them.
 fn cpu_ticks(pid: u32) -> f64 {
+    let unreaped: f64 = children_of(pid)
+        .into_iter()
+        .map(|child| stat_ticks(child, 11..13))
+        .sum();
+    stat_ticks(pid, 11..15) + unreaped
+}
+
+/// The sum of `/proc/{pid}/stat`'s fields `range`, counted from the state (field 3) as 0:
+/// 11..13 is `utime, stime`, 11..15 adds `cutime, cstime`.
+fn stat_ticks(pid: u32, range: std::ops::Range<usize>) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };
-    // Fields after the command name (which may hold spaces), from field 3 on.
+    // After the command name, which may hold spaces.
     let rest = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime, stime, cutime, cstime are fields 14-17, i.e. 11-14 here.
-    fields.get(11..15).map_or(0.0, |f| {
+    fields.get(range).map_or(0.0, |f| {
         f.iter().filter_map(|v| v.parse::<f64>().ok()).sum()
     })
 }

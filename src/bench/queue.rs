@@ -117,6 +117,8 @@ fn settings(n: u32, slots: u32, listeners: Listeners) -> WorkerSettings {
         deadline: Duration::from_secs(60),
         retry_delay: Duration::from_secs(5),
         listeners,
+        tool_failures: 0,
+        tool_recheck: Duration::from_secs(60),
     }
 }
 

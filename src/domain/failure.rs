@@ -26,6 +26,10 @@ pub const SENTENCES: &[(&str, &str)] = &[
         "the media tools are not available on the processing node",
     ),
     (
+        "tool_failed",
+        "the media tools could not run on the processing node",
+    ),
+    (
         "io_error",
         "the processing node could not use its local disk",
     ),

@@ -130,6 +130,10 @@ pub enum FailureClass {
     Retryable,
 }
 
+/// The code of a failure whose media tool could not run on the node (not the file's fault):
+/// retried, and counted against the node (see the worker's `VIDQ_WORKER_TOOL_FAILURES`).
+pub const TOOL_FAILED: &str = "tool_failed";
+
 /// A media step's failure, with a stable code that becomes the video's `error.code`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
 #[error("{code}: {message}")]

@@ -63,6 +63,7 @@ pub const CODES: &[&str] = &[
     "checksum_mismatch",
     "body_interrupted",
     "spool_unavailable",
+    "insufficient_storage",
     "invalid_webhook_url",
     "invalid_event_types",
     "endpoint_disabled",
@@ -347,6 +348,10 @@ impl From<AppError> for ApiError {
             AppError::BodyInterrupted(crate::app::ingest::BodyError::Broken) => {
                 Self::new(S::BAD_REQUEST, "body_interrupted", message)
             }
+            AppError::SpoolFull => Self {
+                retry_after: Some(30),
+                ..Self::new(S::INSUFFICIENT_STORAGE, "insufficient_storage", message)
+            },
             AppError::Spool(_) => {
                 log_internal(&err);
                 Self::new(

@@ -89,6 +89,7 @@ pub const PLAYBACK_TOKEN: &str = "playback_token";
         TooManyRequests,
         ChecksumMismatch,
         Unavailable,
+        InsufficientStorage,
         tus::Discovery,
     )),
     modifiers(&SecuritySchemes, &TusCollectionAlias, &DistinctHeadOperations),
@@ -226,6 +227,10 @@ error_responses! {
     /// 503.
     Unavailable => "A dependency (database, object storage, the spool) is unavailable, or \
         the route is not enabled on this node; retry.",
+    /// 507.
+    InsufficientStorage => "`insufficient_storage`: the node's spool disk is full. Nothing \
+        of this request past what was already counted was kept (a tus upload resumes from the \
+        offset `HEAD` reports); retry later, as the node lands what it holds and frees space.",
 }
 
 /// The answers of every API-key route besides its own: `400` (two `Authorization` headers,
@@ -249,7 +254,7 @@ impl utoipa::IntoResponses for KeyErrors {
 /// The answers of a request whose bytes go to an upload's spool (`app::ingest::receive`,
 /// a tus `PATCH` or the single `PUT`) besides its own: no such upload, a stalled body, a
 /// conflict with the upload's state, offset or size, the upload gone, bytes past its length,
-/// another node's spool, another request writing it.
+/// another node's spool, another request writing it, a full spool disk.
 pub struct ReceiveErrors;
 
 impl utoipa::IntoResponses for ReceiveErrors {
@@ -262,6 +267,7 @@ impl utoipa::IntoResponses for ReceiveErrors {
             ("413", "TooLarge"),
             ("421", "MisdirectedRequest"),
             ("423", "Locked"),
+            ("507", "InsufficientStorage"),
         ]
         .into_iter()
         .map(|(status, name)| (status.to_owned(), RefOr::Ref(Ref::from_response_name(name))))

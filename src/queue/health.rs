@@ -1,9 +1,10 @@
 //! What a worker process knows about itself, kept as counters the claim loop bumps and the
 //! optional health listener reads: whether its last database call worked, whether the loop
-//! still turns, and how many claims and attempts ended which way.
+//! still turns, whether its media tools run, and how many claims and attempts ended which
+//! way.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How an attempt ended, as the worker recorded it (the order of [`Ended::ALL`], which
@@ -59,6 +60,10 @@ pub struct WorkerHealth {
     claims_failed: AtomicU64,
     running: AtomicU64,
     ended: [AtomicU64; Ended::ALL.len()],
+    /// Attempts in a row whose media tools could not run.
+    tool_failures: AtomicU32,
+    /// Why this node stopped claiming, while its media tools fail.
+    tools_broken: Mutex<Option<String>>,
 }
 
 impl Default for WorkerHealth {
@@ -72,6 +77,8 @@ impl Default for WorkerHealth {
             claims_failed: AtomicU64::new(0),
             running: AtomicU64::new(0),
             ended: Default::default(),
+            tool_failures: AtomicU32::new(0),
+            tools_broken: Mutex::new(None),
         }
     }
 }
@@ -119,8 +126,44 @@ impl WorkerHealth {
         self.ended[how as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Healthy while the loop turned within `stall` and the last database call worked.
+    /// An attempt's media tools could not run (`reason`: what failed). Counts it, and once
+    /// `max` (more than 0) have in a row, marks the node's tools broken. `true` while they
+    /// are: the node hands such a claim back and claims nothing more.
+    pub fn tool_failed(&self, max: u32, reason: &str) -> bool {
+        let in_row = self.tool_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut broken = self.tools_broken.lock().expect("not poisoned");
+        if max > 0 && in_row >= max && broken.is_none() {
+            // The dashboard shows it: no path of the node's in it.
+            let reason = crate::domain::failure::strip_paths(reason);
+            *broken = Some(format!("{in_row} attempts in a row: {reason}"));
+        }
+        broken.is_some()
+    }
+
+    /// An attempt whose media tools ran (whatever they made of the file).
+    pub fn tools_ran(&self) {
+        self.tool_failures.store(0, Ordering::Relaxed);
+    }
+
+    /// Why the node's media tools count as broken, while they do.
+    pub fn tools_broken(&self) -> Option<String> {
+        self.tools_broken.lock().expect("not poisoned").clone()
+    }
+
+    /// The node's media tools passed their check.
+    pub fn tools_work_again(&self) {
+        self.tool_failures.store(0, Ordering::Relaxed);
+        *self.tools_broken.lock().expect("not poisoned") = None;
+    }
+
+    /// Healthy while the loop turned within `stall`, the last database call worked and the
+    /// media tools run.
     pub fn verdict(&self, stall: Duration) -> Verdict {
+        if let Some(reason) = self.tools_broken() {
+            return Verdict::Unhealthy(format!(
+                "media tools fail on this node, so it claims nothing; they are tried again every minute ({reason})"
+            ));
+        }
         if let Some(error) = self.database_error.lock().expect("not poisoned").clone() {
             return Verdict::Unhealthy(format!("database unavailable: {error}"));
         }
@@ -183,6 +226,11 @@ impl WorkerHealth {
                 "vidq_worker_database_up",
                 "1 if the last database call worked.",
                 f64::from(u8::from(database_up)),
+            )
+            .gauge(
+                "vidq_worker_tools_up",
+                "1 unless the media tools failed VIDQ_WORKER_TOOL_FAILURES attempts in a row (the node then claims nothing).",
+                f64::from(u8::from(self.tools_broken().is_none())),
             )
             .family(&*metrics::CLAIM_SECONDS)
             .family(&*metrics::ATTEMPT_SECONDS)

@@ -28,6 +28,11 @@ pub trait JobBody: Send + Sync + 'static {
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>>;
 
+    /// Whether this node's media tools work now (tried again while they count as broken).
+    fn check_tools(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// After a READY commit: remove what the video's other attempts and runs left behind.
     fn after_ready(
         &self,
@@ -46,6 +51,13 @@ impl JobBody for Pipeline {
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>> {
         Box::pin(Pipeline::run(self, plan, cancel))
+    }
+
+    fn check_tools(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(crate::adapters::ffmpeg::check::tools_work(
+            &self.media,
+            &self.work_root,
+        ))
     }
 
     fn after_ready(&self, video: VideoId, live_run: i32, live_attempt: i32) -> BoxFuture<'_, ()> {

@@ -21,7 +21,7 @@ use super::heartbeat::{StopReason, keep_alive};
 use super::line::Listeners;
 use crate::app::jobs::{self, Claim, JobError};
 use crate::db::{self, DbPool};
-use crate::domain::media::MediaError;
+use crate::domain::media::{MediaError, TOOL_FAILED};
 use crate::metrics;
 
 /// How a worker paces itself.
@@ -43,6 +43,11 @@ pub struct WorkerSettings {
     pub retry_delay: Duration,
     /// Who listens for new jobs while idle (workers: the head of the idle line).
     pub listeners: Listeners,
+    /// Attempts in a row whose media tools could not run (`tool_failed`) after which this
+    /// node stops claiming until they work again; 0 never stops.
+    pub tool_failures: u32,
+    /// While stopped for that, how often the tools are tried again.
+    pub tool_recheck: Duration,
 }
 
 /// Called right after each claim statement with the job it claimed, if any (benchmarks time
@@ -89,6 +94,8 @@ enum Claimed {
     Nothing,
     /// A claim statement failed.
     Failed,
+    /// None was made: this node's media tools fail.
+    ToolsBroken,
 }
 
 impl<B: JobBody> Runner<B> {
@@ -107,6 +114,8 @@ impl<B: JobBody> Runner<B> {
         // Set when a slot gave up because the claim its finalize carried found nothing: the
         // next turn claims nothing itself and joins the idle line straight away.
         let mut queue_empty = false;
+        // When this node's media tools were last tried, while they fail.
+        let mut tools_tried: Option<Instant> = None;
         tracing::info!(node = %self.settings.node_id, slots = self.settings.slots, "worker started");
         while !shutdown.is_cancelled() {
             self.health.turned();
@@ -114,7 +123,10 @@ impl<B: JobBody> Runner<B> {
                 self.reap().await;
                 last_reap = Some(Instant::now());
             }
-            let claimed = if std::mem::take(&mut queue_empty) {
+            let tools_broken = self.tools_still_broken(&mut tools_tried).await;
+            let claimed = if tools_broken {
+                Claimed::ToolsBroken
+            } else if std::mem::take(&mut queue_empty) {
                 Claimed::Nothing
             } else {
                 self.fill_slots(
@@ -127,7 +139,9 @@ impl<B: JobBody> Runner<B> {
                 )
                 .await
             };
-            let found_nothing = !matches!(claimed, Claimed::Full);
+            // A node that claims nothing because its tools fail leaves the idle line: a
+            // notification there would wake it instead of a node that can do the job.
+            let found_nothing = !matches!(claimed, Claimed::Full | Claimed::ToolsBroken);
             idle.send_if_modified(|was| std::mem::replace(was, found_nothing) != found_nothing);
             // A failed claim may have used up the only wake-up this process will get (a
             // notification while it heads the idle line, or the line's catch-up after a
@@ -135,7 +149,7 @@ impl<B: JobBody> Runner<B> {
             // look again soon rather than at the next poll.
             let pause = match claimed {
                 Claimed::Failed => self.settings.poll.min(CLAIM_RETRY),
-                Claimed::Full | Claimed::Nothing => self.settings.poll,
+                Claimed::Full | Claimed::Nothing | Claimed::ToolsBroken => self.settings.poll,
             };
             tokio::select! {
                 () = shutdown.cancelled() => {}
@@ -147,6 +161,32 @@ impl<B: JobBody> Runner<B> {
             }
         }
         drain(running, endings).await;
+    }
+
+    /// Whether this node's media tools still fail: once they have failed
+    /// `tool_failures` attempts in a row, they are tried again every `tool_recheck` (the
+    /// first time one `tool_recheck` after they were found failing) until they work.
+    async fn tools_still_broken(&self, tried: &mut Option<Instant>) -> bool {
+        let Some(reason) = self.health.tools_broken() else {
+            *tried = None;
+            return false;
+        };
+        let last = *tried.get_or_insert_with(Instant::now);
+        if last.elapsed() < self.settings.tool_recheck {
+            return true;
+        }
+        *tried = Some(Instant::now());
+        match self.body.check_tools().await {
+            Ok(()) => {
+                self.health.tools_work_again();
+                tracing::info!(was = %reason, "this node's media tools work again; claiming again");
+                false
+            }
+            Err(error) => {
+                tracing::warn!(%error, "this node's media tools still fail; not claiming");
+                true
+            }
+        }
     }
 
     /// Stands in the idle line while the returned flag says this process is idle; a
@@ -440,6 +480,7 @@ impl<B: JobBody> Runner<B> {
         finalized: Result<(), JobError>,
     ) -> Result<Ended, JobError> {
         finalized?;
+        self.health.tools_ran();
         tracing::info!("video ready");
         metrics::observe(&metrics::TIME_TO_READY_SECONDS, claim.waited.until_now());
         self.body
@@ -482,7 +523,21 @@ impl<B: JobBody> Runner<B> {
                         }
                     })
             }
+            // The node's tools could not run: past the limit, the claim goes back with its
+            // attempt restored (as at a shutdown) and the node stops claiming, so a broken
+            // node does not use up every video's attempts.
+            None if error.code == TOOL_FAILED
+                && self.health.tool_failed(self.settings.tool_failures, &error.message) =>
+            {
+                jobs::release(&self.pool, claim).await.map(|()| {
+                    tracing::warn!(code = error.code, message = %error.message, "this node's media tools fail; the claim is handed back for another node and this node claims nothing until they work again");
+                    Ended::Released
+                })
+            }
             None => {
+                if error.code != TOOL_FAILED {
+                    self.health.tools_ran();
+                }
                 match jobs::fail_or_retry(&self.pool, claim, &error, self.settings.retry_delay)
                     .await
                 {

@@ -42,6 +42,8 @@ impl QueueArgs {
             deadline: Duration::from_secs(self.deadline_secs),
             retry_delay: crate::app::jobs::RETRY_DELAY,
             listeners: crate::queue::line::Listeners::HeadOfLine,
+            tool_failures: self.tool_failures,
+            tool_recheck: Duration::from_secs(self.tool_recheck_secs),
         })
     }
 }
@@ -123,7 +125,13 @@ pub async fn run_with(
             role: "worker",
             node_id: settings.node_id.clone(),
             slots: queue.slots,
-            detail: Arc::new(move || serde_json::json!({ "running": running.running() })),
+            detail: Arc::new(move || match running.tools_broken() {
+                None => serde_json::json!({ "running": running.running() }),
+                Some(reason) => serde_json::json!({
+                    "running": running.running(),
+                    "health": format!("unhealthy: media tools fail, not claiming ({reason})"),
+                }),
+            }),
         },
         shutdown.child_token(),
     );

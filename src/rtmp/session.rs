@@ -278,7 +278,7 @@ async fn stream(conn: &mut Conn, published: Published, shared: &Arc<Shared>) -> 
     let turn = shared.streams.take(recording.id, stop.clone()).await;
     tracing::info!(recording_id = %recording.id, "RTMP stream publishing");
     // FFmpeg's URL names a stand-in for the key, valid while this stream runs.
-    let alias = format!("rtmp-{}", uuid::Uuid::new_v4().simple());
+    let alias = format!("rtmp-{:032x}", rand::random::<u128>());
     shared
         .aliases
         .write()

@@ -397,3 +397,58 @@ async fn in_a_real_browser_an_operator_retries_a_dead_job_and_watches_it_become_
         worker.stop().await;
     }
 }
+
+#[tokio::test]
+async fn parallel_wrong_logins_from_one_address_are_cut_off_and_other_addresses_are_not() {
+    let app = with_token().await;
+    let from = |ip: &str| {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+            .build()
+            .unwrap()
+    };
+    // Twenty guesses at once from 127.0.0.2: five are looked at, the rest refused unread.
+    let guesser = from("127.0.0.2");
+    let guesses = (0..20).map(|n| {
+        guesser
+            .post(app.url("/admin/login"))
+            .form(&[("token", format!("guess-{n}-of-the-operator-token"))])
+            .send()
+    });
+    let mut statuses = Vec::new();
+    for answer in futures_util::future::join_all(guesses).await {
+        statuses.push(answer.unwrap().status());
+    }
+    let wrong = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::UNAUTHORIZED)
+        .count();
+    let refused = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    assert_eq!((wrong, refused), (5, 15), "{statuses:?}");
+    // Even the right token waits now from that address, and is told for how long.
+    let late = guesser
+        .post(app.url("/admin/login"))
+        .form(&[("token", TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(late.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = late.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    // The operator at another address logs in at once.
+    let operator = from("127.0.0.1")
+        .post(app.url("/admin/login"))
+        .form(&[("token", TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(operator.status(), StatusCode::SEE_OTHER);
+}

@@ -92,3 +92,47 @@ async fn vidq_dev_starts_a_private_postgres_under_its_data_dir_and_stops_it_on_e
     );
     assert!(!pg.join("postmaster.pid").exists());
 }
+
+#[tokio::test]
+async fn as_root_in_a_directory_the_postgres_user_cannot_enter_vidq_dev_still_starts() {
+    if !is_root() {
+        eprintln!("skipped: only root runs the private server as another user");
+        return;
+    }
+    // A project under a directory only root may enter, as `/root` is (mode 700).
+    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let data = dir.path().join("project").join("data");
+    let (log, metrics) = dev_once(&data, &dir.path().join("dev.log")).await;
+    assert!(metrics.contains("vidq_database_up 1"), "{metrics}");
+    assert!(
+        log.contains("the PostgreSQL user cannot enter the dev data directory"),
+        "{log}"
+    );
+    assert!(log.contains("private PostgreSQL stopped"), "{log}");
+    // The cluster went under /var/tmp, named after the data directory; the test removes it.
+    let marker = "dir=/var/tmp/vidq-dev-postgres/";
+    let at = log
+        .find(marker)
+        .expect("the log names where the cluster is")
+        + "dir=".len();
+    let cluster: String = log[at..]
+        .chars()
+        .take_while(|c| !c.is_whitespace())
+        .collect();
+    let cluster = std::path::Path::new(&cluster);
+    assert!(cluster.join("PG_VERSION").exists(), "{}", cluster.display());
+    assert!(
+        !cluster.join("postmaster.pid").exists(),
+        "the server is stopped"
+    );
+    std::fs::remove_dir_all(cluster).unwrap();
+}
+
+fn is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+}

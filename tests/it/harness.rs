@@ -324,6 +324,9 @@ pub struct TestAppOptions {
     pub confirm_batches: (u16, u16),
     /// `VIDQ_TUS_STORE` and `VIDQ_TUS_PART_BYTES`: the spool (and 8 MiB parts).
     pub tus: (&'static str, u64),
+    /// Where the spool's directory is made (a filesystem of the test's own); the system's
+    /// temporary directory when unset.
+    pub spool_in: Option<std::path::PathBuf>,
 }
 
 impl Default for TestAppOptions {
@@ -336,6 +339,7 @@ impl Default for TestAppOptions {
             admin_token: None,
             confirm_batches: (64, 2),
             tus: ("spool", 8 * 1024 * 1024),
+            spool_in: None,
         }
     }
 }
@@ -396,7 +400,11 @@ impl TestApp {
                 .unwrap();
         ctx.webhooks.allow_private = options.allow_private_webhooks;
         ctx.operators.token = options.admin_token.map(Secret::new);
-        let spool = tempfile::tempdir().unwrap();
+        let spool = match &options.spool_in {
+            Some(dir) => tempfile::tempdir_in(dir),
+            None => tempfile::tempdir(),
+        }
+        .unwrap();
         let ingest_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         ctx.ingest = Some(
             vidq::roles::api::ingest(
@@ -510,6 +518,26 @@ impl TestApp {
             .send()
             .await
             .unwrap()
+    }
+
+    /// A single-PUT contract (`"via": "vidq"`) of `size` bytes of MP4: its id and the URL its
+    /// bytes go to.
+    pub async fn vidq_contract(&self, key: &str, size: usize) -> (String, String) {
+        let created: Value = self
+            .post(
+                key,
+                "/v1/uploads",
+                &serde_json::json!({"filename": "clip.mp4", "content_type": "video/mp4",
+                        "size_bytes": size, "via": "vidq"}),
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+        (
+            created["upload_id"].as_str().unwrap().to_owned(),
+            created["upload_url"].as_str().unwrap().to_owned(),
+        )
     }
 
     pub async fn post(&self, key: &str, path: &str, body: &Value) -> Response {

@@ -3,6 +3,7 @@
 
 mod attempt_budget;
 mod attempt_faults;
+mod broken_node;
 mod cli;
 mod clips;
 mod confirm;
@@ -51,6 +52,7 @@ mod s3_timeouts;
 mod schema;
 mod scripted;
 mod several_machines;
+mod spool_full;
 mod support;
 mod sweeper;
 mod tus;

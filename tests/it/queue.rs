@@ -34,6 +34,8 @@ pub fn fast_settings(node: &str) -> WorkerSettings {
         deadline: Duration::from_secs(60),
         retry_delay: Duration::from_millis(50),
         listeners: vidq::queue::line::Listeners::HeadOfLine,
+        tool_failures: 3,
+        tool_recheck: Duration::from_secs(60),
     }
 }
 

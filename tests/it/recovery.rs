@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::process::Child;
 
 use vidq::db;
@@ -90,22 +90,7 @@ impl Case {
 
     /// `POST /v1/uploads` with `"via": "vidq"`: its id and where to PUT it.
     async fn vidq_contract(&self, size: usize) -> (String, String) {
-        let created: Value = self
-            .app
-            .post(
-                &self.key,
-                "/v1/uploads",
-                &json!({"filename": "clip.mp4", "content_type": "video/mp4",
-                        "size_bytes": size, "via": "vidq"}),
-            )
-            .await
-            .json()
-            .await
-            .unwrap();
-        (
-            created["upload_id"].as_str().unwrap().to_owned(),
-            created["upload_url"].as_str().unwrap().to_owned(),
-        )
+        self.app.vidq_contract(&self.key, size).await
     }
 
     /// PUTs `size` bytes to `url`; returns them.

@@ -2,6 +2,7 @@
 //! thumbnail. Every call is bounded in time, killed on timeout or cancellation, and reports
 //! a typed [`MediaError`](crate::domain::media::MediaError).
 
+pub mod check;
 pub mod encode;
 pub mod probe;
 pub mod process;

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::process::{self, ProcessError};
 use super::{DEMUXER_ALLOW_LIST, MediaConfig, PROTOCOL_ALLOW_LIST};
-use crate::domain::media::{MediaError, MediaInfo};
+use crate::domain::media::{MediaError, MediaInfo, TOOL_FAILED};
 
 /// Probes `input` and checks it against the limits. Refusals are permanent; a missing tool,
 /// a timeout or a cancellation is retryable.
@@ -49,12 +49,18 @@ pub fn args(input: &Path) -> Vec<OsString> {
 }
 
 /// Maps a child-process failure to the queue's view of it. A tool that ran and refused the
-/// file is the file's fault (permanent); everything else is the node's (retryable). The whole
+/// file is the file's fault (permanent); everything else is the node's (retryable), a tool
+/// that could not run at all included (`tool_failed`, see [`could_not_run`]). The whole
 /// failure (tool path, stderr) goes to the log here; the error's message is for the log too,
 /// and only a refusal's last line is kept as the reason a client may read.
 pub fn classify(err: ProcessError, input: &Path, timeout_code: &'static str) -> MediaError {
     if !matches!(err, ProcessError::Cancelled { .. }) {
         tracing::warn!(error = %crate::telemetry::error_chain(&err), "media tool failed");
+    }
+    if let ProcessError::Failed { status, stderr, .. } = &err
+        && could_not_run(*status, stderr)
+    {
+        return MediaError::retryable(TOOL_FAILED, err.to_string());
     }
     match err {
         ProcessError::NotFound { .. } => MediaError::retryable("ffmpeg_missing", err.to_string()),
@@ -77,6 +83,32 @@ pub fn classify(err: ProcessError, input: &Path, timeout_code: &'static str) -> 
                 .with_reason(reason)
         }
     }
+}
+
+/// What a tool prints when the node, not the file, is at fault: the loader missing a
+/// library, a build without a codec vidq's own checks let through.
+const NODE_FAULTS: &[&str] = &[
+    "error while loading shared libraries",
+    "cannot open shared object file",
+    "symbol lookup error",
+    "unknown encoder",
+    "encoder not found",
+    "not found for input stream",
+    "no decoder found",
+];
+
+/// Whether a tool that ended unsuccessfully could not do its work at all, whatever the file:
+/// it could not be executed (126) or found through its wrapper (127, also the loader's status
+/// when a library is missing), a signal vidq did not send ended it (its own timeouts and
+/// cancellations end as such, never here: this is the OOM killer or a crash), or it names a
+/// missing library, codec or encoder. Such a failure is the node's, never the file's.
+pub fn could_not_run(status: std::process::ExitStatus, stderr: &str) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    if matches!(status.code(), Some(126 | 127)) || status.signal().is_some() {
+        return true;
+    }
+    let stderr = stderr.to_ascii_lowercase();
+    NODE_FAULTS.iter().any(|fault| stderr.contains(fault))
 }
 
 #[derive(Deserialize)]
@@ -179,6 +211,28 @@ fn parse_rate(rate: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_that_could_not_run_is_the_nodes_fault_and_a_refused_file_is_not() {
+        use std::os::unix::process::ExitStatusExt;
+        let exit = |code: i32| std::process::ExitStatus::from_raw(code << 8);
+        let loader = "ffprobe: error while loading shared libraries: libavdevice.so.59: \
+                      cannot open shared object file: No such file or directory";
+        assert!(could_not_run(exit(127), loader));
+        assert!(could_not_run(exit(127), ""));
+        assert!(could_not_run(exit(126), "Permission denied"));
+        assert!(could_not_run(exit(1), loader), "named, whatever the status");
+        assert!(could_not_run(exit(1), "Unknown encoder 'libx264'"));
+        assert!(
+            could_not_run(std::process::ExitStatus::from_raw(9), ""),
+            "killed by a signal vidq did not send (the OOM killer)"
+        );
+        assert!(!could_not_run(
+            exit(1),
+            "clip.mp4: Invalid data found when processing input"
+        ));
+        assert!(!could_not_run(exit(1), "moov atom not found"));
+    }
 
     #[test]
     fn parses_a_typical_mp4() {

@@ -213,10 +213,32 @@ async fn login(
     if !same_origin(&req) {
         return Ok(words(StatusCode::FORBIDDEN, "cross-site login refused"));
     }
+    // Guesses are counted per address before the token is looked at, parallel ones too.
+    let attempt = match req
+        .peer_addr()
+        .map(|peer| ctx.operators.logins.begin(peer.ip()))
+    {
+        Some(Err(wait)) => {
+            tracing::warn!(peer = ?req.peer_addr(), "dashboard login refused: too many failed logins from this address");
+            let mut refused = html(
+                StatusCode::TOO_MANY_REQUESTS,
+                &LoginPage {
+                    message: Some(
+                        "Too many failed logins from this address. Wait a minute and try again.",
+                    ),
+                },
+            );
+            refused.headers_mut().insert(
+                actix_web::http::header::RETRY_AFTER,
+                (wait.as_secs() + 1).into(),
+            );
+            return Ok(refused);
+        }
+        Some(Ok(attempt)) => Some(attempt),
+        None => None,
+    };
     let Some(opened) = ctx.operators.login(&ctx.db, &form.token).await? else {
         tracing::warn!(peer = ?req.peer_addr(), "dashboard login refused");
-        // A wrong guess costs the guesser time, not the server: the wait holds no lock.
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         return Ok(html(
             StatusCode::UNAUTHORIZED,
             &LoginPage {
@@ -224,6 +246,9 @@ async fn login(
             },
         ));
     };
+    if let Some(attempt) = attempt {
+        attempt.succeeded();
+    }
     tracing::info!(subject = %opened.session.subject, "operator logged in to the dashboard");
     let secure = req.connection_info().scheme() == "https";
     let cookie = Cookie::build(COOKIE, opened.cookie_token)
