@@ -8,6 +8,7 @@ pub mod live;
 pub mod queue;
 pub mod relay;
 pub mod stats;
+pub mod sustained;
 pub mod sweeper;
 pub mod tus;
 

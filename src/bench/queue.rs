@@ -77,16 +77,22 @@ pub struct QueueBenchArgs {
     /// then takes a key-share lock on the same user row while the others hold theirs.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub owners: u32,
+    /// Instead of the comparisons: drain this many jobs (a million, say) through a private
+    /// PostgreSQL server with its default settings while a backlog stays queued, with the
+    /// tables' own autovacuum settings and then without, and report jobs/s and the jobs
+    /// table's dead rows every 100,000 jobs (at the first `--workers` and `--slots`).
+    #[arg(long, value_name = "JOBS")]
+    pub sustained: Option<i64>,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub server: super::ServerArgs,
 }
 
 /// A job body that succeeds at once and counts READY commits.
-struct Noop {
-    ready: AtomicUsize,
-    target: usize,
-    reached: Notify,
+pub(super) struct Noop {
+    pub(super) ready: AtomicUsize,
+    pub(super) target: usize,
+    pub(super) reached: Notify,
 }
 
 impl JobBody for Noop {
@@ -141,7 +147,7 @@ fn layout_name(workers: u32, slots: u32) -> String {
 
 /// Starts `workers` slots in all, as processes of `slots` slots each (the last one may have
 /// fewer).
-async fn start_workers(
+pub(super) async fn start_workers(
     url: &str,
     workers: u32,
     slots: u32,
@@ -612,6 +618,11 @@ fn print_row(
 
 /// Runs the benchmark and prints its table.
 pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
+    if let Some(total) = args.sustained {
+        let workers = args.workers.first().copied().unwrap_or(2);
+        let slots = args.slots.first().copied().unwrap_or(1);
+        return super::sustained::run(total, workers, slots).await;
+    }
     println!(
         "vidq bench queue: {} jobs per measurement, no-op job body, real claim + fenced finalize, \
          videos of {} user(s), medians of {} rounds; processes: worker processes x slots each",

@@ -230,3 +230,33 @@ pub async fn some_videos(conn: &mut AsyncPgConnection, n: i64) -> QueryResult<Ve
         .load(conn)
         .await
 }
+
+/// Takes the queue and ledger tables' own autovacuum settings away (migration 000022's
+/// `down.sql`): the sustained benchmark's run on PostgreSQL's defaults.
+pub async fn reset_table_autovacuum(conn: &mut AsyncPgConnection) -> QueryResult<()> {
+    conn.batch_execute(include_str!(
+        "../../migrations/2026-12-05-000022_queue_autovacuum/down.sql"
+    ))
+    .await
+}
+
+/// What autovacuum has done to the jobs table so far.
+#[derive(Debug, Clone, Copy, QueryableByName)]
+pub struct JobsTableStats {
+    /// Dead rows not vacuumed yet (the statistics collector's estimate).
+    #[diesel(sql_type = BigInt)]
+    pub dead_rows: i64,
+    /// Autovacuum runs.
+    #[diesel(sql_type = BigInt)]
+    pub autovacuums: i64,
+}
+
+/// [`JobsTableStats`] of `video_encoding_jobs` now.
+pub async fn jobs_table_stats(conn: &mut AsyncPgConnection) -> QueryResult<JobsTableStats> {
+    diesel::sql_query(
+        "SELECT n_dead_tup AS dead_rows, autovacuum_count AS autovacuums
+           FROM pg_stat_user_tables WHERE relname = 'video_encoding_jobs'",
+    )
+    .get_result(conn)
+    .await
+}

@@ -139,3 +139,31 @@ async fn a_videos_ready_update_is_done_in_place_without_touching_its_indexes() {
         "every READY update was done in place"
     );
 }
+
+#[tokio::test]
+async fn the_queue_and_ledger_tables_are_vacuumed_after_one_or_two_percent_changed() {
+    let app = TestApp::spawn().await;
+    let with = |table: &str, setting: &str| {
+        format!(
+            "SELECT count(*) AS n FROM pg_class
+              WHERE relname = '{table}' AND '{setting}' = ANY (reloptions)"
+        )
+    };
+    for (table, setting) in [
+        ("video_encoding_jobs", "autovacuum_vacuum_scale_factor=0.01"),
+        ("video_encoding_jobs", "autovacuum_vacuum_cost_limit=2000"),
+        ("notification_outbox", "autovacuum_vacuum_scale_factor=0.01"),
+        ("event_deliveries", "autovacuum_vacuum_scale_factor=0.01"),
+        (
+            "job_attempt_log",
+            "autovacuum_vacuum_insert_scale_factor=0.02",
+        ),
+        ("uploads", "autovacuum_vacuum_scale_factor=0.02"),
+    ] {
+        assert_eq!(
+            app.count(&with(table, setting)).await,
+            1,
+            "{table}: {setting}"
+        );
+    }
+}
