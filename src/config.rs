@@ -950,7 +950,8 @@ impl Default for RtmpArgs {
 
 fn parse_rtmp_public_url(raw: &str) -> Result<Url, String> {
     let url = Url::parse(raw).map_err(|e| e.to_string())?;
-    if !matches!(url.scheme(), "rtmp" | "rtmps") || url.query().is_some() {
+    let bare = url.query().is_none() && matches!(url.path(), "" | "/");
+    if !matches!(url.scheme(), "rtmp" | "rtmps") || !bare {
         return Err(
             "an rtmp:// URL without a path or query, e.g. rtmp://live.example.com".to_owned(),
         );

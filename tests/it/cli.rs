@@ -115,6 +115,8 @@ async fn a_bad_setting_fails_at_start_naming_its_variable() {
         ("VIDQ_HTTP_ADDR", "not-an-address"),
         ("VIDQ_MAX_UPLOAD_BYTES", "lots"),
         ("VIDQ_S3_BUCKET", "Bad_Bucket"),
+        ("VIDQ_RTMP_ADDR", "not-an-address"),
+        ("VIDQ_RTMP_PUBLIC_URL", "rtmp://live.example.com/app"),
     ] {
         let mut env = base.to_vec();
         env.push((name, value));
