@@ -154,6 +154,30 @@ impl PrivatePostgres {
         }
     }
 
+    /// Restarts the server on the same port, as an operator's `pg_ctl restart -m fast` (a
+    /// minor upgrade, a failover) does: every session is ended, the server is down for a
+    /// moment, and comes back with nothing lost. Returns once it accepts connections again.
+    pub async fn restart(&self) -> Result<(), PrivatePgError> {
+        let log = self.data.with_file_name("pg.log");
+        // `restart` keeps the options the server was started with (its postmaster.opts);
+        // the server's own log is not among them.
+        let data_log = self.data.join("server.log");
+        self.ctl(
+            &[
+                "restart",
+                "-m",
+                "fast",
+                "-w",
+                "-t",
+                "60",
+                "-l",
+                &data_log.to_string_lossy(),
+            ],
+            &log,
+        )
+        .await
+    }
+
     /// Leaves the server running past this handle and stops it once process `pid` has
     /// exited: a detached watcher polls the pid every second, then runs `pg_ctl stop`. For a
     /// caller that has no place to stop it, such as a test binary, whose statics are never

@@ -166,19 +166,13 @@ pub(crate) fn is_transient(err: &JobError) -> bool {
     use diesel::result::{DatabaseErrorKind as Kind, Error};
     use diesel_async::pooled_connection::PoolError;
     match err {
+        JobError::Database(DbError::Query(query)) if db::connection_lost(query) => true,
         JobError::Database(DbError::Query(query)) => match query {
-            Error::DatabaseError(
-                Kind::SerializationFailure | Kind::ClosedConnection | Kind::UnableToSendCommand,
-                _,
-            )
-            | Error::BrokenTransactionManager
+            Error::DatabaseError(Kind::SerializationFailure, _)
             | Error::RollbackErrorOnCommit { .. } => true,
-            // diesel names no kind for these SQLSTATEs; PostgreSQL's message is stable:
-            // 40P01 (deadlock) and 57P01 (the server ended the session, e.g. a restart).
+            // diesel names no kind for 40P01; PostgreSQL's message is stable.
             Error::DatabaseError(Kind::Unknown, info) => {
-                let message = info.message();
-                message.starts_with("deadlock detected")
-                    || message.starts_with("terminating connection")
+                info.message().starts_with("deadlock detected")
             }
             _ => false,
         },
@@ -191,8 +185,14 @@ pub(crate) fn is_transient(err: &JobError) -> bool {
     }
 }
 
+/// Whether `err` says the database was out of reach, not that the transaction conflicted.
+fn unavailable(err: &JobError) -> bool {
+    matches!(err, JobError::Database(db) if db.is_unavailable())
+}
+
 /// Runs the fenced transaction `once` up to [`FINALIZE_TRIES`] times while it fails
-/// transiently. Each try is the whole transaction again, fence included, so a try after the
+/// transiently, and for as long as [`db::retrying::PATIENCE`] while the database is out of
+/// reach. Each try is the whole transaction again, fence included, so a try after the
 /// lease ran out matches nothing and rolls back like any late result. A try whose COMMIT got
 /// no reply may have committed: when the next try then finds the claim gone, the attempt's
 /// own row says whether it ended with `outcome`, which is then success.
@@ -211,6 +211,7 @@ where
     Fut: std::future::Future<Output = Result<(), JobError>>,
 {
     let mut backoff = FINALIZE_BACKOFF;
+    let started = std::time::Instant::now();
     let mut tries = 1;
     let mut first = Some(first);
     loop {
@@ -238,11 +239,18 @@ where
                     Err(JobError::ClaimLost)
                 };
             }
-            Err(err) if tries < FINALIZE_TRIES && is_transient(&err) => {
+            // A conflict gets a few tries; a database out of reach (a restart, a failover)
+            // is waited for, up to the patience of any statement that may run again.
+            Err(err)
+                if is_transient(&err)
+                    && (tries < FINALIZE_TRIES
+                        || (unavailable(&err)
+                            && started.elapsed() + backoff < db::retrying::PATIENCE)) =>
+            {
                 tracing::warn!(error = %crate::telemetry::error_chain(&err), tries,
                     "finalize failed on a transient database error; trying again");
                 tokio::time::sleep(backoff).await;
-                backoff *= 2;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
                 tries += 1;
             }
             result => return result,

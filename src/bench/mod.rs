@@ -3,9 +3,11 @@
 //! medians and percentiles measured side by side in one run.
 
 pub mod api;
+pub mod chaos;
 pub mod e2e;
 pub mod live;
 pub mod queue;
+pub mod s3_faults;
 pub mod relay;
 pub mod stats;
 pub mod sustained;
@@ -43,6 +45,11 @@ pub enum BenchCommand {
     /// aws-sdk-s3's own multipart upload to the same S3), and the API's peak memory over
     /// several large uploads at once.
     Tus(tus::TusBenchArgs),
+    /// The soak to run before every release: every role as a process against PostgreSQL
+    /// and an S3 behind a fault proxy, uploads from retrying clients, and for N seconds
+    /// random faults (a role SIGKILLed, S3 down, S3 answers lost, a PostgreSQL restart);
+    /// then checks that nothing confirmed was lost, announced twice or left half done.
+    Chaos(chaos::ChaosBenchArgs),
 }
 
 /// Runs a benchmark.
@@ -55,6 +62,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Tus(args) => tus::run(args).await,
         BenchCommand::Api(args) => api::run(args).await,
         BenchCommand::Live(args) => live::run(args).await,
+        BenchCommand::Chaos(args) => chaos::run(args).await,
     }
 }
 

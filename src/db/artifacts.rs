@@ -153,8 +153,10 @@ pub async fn forget_superseded(
     .await
 }
 
-/// CAS `pending -> uploaded`, only if the size S3 reports is the size registered. Zero rows
-/// means the ledger disagrees (another size, already confirmed, or the video is gone).
+/// CAS `pending -> uploaded`, only if the size S3 reports is the size registered. A row
+/// already `uploaded` with that size counts too: the same confirm again, after its answer
+/// was lost with the connection. Zero rows means the ledger disagrees (another size, or
+/// the video is gone).
 pub async fn mark_uploaded(
     conn: &mut AsyncPgConnection,
     key: &str,
@@ -164,8 +166,10 @@ pub async fn mark_uploaded(
     // Hand-written so it is prepared once per connection: one runs per object PUT, and
     // diesel never caches an UPDATE it builds.
     super::prepared::prepared(format!(
-        "UPDATE video_artifacts SET state = '{uploaded}', uploaded_at = clock_timestamp()
-          WHERE object_key = $1 AND state = '{pending}' AND size_bytes = $2",
+        "UPDATE video_artifacts
+            SET state = '{uploaded}',
+                uploaded_at = CASE WHEN state = '{pending}' THEN clock_timestamp() ELSE uploaded_at END
+          WHERE object_key = $1 AND state IN ('{pending}', '{uploaded}') AND size_bytes = $2",
         uploaded = ArtifactState::Uploaded.as_str(),
         pending = ArtifactState::Pending.as_str(),
     ))

@@ -103,6 +103,7 @@ pub mod pool;
 pub mod prepared;
 pub mod provision;
 pub mod reconcile;
+pub mod retrying;
 pub mod recordings;
 /// The tables as `diesel print-schema` generates them from `migrations/`.
 #[allow(missing_docs)]
@@ -194,6 +195,39 @@ pub enum ConnectError {
     /// The pool could not open its first connection.
     #[error("opening a pooled connection failed")]
     Pool(#[source] bb8::RunError<diesel_async::pooled_connection::PoolError>),
+}
+
+impl DbError {
+    /// Whether the database was out of reach rather than wrong: no connection could be had,
+    /// or the session died under the statement (a restart, a failover, a cut network). The
+    /// same request a moment later can succeed, so the API answers 503 and a worker tries
+    /// again; any other failure is a bug or a bad row.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Pool(_) => true,
+            Self::Query(query) => connection_lost(query),
+            _ => false,
+        }
+    }
+}
+
+/// Whether a statement failed because its session was lost, not because of what it asked.
+pub fn connection_lost(err: &diesel::result::Error) -> bool {
+    use diesel::result::{DatabaseErrorKind as Kind, Error};
+    match err {
+        Error::DatabaseError(Kind::ClosedConnection | Kind::UnableToSendCommand, _)
+        | Error::BrokenTransactionManager => true,
+        Error::RollbackErrorOnCommit { commit_error, .. } => connection_lost(commit_error),
+        // diesel names no kind for these SQLSTATEs; PostgreSQL's messages are stable: 57P01
+        // (the server ended the session: a fast shutdown or a restart), 57P02 (crash), 57P03
+        // (starting up or shutting down).
+        Error::DatabaseError(Kind::Unknown, info) => {
+            let message = info.message();
+            message.starts_with("terminating connection")
+                || message.starts_with("the database system is")
+        }
+        _ => false,
+    }
 }
 
 impl From<ConnectError> for DbError {

@@ -9,7 +9,6 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::app::AppError;
-use crate::db::DbError;
 use crate::domain::upload::UploadRequestError;
 
 /// tus's status for a checksum that does not match (not an IANA status; the tus checksum
@@ -219,6 +218,18 @@ impl ApiError {
         Self::new(status, code, message)
     }
 
+    /// 503 `unavailable`: the database is out of reach for a moment; the client retries.
+    pub fn unavailable() -> Self {
+        Self {
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the service is temporarily unavailable; retry",
+            )
+        }
+    }
+
     /// 500 `internal`, opaque; the caller logs the cause.
     pub fn internal() -> Self {
         Self::new(
@@ -376,13 +387,13 @@ impl From<AppError> for ApiError {
             },
             AppError::NameTaken(_) => Self::new(S::CONFLICT, "conflict", message),
             AppError::PlaybackToken(_) => Self::new(S::FORBIDDEN, "invalid_token", message),
-            AppError::Database(DbError::Pool(_)) | AppError::ConfirmsStopped => {
+            AppError::Database(db) if db.is_unavailable() => {
+                log_unavailable(&err);
+                Self::unavailable()
+            }
+            AppError::ConfirmsStopped => {
                 log_internal(&err);
-                Self::new(
-                    S::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "the service is temporarily unavailable; retry",
-                )
+                Self::unavailable()
             }
             AppError::Storage(_) => {
                 log_internal(&err);
@@ -398,6 +409,12 @@ impl From<AppError> for ApiError {
             }
         }
     }
+}
+
+/// A request the database's absence failed: a WARN, not an ERROR, since the pool reconnects
+/// on its own once the server answers again (a restart, a failover) and nothing is lost.
+fn log_unavailable(err: &AppError) {
+    tracing::warn!(error = %crate::telemetry::error_chain(err), "request failed: the database is unavailable");
 }
 
 fn log_internal(err: &AppError) {

@@ -156,8 +156,12 @@ async fn register(
             size_bytes: o.size,
         })
         .collect();
-    let mut conn = pool.get().await.map_err(storage_error)?;
-    match db::artifacts::register_pending(&mut conn, plan.claim_token, &rows).await {
+    let registered = db::retrying::while_unavailable("registering the outputs", || async {
+        let mut conn = pool.get().await?;
+        Ok(db::artifacts::register_pending(&mut conn, plan.claim_token, &rows).await?)
+    })
+    .await;
+    match registered {
         Ok(Some(_)) => Ok(all),
         // The claim is gone (reclaimed, cancelled, or lost with a database crash): its
         // objects must not be written, and the finalize would be fenced out anyway.
@@ -243,12 +247,13 @@ async fn confirm(storage: &Storage, pool: &DbPool, output: &Output) -> Result<()
                 "an output was missing from storage right after it was stored",
             )
         })?;
-    let mut conn = pool.get().await.map_err(storage_error)?;
-    if db::artifacts::mark_uploaded(&mut conn, &output.key, stored.size)
-        .await
-        .map_err(storage_error)?
-        == 0
-    {
+    let marked = db::retrying::while_unavailable("recording a stored output", || async {
+        let mut conn = pool.get().await?;
+        Ok(db::artifacts::mark_uploaded(&mut conn, &output.key, stored.size).await?)
+    })
+    .await
+    .map_err(storage_error)?;
+    if marked == 0 {
         tracing::warn!(key = %output.key, stored = stored.size, expected = output.size,
             "the ledger disagrees with storage (other size, or the row is gone)");
         return Err(MediaError::retryable(

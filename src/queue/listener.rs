@@ -56,6 +56,8 @@ pub async fn spawn(
 pub(super) struct Reconnect {
     what: &'static str,
     backoff: Duration,
+    /// A failure was logged and no connection has worked since.
+    down: bool,
 }
 
 impl Reconnect {
@@ -67,12 +69,17 @@ impl Reconnect {
         Self {
             what,
             backoff: Self::FIRST,
+            down: false,
         }
     }
 
-    /// The connection works: the next failure waits the shortest back-off again.
+    /// The connection works: the next failure waits the shortest back-off again. After a
+    /// failure this says so, the counterpart of the failure's WARN.
     pub(super) fn connected(&mut self) {
         self.backoff = Self::FIRST;
+        if std::mem::take(&mut self.down) {
+            tracing::info!("{} re-established; looking for what was missed", self.what);
+        }
     }
 
     /// Logs why the connection was given up and waits the back-off; `false` if `stop` came
@@ -80,6 +87,7 @@ impl Reconnect {
     pub(super) async fn after(&mut self, error: &ListenError, stop: &CancellationToken) -> bool {
         let error = crate::telemetry::error_chain(error.as_ref());
         tracing::warn!(%error, "{} failed; relying on polling until it is back", self.what);
+        self.down = true;
         let waited = tokio::select! {
             () = stop.cancelled() => false,
             () = tokio::time::sleep(self.backoff) => true,

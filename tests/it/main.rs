@@ -47,7 +47,10 @@ mod relay;
 mod relay_process;
 mod resend;
 mod runs;
-mod s3_faults;
+mod s3_faults {
+    //! The S3 fault proxy lives in the library, where `vidq bench chaos` uses it too.
+    pub use vidq::bench::s3_faults::*;
+}
 mod s3_timeouts;
 mod schema;
 mod scripted;

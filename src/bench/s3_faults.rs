@@ -1,9 +1,9 @@
-//! An HTTP proxy in front of the in-process S3 that fails the way a real S3 and its network
+//! An HTTP proxy in front of an S3 server that fails the way a real S3 and its network
 //! fail: a PUT answered 503, a PUT stored and its answer lost (the connection dropped after
 //! the object is written), a PUT that hangs before or after it is stored, and S3 down for a
 //! while (every request 503). Requests are forwarded byte for byte (SigV4 signatures stay
 //! valid: the Host header is kept), so the client under test is the real aws-sdk-s3 of a
-//! real `vidq` process.
+//! real `vidq` process. `vidq bench chaos` puts its processes behind one; so do the tests.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -43,6 +43,7 @@ struct State {
 
 /// A running fault proxy.
 pub struct S3Faults {
+    /// The loopback port it listens on.
     pub port: u16,
     state: Arc<State>,
 }
@@ -51,13 +52,18 @@ pub struct S3Faults {
 const HOP_BY_HOP: [&str; 3] = ["connection", "transfer-encoding", "keep-alive"];
 
 const UNAVAILABLE: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
-<Error><Code>ServiceUnavailable</Code><Message>injected by the test</Message></Error>";
+<Error><Code>ServiceUnavailable</Code><Message>injected by the fault proxy</Message></Error>";
 
 impl S3Faults {
     /// A proxy to the S3 server at `upstream` (`http://ip:port`); passes everything until told.
+    ///
+    /// # Panics
+    /// When no loopback port can be had.
     pub async fn start(upstream: &str) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port for the S3 fault proxy");
+        let port = listener.local_addr().expect("a bound port").port();
         let state = Arc::new(State::default());
         let client = reqwest::Client::new();
         let upstream = upstream.trim_end_matches('/').to_owned();
@@ -89,19 +95,19 @@ impl S3Faults {
         self.state
             .plan
             .lock()
-            .unwrap()
+            .expect("the plan's lock")
             .extend(faults.iter().copied());
     }
 
     /// PUTs whose path ends with `suffix` are answered 503, nothing stored, until
     /// [`S3Faults::heal`].
     pub fn fail_puts_ending(&self, suffix: &str) {
-        self.state.failing.lock().unwrap().push(suffix.to_owned());
+        self.state.failing.lock().expect("the failing list's lock").push(suffix.to_owned());
     }
 
     /// PUTs of every path pass again.
     pub fn heal(&self) {
-        self.state.failing.lock().unwrap().clear();
+        self.state.failing.lock().expect("the failing list's lock").clear();
     }
 
     /// PUTs refused by [`S3Faults::fail_puts_ending`].
@@ -130,7 +136,7 @@ fn unavailable() -> Response<Full<Bytes>> {
         .status(StatusCode::SERVICE_UNAVAILABLE)
         .header("content-type", "application/xml")
         .body(Full::new(Bytes::from_static(UNAVAILABLE.as_bytes())))
-        .unwrap()
+        .expect("a static response")
 }
 
 fn refused() -> Response<Full<Bytes>> {
@@ -139,9 +145,9 @@ fn refused() -> Response<Full<Bytes>> {
         .header("content-type", "application/xml")
         .body(Full::new(Bytes::from_static(
             b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
-<Error><Code>AccessDenied</Code><Message>injected by the test</Message></Error>",
+<Error><Code>AccessDenied</Code><Message>injected by the fault proxy</Message></Error>",
         )))
-        .unwrap()
+        .expect("a static response")
 }
 
 #[derive(Debug)]
@@ -170,7 +176,7 @@ async fn handle(
         if state
             .failing
             .lock()
-            .unwrap()
+            .expect("the plan's lock")
             .iter()
             .any(|s| path.ends_with(s.as_str()))
         {
@@ -182,7 +188,7 @@ async fn handle(
     }
     let fault = if is_put {
         state.puts_seen.fetch_add(1, Ordering::SeqCst);
-        state.plan.lock().unwrap().pop_front()
+        state.plan.lock().expect("the plan's lock").pop_front()
     } else {
         None
     };
@@ -221,5 +227,5 @@ async fn handle(
             response = response.header(name.as_str(), value.as_bytes());
         }
     }
-    Ok(response.body(Full::new(bytes)).unwrap())
+    Ok(response.body(Full::new(bytes)).expect("headers copied from a valid response"))
 }
