@@ -102,12 +102,20 @@ impl S3Faults {
     /// PUTs whose path ends with `suffix` are answered 503, nothing stored, until
     /// [`S3Faults::heal`].
     pub fn fail_puts_ending(&self, suffix: &str) {
-        self.state.failing.lock().expect("the failing list's lock").push(suffix.to_owned());
+        self.state
+            .failing
+            .lock()
+            .expect("the failing list's lock")
+            .push(suffix.to_owned());
     }
 
     /// PUTs of every path pass again.
     pub fn heal(&self) {
-        self.state.failing.lock().expect("the failing list's lock").clear();
+        self.state
+            .failing
+            .lock()
+            .expect("the failing list's lock")
+            .clear();
     }
 
     /// PUTs refused by [`S3Faults::fail_puts_ending`].
@@ -227,5 +235,7 @@ async fn handle(
             response = response.header(name.as_str(), value.as_bytes());
         }
     }
-    Ok(response.body(Full::new(bytes)).expect("headers copied from a valid response"))
+    Ok(response
+        .body(Full::new(bytes))
+        .expect("headers copied from a valid response"))
 }

@@ -103,8 +103,8 @@ pub mod pool;
 pub mod prepared;
 pub mod provision;
 pub mod reconcile;
-pub mod retrying;
 pub mod recordings;
+pub mod retrying;
 /// The tables as `diesel print-schema` generates them from `migrations/`.
 #[allow(missing_docs)]
 pub mod schema;

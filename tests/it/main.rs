@@ -4,6 +4,7 @@
 mod attempt_budget;
 mod attempt_faults;
 mod broken_node;
+mod chaos;
 mod cli;
 mod clips;
 mod confirm;

@@ -5,8 +5,8 @@
 //! confirm's 2xx, or the tus PATCH that reached the full length.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -90,7 +90,8 @@ impl Client {
     ) {
         let mut tus = first_tus;
         while !stop_new.is_cancelled() {
-            let confirmed = tally.presigned.load(Ordering::Relaxed) + tally.tus.load(Ordering::Relaxed);
+            let confirmed =
+                tally.presigned.load(Ordering::Relaxed) + tally.tus.load(Ordering::Relaxed);
             if confirmed.saturating_sub(self.ready.load(Ordering::Relaxed)) >= self.backlog {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
@@ -137,7 +138,10 @@ impl Client {
             .await?;
         let contract: serde_json::Value = expect(created, StatusCode::CREATED, "create").await?;
         let id = uuid_of(&contract["upload_id"])?;
-        let url = contract["upload_url"].as_str().unwrap_or_default().to_owned();
+        let url = contract["upload_url"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let put = self
             .retrying(tally, give_up, false, || {
                 let mut put = self.http.put(&url).body(self.clip.clone());

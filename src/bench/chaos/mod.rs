@@ -62,7 +62,11 @@ pub struct ChaosBenchArgs {
     pub database_url: Option<String>,
     /// With `--database-url`: a shell command that restarts that server (e.g.
     /// `pg_ctlcluster 15 main restart -m fast`).
-    #[arg(long = "pg-restart-command", value_name = "CMD", requires = "database_url")]
+    #[arg(
+        long = "pg-restart-command",
+        value_name = "CMD",
+        requires = "database_url"
+    )]
     pub pg_restart_command: Option<String>,
     /// Keep the working directory (logs, spool, the private cluster) here. Default: a
     /// temporary directory, kept only when a check fails.
@@ -136,6 +140,7 @@ pub async fn run(args: ChaosBenchArgs) -> anyhow::Result<()> {
 /// What a run found.
 #[derive(serde::Serialize)]
 struct Report {
+    seed: u64,
     seconds: u64,
     faults: Vec<(FaultKind, String)>,
     killed: Vec<(String, u32)>,
@@ -194,9 +199,7 @@ async fn soak(
         };
         let (tally, stop_new, give_up) = (tally.clone(), stop_new.clone(), give_up.clone());
         clients.spawn(async move {
-            client
-                .run(n % 2 == 1, &tally, &stop_new, &give_up)
-                .await;
+            client.run(n % 2 == 1, &tally, &stop_new, &give_up).await;
         });
     }
 
@@ -248,6 +251,7 @@ async fn soak(
     receiver.stop().await;
     let errors = cluster.error_lines();
     let report = Report {
+        seed,
         seconds: args.seconds,
         faults,
         killed: cluster
@@ -265,7 +269,11 @@ async fn soak(
         tus: tally.tus.load(std::sync::atomic::Ordering::Relaxed),
         statuses: tally.statuses.lock().expect("the statuses' lock").clone(),
         no_answer: tally.no_answer.load(std::sync::atomic::Ordering::Relaxed),
-        refused: tally.refused.lock().expect("the refused list's lock").clone(),
+        refused: tally
+            .refused
+            .lock()
+            .expect("the refused list's lock")
+            .clone(),
         settled_secs,
         error_lines: errors.iter().map(|(r, l)| (r.clone(), l.len())).collect(),
         first_errors: errors
@@ -370,7 +378,16 @@ async fn make_clip(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
         .args(["-hide_banner", "-loglevel", "error", "-y"])
         .args(["-f", "lavfi", "-i", "testsrc2=size=160x120:rate=15"])
         .args(["-f", "lavfi", "-i", "sine=frequency=440"])
-        .args(["-t", "2", "-c:v", "libx264", "-preset", "ultrafast", "-g", "15"])
+        .args([
+            "-t",
+            "2",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-g",
+            "15",
+        ])
         .args(["-c:a", "aac", "-movflags", "+faststart"])
         .arg(&path)
         .status()
