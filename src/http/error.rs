@@ -395,8 +395,14 @@ impl From<AppError> for ApiError {
                 log_internal(&err);
                 Self::unavailable()
             }
-            AppError::Storage(_) => {
-                log_internal(&err);
+            AppError::Storage(storage) => {
+                // An outage is expected and passes (WARN); S3 refusing vidq (credentials, a
+                // policy, a missing bucket) needs the operator (ERROR).
+                if storage.outage {
+                    tracing::warn!(error = %crate::telemetry::error_chain(&err), "request failed: object storage is unavailable");
+                } else {
+                    log_internal(&err);
+                }
                 Self::new(
                     S::SERVICE_UNAVAILABLE,
                     "storage_unavailable",

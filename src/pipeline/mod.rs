@@ -92,8 +92,8 @@ pub struct AttemptWaits {
     /// A repackage attempt whose recording still has files `pending` in the ledger (the
     /// sweeper has not landed them) waits this long at most, then gives the job back.
     pub landing: Duration,
-    /// While S3 does not answer a read, the attempt tries again (with backoff) for this long
-    /// at most: a short outage costs no attempt.
+    /// While S3 does not answer a read or a write of an output, the attempt tries again
+    /// (with backoff) for this long at most: a short outage costs no attempt.
     pub storage: Duration,
 }
 
@@ -107,8 +107,13 @@ impl Default for AttemptWaits {
     }
 }
 
+/// How long the clean-up after a READY waits out an S3 outage: it holds the worker's slot,
+/// and the sweeper's orphan pass removes whatever is still left later.
+const CLEANUP_PATIENCE: Duration = Duration::from_secs(30);
+
 /// First and longest pause between reads of an S3 that did not answer.
-const STORAGE_BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(5));
+pub(crate) const STORAGE_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(250), Duration::from_secs(5));
 
 /// What an attempt needs.
 #[derive(Clone, Debug)]
@@ -169,7 +174,16 @@ impl Pipeline {
         // A recording's joined original is one of the attempt's outputs (an upload's is in S3
         // already, under the key its client PUT it to).
         let joined = (plan.kind == JobKind::Repackage).then_some(original.as_path());
-        let keys = outputs::upload(&self.storage, &self.db, plan, &files, joined, cancel).await?;
+        let keys = outputs::upload(
+            &self.storage,
+            &self.db,
+            plan,
+            &files,
+            joined,
+            self.waits.storage,
+            cancel,
+        )
+        .await?;
         Ok(AttemptOutput { media, keys })
     }
 }
@@ -231,14 +245,32 @@ impl Pipeline {
     /// committed means a failed deletion can never undo or block the retry. It is logged, the
     /// rows stay, and the objects stay until a later READY or the video's deletion removes them
     /// (nothing sweeps them yet). A new run that fails leaves both runs' objects likewise.
+    ///
+    /// Both steps may run twice, so an S3 outage or a lost database session is waited out
+    /// for [`CLEANUP_PATIENCE`] first: a READY video should not keep `pending` rows for
+    /// objects that are gone, or objects nobody will look at, because of a blip.
     pub async fn remove_superseded(&self, video: VideoId, live_run: i32, live_attempt: i32) {
         let live = keys::attempt_prefix(video, live_run, live_attempt);
-        let removed = async {
+        let remove = || async {
             let all = self.storage.list_prefix(&keys::video_prefix(video)).await?;
             let stale: Vec<String> = all.into_iter().filter(|k| !k.starts_with(&live)).collect();
             self.storage.delete_keys(&stale).await
         };
-        match removed.await {
+        let deadline = Instant::now() + CLEANUP_PATIENCE;
+        let mut pause = STORAGE_BACKOFF.0;
+        let removed = loop {
+            match remove().await {
+                Err(error) if error.outage && Instant::now() + pause < deadline => {
+                    tracing::warn!(error = %crate::telemetry::error_chain(&error), %video,
+                        retry_in_ms = pause.as_millis() as u64,
+                        "object storage did not answer while removing superseded outputs; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(STORAGE_BACKOFF.1);
+                }
+                other => break other,
+            }
+        };
+        match removed {
             Ok(0) => {}
             Ok(objects) => tracing::info!(%video, objects, "removed superseded attempts' outputs"),
             Err(error) => {
@@ -247,12 +279,13 @@ impl Pipeline {
                 return;
             }
         }
-        let forgotten = async {
-            let mut conn = self.db.get().await.map_err(DbError::Pool)?;
-            crate::db::artifacts::forget_superseded(&mut conn, video.0, live_run, live_attempt)
-                .await
-                .map_err(DbError::Query)
-        };
+        let forgotten =
+            crate::db::retrying::while_unavailable("forgetting superseded outputs", || async {
+                let mut conn = self.db.get().await.map_err(DbError::Pool)?;
+                crate::db::artifacts::forget_superseded(&mut conn, video.0, live_run, live_attempt)
+                    .await
+                    .map_err(DbError::Query)
+            });
         if let Err(error) = forgotten.await {
             tracing::warn!(error = %crate::telemetry::error_chain(&error), %video,
                 "could not forget superseded attempts' ledger rows");

@@ -41,19 +41,24 @@ pub fn storage_error(err: impl std::error::Error + 'static) -> MediaError {
 /// confirmed.
 /// When `cancel` fires it stops, and a multipart upload under way is aborted (not dropped)
 /// before it returns, so a stopped attempt leaves no parts in the bucket.
+/// While S3 is out (no connection, no answer in time, a 5xx or 429), each output's PUT and
+/// HEAD are tried again with backoff until `patience` has passed since the first failure:
+/// an outage shorter than that costs no attempt.
 pub async fn upload(
     storage: &Storage,
     pool: &DbPool,
     plan: &AttemptPlan,
     files: &EncodedFiles,
     joined_original: Option<&std::path::Path>,
+    patience: std::time::Duration,
     cancel: &CancellationToken,
 ) -> Result<PlaybackKeys, MediaError> {
     let key = |name: &str| keys::attempt_object(plan.video, plan.run, plan.attempt, name);
     let (planned, first_playlist) = lay_out(plan, files, joined_original);
     let all = super::until_cancelled(cancel, register(pool, plan, planned)).await??;
     let (objects, playlists) = all.split_at(first_playlist);
-    put_in_order(storage, pool, objects, playlists, cancel).await?;
+    let outage = Outage::new(patience);
+    put_in_order(storage, pool, objects, playlists, &outage, cancel).await?;
     Ok(PlaybackKeys {
         hls: key(outputs::PLAYLIST),
         mp4: key(outputs::MP4),
@@ -181,13 +186,14 @@ async fn put_in_order(
     pool: &DbPool,
     objects: &[Output],
     playlists: &[Output],
+    outage: &Outage,
     cancel: &CancellationToken,
 ) -> Result<(), MediaError> {
     let stop = cancel.child_token();
     // Boxed so the stream's item type names no closure lifetime (keeps the future Send).
     let uploads: Vec<futures_util::future::BoxFuture<'_, Result<(), MediaError>>> = objects
         .iter()
-        .map(|o| Box::pin(put_and_confirm(storage, pool, o, &stop)) as _)
+        .map(|o| Box::pin(put_and_confirm(storage, pool, o, outage, &stop)) as _)
         .collect();
     let mut uploads = futures_util::stream::iter(uploads).buffer_unordered(UPLOAD_CONCURRENCY);
     let mut first_error = None;
@@ -201,7 +207,7 @@ async fn put_in_order(
         return Err(error);
     }
     for playlist in playlists {
-        put_and_confirm(storage, pool, playlist, cancel).await?;
+        put_and_confirm(storage, pool, playlist, outage, cancel).await?;
     }
     Ok(())
 }
@@ -212,41 +218,55 @@ async fn put_and_confirm(
     storage: &Storage,
     pool: &DbPool,
     output: &Output,
+    outage: &Outage,
     cancel: &CancellationToken,
 ) -> Result<(), MediaError> {
     let stopped =
         || MediaError::retryable("cancelled", "the attempt was stopped during a transfer");
-    if cancel.is_cancelled() {
-        return Err(stopped());
+    loop {
+        if cancel.is_cancelled() {
+            return Err(stopped());
+        }
+        let put = storage
+            .put_file_until(
+                &output.key,
+                &output.path,
+                output.axis.content_type(),
+                cancel,
+            )
+            .await;
+        if cancel.is_cancelled() {
+            return Err(stopped());
+        }
+        match put {
+            Ok(_) => break,
+            Err(error) => outage.wait_out(error, &output.key, cancel).await?,
+        }
     }
-    let put = storage
-        .put_file_until(
-            &output.key,
-            &output.path,
-            output.axis.content_type(),
-            cancel,
-        )
-        .await;
-    if cancel.is_cancelled() {
-        return Err(stopped());
-    }
-    put.map_err(storage_error)?;
-    super::until_cancelled(cancel, confirm(storage, pool, output)).await?
+    super::until_cancelled(cancel, confirm(storage, pool, output, outage, cancel)).await?
 }
 
 /// Records in the ledger what S3 holds under the output's key.
-async fn confirm(storage: &Storage, pool: &DbPool, output: &Output) -> Result<(), MediaError> {
-    let stored = storage
-        .head(&output.key)
-        .await
-        .map_err(storage_error)?
-        .ok_or_else(|| {
-            tracing::warn!(key = %output.key, "object missing right after its PUT");
-            MediaError::retryable(
-                "storage_error",
-                "an output was missing from storage right after it was stored",
-            )
-        })?;
+async fn confirm(
+    storage: &Storage,
+    pool: &DbPool,
+    output: &Output,
+    outage: &Outage,
+    cancel: &CancellationToken,
+) -> Result<(), MediaError> {
+    let head = loop {
+        match storage.head(&output.key).await {
+            Ok(head) => break head,
+            Err(error) => outage.wait_out(error, &output.key, cancel).await?,
+        }
+    };
+    let stored = head.ok_or_else(|| {
+        tracing::warn!(key = %output.key, "object missing right after its PUT");
+        MediaError::retryable(
+            "storage_error",
+            "an output was missing from storage right after it was stored",
+        )
+    })?;
     let marked = db::retrying::while_unavailable("recording a stored output", || async {
         let mut conn = pool.get().await?;
         Ok(db::artifacts::mark_uploaded(&mut conn, &output.key, stored.size).await?)
@@ -262,4 +282,57 @@ async fn confirm(storage: &Storage, pool: &DbPool, output: &Output) -> Result<()
         ));
     }
     Ok(())
+}
+
+/// How long the outputs of one attempt wait for an S3 that does not answer: the patience is
+/// counted from the first failure and shared by every transfer of the attempt, so an outage
+/// costs at most that long however many objects are waiting.
+struct Outage {
+    patience: std::time::Duration,
+    since: std::sync::Mutex<Option<std::time::Instant>>,
+    pause: std::sync::Mutex<std::time::Duration>,
+}
+
+impl Outage {
+    fn new(patience: std::time::Duration) -> Self {
+        Self {
+            patience,
+            since: std::sync::Mutex::new(None),
+            pause: std::sync::Mutex::new(super::STORAGE_BACKOFF.0),
+        }
+    }
+
+    /// Waits before the next try when `error` is an outage and patience is left; else (or
+    /// when the attempt is stopped meanwhile) the attempt's error.
+    async fn wait_out(
+        &self,
+        error: crate::adapters::storage::StorageError,
+        key: &str,
+        cancel: &CancellationToken,
+    ) -> Result<(), MediaError> {
+        // Only an outage is waited out; S3 refusing this request (a 4xx: credentials,
+        // policy) will refuse the next one too.
+        if !error.outage {
+            return Err(storage_error(error));
+        }
+        let now = std::time::Instant::now();
+        let since = *self
+            .since
+            .lock()
+            .expect("the outage's lock")
+            .get_or_insert(now);
+        let pause = {
+            let mut pause = self.pause.lock().expect("the outage's lock");
+            let this = *pause;
+            *pause = (this * 2).min(super::STORAGE_BACKOFF.1);
+            this
+        };
+        if now + pause > since + self.patience {
+            return Err(storage_error(error));
+        }
+        tracing::warn!(error = %crate::telemetry::error_chain(&error), %key,
+            retry_in_ms = pause.as_millis() as u64,
+            "object storage did not take an output; trying again");
+        super::until_cancelled(cancel, tokio::time::sleep(pause)).await
+    }
 }

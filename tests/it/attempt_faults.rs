@@ -124,6 +124,7 @@ impl JobBody for FakeEncode {
                 plan,
                 &files,
                 None,
+                std::time::Duration::from_secs(120),
                 cancel,
             )
             .await?;

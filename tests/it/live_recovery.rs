@@ -197,7 +197,12 @@ pub async fn repackager(app: &TestApp, s3: &S3Faults, work: &std::path::Path) ->
         db: app.pool.clone(),
         media: MediaConfig::default(),
         work_root: work.to_owned(),
-        waits: Default::default(),
+        // S3 refusing the worker's PUTs (scenario 1) fails the attempt after 2 s rather
+        // than after the default two minutes of an outage waited out.
+        waits: vidq::pipeline::AttemptWaits {
+            storage: std::time::Duration::from_secs(2),
+            ..Default::default()
+        },
     });
     Worker::start(&app.db.url, body, fast_settings("repackager")).await
 }
