@@ -363,6 +363,28 @@ pub struct UploadConfig {
         value_parser = clap::value_parser!(u64).range(60..=604_800)
     )]
     pub playback_url_ttl_secs: u64,
+
+    /// Most unfinished uploads one key may hold (receiving, or not yet confirmed); past it,
+    /// creating another answers 429 `too_many_open_uploads`.
+    #[arg(
+        long = "max-open-uploads-per-user",
+        env = "VIDQ_MAX_OPEN_UPLOADS_PER_USER",
+        value_name = "N",
+        default_value_t = 1000,
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000)
+    )]
+    pub max_open_uploads_per_user: u32,
+
+    /// Most live recordings one key may have open (waiting, live or ending); past it,
+    /// creating another answers 429 `too_many_open_recordings`.
+    #[arg(
+        long = "max-open-recordings-per-user",
+        env = "VIDQ_MAX_OPEN_RECORDINGS_PER_USER",
+        value_name = "N",
+        default_value_t = 20,
+        value_parser = clap::value_parser!(u32).range(1..=100_000)
+    )]
+    pub max_open_recordings_per_user: u32,
 }
 
 impl UploadConfig {

@@ -154,6 +154,12 @@ impl PrivatePostgres {
         }
     }
 
+    /// Where the cluster lives (`<dir>` as asked, or under `/var/tmp` when the server's user
+    /// could not reach that).
+    pub fn data_dir(&self) -> &Path {
+        &self.data
+    }
+
     /// Restarts the server on the same port, as an operator's `pg_ctl restart -m fast` (a
     /// minor upgrade, a failover) does: every session is ended, the server is down for a
     /// moment, and comes back with nothing lost. Returns once it accepts connections again.

@@ -291,12 +291,37 @@ impl SpoolRoot {
     /// Takes the spool file for one request (see [`HeldSpoolFile`]), waiting a moment for
     /// a writer that is finishing. A missing file is [`AppendError::Lost`].
     pub async fn hold(&self, relative: &str) -> Result<HeldSpoolFile, AppendError> {
+        self.hold_or_start(relative, false).await
+    }
+
+    /// [`SpoolRoot::hold`]; with `start` (nothing is counted yet), a missing file is the
+    /// upload's first byte arriving: the file is made then (its directory fsynced, so the
+    /// name survives a crash), not when the upload was created, so uploads created and
+    /// never sent cost the disk nothing.
+    pub async fn hold_or_start(
+        &self,
+        relative: &str,
+        start: bool,
+    ) -> Result<HeldSpoolFile, AppendError> {
         let path = self.join(relative)?;
         let deadline = tokio::time::Instant::now() + HOLD_WAIT;
         loop {
             let path = path.clone();
             let tried = tokio::task::spawn_blocking(move || {
-                let file = std::fs::OpenOptions::new().write(true).open(&path)?;
+                let file = match std::fs::OpenOptions::new().write(true).open(&path) {
+                    Err(e) if start && e.kind() == std::io::ErrorKind::NotFound => {
+                        let dir = path.parent().expect("a spool path has a directory");
+                        std::fs::create_dir_all(dir)?;
+                        let file = std::fs::OpenOptions::new()
+                            .write(true)
+                            .create(true)
+                            .truncate(false)
+                            .open(&path)?;
+                        std::fs::File::open(dir)?.sync_all()?;
+                        file
+                    }
+                    opened => opened?,
+                };
                 match file.try_lock() {
                     Ok(()) => Ok(Some(file)),
                     Err(std::fs::TryLockError::WouldBlock) => Ok(None),

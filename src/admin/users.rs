@@ -68,6 +68,8 @@ pub async fn user(command: UserCommand) -> anyhow::Result<()> {
                 playback_url_ttl_secs: 60,
                 confirm_batch_max: 64,
                 confirm_committers: 2,
+                max_open_uploads_per_user: 1000,
+                max_open_recordings_per_user: 20,
             };
             let ctx =
                 crate::roles::api::context(&args.database, &args.storage, &upload, None).await?;

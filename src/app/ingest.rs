@@ -151,6 +151,8 @@ pub struct Receive {
     pub length: Option<u64>,
     /// The client's digest of this request's bytes (tus `Upload-Checksum`).
     pub checksum: Option<Checksum>,
+    /// The single PUT's `Content-Type`, when it sent one: it must be the contract's.
+    pub content_type: Option<String>,
 }
 
 /// What a request's bytes did.
@@ -168,9 +170,10 @@ fn ingest(ctx: &AppContext) -> Result<&Ingest, AppError> {
     ctx.ingest.as_ref().ok_or(AppError::IngestDisabled)
 }
 
-/// Checks the request like a presigned one, creates the empty spool file, then records the
-/// `receiving` contract under this node (file first: a row never names a file a crash
-/// could leave missing).
+/// Checks the request like a presigned one and the caller's open uploads against their cap,
+/// then records the `receiving` contract under this node. Its spool file is made when its
+/// first byte arrives ([`SpoolRoot::hold_or_start`]): until then a row that counts 0 bytes
+/// needs no file.
 #[tracing::instrument(skip_all, fields(owner = %owner))]
 pub async fn create(
     ctx: &AppContext,
@@ -179,6 +182,7 @@ pub async fn create(
     content_type: &str,
     size_bytes: i64,
     checksum: Option<Checksum>,
+    tus_metadata: Option<&str>,
 ) -> Result<ReceivingUpload, AppError> {
     let ingest = ingest(ctx)?;
     let request = NewUpload::parse(
@@ -187,6 +191,7 @@ pub async fn create(
         size_bytes,
         ctx.upload.max_upload_bytes,
     )?;
+    super::open_work::admit_upload(ctx, owner).await?;
     let id = UploadId::new();
     let key = keys::original(id);
     let size = i64::try_from(request.size_bytes).expect("size was checked against the limit");
@@ -202,16 +207,12 @@ pub async fn create(
         declared_size: size,
         expires_at,
         checksum: checksum.as_deref(),
+        tus_metadata,
     };
     match ingest.store {
         UploadStore::S3 => super::ingest_s3::create(ctx, &contract, ingest.part_bytes).await?,
         UploadStore::Spool => {
             let spool_path = format!("{}/{id}", crate::adapters::spool::UPLOADS_DIR);
-            ingest
-                .spool
-                .create(&spool_path)
-                .await
-                .map_err(spool_error)?;
             let mut conn = ctx.db.get().await?;
             db::ingest::insert_receiving(
                 &mut conn,
@@ -353,7 +354,11 @@ where
     let spool_path = row.spool_path.as_deref().unwrap_or_default();
     // Held until the ledger counts what this request kept: no other request, of this
     // process or another sharing the spool, can cut or extend the file in between.
-    let file = ingest.spool.hold(spool_path).await.map_err(spool_error);
+    let file = ingest
+        .spool
+        .hold_or_start(spool_path, row.received_bytes == 0)
+        .await
+        .map_err(spool_error);
     let file = match file {
         Ok(file) => file,
         Err(AppError::SpoolLost) => {
@@ -500,6 +505,20 @@ fn admit(status: &UploadStatus, receive: &Receive) -> Result<Admission, AppError
             })),
             _ => Err(AppError::UploadComplete),
         };
+    }
+    // The contract names the bytes' media type; a PUT that says otherwise (text/html
+    // against video/mp4) is refused before a byte is kept. `application/octet-stream`
+    // says only "bytes", as no type at all does.
+    if let Some(sent) = &receive.content_type {
+        let essence = sent.split(';').next().unwrap_or_default().trim();
+        if !essence.eq_ignore_ascii_case(&row.content_type)
+            && !essence.eq_ignore_ascii_case("application/octet-stream")
+        {
+            return Err(AppError::ContentTypeMismatch {
+                sent: essence.to_owned(),
+                contract: row.content_type.clone(),
+            });
+        }
     }
     // A contract checked as one whole file takes the single PUT only, and a PUT never
     // starts over bytes that arrived through tus.

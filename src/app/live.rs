@@ -44,6 +44,13 @@ pub struct RecordingStatus {
 #[tracing::instrument(skip_all, fields(owner = %owner))]
 pub async fn create(ctx: &AppContext, owner: UserId) -> Result<CreatedRecording, AppError> {
     let ingest = ctx.ingest.as_ref().ok_or(AppError::IngestDisabled)?;
+    super::open_work::admit(
+        &ctx.db,
+        owner,
+        super::open_work::OpenWork::Recordings,
+        ctx.upload.max_open_recordings_per_user,
+    )
+    .await?;
     let key = ApiKey::generate();
     let id = uuid::Uuid::now_v7();
     let mut conn = ctx.db.get().await?;

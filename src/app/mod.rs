@@ -11,6 +11,7 @@ pub mod jobs;
 pub mod live;
 pub mod live_videos;
 pub mod login_throttle;
+pub mod open_work;
 pub mod operators;
 pub mod playback;
 pub mod ready_batch;
@@ -180,6 +181,28 @@ pub enum AppError {
     /// The request body stopped early.
     #[error("the request body ended early; resume from the offset HEAD reports")]
     BodyInterrupted(ingest::BodyError),
+    /// A single PUT whose `Content-Type` is not the contract's.
+    #[error(
+        "Content-Type {sent} does not match this upload's contract ({contract}); send {contract}, or no Content-Type"
+    )]
+    ContentTypeMismatch {
+        /// What the request said.
+        sent: String,
+        /// What the contract says.
+        contract: String,
+    },
+    /// The caller has as many unfinished uploads or open recordings as its cap allows.
+    #[error(
+        "this key has {cap} {noun}, the most allowed ({setting}); finish them, or let them expire, before starting more",
+        noun = kind.noun(),
+        setting = kind.setting()
+    )]
+    TooManyOpen {
+        /// Uploads or recordings.
+        kind: open_work::OpenWork,
+        /// The cap.
+        cap: u32,
+    },
     /// The spool file of an upload in progress is gone.
     #[error("the bytes received so far were lost; create a new upload")]
     SpoolLost,

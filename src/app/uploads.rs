@@ -54,6 +54,7 @@ pub async fn create_upload(
         size_bytes,
         ctx.upload.max_upload_bytes,
     )?;
+    super::open_work::admit_upload(ctx, owner).await?;
     let id = UploadId::new();
     let key = keys::original(id);
     let ttl = Duration::from_secs(ctx.upload.upload_url_ttl_secs);
@@ -77,6 +78,7 @@ pub async fn create_upload(
             declared_size: size,
             expires_at,
             checksum: None,
+            tus_metadata: None,
         },
     )
     .await?;

@@ -200,6 +200,8 @@ async fn run_nodes(
         playback_url_ttl_secs: 600,
         confirm_batch_max: 64,
         confirm_committers: 2,
+        max_open_uploads_per_user: 1000,
+        max_open_recordings_per_user: 20,
     };
     let ctx = AppContext {
         confirms: app::confirm_batch::ConfirmBatcher::start(db.clone(), upload.batches()),

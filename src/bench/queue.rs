@@ -417,6 +417,7 @@ async fn enqueue(conn: &mut diesel_async::AsyncPgConnection, owner: UserId) -> a
             declared_size: 1,
             expires_at: chrono::Utc::now(),
             checksum: None,
+            tus_metadata: None,
         },
     )
     .await?;

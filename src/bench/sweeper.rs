@@ -189,6 +189,7 @@ pub async fn insert_pending_at(
                 declared_size: size,
                 expires_at: chrono::Utc::now() + chrono::Duration::days(1),
                 checksum: None,
+                tus_metadata: None,
             },
             spool_path,
             node_id: node,

@@ -260,3 +260,71 @@ pub async fn jobs_table_stats(conn: &mut AsyncPgConnection) -> QueryResult<JobsT
     .get_result(conn)
     .await
 }
+
+/// What the soak (`vidq bench chaos`) checks once the faults stop, counted in one read.
+#[derive(Debug, QueryableByName)]
+pub struct SoakCounts {
+    /// Of the uploads the API confirmed to a client, those whose video is READY.
+    #[diesel(sql_type = BigInt)]
+    pub confirmed_ready: i64,
+    /// Videos.
+    #[diesel(sql_type = BigInt)]
+    pub videos: i64,
+    /// Videos with exactly one `video.ready`.
+    #[diesel(sql_type = BigInt)]
+    pub ready_once: i64,
+    /// Videos with more than one.
+    #[diesel(sql_type = BigInt)]
+    pub ready_twice: i64,
+    /// Jobs not COMPLETED.
+    #[diesel(sql_type = BigInt)]
+    pub jobs_open: i64,
+    /// Jobs PROCESSING.
+    #[diesel(sql_type = BigInt)]
+    pub jobs_processing: i64,
+    /// Ledger rows `pending` (uploads, recording files, artifacts).
+    #[diesel(sql_type = BigInt)]
+    pub ledger_pending: i64,
+    /// Deliveries not delivered.
+    #[diesel(sql_type = BigInt)]
+    pub deliveries_open: i64,
+}
+
+/// Counts [`SoakCounts`]; `confirmed` are the upload ids the API confirmed to clients.
+pub async fn soak_counts(
+    conn: &mut AsyncPgConnection,
+    confirmed: &[Uuid],
+) -> QueryResult<SoakCounts> {
+    diesel::sql_query(
+        "SELECT (SELECT count(*) FROM uploads u JOIN videos v ON v.upload_id = u.id
+                  WHERE u.id = ANY($1) AND v.status = 'ready') AS confirmed_ready,
+                (SELECT count(*) FROM videos) AS videos,
+                (SELECT count(*) FROM videos v WHERE (SELECT count(*) FROM notification_outbox o
+                  WHERE o.video_id = v.id AND o.event_type = 'video.ready') = 1) AS ready_once,
+                (SELECT count(*) FROM videos v WHERE (SELECT count(*) FROM notification_outbox o
+                  WHERE o.video_id = v.id AND o.event_type = 'video.ready') > 1) AS ready_twice,
+                (SELECT count(*) FROM video_encoding_jobs WHERE status <> 'COMPLETED') AS jobs_open,
+                (SELECT count(*) FROM video_encoding_jobs WHERE status = 'PROCESSING') AS jobs_processing,
+                (SELECT count(*) FROM uploads WHERE state = 'pending')
+                  + (SELECT count(*) FROM recording_files WHERE state = 'pending')
+                  + (SELECT count(*) FROM video_artifacts WHERE state = 'pending') AS ledger_pending,
+                (SELECT count(*) FROM event_deliveries WHERE status <> 'delivered') AS deliveries_open",
+    )
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(confirmed)
+    .get_result(conn)
+    .await
+}
+
+/// Every event id in the outbox, as text.
+pub async fn outbox_event_ids(conn: &mut AsyncPgConnection) -> QueryResult<Vec<String>> {
+    #[derive(QueryableByName)]
+    struct EventId {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        id: String,
+    }
+    let ids: Vec<EventId> =
+        diesel::sql_query("SELECT event_id::text AS id FROM notification_outbox")
+            .load(conn)
+            .await?;
+    Ok(ids.into_iter().map(|e| e.id).collect())
+}

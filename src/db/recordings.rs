@@ -44,6 +44,22 @@ pub struct RecordingRow {
     pub updated_at: DateTime<Utc>,
 }
 
+/// How many recordings of `owner` are still open (`waiting`, `live`, `ending`), counted up
+/// to `limit` at most (the partial index `recordings_open_owner_idx` holds only those rows).
+pub async fn open_of_owner(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    limit: u32,
+) -> QueryResult<i64> {
+    let open = [
+        RecordingState::Waiting,
+        RecordingState::Live,
+        RecordingState::Ending,
+    ]
+    .map(RecordingState::as_str);
+    super::count_open_of_owner(conn, "recordings", &open, owner, limit).await
+}
+
 /// Records a new recording, `waiting`, spooled on `node`.
 pub async fn insert(
     conn: &mut AsyncPgConnection,

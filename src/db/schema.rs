@@ -188,6 +188,7 @@ diesel::table! {
         last_error -> Nullable<Text>,
         claimed_until -> Nullable<Timestamptz>,
         store -> Nullable<Text>,
+        tus_metadata -> Nullable<Text>,
     }
 }
 

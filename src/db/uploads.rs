@@ -46,6 +46,8 @@ pub struct UploadRow {
     pub checksum: Option<String>,
     /// Where its bytes are kept while they arrive (`None`: a presigned upload).
     pub store: Option<String>,
+    /// A tus upload's `Upload-Metadata` as its client sent it.
+    pub tus_metadata: Option<String>,
 }
 
 /// Values for a new contract.
@@ -68,6 +70,24 @@ pub struct NewUploadRow<'a> {
     pub expires_at: DateTime<Utc>,
     /// The client's whole-file checksum (`sha256:<hex>`), for an upload through vidq.
     pub checksum: Option<&'a str>,
+    /// A tus upload's `Upload-Metadata` as its client sent it.
+    pub tus_metadata: Option<&'a str>,
+}
+
+/// How many uploads of `owner` are still open (`receiving`, `pending`, `uploaded`), counted
+/// up to `limit` at most (the partial index `uploads_open_owner_idx` holds only those rows).
+pub async fn open_of_owner(
+    conn: &mut AsyncPgConnection,
+    owner: Uuid,
+    limit: u32,
+) -> QueryResult<i64> {
+    let open = [
+        UploadState::Receiving,
+        UploadState::Pending,
+        UploadState::Uploaded,
+    ]
+    .map(UploadState::as_str);
+    super::count_open_of_owner(conn, "uploads", &open, owner, limit).await
 }
 
 /// Records a new pending contract.

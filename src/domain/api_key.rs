@@ -35,6 +35,16 @@ pub fn hash_presented_key(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }
 
+/// Whether `text` has the shape of a key vidq made (an API key or a stream key), with or
+/// without a file extension after it (`vidq_<64 hex>.m3u8`): for hiding keys in logs.
+pub fn looks_like_key(text: &str) -> bool {
+    let Some(rest) = text.strip_prefix(PREFIX) else {
+        return false;
+    };
+    let hex = rest.split('.').next().unwrap_or_default();
+    hex.len() >= 32 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,38 @@ use actix_web::http::StatusCode;
 use actix_web::middleware::Next;
 use tracing::Level;
 
+/// The path as an access log line may show it: every segment that is a credential is
+/// replaced by `…`. Stream keys and API keys (`vidq_` and 64 hex digits) are credentials
+/// wherever they appear, which covers an encoder pointed at the wrong port with its key in
+/// the path; so is whatever follows the live ingest prefix. Query strings (playback tokens,
+/// presigned signatures) are never logged at all.
+pub fn redact(path: &str) -> String {
+    const INGEST: &str = "/v1/live/ingest/";
+    let (head, keyed) = match path.strip_prefix(INGEST) {
+        // The first segment after the prefix is the stream key, whatever it looks like.
+        Some(rest) => match rest.split_once('/') {
+            Some((_, name)) => return format!("{INGEST}…/{}", redact_keys(name)),
+            None => return format!("{INGEST}…"),
+        },
+        None => ("", path),
+    };
+    format!("{head}{}", redact_keys(keyed))
+}
+
+/// `path` with each segment that looks like a vidq key replaced by `…`.
+fn redact_keys(path: &str) -> String {
+    path.split('/')
+        .map(|segment| {
+            if crate::domain::api_key::looks_like_key(segment) {
+                "…"
+            } else {
+                segment
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 /// Paths probed by machines, not called by clients.
 const PROBES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
@@ -52,7 +84,7 @@ pub async fn log(
 ) -> Result<ServiceResponse<impl MessageBody + 'static>, actix_web::Error> {
     let started = Instant::now();
     let method = req.method().clone();
-    let path = req.path().to_owned();
+    let path = redact(req.path());
     let route = req
         .match_pattern()
         .unwrap_or_else(|| "unmatched".to_owned());
@@ -69,6 +101,7 @@ pub async fn log(
     crate::metrics::HTTP_SECONDS
         .with_label_values(&[route.as_str(), method_label])
         .observe(took.as_secs_f64());
+    super::route_log::record(method.as_str(), &route, status.as_u16());
     let ms = took.as_millis();
     macro_rules! line {
         ($level:expr) => {
@@ -87,6 +120,21 @@ pub async fn log(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_never_reach_a_log_line() {
+        let key = format!("vidq_{}", "ab".repeat(32));
+        assert_eq!(
+            redact(&format!("/v1/live/ingest/{key}/index.m3u8")),
+            "/v1/live/ingest/…/index.m3u8"
+        );
+        assert_eq!(redact("/v1/live/ingest/anything"), "/v1/live/ingest/…");
+        assert_eq!(redact(&format!("/live/{key}")), "/live/…");
+        assert_eq!(redact(&format!("/x/{key}.m3u8")), "/x/…");
+        let video = "/v1/videos/01a24604-ccc9-72b2-929e-718ad50681a6";
+        assert_eq!(redact(video), video);
+        assert_eq!(redact("/v1/vidq_tools"), "/v1/vidq_tools");
+    }
 
     #[test]
     fn made_up_methods_share_one_metrics_label() {

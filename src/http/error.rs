@@ -68,6 +68,8 @@ pub const CODES: &[&str] = &[
     "endpoint_disabled",
     "event_type_not_subscribed",
     "too_many_resends",
+    "too_many_open_uploads",
+    "too_many_open_recordings",
     "conflict",
     "invalid_token",
     "unavailable",
@@ -179,6 +181,11 @@ impl ApiError {
     /// 413 `too_large`.
     pub fn too_large(message: impl Into<String>) -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+    }
+
+    /// 400 `body_interrupted`, with what to do on this route.
+    pub fn body_interrupted(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "body_interrupted", message)
     }
 
     /// 415 `unsupported_media_type`.
@@ -359,6 +366,17 @@ impl From<AppError> for ApiError {
             AppError::BodyInterrupted(crate::app::ingest::BodyError::Broken) => {
                 Self::new(S::BAD_REQUEST, "body_interrupted", message)
             }
+            AppError::ContentTypeMismatch { .. } => {
+                Self::new(S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", message)
+            }
+            AppError::TooManyOpen { kind, .. } => Self::new(
+                S::TOO_MANY_REQUESTS,
+                match kind {
+                    crate::app::open_work::OpenWork::Uploads => "too_many_open_uploads",
+                    crate::app::open_work::OpenWork::Recordings => "too_many_open_recordings",
+                },
+                message,
+            ),
             AppError::SpoolFull => Self {
                 retry_after: Some(30),
                 ..Self::new(S::INSUFFICIENT_STORAGE, "insufficient_storage", message)

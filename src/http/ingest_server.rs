@@ -148,6 +148,12 @@ async fn handle(
                 Ok(Ingested::File(_)) => Ok(201),
                 Ok(Ingested::AlreadyLanded) => Ok(200),
                 Ok(Ingested::Playlist { .. }) => Ok(204),
+                // A segment has no offset to resume from: it is sent again whole.
+                Err(crate::app::AppError::BodyInterrupted(
+                    crate::app::ingest::BodyError::Broken,
+                )) => Err(ApiError::body_interrupted(
+                    "the request body ended early; nothing of this file was kept: PUT it again",
+                )),
                 Err(error) => Err(error.into()),
             }
         }
@@ -183,14 +189,9 @@ fn route(path: &str) -> Option<(&str, &str)> {
     (!key.is_empty()).then_some((key, name))
 }
 
-/// The path with its stream key hidden (it is a secret; logs are not).
+/// The path with its stream key hidden (it is a secret; logs are not): the access log's.
 fn redact(path: &str) -> String {
-    match (route(path), path.starts_with(PREFIX)) {
-        (Some((_, name)), _) => format!("{PREFIX}…/{name}"),
-        // A key without a file name after it is still a key.
-        (None, true) => format!("{PREFIX}…"),
-        (None, false) => path.to_owned(),
-    }
+    super::access_log::redact(path)
 }
 
 /// The body as the use-case reads it; a body that sends fewer than [`MIN_PROGRESS_BYTES`]

@@ -15,6 +15,7 @@ pub mod ingest_server;
 pub mod json;
 pub mod limits;
 pub mod openapi;
+pub mod route_log;
 pub mod routes;
 
 use actix_web::body::MessageBody;

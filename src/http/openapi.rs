@@ -54,6 +54,7 @@ pub const PLAYBACK_TOKEN: &str = "playback_token";
         routes::tus::head,
         routes::tus::patch,
         routes::tus::terminate,
+        routes::tus::overridden,
         routes::live::create,
         routes::live::get,
         routes::live::end,
@@ -72,7 +73,7 @@ pub const PLAYBACK_TOKEN: &str = "playback_token";
         routes::webhooks::resend,
         routes::webhooks::deliveries,
     ),
-    components(schemas(super::error::Body), responses(
+    components(schemas(super::error::Body, routes::tus::OverriddenMethod), responses(
         BadRequest,
         Unauthorized,
         Forbidden,
@@ -219,8 +220,9 @@ error_responses! {
     Locked => "`upload_busy`: another request is writing this upload; retry after \
         `Retry-After`.",
     /// 429.
-    TooManyRequests => "`too_many_connections` or `too_many_resends`; retry after \
-        `Retry-After` where given.",
+    TooManyRequests => "`too_many_connections` or `too_many_resends` (retry after \
+        `Retry-After`); `too_many_open_uploads` or `too_many_open_recordings` (the key holds \
+        as many unfinished uploads or open recordings as its cap allows: finish some first).",
     /// 460.
     ChecksumMismatch => "`checksum_mismatch`: the bytes do not match `Upload-Checksum` (tus) \
         or the contract's `checksum` (the single PUT); nothing was kept.",

@@ -24,6 +24,9 @@ const { values: a } = parseArgs({
     filetype: { type: 'string', default: 'video/mp4' },
     retries: { type: 'string', default: '10' },
     'retry-delay': { type: 'string', default: '0.2' }, // seconds
+    // Every PATCH as a POST with X-HTTP-Method-Override (for proxies that pass only GET
+    // and POST).
+    'override-patch': { type: 'boolean', default: false },
   },
 })
 for (const k of ['endpoint', 'token', 'file']) {
@@ -38,6 +41,7 @@ const upload = new Upload(createReadStream(a.file), {
   endpoint: a.endpoint,
   headers: { Authorization: `Bearer ${a.token}` },
   chunkSize: Number(a['chunk-size']),
+  overridePatchMethod: a['override-patch'],
   metadata: { filename: basename(a.file), filetype: a.filetype },
   // retryDelays' length is the number of retries; the counter resets whenever a
   // retry made progress, so it bounds consecutive failures without progress.

@@ -28,6 +28,26 @@ pub const SPOOL_NODE: &str = "test-node";
 const S3_ACCESS_KEY: &str = "test-access";
 const S3_SECRET_KEY: &str = "test-secret";
 
+/// Where this run of the suite records every (method, route, status) the API answers, in
+/// its own process and in the `vidq` processes it starts; `tests/routes_documented.rs`
+/// (run after this binary) holds `/openapi.json` to them. Earlier runs' records go.
+pub fn routes_seen_dir() -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let all = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("routes-seen");
+        if let Ok(entries) = std::fs::read_dir(&all) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        let dir = all.join(format!("run-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        vidq::http::route_log::record_to(dir.clone());
+        dir
+    })
+    .clone()
+}
+
 /// A loopback port free a moment ago (for child processes that need a fixed one).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -327,6 +347,9 @@ pub struct TestAppOptions {
     /// Where the spool's directory is made (a filesystem of the test's own); the system's
     /// temporary directory when unset.
     pub spool_in: Option<std::path::PathBuf>,
+    /// `VIDQ_MAX_OPEN_UPLOADS_PER_USER` and `VIDQ_MAX_OPEN_RECORDINGS_PER_USER`: the
+    /// defaults, 1,000 and 20.
+    pub open_caps: (u32, u32),
 }
 
 impl Default for TestAppOptions {
@@ -340,6 +363,7 @@ impl Default for TestAppOptions {
             confirm_batches: (64, 2),
             tus: ("spool", 8 * 1024 * 1024),
             spool_in: None,
+            open_caps: (1000, 20),
         }
     }
 }
@@ -367,6 +391,7 @@ impl TestApp {
 
     pub async fn spawn_with(options: TestAppOptions) -> Self {
         init_test_logging();
+        routes_seen_dir();
         let db = TestDb::new().await;
         let s3_dir = tempfile::tempdir().unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -389,6 +414,8 @@ impl TestApp {
             playback_url_ttl_secs: 600,
             confirm_batch_max: options.confirm_batches.0,
             confirm_committers: options.confirm_batches.1,
+            max_open_uploads_per_user: options.open_caps.0,
+            max_open_recordings_per_user: options.open_caps.1,
         };
         let credentials = StaticCredentials {
             access_key_id: S3_ACCESS_KEY.to_owned(),
@@ -709,6 +736,7 @@ pub fn vidq_child(role: &str, log: &std::path::Path) -> tokio::process::Command 
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUST_LOG", "info")
+        .env("VIDQ_ROUTE_LOG_DIR", routes_seen_dir())
         // Any free port: tests run side by side, and 1935 (the default) is one port.
         .env("VIDQ_RTMP_ADDR", "127.0.0.1:0")
         .stdout(std::process::Stdio::null())

@@ -1,6 +1,7 @@
 //! vidq's integration tests: one binary, real PostgreSQL, a real S3-protocol server in the
 //! process, the real HTTP server on a loopback port.
 
+mod api_contract;
 mod attempt_budget;
 mod attempt_faults;
 mod broken_node;
@@ -55,6 +56,7 @@ mod s3_faults {
 mod s3_timeouts;
 mod schema;
 mod scripted;
+mod secrets_in_logs;
 mod several_machines;
 mod spool_full;
 mod support;

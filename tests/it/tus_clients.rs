@@ -17,7 +17,7 @@ use crate::proxy::CutOnce;
 use crate::queue::{Worker, fast_settings, wait_for_count};
 use crate::tus::{wait_for_state, woken_sweeper};
 
-fn clients_dir() -> PathBuf {
+pub fn clients_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
 }
 

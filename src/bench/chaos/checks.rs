@@ -3,9 +3,6 @@
 
 use std::collections::HashMap;
 
-use diesel::QueryableByName;
-use diesel::sql_types::{Array, BigInt, Text, Uuid as SqlUuid};
-use diesel_async::RunQueryDsl;
 use uuid::Uuid;
 
 use crate::db::DbPool;
@@ -21,33 +18,6 @@ pub struct Check {
     pub detail: String,
 }
 
-/// The database's side of the checks.
-#[derive(Debug, QueryableByName)]
-struct Counts {
-    #[diesel(sql_type = BigInt)]
-    confirmed_ready: i64,
-    #[diesel(sql_type = BigInt)]
-    videos: i64,
-    #[diesel(sql_type = BigInt)]
-    ready_once: i64,
-    #[diesel(sql_type = BigInt)]
-    ready_twice: i64,
-    #[diesel(sql_type = BigInt)]
-    jobs_open: i64,
-    #[diesel(sql_type = BigInt)]
-    jobs_processing: i64,
-    #[diesel(sql_type = BigInt)]
-    ledger_pending: i64,
-    #[diesel(sql_type = BigInt)]
-    deliveries_open: i64,
-}
-
-#[derive(Debug, QueryableByName)]
-struct EventId {
-    #[diesel(sql_type = Text)]
-    id: String,
-}
-
 /// The checks that the database and the receiver answer; `confirmed` are the uploads the
 /// API confirmed to a client, `received` the event ids the receiver verified (with how often
 /// each arrived), `bad` the deliveries that did not verify.
@@ -58,31 +28,11 @@ pub async fn settled(
     bad: u32,
 ) -> anyhow::Result<Vec<Check>> {
     let mut conn = pool.get().await?;
-    let counts: Counts = diesel::sql_query(
-        "SELECT (SELECT count(*) FROM uploads u JOIN videos v ON v.upload_id = u.id
-                  WHERE u.id = ANY($1) AND v.status = 'ready') AS confirmed_ready,
-                (SELECT count(*) FROM videos) AS videos,
-                (SELECT count(*) FROM videos v WHERE (SELECT count(*) FROM notification_outbox o
-                  WHERE o.video_id = v.id AND o.event_type = 'video.ready') = 1) AS ready_once,
-                (SELECT count(*) FROM videos v WHERE (SELECT count(*) FROM notification_outbox o
-                  WHERE o.video_id = v.id AND o.event_type = 'video.ready') > 1) AS ready_twice,
-                (SELECT count(*) FROM video_encoding_jobs WHERE status <> 'COMPLETED') AS jobs_open,
-                (SELECT count(*) FROM video_encoding_jobs WHERE status = 'PROCESSING') AS jobs_processing,
-                (SELECT count(*) FROM uploads WHERE state = 'pending')
-                  + (SELECT count(*) FROM recording_files WHERE state = 'pending')
-                  + (SELECT count(*) FROM video_artifacts WHERE state = 'pending') AS ledger_pending,
-                (SELECT count(*) FROM event_deliveries WHERE status <> 'delivered') AS deliveries_open",
-    )
-    .bind::<Array<SqlUuid>, _>(confirmed)
-    .get_result(&mut conn)
-    .await?;
-    let events: Vec<EventId> =
-        diesel::sql_query("SELECT event_id::text AS id FROM notification_outbox")
-            .load(&mut conn)
-            .await?;
+    let counts = crate::db::bench::soak_counts(&mut conn, confirmed).await?;
+    let events = crate::db::bench::outbox_event_ids(&mut conn).await?;
     let missing = events
         .iter()
-        .filter(|e| !received.contains_key(&e.id))
+        .filter(|id| !received.contains_key(*id))
         .count();
     let strangers = received.len() + missing - events.len();
     let repeated: u32 = received.values().map(|n| n - 1).sum();

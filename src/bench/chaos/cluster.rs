@@ -66,10 +66,18 @@ impl Database {
         }
     }
 
-    /// Stops the private server or drops the scratch database.
-    pub async fn finish(self) {
+    /// Stops the private server or drops the scratch database. With `forget`, a private
+    /// cluster that had to live outside the soak's directory (see [`PrivatePostgres`]) is
+    /// removed too, so runs do not pile up clusters under `/var/tmp`.
+    pub async fn finish(self, dir: &Path, forget: bool) {
         match self {
-            Self::Private(server) => server.stop().await,
+            Self::Private(server) => {
+                let data = server.data_dir().to_owned();
+                server.stop().await;
+                if forget && !data.starts_with(dir) {
+                    let _ = std::fs::remove_dir_all(&data);
+                }
+            }
             Self::Shared { scratch, .. } => scratch.drop_now().await,
         }
     }

@@ -100,6 +100,7 @@ pub async fn run(args: ChaosBenchArgs) -> anyhow::Result<()> {
     let temp = tempfile::Builder::new().prefix("vidq-chaos-").tempdir()?;
     let dir = args.dir.clone().unwrap_or_else(|| temp.path().to_owned());
     std::fs::create_dir_all(&dir)?;
+    let dir = std::fs::canonicalize(&dir)?;
     let database = match &args.database_url {
         Some(url) => Database::Shared {
             scratch: super::Scratch::create(url, "chaos").await?,
@@ -119,7 +120,10 @@ pub async fn run(args: ChaosBenchArgs) -> anyhow::Result<()> {
         "pg-restart needs the private server, or --pg-restart-command for a shared one"
     );
     let outcome = soak(&args, seed, &dir, &database).await;
-    database.finish().await;
+    let passed = outcome
+        .as_ref()
+        .is_ok_and(|report| report.checks.iter().all(|c| c.ok));
+    database.finish(&dir, passed).await;
     let report = outcome?;
     report.print(&args, seed);
     if report.checks.iter().all(|c| c.ok) {

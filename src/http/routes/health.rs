@@ -31,7 +31,10 @@ async fn within_budget<E>(
     path = "/healthz",
     tag = "health",
     operation_id = "healthz",
-    responses((status = 200, description = "The process serves requests.", body = HealthDto)),
+    responses(
+        (status = 200, description = "The process serves requests.", body = HealthDto),
+        (status = 429, response = crate::http::openapi::TooManyRequests),
+    ),
 )]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(HealthDto { status: HEALTH_OK })
@@ -47,6 +50,7 @@ pub async fn healthz() -> HttpResponse {
     responses(
         (status = 200, description = "The database answers; `storage` says whether the bucket does.", body = ReadinessDto),
         (status = 503, description = "The database does not answer (or the bucket does not, when storage is required).", body = ReadinessDto),
+        (status = 429, response = crate::http::openapi::TooManyRequests),
     ),
 )]
 pub async fn readyz(ctx: web::Data<AppContext>) -> HttpResponse {

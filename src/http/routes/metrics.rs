@@ -38,8 +38,11 @@ async fn read(ctx: &AppContext) -> Result<ClusterState, db::DbError> {
     path = "/metrics",
     tag = "health",
     operation_id = "metrics",
-    responses((status = 200, description = "Prometheus' text exposition format.", body = String,
-        content_type = "text/plain; version=0.0.4")),
+    responses(
+        (status = 200, description = "Prometheus' text exposition format.", body = String,
+            content_type = "text/plain; version=0.0.4"),
+        (status = 429, response = crate::http::openapi::TooManyRequests),
+    ),
 )]
 pub async fn metrics(ctx: web::Data<AppContext>) -> HttpResponse {
     let exposition = Exposition::new();

@@ -49,7 +49,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                             .route(tus_options().to(tus::options_upload))
                             .route(head().to(tus::head))
                             .route(patch().to(tus::patch))
-                            .route(delete().to(tus::terminate)),
+                            .route(delete().to(tus::terminate))
+                            .route(post().to(tus::overridden)),
                     ),
             )
             .service(resource("/live").route(post().to(live::create)))

@@ -170,7 +170,10 @@ pub async fn create(
     let checksum = upload_checksum(&req)?;
     let size =
         i64::try_from(length).map_err(|_| ApiError::too_large("Upload-Length is too large"))?;
-    let created = app::ingest::create(&ctx, caller.0, filename, filetype, size, None).await?;
+    // Kept as sent: HEAD echoes it byte for byte, every key included.
+    let raw_metadata = text(&req, "Upload-Metadata")?;
+    let created =
+        app::ingest::create(&ctx, caller.0, filename, filetype, size, None, raw_metadata).await?;
     let location = format!("{}/v1/tus/{}", base.0, created.id);
     let mut answer = HttpResponse::Created();
     answer
@@ -181,6 +184,7 @@ pub async fn create(
             offset: Some(0),
             length: content_length(&req)?,
             checksum,
+            content_type: None,
         };
         // The upload exists whatever happens to its first bytes: the client resumes it
         // from the offset HEAD reports, so a failure here still answers 201.
@@ -299,6 +303,7 @@ pub async fn patch(
         offset: Some(offset),
         length: content_length(&req)?,
         checksum: upload_checksum(&req)?,
+        content_type: None,
     };
     let received = app::ingest::receive(&ctx, caller.0, upload_id, receive, body_stream(body))
         .await
@@ -348,6 +353,69 @@ pub async fn terminate(
     Ok(HttpResponse::NoContent().finish())
 }
 
+/// The methods a `POST` to a tus upload may stand for.
+#[derive(utoipa::ToSchema)]
+#[allow(clippy::upper_case_acronyms, dead_code)]
+pub enum OverriddenMethod {
+    /// Bytes at `Upload-Offset`.
+    PATCH,
+    /// Termination.
+    DELETE,
+}
+
+/// `POST` with `X-HTTP-Method-Override: PATCH` or `DELETE`: the same as that method, for
+/// clients behind proxies that pass only `GET` and `POST` (tus-js-client's
+/// `overridePatchMethod`), as the tus protocol asks servers to accept.
+#[utoipa::path(
+    post,
+    path = "/v1/tus/{upload_id}",
+    tag = "tus",
+    operation_id = "tus_method_override",
+    security(("api_key" = [])),
+    params(
+        ("upload_id" = String, Path, format = Uuid, description = "The upload."),
+        ("X-HTTP-Method-Override" = OverriddenMethod, Header, description = "The method \
+            this `POST` stands for."),
+        PatchHeaders,
+    ),
+    request_body(
+        description = "With `PATCH`: bytes from `Upload-Offset` on.",
+        content = inline(Bytes),
+        content_type = "application/offset+octet-stream",
+    ),
+    responses(
+        (status = 204, description = "As `PATCH` (the new `Upload-Offset`) or `DELETE` \
+            (terminated)."),
+        (status = 412, response = PreconditionFailed),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 460, response = ChecksumMismatch),
+        ReceiveErrors,
+        KeyErrors,
+    ),
+)]
+pub async fn overridden(
+    ctx: web::Data<AppContext>,
+    caller: Caller,
+    req: HttpRequest,
+    upload_id: web::Path<String>,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let method = text(&req, "X-HTTP-Method-Override")?.map(str::trim);
+    match method {
+        Some(m) if m.eq_ignore_ascii_case("PATCH") => {
+            patch(ctx, caller, req, upload_id, body).await
+        }
+        Some(m) if m.eq_ignore_ascii_case("DELETE") => terminate(ctx, caller, upload_id).await,
+        // A header that is missing or names another method is a malformed request.
+        other => Err(ApiError::bad_request(match other {
+            None => "POST to a tus upload needs X-HTTP-Method-Override: PATCH or DELETE".to_owned(),
+            Some(m) => {
+                format!("X-HTTP-Method-Override: {m} is not taken here; PATCH and DELETE are")
+            }
+        })),
+    }
+}
+
 /// A presigned upload is no tus resource.
 fn tus_error(error: AppError) -> ApiError {
     match error {
@@ -366,7 +434,9 @@ fn upload_headers(
         .insert_header(("Upload-Length", row.declared_size.to_string()))
         .insert_header((
             "Upload-Metadata",
-            tus::format_metadata(&row.filename, &row.content_type),
+            row.tus_metadata
+                .clone()
+                .unwrap_or_else(|| tus::format_metadata(&row.filename, &row.content_type)),
         ));
     if status.state == UploadState::Receiving {
         answer.insert_header(("Upload-Expires", tus::http_date(row.expires_at)));

@@ -65,6 +65,7 @@ pub async fn create(
             &body.content_type,
             body.size_bytes,
             checksum,
+            None,
         )
         .await?;
         let headers = BTreeMap::from([("content-type".to_owned(), body.content_type.clone())]);
@@ -171,13 +172,15 @@ pub async fn status(
     security(("api_key" = [])),
     params(("upload_id" = String, Path, format = Uuid, description = "The upload.")),
     request_body(
-        description = "The whole file, exactly `size_bytes` long.",
+        description = "The whole file, exactly `size_bytes` long. Its `Content-Type` is the \
+            contract's `content_type`, `application/octet-stream`, or none.",
         content = inline(Bytes),
         content_type = "application/octet-stream",
     ),
     responses(
         (status = 200, description = "All bytes are on the spool; vidq lands them in S3 and \
             confirms.", body = UploadStatusDto),
+        (status = 415, response = UnsupportedMediaType),
         (status = 460, response = ChecksumMismatch),
         ReceiveErrors,
         KeyErrors,
@@ -191,10 +194,20 @@ pub async fn put_content(
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let upload_id = path_id(&upload_id)?;
+    let content_type = req
+        .headers()
+        .get(actix_web::http::header::CONTENT_TYPE)
+        .map(|v| {
+            v.to_str()
+                .map(str::to_owned)
+                .map_err(|_| ApiError::bad_request("the Content-Type header is not text"))
+        })
+        .transpose()?;
     let receive = Receive {
         offset: None,
         length: super::tus::content_length(&req)?,
         checksum: None,
+        content_type,
     };
     app::ingest::receive(
         &ctx,
@@ -203,7 +216,16 @@ pub async fn put_content(
         receive,
         super::tus::body_stream(body),
     )
-    .await?;
+    .await
+    .map_err(|error| match error {
+        // The single PUT has no offset to resume from: the whole file is sent again.
+        crate::app::AppError::BodyInterrupted(crate::app::ingest::BodyError::Broken) => {
+            ApiError::body_interrupted(
+                "the request body ended early; nothing was kept: PUT the whole file again",
+            )
+        }
+        other => other.into(),
+    })?;
     let status = app::ingest::status(&ctx, caller.0, upload_id).await?;
     Ok(HttpResponse::Ok().json(UploadStatusDto::from(status)))
 }
