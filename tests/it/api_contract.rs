@@ -319,3 +319,54 @@ async fn a_single_put_cut_short_says_to_send_the_whole_file_again() {
         "no HEAD to ask on this route: {answer}"
     );
 }
+
+/// A playlist URL with `token` twice is malformed (`400`), on each playlist route, and the
+/// document lists that answer for each.
+#[tokio::test]
+async fn a_playlist_url_with_two_tokens_is_a_documented_400() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let recording: Value = app
+        .post(&key, "/v1/live", &json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = recording["id"].as_str().unwrap();
+    let video = "01a24604-ccc9-72b2-929e-718ad50681a6";
+    let doc: Value = app
+        .http
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for (path, documented) in [
+        (
+            format!("/v1/live/{id}/playlist.m3u8"),
+            "/v1/live/{id}/playlist.m3u8",
+        ),
+        (
+            format!("/v1/videos/{video}/hls.m3u8"),
+            "/v1/videos/{video_id}/hls.m3u8",
+        ),
+        (
+            format!("/v1/videos/{video}/hls/v0.m3u8"),
+            "/v1/videos/{video_id}/hls/{rendition}.m3u8",
+        ),
+    ] {
+        let answer = app
+            .http
+            .get(app.url(&format!("{path}?token=a&token=b")))
+            .send()
+            .await
+            .unwrap();
+        assert_error(answer, StatusCode::BAD_REQUEST, "bad_request").await;
+        assert!(
+            !doc["paths"][documented]["get"]["responses"]["400"].is_null(),
+            "{documented} lists its 400"
+        );
+    }
+}

@@ -13,7 +13,9 @@ use crate::app::{self, AppContext};
 use crate::http::auth::Caller;
 use crate::http::dto::RecordingDto;
 use crate::http::error::ApiError;
-use crate::http::openapi::{Forbidden, KeyErrors, NotFound, TooManyRequests, Unavailable};
+use crate::http::openapi::{
+    BadRequest, Forbidden, KeyErrors, NotFound, TooManyRequests, Unavailable,
+};
 
 /// `201` with the recording and its ingest URL (shown once: it holds the stream key).
 #[utoipa::path(
@@ -91,6 +93,7 @@ pub async fn get(
         (status = 200, description = "The HLS EVENT playlist of the segments in S3 so far; \
             `#EXT-X-ENDLIST` once it has ended and is all there.", body = String,
             content_type = "application/vnd.apple.mpegurl"),
+        (status = 400, response = BadRequest),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
         (status = 429, response = TooManyRequests),

@@ -10,7 +10,7 @@ use utoipa::IntoParams;
 use super::path_id;
 use crate::app::{self, AppContext};
 use crate::http::error::ApiError;
-use crate::http::openapi::{Forbidden, NotFound, TooManyRequests, Unavailable};
+use crate::http::openapi::{BadRequest, Forbidden, NotFound, TooManyRequests, Unavailable};
 
 /// The media type of an HLS playlist (RFC 8216).
 const MPEGURL: &str = "application/vnd.apple.mpegurl";
@@ -76,6 +76,7 @@ fn api_base(scheme: &str, host: &str) -> Option<ApiBase> {
         (status = 200, description = "The HLS playlist, every URI in it presigned or \
             pointing back here with the same token.", body = String,
             content_type = "application/vnd.apple.mpegurl"),
+        (status = 400, response = BadRequest),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
         (status = 429, response = TooManyRequests),
@@ -107,6 +108,7 @@ pub async fn top_playlist(
     responses(
         (status = 200, description = "The rendition's media playlist, every URI in it \
             presigned.", body = String, content_type = "application/vnd.apple.mpegurl"),
+        (status = 400, response = BadRequest),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
         (status = 429, response = TooManyRequests),

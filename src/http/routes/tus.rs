@@ -237,6 +237,8 @@ pub async fn create(
         (status = 410, description = "`upload_gone` (no body: HEAD)."),
         (status = 412, description = "`unsupported_version` (no body: HEAD)."),
         (status = 421, description = "`wrong_node` (no body: HEAD)."),
+        (status = 423, description = "`upload_busy`: the request holding the upload did not \
+            let go within 5 s (no body: HEAD); retry after `Retry-After`."),
         (status = 429, description = "`too_many_connections` (no body: HEAD)."),
         (status = 503, description = "A dependency is unavailable (no body: HEAD)."),
         KeyErrors,
