@@ -132,8 +132,8 @@ pub async fn register_pending(
     .await
 }
 
-/// Forgets every artifact of a video except those of its live (run, attempt), once their
-/// objects are deleted: the ledger then lists only objects that exist.
+/// Forgets every artifact of a video except those of its live (run, attempt), before their
+/// objects are deleted: the ledger then never names an object that may be gone.
 pub async fn forget_superseded(
     conn: &mut AsyncPgConnection,
     video: Uuid,

@@ -236,20 +236,33 @@ impl Pipeline {
         }
     }
 
-    /// After a READY commit: deletes every object of the video outside its live prefix (the
-    /// run's other attempts and, after an operator retry, every earlier run), then forgets their
-    /// ledger rows, so the ledger lists only objects that exist.
+    /// After a READY commit: forgets the ledger rows of every attempt but the live one (the
+    /// run's other attempts and, after an operator retry, every earlier run), then deletes
+    /// their objects. Rows first: a row may only name an object that exists, while an object
+    /// no row names is an orphan under a prefix that is not live, which the sweeper's orphan
+    /// pass removes once it is old enough if this deletion does not get to it.
     ///
     /// The earlier runs' objects go here rather than at `vidq jobs retry`: the retry is a
     /// database-only command (no S3 settings), and deleting after the new run's READY has
-    /// committed means a failed deletion can never undo or block the retry. It is logged, the
-    /// rows stay, and the objects stay until a later READY or the video's deletion removes them
-    /// (nothing sweeps them yet). A new run that fails leaves both runs' objects likewise.
+    /// committed means a failed deletion can never undo or block the retry.
     ///
-    /// Both steps may run twice, so an S3 outage or a lost database session is waited out
-    /// for [`CLEANUP_PATIENCE`] first: a READY video should not keep `pending` rows for
-    /// objects that are gone, or objects nobody will look at, because of a blip.
+    /// Both steps may run twice, so a lost database session is waited out for
+    /// [`crate::db::retrying::PATIENCE`] and an S3 outage for [`CLEANUP_PATIENCE`]: a READY
+    /// video should not keep `pending` rows of attempts that will never finish because of a
+    /// blip.
     pub async fn remove_superseded(&self, video: VideoId, live_run: i32, live_attempt: i32) {
+        let forgotten =
+            crate::db::retrying::while_unavailable("forgetting superseded outputs", || async {
+                let mut conn = self.db.get().await.map_err(DbError::Pool)?;
+                crate::db::artifacts::forget_superseded(&mut conn, video.0, live_run, live_attempt)
+                    .await
+                    .map_err(DbError::Query)
+            });
+        if let Err(error) = forgotten.await {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), %video,
+                "could not forget superseded attempts' ledger rows; their objects stay until the video is deleted");
+            return;
+        }
         let live = keys::attempt_prefix(video, live_run, live_attempt);
         let remove = || async {
             let all = self.storage.list_prefix(&keys::video_prefix(video)).await?;
@@ -273,22 +286,8 @@ impl Pipeline {
         match removed {
             Ok(0) => {}
             Ok(objects) => tracing::info!(%video, objects, "removed superseded attempts' outputs"),
-            Err(error) => {
-                tracing::warn!(error = %crate::telemetry::error_chain(&error), %video,
-                    "could not remove superseded attempts' outputs; they stay until the video is deleted");
-                return;
-            }
-        }
-        let forgotten =
-            crate::db::retrying::while_unavailable("forgetting superseded outputs", || async {
-                let mut conn = self.db.get().await.map_err(DbError::Pool)?;
-                crate::db::artifacts::forget_superseded(&mut conn, video.0, live_run, live_attempt)
-                    .await
-                    .map_err(DbError::Query)
-            });
-        if let Err(error) = forgotten.await {
-            tracing::warn!(error = %crate::telemetry::error_chain(&error), %video,
-                "could not forget superseded attempts' ledger rows");
+            Err(error) => tracing::warn!(error = %crate::telemetry::error_chain(&error), %video,
+                "could not remove superseded attempts' outputs; the sweeper's orphan pass removes them later"),
         }
     }
 }
