@@ -42,7 +42,7 @@ impl Tally {
             .or_default() += 1;
     }
 
-    /// How many 5xx answers of `status` the API gave.
+    /// How many answers of `status` the API gave.
     pub fn count(&self, status: u16) -> u32 {
         self.statuses
             .lock()
