@@ -347,3 +347,73 @@ async fn an_attempt_waits_through_a_short_s3_outage_and_gives_up_on_a_long_one()
             .starts_with(&format!("videos/{video_id}/r1/a1/"))
     );
 }
+
+/// I7: no transaction is open while FFmpeg or an S3 transfer runs. A watcher reads
+/// `pg_stat_activity` every 20 ms for the whole of an attempt (a 2 s S3 outage waited out,
+/// the download, ffprobe, the encode, the output uploads and their ledger rows): no session
+/// of the test's database is ever idle inside a transaction.
+#[tokio::test]
+async fn no_transaction_is_open_while_an_attempt_runs_ffmpeg_or_transfers() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let video = upload_clip(&app, &key, &clips::small()).await;
+    let video_id = crate::queue::video_id(&video);
+    let work = tempfile::tempdir().unwrap();
+    let s3 = crate::s3_faults::S3Faults::start(&app.s3.as_ref().unwrap().endpoint()).await;
+    let mut body = pipeline(&app, work.path());
+    body.storage = app.storage_at(&s3.endpoint()).await;
+    let plan = claimed(&app, video_id).await;
+
+    let database = vidq::db::pool::database_name(&app.db.url).unwrap();
+    let mut watcher_conn = vidq::db::pool::dedicated(&app.db.url).await.unwrap();
+    let stop = CancellationToken::new();
+    let watcher = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            #[derive(diesel::QueryableByName)]
+            struct Open {
+                #[diesel(sql_type = diesel::sql_types::BigInt)]
+                n: i64,
+            }
+            let (mut samples, mut worst) = (0u32, 0i64);
+            while !stop.is_cancelled() {
+                let open: Open = diesel_async::RunQueryDsl::get_result(
+                    diesel::sql_query(
+                        "SELECT count(*) AS n FROM pg_stat_activity
+                          WHERE datname = $1 AND state LIKE 'idle in transaction%'",
+                    )
+                    .bind::<diesel::sql_types::Text, _>(&database),
+                    &mut watcher_conn,
+                )
+                .await
+                .unwrap();
+                samples += 1;
+                worst = worst.max(open.n);
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            (samples, worst)
+        }
+    });
+    s3.set_down(true);
+    let back = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        s3.set_down(false);
+        s3
+    });
+    let output = body.run(&plan, &CancellationToken::new()).await.unwrap();
+    stop.cancel();
+    let (samples, worst) = watcher.await.unwrap();
+    assert!(
+        back.await.unwrap().puts_seen() > 0,
+        "the outputs went through S3"
+    );
+    assert!(output.keys.hls.starts_with(&format!("videos/{video_id}/")));
+    assert!(
+        samples >= 50,
+        "the attempt was watched throughout: {samples} samples"
+    );
+    assert_eq!(
+        worst, 0,
+        "a session sat idle inside a transaction during the attempt"
+    );
+}
