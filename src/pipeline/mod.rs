@@ -4,12 +4,13 @@
 //! under the attempt's own S3 prefix with every object in the artifact ledger. No transaction is open while any of this runs (invariant I7); each
 //! ledger write is its own short statement.
 
+pub mod outage;
 pub mod outputs;
 pub mod repackage;
 pub mod scratch;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -110,10 +111,6 @@ impl Default for AttemptWaits {
 /// How long the clean-up after a READY waits out an S3 outage: it holds the worker's slot,
 /// and the sweeper's orphan pass removes whatever is still left later.
 const CLEANUP_PATIENCE: Duration = Duration::from_secs(30);
-
-/// First and longest pause between reads of an S3 that did not answer.
-pub(crate) const STORAGE_BACKOFF: (Duration, Duration) =
-    (Duration::from_millis(250), Duration::from_secs(5));
 
 /// What an attempt needs.
 #[derive(Clone, Debug)]
@@ -217,21 +214,11 @@ impl Pipeline {
         to: &std::path::Path,
         cancel: &CancellationToken,
     ) -> Result<Option<u64>, MediaError> {
-        let deadline = Instant::now() + self.waits.storage;
-        let mut pause = STORAGE_BACKOFF.0;
+        let outage = outage::Outage::new(self.waits.storage);
         loop {
             match until_cancelled(cancel, self.storage.download_to_file(key, to)).await? {
                 Ok(got) => return Ok(got),
-                // Only an outage is waited out; S3 refusing this request (a 4xx: credentials,
-                // policy) will refuse the next one too.
-                Err(error) if error.outage && Instant::now() + pause < deadline => {
-                    tracing::warn!(error = %crate::telemetry::error_chain(&error), %key,
-                        retry_in_ms = pause.as_millis() as u64,
-                        "object storage did not answer a read; trying again");
-                    until_cancelled(cancel, tokio::time::sleep(pause)).await?;
-                    pause = (pause * 2).min(STORAGE_BACKOFF.1);
-                }
-                Err(error) => return Err(outputs::storage_error(error)),
+                Err(error) => outage.wait_out(error, key, "reading", cancel).await?,
             }
         }
     }
@@ -269,24 +256,27 @@ impl Pipeline {
             let stale: Vec<String> = all.into_iter().filter(|k| !k.starts_with(&live)).collect();
             self.storage.delete_keys(&stale).await
         };
-        let deadline = Instant::now() + CLEANUP_PATIENCE;
-        let mut pause = STORAGE_BACKOFF.0;
+        let outage = outage::Outage::new(CLEANUP_PATIENCE);
+        // Nothing stops the clean-up halfway: it runs after the attempt has ended.
+        let never = CancellationToken::new();
+        let prefix = keys::video_prefix(video);
         let removed = loop {
             match remove().await {
-                Err(error) if error.outage && Instant::now() + pause < deadline => {
-                    tracing::warn!(error = %crate::telemetry::error_chain(&error), %video,
-                        retry_in_ms = pause.as_millis() as u64,
-                        "object storage did not answer while removing superseded outputs; trying again");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(STORAGE_BACKOFF.1);
+                Ok(objects) => break Ok(objects),
+                Err(error) => {
+                    if let Err(gave_up) = outage
+                        .wait_out(error, &prefix, "removing superseded outputs", &never)
+                        .await
+                    {
+                        break Err(gave_up);
+                    }
                 }
-                other => break other,
             }
         };
         match removed {
             Ok(0) => {}
             Ok(objects) => tracing::info!(%video, objects, "removed superseded attempts' outputs"),
-            Err(error) => tracing::warn!(error = %crate::telemetry::error_chain(&error), %video,
+            Err(error) => tracing::warn!(error = %error.message, %video,
                 "could not remove superseded attempts' outputs; the sweeper's orphan pass removes them later"),
         }
     }

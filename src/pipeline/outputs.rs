@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use super::outage::Outage;
 use super::{AttemptPlan, PlaybackKeys};
 use crate::adapters::ffmpeg::encode::EncodedFiles;
 use crate::adapters::storage::Storage;
@@ -240,7 +241,11 @@ async fn put_and_confirm(
         }
         match put {
             Ok(_) => break,
-            Err(error) => outage.wait_out(error, &output.key, cancel).await?,
+            Err(error) => {
+                outage
+                    .wait_out(error, &output.key, "storing an output", cancel)
+                    .await?
+            }
         }
     }
     super::until_cancelled(cancel, confirm(storage, pool, output, outage, cancel)).await?
@@ -257,7 +262,11 @@ async fn confirm(
     let head = loop {
         match storage.head(&output.key).await {
             Ok(head) => break head,
-            Err(error) => outage.wait_out(error, &output.key, cancel).await?,
+            Err(error) => {
+                outage
+                    .wait_out(error, &output.key, "storing an output", cancel)
+                    .await?
+            }
         }
     };
     let stored = head.ok_or_else(|| {
@@ -282,57 +291,4 @@ async fn confirm(
         ));
     }
     Ok(())
-}
-
-/// How long the outputs of one attempt wait for an S3 that does not answer: the patience is
-/// counted from the first failure and shared by every transfer of the attempt, so an outage
-/// costs at most that long however many objects are waiting.
-struct Outage {
-    patience: std::time::Duration,
-    since: std::sync::Mutex<Option<std::time::Instant>>,
-    pause: std::sync::Mutex<std::time::Duration>,
-}
-
-impl Outage {
-    fn new(patience: std::time::Duration) -> Self {
-        Self {
-            patience,
-            since: std::sync::Mutex::new(None),
-            pause: std::sync::Mutex::new(super::STORAGE_BACKOFF.0),
-        }
-    }
-
-    /// Waits before the next try when `error` is an outage and patience is left; else (or
-    /// when the attempt is stopped meanwhile) the attempt's error.
-    async fn wait_out(
-        &self,
-        error: crate::adapters::storage::StorageError,
-        key: &str,
-        cancel: &CancellationToken,
-    ) -> Result<(), MediaError> {
-        // Only an outage is waited out; S3 refusing this request (a 4xx: credentials,
-        // policy) will refuse the next one too.
-        if !error.outage {
-            return Err(storage_error(error));
-        }
-        let now = std::time::Instant::now();
-        let since = *self
-            .since
-            .lock()
-            .expect("the outage's lock")
-            .get_or_insert(now);
-        let pause = {
-            let mut pause = self.pause.lock().expect("the outage's lock");
-            let this = *pause;
-            *pause = (this * 2).min(super::STORAGE_BACKOFF.1);
-            this
-        };
-        if now + pause > since + self.patience {
-            return Err(storage_error(error));
-        }
-        tracing::warn!(error = %crate::telemetry::error_chain(&error), %key,
-            retry_in_ms = pause.as_millis() as u64,
-            "object storage did not take an output; trying again");
-        super::until_cancelled(cancel, tokio::time::sleep(pause)).await
-    }
 }
