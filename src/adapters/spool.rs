@@ -243,10 +243,7 @@ impl SpoolRoot {
     pub async fn create(&self, relative: &str) -> Result<(), AppendError> {
         let path = self.join(relative)?;
         tokio::task::spawn_blocking(move || -> Result<(), AppendError> {
-            let dir = path.parent().expect("a spool path has a directory");
-            std::fs::create_dir_all(dir)?;
-            std::fs::File::create(&path)?.sync_all()?;
-            std::fs::File::open(dir)?.sync_all()?;
+            create_durably(&path, true)?.sync_all()?;
             Ok(())
         })
         .await
@@ -310,15 +307,7 @@ impl SpoolRoot {
             let tried = tokio::task::spawn_blocking(move || {
                 let file = match std::fs::OpenOptions::new().write(true).open(&path) {
                     Err(e) if start && e.kind() == std::io::ErrorKind::NotFound => {
-                        let dir = path.parent().expect("a spool path has a directory");
-                        std::fs::create_dir_all(dir)?;
-                        let file = std::fs::OpenOptions::new()
-                            .write(true)
-                            .create(true)
-                            .truncate(false)
-                            .open(&path)?;
-                        std::fs::File::open(dir)?.sync_all()?;
-                        file
+                        create_durably(&path, false)?
                     }
                     opened => opened?,
                 };
@@ -424,6 +413,20 @@ impl SpoolRoot {
         });
         Ok(SpoolAppend { tx, writer })
     }
+}
+
+/// Opens `path` for writing, made with its directory if missing (emptied with `truncate`),
+/// and fsyncs the directory, so the file's name survives a crash.
+fn create_durably(path: &Path, truncate: bool) -> std::io::Result<std::fs::File> {
+    let dir = path.parent().expect("a spool path has a directory");
+    std::fs::create_dir_all(dir)?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(truncate)
+        .open(path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(file)
 }
 
 #[cfg(test)]

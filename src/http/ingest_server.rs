@@ -168,7 +168,7 @@ async fn handle(
         Ok(status) => *status,
         Err(error) => error.status_u16(),
     };
-    tracing::debug!(target: "vidq::http::access", method = %method, path = %redact(&path), status, "ingest request");
+    tracing::debug!(target: "vidq::http::access", method = %method, path = %super::access_log::redact(&path), status, "ingest request");
     match answer {
         Ok(status) => Response::builder()
             .status(status)
@@ -187,11 +187,6 @@ fn route(path: &str) -> Option<(&str, &str)> {
     let rest = path.strip_prefix(PREFIX)?;
     let (key, name) = rest.split_once('/')?;
     (!key.is_empty()).then_some((key, name))
-}
-
-/// The path with its stream key hidden (it is a secret; logs are not): the access log's.
-fn redact(path: &str) -> String {
-    super::access_log::redact(path)
 }
 
 /// The body as the use-case reads it; a body that sends fewer than [`MIN_PROGRESS_BYTES`]
@@ -239,6 +234,7 @@ fn body_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::access_log::redact;
 
     #[test]
     fn only_ingest_paths_route_and_their_keys_stay_out_of_the_log() {
