@@ -38,6 +38,8 @@ struct State {
     puts_stored: AtomicU32,
     /// PUTs whose path ends with one of these are answered 503 (counted in `failed`).
     failing: Mutex<Vec<String>>,
+    /// Requests of these methods are answered 405 and never forwarded.
+    refused_methods: Mutex<Vec<String>>,
     failed: AtomicU32,
 }
 
@@ -123,6 +125,17 @@ impl S3Faults {
         self.state.failed.load(Ordering::SeqCst)
     }
 
+    /// Requests of `method` are answered `405` and never forwarded, as by a proxy that
+    /// passes only some methods (the proxy then stands in front of any HTTP server, not
+    /// only S3).
+    pub fn refuse_method(&self, method: &str) {
+        self.state
+            .refused_methods
+            .lock()
+            .expect("the refused methods' lock")
+            .push(method.to_owned());
+    }
+
     /// Every request is answered 503 while down.
     pub fn set_down(&self, down: bool) {
         self.state.down.store(down, Ordering::SeqCst);
@@ -177,6 +190,18 @@ async fn handle(
 ) -> Result<Response<Full<Bytes>>, Dropped> {
     if state.down.load(Ordering::SeqCst) {
         return Ok(unavailable());
+    }
+    let method_refused = state
+        .refused_methods
+        .lock()
+        .expect("the refused methods' lock")
+        .iter()
+        .any(|m| m == req.method().as_str());
+    if method_refused {
+        return Ok(Response::builder()
+            .status(StatusCode::METHOD_NOT_ALLOWED)
+            .body(Full::new(Bytes::new()))
+            .expect("a static response"));
     }
     let is_put = req.method() == hyper::Method::PUT;
     if is_put {

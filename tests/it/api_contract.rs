@@ -186,17 +186,20 @@ async fn a_post_with_a_method_override_is_a_patch_or_a_termination() {
     );
 }
 
-/// tus-js-client with `overridePatchMethod`, as a client behind a proxy that passes only
-/// GET and POST uses it: every PATCH goes as a POST, and the upload completes.
+/// tus-js-client with `overridePatchMethod`, behind a proxy that refuses `PATCH` (as some
+/// corporate proxies do): every PATCH goes as a POST, and the upload completes.
 #[tokio::test]
 async fn tus_js_client_uploads_through_the_method_override() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let clip = crate::clips::small();
     let size = std::fs::metadata(&clip).unwrap().len();
+    let proxy = crate::s3_faults::S3Faults::start(&app.base).await;
+    proxy.refuse_method("PATCH");
+    let endpoint = format!("{}/v1/tus/", proxy.endpoint());
     let out = tokio::process::Command::new("node")
         .arg(crate::tus_clients::clients_dir().join("tus_upload.mjs"))
-        .args(["--endpoint", &app.url("/v1/tus/"), "--token", &key])
+        .args(["--endpoint", &endpoint, "--token", &key])
         .arg("--file")
         .arg(&clip)
         .args(["--chunk-size", "65536", "--override-patch"])
