@@ -99,7 +99,11 @@ async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> 
     let spool = std::fs::canonicalize(&args.spool_dir)?;
     let clips = tempfile::tempdir()?;
     let clip = make_clip(clips.path(), args.seconds).await?;
-    let (http, ingest, rtmp) = (free_port()?, free_port()?, free_port()?);
+    let (http, ingest, rtmp) = (
+        super::free_port()?,
+        super::free_port()?,
+        super::free_port()?,
+    );
     let mut api = child("api", scratch, &s3, &spool)?
         .arg("--no-migrate")
         .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{http}"))
@@ -116,7 +120,9 @@ async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> 
         .timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(256)
         .build()?;
-    wait_healthy(&client, &base).await?;
+    super::wait_healthy(&base, Duration::from_secs(30), Some(&mut api))
+        .await
+        .context("vidq api did not start")?;
     println!(
         "vidq bench live --protocol {}: {} s broadcasts of {} s segments (FFmpeg -re, stream copy), playlists read every {} ms\n",
         args.protocol,
@@ -441,35 +447,9 @@ fn child(
     super::role_command(None, role, scratch, s3, spool)
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-async fn wait_healthy(client: &reqwest::Client, base: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while client.get(format!("{base}/healthz")).send().await.is_err() {
-        ensure!(Instant::now() < deadline, "vidq api did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
-}
-
 /// A clip whose keyframes fall every 2 s, so stream-copied 4 s segments are all 4 s.
 async fn make_clip(dir: &Path, seconds: u32) -> anyhow::Result<PathBuf> {
     let path = dir.join("live.mp4");
-    let status = tokio::process::Command::new("ffmpeg")
-        .args(["-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i"])
-        .arg(format!("testsrc2=size=640x360:rate=25:duration={seconds}"))
-        .args(["-f", "lavfi", "-i"])
-        .arg(format!("sine=frequency=440:duration={seconds}"))
-        .args(["-c:v", "libx264", "-preset", "ultrafast", "-g", "50"])
-        .args(["-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest"])
-        .arg(&path)
-        .status()
-        .await
-        .context("running ffmpeg (is it installed?)")?;
-    ensure!(status.success(), "ffmpeg could not make the clip");
+    super::test_clip(&path, "640x360", 25, seconds, 50).await?;
     Ok(path)
 }

@@ -186,25 +186,17 @@ pub async fn spawn_api(
     extra: &[(&str, &str)],
 ) -> anyhow::Result<(tokio::process::Child, String)> {
     use anyhow::Context;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let child = role_command(bin, "api", scratch, s3, spool)?
+    let port = free_port()?;
+    let mut child = role_command(bin, "api", scratch, s3, spool)?
         .arg("--no-migrate")
         .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{port}"))
         .envs(extra.iter().copied())
         .spawn()
         .context("starting vidq api")?;
     let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while http.get(format!("{base}/healthz")).send().await.is_err() {
-        anyhow::ensure!(
-            std::time::Instant::now() < deadline,
-            "vidq api did not start"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_healthy(&base, std::time::Duration::from_secs(30), Some(&mut child))
+        .await
+        .context("vidq api did not start")?;
     Ok((child, base))
 }
 
@@ -237,4 +229,78 @@ pub fn role_command(
         .env("VIDQ_RTMP_ADDR", "127.0.0.1:0")
         .kill_on_drop(true);
     Ok(command)
+}
+
+/// A loopback port free a moment ago, for a child process that needs one named.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Returns once `{base}/healthz` answers 2xx; fails after `within`, or as soon as `child`
+/// (the process serving `base`, when given) has exited, with its exit status.
+pub async fn wait_healthy(
+    base: &str,
+    within: std::time::Duration,
+    mut child: Option<&mut tokio::process::Child>,
+) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let up = http
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if up {
+            return Ok(());
+        }
+        if let Some(child) = child.as_deref_mut()
+            && let Some(status) = child.try_wait()?
+        {
+            anyhow::bail!("the process serving {base} exited at start ({status})");
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "{base} did not answer /healthz within {} s",
+            within.as_secs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// `seconds` of FFmpeg's test picture at `size` (`WxH`) and `rate` and a 440 Hz tone, H.264
+/// (a keyframe every `gop` frames) and AAC, moov first, written to `path`.
+pub async fn test_clip(
+    path: &std::path::Path,
+    size: &str,
+    rate: u32,
+    seconds: u32,
+    gop: u32,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let status = tokio::process::Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i"])
+        .arg(format!(
+            "testsrc2=size={size}:rate={rate}:duration={seconds}"
+        ))
+        .args(["-f", "lavfi", "-i"])
+        .arg(format!("sine=frequency=440:duration={seconds}"))
+        .args([
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-g",
+            &gop.to_string(),
+        ])
+        .args(["-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest"])
+        .args(["-movflags", "+faststart"])
+        .arg(path)
+        .status()
+        .await
+        .context("running ffmpeg (is it installed?)")?;
+    anyhow::ensure!(status.success(), "ffmpeg could not make {}", path.display());
+    Ok(())
 }

@@ -115,17 +115,20 @@ pub struct Cluster {
 const API_NODE: &str = "api-1";
 
 impl Cluster {
-    /// Starts every role against `database_url` and returns once the API answers.
+    /// Starts every role against `database_url` and returns once the API answers; with
+    /// `s3_down`, S3 answers every request 503 from before the first role starts.
     pub async fn start(
         bin: PathBuf,
         dir: &Path,
         database_url: &str,
         s3: BenchS3,
+        s3_down: bool,
     ) -> anyhow::Result<Self> {
         let proxy = S3Faults::start(&s3.server.endpoint()).await;
+        proxy.set_down(s3_down);
         std::fs::create_dir_all(dir.join("logs"))?;
         let spool = dir.join(API_NODE).join("spool");
-        let port = free_port()?;
+        let port = crate::bench::free_port()?;
         let mut common: Vec<(String, String)> = s3
             .env()
             .into_iter()
@@ -157,7 +160,10 @@ impl Cluster {
                 with(&[
                     ("VIDQ_NODE_ID", API_NODE.to_owned()),
                     ("VIDQ_HTTP_ADDR", format!("127.0.0.1:{port}")),
-                    ("VIDQ_INGEST_ADDR", format!("127.0.0.1:{}", free_port()?)),
+                    (
+                        "VIDQ_INGEST_ADDR",
+                        format!("127.0.0.1:{}", crate::bench::free_port()?),
+                    ),
                     ("VIDQ_RTMP_ADDR", "off".to_owned()),
                     ("VIDQ_SPOOL_DIR", spool_dir.clone()),
                     ("VIDQ_WEBHOOK_ALLOW_PRIVATE", "true".to_owned()),
@@ -325,30 +331,13 @@ impl Cluster {
     }
 
     async fn wait_for_api(&mut self) -> anyhow::Result<()> {
-        let http = reqwest::Client::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let up = http
-                .get(format!("{}/healthz", self.api))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success());
-            if up {
-                return Ok(());
-            }
-            if let Some(child) = self.roles[0].child.as_mut()
-                && let Some(status) = child.try_wait()?
-            {
-                let log = std::fs::read_to_string(self.log("api")).unwrap_or_default();
-                anyhow::bail!("vidq api exited at start ({status}):\n{log}");
-            }
-            anyhow::ensure!(
-                std::time::Instant::now() < deadline,
-                "vidq api did not answer within 60 s; see {}",
-                self.log("api").display()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let waited = crate::bench::wait_healthy(
+            &self.api,
+            Duration::from_secs(60),
+            self.roles[0].child.as_mut(),
+        )
+        .await;
+        waited.with_context(|| format!("vidq api did not start; see {}", self.log("api").display()))
     }
 }
 
@@ -363,10 +352,4 @@ impl Role {
             exited: 0,
         }
     }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }

@@ -44,6 +44,10 @@ pub struct ChaosBenchArgs {
         default_value = "kill,s3-down,s3-lose,pg-restart"
     )]
     pub faults: Vec<FaultKind>,
+    /// S3 is down (every request 503) for this many seconds from before the first role
+    /// starts, with the clients at work, before the faults begin (0: up from the start).
+    #[arg(long = "s3-down-at-start", value_name = "SECS", default_value_t = 0)]
+    pub s3_down_at_start: u64,
     /// Upload clients at once (half start with presigned uploads, half with tus).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub clients: u32,
@@ -145,6 +149,7 @@ pub async fn run(args: ChaosBenchArgs) -> anyhow::Result<()> {
 #[derive(serde::Serialize)]
 struct Report {
     seed: u64,
+    s3_down_at_start: u64,
     seconds: u64,
     faults: Vec<(FaultKind, String)>,
     killed: Vec<(String, u32)>,
@@ -170,9 +175,14 @@ async fn soak(
     let pool = crate::db::connect(&url, 2).await?;
     let (_, key) = crate::app::users::create_user(&pool, "chaos").await?;
     let key = key.reveal().to_owned();
-    let clip = std::fs::read(make_clip(dir).await?)?;
+    // Small, so three workers on a small machine keep up with four clients.
+    let clip_path = dir.join("clip.mp4");
+    super::test_clip(&clip_path, "160x120", 15, 2, 15).await?;
+    let clip = std::fs::read(&clip_path)?;
     let s3 = super::BenchS3::start().await?;
-    let mut cluster = Cluster::start(std::env::current_exe()?, dir, &url, s3).await?;
+    let down_at_start = args.s3_down_at_start > 0;
+    let mut cluster =
+        Cluster::start(std::env::current_exe()?, dir, &url, s3, down_at_start).await?;
     let receiver = receiver::Receiver::start()?;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(15))
@@ -208,6 +218,15 @@ async fn soak(
     }
 
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    if down_at_start {
+        // Every role started without S3; the clients are already at work.
+        wait_until(
+            Instant::now() + Duration::from_secs(args.s3_down_at_start),
+            &mut cluster,
+        )
+        .await?;
+        cluster.proxy.set_down(false);
+    }
     let faults = inject(args, &mut rng, &mut cluster, database).await?;
 
     // Healed: every role runs, S3 answers, and no new upload starts; those under way finish.
@@ -256,6 +275,7 @@ async fn soak(
     let errors = cluster.error_lines();
     let report = Report {
         seed,
+        s3_down_at_start: args.s3_down_at_start,
         seconds: args.seconds,
         faults,
         killed: cluster
@@ -375,38 +395,18 @@ async fn reconcile(cluster: &Cluster, url: &str) -> anyhow::Result<Check> {
     })
 }
 
-/// A 2 s H.264/AAC clip at 160x120, made by FFmpeg.
-async fn make_clip(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
-    let path = dir.join("clip.mp4");
-    let status = tokio::process::Command::new("ffmpeg")
-        .args(["-hide_banner", "-loglevel", "error", "-y"])
-        .args(["-f", "lavfi", "-i", "testsrc2=size=160x120:rate=15"])
-        .args(["-f", "lavfi", "-i", "sine=frequency=440"])
-        .args([
-            "-t",
-            "2",
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-g",
-            "15",
-        ])
-        .args(["-c:a", "aac", "-movflags", "+faststart"])
-        .arg(&path)
-        .status()
-        .await
-        .context("running ffmpeg to make the clip")?;
-    anyhow::ensure!(status.success(), "ffmpeg could not make the clip");
-    Ok(path)
-}
-
 impl Report {
     fn print(&self, args: &ChaosBenchArgs, seed: u64) {
         println!(
             "vidq bench chaos: {} s of faults, one per {} s (seed {seed}); api + sweeper + 3 workers + 2 relays; {} clients",
             self.seconds, args.every, args.clients
         );
+        if self.s3_down_at_start > 0 {
+            println!(
+                "S3 down at start: every role started without it, clients at work, for {} s",
+                self.s3_down_at_start
+            );
+        }
         println!("faults ({}):", self.faults.len());
         for (kind, what) in &self.faults {
             println!("  {kind:?}: {what}");
