@@ -337,15 +337,7 @@ async fn a_playlist_url_with_two_tokens_is_a_documented_400() {
         .unwrap();
     let id = recording["id"].as_str().unwrap();
     let video = "01a24604-ccc9-72b2-929e-718ad50681a6";
-    let doc: Value = app
-        .http
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = crate::openapi::document(&app).await;
     for (path, documented) in [
         (
             format!("/v1/live/{id}/playlist.m3u8"),

@@ -108,18 +108,22 @@ const METHODS: [&str; 8] = [
 /// Both ways of sending bytes to vidq check a checksum and answer 460 when it fails (tus's
 /// `Upload-Checksum`, the single PUT's contract `checksum`); a client generated from the
 /// document must know that answer on both.
-#[tokio::test]
-async fn both_routes_that_check_a_checksum_document_its_460() {
-    let app = TestApp::spawn().await;
-    let doc: Value = app
-        .http
+/// The document `app` serves.
+pub async fn document(app: &TestApp) -> Value {
+    app.http
         .get(app.url("/openapi.json"))
         .send()
         .await
         .unwrap()
         .json()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn both_routes_that_check_a_checksum_document_its_460() {
+    let app = TestApp::spawn().await;
+    let doc = document(&app).await;
     for (path, method) in [
         ("/v1/tus/{upload_id}", "patch"),
         ("/v1/uploads/{upload_id}/content", "put"),

@@ -31,6 +31,17 @@ pub fn pipeline(app: &TestApp, work_root: &std::path::Path) -> Pipeline {
     }
 }
 
+/// [`pipeline`], reaching S3 through a fault proxy the test controls.
+async fn behind_s3_faults(
+    app: &TestApp,
+    work_root: &std::path::Path,
+) -> (Pipeline, crate::s3_faults::S3Faults) {
+    let s3 = crate::s3_faults::S3Faults::start(&app.s3.as_ref().unwrap().endpoint()).await;
+    let mut body = pipeline(app, work_root);
+    body.storage = app.storage_at(&s3.endpoint()).await;
+    (body, s3)
+}
+
 /// The plan of the attempt that now holds `video`'s job (the attempt's ledger writes are
 /// fenced on its claim).
 async fn claimed(app: &TestApp, video: vidq::domain::ids::VideoId) -> AttemptPlan {
@@ -304,9 +315,7 @@ async fn an_attempt_waits_through_a_short_s3_outage_and_gives_up_on_a_long_one()
     let video = upload_clip(&app, &key, &clips::small()).await;
     let video_id = crate::queue::video_id(&video);
     let work = tempfile::tempdir().unwrap();
-    let s3 = crate::s3_faults::S3Faults::start(&app.s3.as_ref().unwrap().endpoint()).await;
-    let mut body = pipeline(&app, work.path());
-    body.storage = app.storage_at(&s3.endpoint()).await;
+    let (mut body, s3) = behind_s3_faults(&app, work.path()).await;
 
     // Down for longer than the wait: the attempt fails retryably, as storage's fault.
     body.waits.storage = std::time::Duration::from_secs(2);
@@ -359,9 +368,7 @@ async fn no_transaction_is_open_while_an_attempt_runs_ffmpeg_or_transfers() {
     let video = upload_clip(&app, &key, &clips::small()).await;
     let video_id = crate::queue::video_id(&video);
     let work = tempfile::tempdir().unwrap();
-    let s3 = crate::s3_faults::S3Faults::start(&app.s3.as_ref().unwrap().endpoint()).await;
-    let mut body = pipeline(&app, work.path());
-    body.storage = app.storage_at(&s3.endpoint()).await;
+    let (body, s3) = behind_s3_faults(&app, work.path()).await;
     let plan = claimed(&app, video_id).await;
 
     let database = vidq::db::pool::database_name(&app.db.url).unwrap();
