@@ -129,7 +129,8 @@ mod tests {
 
     use super::Cli;
 
-    /// Names the README documents that are not `vidq`'s own settings: the test suite's.
+    /// Names docs/operations.md's settings table documents that are not `vidq`'s own
+    /// settings: the test suite's.
     const NOT_SETTINGS: &[&str] = &["VIDQ_TEST_DATABASE_URL"];
 
     /// Every `VIDQ_*` variable any subcommand (at any depth) reads, from clap itself.
@@ -171,13 +172,13 @@ mod tests {
         assert!(missing.is_empty(), "{}", missing.join("\n"));
     }
 
-    /// Every `VIDQ_*` name in the first column of the README's settings table (the table
-    /// under `## Configuration`, up to the next heading).
-    fn documented(readme: &str) -> BTreeSet<String> {
-        let section = readme
+    /// Every `VIDQ_*` name in the first column of docs/operations.md's settings table (the
+    /// table under `## Configuration`, up to the next heading).
+    fn documented(operations: &str) -> BTreeSet<String> {
+        let section = operations
             .split("\n## Configuration")
             .nth(1)
-            .expect("README has a `## Configuration` section");
+            .expect("docs/operations.md has a `## Configuration` section");
         let section = section.split("\n#").next().unwrap_or(section);
         let mut names = BTreeSet::new();
         for row in section.lines().filter(|l| l.starts_with('|')) {
@@ -192,17 +193,17 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_settings_table_lists_exactly_the_declared_settings() {
-        let readme = include_str!("../README.md");
+    fn the_operations_settings_table_lists_exactly_the_declared_settings() {
+        let operations = include_str!("../docs/operations.md");
         let declared = declared();
-        let documented = documented(readme);
+        let documented = documented(operations);
         let undocumented: Vec<_> = declared.difference(&documented).collect();
         let stale: Vec<_> = documented.difference(&declared).collect();
         assert!(
             undocumented.is_empty() && stale.is_empty(),
-            "README's settings table (## Configuration) and src/config.rs disagree.\n\
-             declared in src/config.rs but missing from README: {undocumented:?}\n\
-             in README but declared nowhere: {stale:?}"
+            "docs/operations.md's settings table (## Configuration) and src/config.rs disagree.\n\
+             declared in src/config.rs but missing from docs/operations.md: {undocumented:?}\n\
+             in docs/operations.md but declared nowhere: {stale:?}"
         );
         assert!(declared.len() > 30, "found only {declared:?}");
     }

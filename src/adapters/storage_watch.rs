@@ -1,6 +1,6 @@
 //! Whether the bucket answers, watched in the background by every role that starts without
-//! it: a role starts when PostgreSQL answers, whatever S3 does (the README's "Running on
-//! several machines"). The watch says once, in a WARN, that storage does not answer and
+//! it: a role starts when PostgreSQL answers, whatever S3 does (docs/operations.md, "S3
+//! outages"). The watch says once, in a WARN, that storage does not answer and
 //! what goes on meanwhile, and once, in an INFO, that it answers again; it never stops the
 //! role. What needs S3 finds out on its own calls (`503 storage_unavailable`, the sweeper's
 //! breaker, a worker's bounded wait).

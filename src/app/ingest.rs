@@ -1,9 +1,9 @@
 //! Uploads through vidq: a contract whose bytes the client sends to vidq (tus at
 //! `/v1/tus/`, or one `PUT /v1/uploads/{id}/content`) instead of to a presigned S3 URL.
 //!
-//! The bytes stream into a spool file under the node's allowed root (DESIGN, "Upload
-//! recovery"); each request's bytes are fsynced before the ledger counts them (a CAS on the
-//! previous count), and the request that completes the file moves the row
+//! The bytes stream into a spool file under the node's allowed root (docs/architecture.md,
+//! "Upload recovery"); each request's bytes are fsynced before the ledger counts them (a CAS
+//! on the previous count), and the request that completes the file moves the row
 //! `receiving -> pending` and wakes this node's sweeper, which PUTs the contracted key and
 //! confirms. Nothing more is asked of the client.
 

@@ -416,7 +416,7 @@ pub fn playback_path(ctx: &AppContext, id: uuid::Uuid) -> String {
     format!("/v1/live/{id}/playlist.m3u8?token={token}")
 }
 
-/// The live playlist a player reads (DESIGN, "Live recordings"): nothing until the init is
+/// The live playlist a player reads (docs/live.md): nothing until the init is
 /// in S3; then the contiguous run of segments S3 holds, from number 0, each a presigned
 /// URL (or a plain one under `VIDQ_PUBLIC_BASE_URL`); `#EXT-X-ENDLIST` once the recording
 /// has ended and every segment it keeps is listed.

@@ -1,4 +1,4 @@
-//! A finished live recording becomes a video (DESIGN, "Live recordings"): once it has
+//! A finished live recording becomes a video (docs/live.md, "The video"): once it has
 //! ended and its init and every kept segment are in S3, one transaction makes the video, its
 //! `repackage` job on the ordinary encoding queue and `video.accepted`, like a confirm does
 //! for an upload (invariant I1: none of them exists without the others). A recording that

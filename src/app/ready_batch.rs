@@ -9,7 +9,7 @@
 //! a round trip that wakes a task and a backend. Here N finalizes share one of each, and
 //! N claims share one claim statement and its commit.
 //!
-//! The batch keeps what a finalize alone guarantees (DESIGN, finalize):
+//! The batch keeps what a finalize alone guarantees (docs/architecture.md, Workers):
 //! - its statements take their locks in the lock order's tables (`crate::db`): every
 //!   uploader of the batch first, in id order, then the videos, then the events (new rows),
 //!   and as the LAST statement the fenced COMPLETED update of every job;

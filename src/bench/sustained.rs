@@ -8,8 +8,9 @@
 //! (migration 000022), then without them (PostgreSQL's defaults).
 //!
 //! The claim is not timed on its own here: in a steady drain each slot's next claim goes out
-//! ahead of its finalize in one flight (see README, Workers) and is not a round trip of its
-//! own, so what the claim costs (the dead index entries it walks included) shows in jobs/s.
+//! ahead of its finalize in one flight (docs/architecture.md, Workers) and is not a round
+//! trip of its own, so what the claim costs (the dead index entries it walks included) shows
+//! in jobs/s.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -6,7 +6,7 @@
 //!
 //! # Lock order
 //!
-//! This is the one statement of vidq's lock order; README, DESIGN and comments point here.
+//! This is the one statement of vidq's lock order; the docs and comments point here.
 //! Every transaction takes the row locks it may wait for in this order, skips tables it does
 //! not touch and never goes back to an earlier table; rows of one table in id order:
 //!
@@ -66,7 +66,7 @@
 //! What looks out of order but cannot wait on anyone:
 //! - A new row locks nothing another transaction can see or wait for. The confirm inserts
 //!   its video, job and outbox row after the upload's CAS; finalize and the reaper insert
-//!   their outbox row before their LAST statement, the fenced job update (DESIGN, finalize),
+//!   their outbox row before their LAST statement, the fenced job update (docs/architecture.md),
 //!   so the job row is the last existing row they lock.
 //! - Video deletion deletes the video's upload contract after the video: that contract is
 //!   `confirmed`, and no path locks a confirmed contract (the confirm's CAS does not match

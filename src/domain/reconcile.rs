@@ -1,8 +1,8 @@
 //! `vidq reconcile`'s judgement, pure: given what the ledger says (uploads, artifacts,
 //! videos and their attempts) and a listing of the bucket, which rows lack their object or
-//! have one of another size, and which objects no live row owns (DESIGN, "Upload recovery":
-//! recovery is judged on the object at the contracted key with the right size, not on an
-//! empty queue).
+//! have one of another size, and which objects no live row owns (docs/architecture.md,
+//! "Upload recovery": recovery is judged on the object at the contracted key with the right
+//! size, not on an empty queue).
 
 use std::collections::HashMap;
 

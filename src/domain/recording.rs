@@ -1,4 +1,4 @@
-//! Live recordings (DESIGN, "Live recordings"): the states of a recording and of each of
+//! Live recordings (docs/live.md): the states of a recording and of each of
 //! its files, the names an HLS encoder PUTs (FFmpeg's `hls` muxer with fMP4 segments:
 //! `init.mp4`, `index0.m4s`, `index1.m4s`..., `index.m3u8`), what vidq reads of the
 //! playlists it PUTs, and the object keys of the files.

@@ -6,7 +6,7 @@
 //! (registered `pending` before the PUT, confirmed by a CAS on state and size).
 //!
 //! Nothing here touches an API node's disk: a worker needs PostgreSQL, S3 and scratch space,
-//! so it can run on any host (README, "Running on several machines").
+//! so it can run on any host (docs/operations.md, "Running on several machines").
 
 use std::path::Path;
 use std::time::{Duration, Instant};

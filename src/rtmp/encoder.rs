@@ -25,7 +25,7 @@ use crate::adapters::ffmpeg::process::{ProcessError, read_stderr_tail, spawn_fed
 const FINISH_LIMIT: Duration = Duration::from_secs(20);
 
 /// Segment length FFmpeg aims at; it cuts at the first keyframe after it, so an encoder
-/// with a keyframe every 2 s (what the README asks) makes 2 s segments.
+/// with a keyframe every 2 s (what docs/live.md asks) makes 2 s segments.
 const SEGMENT_SECS: &str = "2";
 
 /// Where the child starts: the playlist URL it PUTs to, and where the recording stands.

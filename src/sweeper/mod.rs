@@ -1,5 +1,6 @@
 //! The upload sweeper: re-drives this node's pending uploads from the ledger to S3 and
-//! expires lapsed presigned contracts (DESIGN, "Upload recovery"). `roles::sweeper` runs it.
+//! expires lapsed presigned contracts (docs/architecture.md, "Upload recovery").
+//! `roles::sweeper` runs it.
 //!
 //! One loop reads a page of due rows through the forward cursor (claiming them), offers
 //! them to a bounded queue with `try_send` (a full queue is saturation: counted, the rest of
