@@ -4,7 +4,7 @@
 //!
 //! This is how the API commits confirms ([`crate::app::confirm_batch`]), reads video
 //! statuses ([`crate::app::status_reads`]) and how a worker with several slots finalizes
-//! ([`crate::queue::finalizer`]): one statement, commit or round trip shared by whatever
+//! ([`crate::queue::complete`]): one statement, commit or round trip shared by whatever
 //! arrived while the last one was out.
 //!
 //! Nothing waits for a group to fill: an item on a quiet node is taken at once, alone.

@@ -4,10 +4,10 @@
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::app::jobs::{OperatorAction, operator};
 use crate::config::DatabaseConfig;
 use crate::db;
 use crate::domain::job::JobStatus;
+use crate::queue::operator::{OperatorAction, operator};
 
 /// `vidq jobs ...`.
 #[derive(Debug, Subcommand)]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::app::jobs::Claim;
+use super::Claim;
 use crate::db::{self, DbPool};
 
 /// Why an attempt was stopped before its body returned.

@@ -1,14 +1,22 @@
-//! The worker engine: claim jobs from PostgreSQL, run each under a heartbeat lease, and end
-//! every attempt through the fenced transactions in [`crate::app::jobs`]. The distribution
-//! across nodes is the race itself: the next idle node claims the next row first, and
-//! [`line`] keeps idle nodes from all racing for the same one.
+//! The worker engine: claim jobs from PostgreSQL ([`claim`]), run each under a heartbeat
+//! lease ([`runner`]), and end every attempt through the fenced transactions behind
+//! [`complete::Completer`]. The distribution across nodes is the race itself: the next idle
+//! node claims the next row first, and [`line`] keeps idle nodes from all racing for the
+//! same one. Operators' retry and cancel ([`operator`]) and the [`reaper`] live here too.
 
-pub mod finalizer;
+pub mod claim;
+pub mod complete;
+pub mod error;
 pub mod health;
 pub mod heartbeat;
 pub mod line;
 pub mod listener;
+pub mod operator;
+pub mod reaper;
 pub mod runner;
+
+pub use claim::{CarriedClaim, Claim, ClaimAnswer, NextClaim, TimeSince};
+pub use error::JobError;
 
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;

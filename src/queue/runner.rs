@@ -15,11 +15,11 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::JobBody;
-use super::finalizer::{Finalizer, Finalizing};
+use super::complete::{Completer, Finalizing};
 use super::health::{Ended, WorkerHealth};
 use super::heartbeat::{StopReason, keep_alive};
 use super::line::Listeners;
-use crate::app::jobs::{self, Claim, JobError};
+use super::{Claim, JobError};
 use crate::db::{self, DbPool};
 use crate::domain::media::{MediaError, TOOL_FAILED};
 use crate::metrics;
@@ -105,7 +105,7 @@ impl<B: JobBody> Runner<B> {
         let wake = Arc::new(Notify::new());
         let idle = self.join_idle_line(&wake, &shutdown);
         let heartbeats = self.heartbeat_pool();
-        let finalizer = Finalizer::start(self.pool.clone(), &self.settings);
+        let completer = Completer::start(self.pool.clone(), &self.settings);
         // The ends of attempts whose finalize still commits while their slot goes on.
         let endings = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(self.settings.slots as usize));
@@ -133,7 +133,7 @@ impl<B: JobBody> Runner<B> {
                     &slots,
                     &mut running,
                     &heartbeats,
-                    &finalizer,
+                    &completer,
                     &endings,
                     &shutdown,
                 )
@@ -226,7 +226,7 @@ impl<B: JobBody> Runner<B> {
 
     /// Closes jobs that died in their last attempt; the outcome feeds the health report.
     async fn reap(&self) {
-        let reaped = jobs::reap_dead(&self.pool).await;
+        let reaped = super::reaper::reap_dead(&self.pool).await;
         if let Err(error) = &reaped {
             tracing::warn!(error = %crate::telemetry::error_chain(error), "reaping dead jobs failed");
         }
@@ -244,7 +244,7 @@ impl<B: JobBody> Runner<B> {
         slots: &Arc<Semaphore>,
         running: &mut JoinSet<SlotEnd>,
         heartbeats: &DbPool,
-        finalizer: &Finalizer,
+        completer: &Completer,
         endings: &TaskTracker,
         shutdown: &CancellationToken,
     ) -> Claimed {
@@ -276,7 +276,7 @@ impl<B: JobBody> Runner<B> {
                     claim,
                     permit,
                     heartbeats.clone(),
-                    finalizer.clone(),
+                    completer.clone(),
                     endings.clone(),
                     shutdown.clone(),
                 );
@@ -289,44 +289,19 @@ impl<B: JobBody> Runner<B> {
         }
     }
 
-    /// Claims up to `free` jobs: one claim statement either way ([`db::jobs::claim_some`]
-    /// for more than one).
+    /// Claims up to `free` jobs in one claim statement ([`super::claim::claim`]).
     async fn claim_up_to(&self, free: usize) -> Result<Vec<Claim>, JobError> {
-        if free == 1 {
-            return Ok(self.claim_one().await?.into_iter().collect());
-        }
         let asked = Instant::now();
         let conn = self.pool.get().await?;
-        let claimed = db::jobs::claim_some(
-            &conn,
-            &self.settings.node_id,
-            self.settings.lease.as_secs_f64(),
-            free,
-        )
-        .await?;
+        let settings = &self.settings;
+        let claimed = super::claim::claim(&conn, &settings.node_id, settings.lease, free).await?;
         metrics::observe(&metrics::CLAIM_SECONDS, asked.elapsed());
-        let claimed: Vec<Claim> = claimed.into_iter().map(Claim::from).collect();
         for claim in &claimed {
             self.observe_claim(Some(claim));
         }
         if claimed.len() < free {
             self.observe_claim(None);
         }
-        Ok(claimed)
-    }
-
-    async fn claim_one(&self) -> Result<Option<Claim>, JobError> {
-        let asked = Instant::now();
-        let conn = self.pool.get().await?;
-        let claimed = db::jobs::claim(
-            &conn,
-            &self.settings.node_id,
-            self.settings.lease.as_secs_f64(),
-        )
-        .await?;
-        metrics::observe(&metrics::CLAIM_SECONDS, asked.elapsed());
-        let claimed = claimed.map(Claim::from);
-        self.observe_claim(claimed.as_ref());
         Ok(claimed)
     }
 
@@ -337,14 +312,14 @@ impl<B: JobBody> Runner<B> {
     }
 
     /// One slot's life: runs `claim`, and as long as each finalize brings the next job (see
-    /// [`jobs::finalize_ready_then_claim`]) runs that one too. The slot is given back when an
+    /// [`super::complete::finalize_ready_then_claim`]) runs that one too. The slot is given back when an
     /// attempt ends without a next job; the claim loop then takes over.
     async fn slot(
         self: Arc<Self>,
         mut claim: Claim,
         _slot: OwnedSemaphorePermit,
         heartbeats: DbPool,
-        finalizer: Finalizer,
+        completer: Completer,
         endings: TaskTracker,
         shutdown: CancellationToken,
     ) -> SlotEnd {
@@ -354,7 +329,7 @@ impl<B: JobBody> Runner<B> {
                 .attempt(
                     claim,
                     heartbeats.clone(),
-                    &finalizer,
+                    &completer,
                     &endings,
                     shutdown.clone(),
                 )
@@ -377,7 +352,7 @@ impl<B: JobBody> Runner<B> {
         self: Arc<Self>,
         claim: Claim,
         heartbeats: DbPool,
-        finalizer: &Finalizer,
+        completer: &Completer,
         endings: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Next {
@@ -427,7 +402,7 @@ impl<B: JobBody> Runner<B> {
         // Ends the heartbeat and the deadline watch (neither sets a reason on this path).
         stop.cancel();
         let carry = !shutdown.is_cancelled();
-        self.conclude(claim, result, why, worked, finalizer, endings, carry)
+        self.conclude(claim, result, why, worked, completer, endings, carry)
             .await
     }
 
@@ -443,7 +418,7 @@ impl<B: JobBody> Runner<B> {
         result: Result<crate::pipeline::AttemptOutput, MediaError>,
         why: Option<StopReason>,
         worked: Duration,
-        finalizer: &Finalizer,
+        completer: &Completer,
         endings: &TaskTracker,
         carry: bool,
     ) -> Next {
@@ -453,13 +428,14 @@ impl<B: JobBody> Runner<B> {
             // fence, not this node's guess, decides whether the claim is still ours.
             Ok(output) => {
                 let (finalizing, next) =
-                    self.finalize_ready(&claim, &output, finalizer, carry).await;
+                    self.finalize_ready(&claim, &output, completer, carry).await;
                 if let Finalizing::Running(_) = finalizing {
-                    let this = self.clone();
+                    let (this, completer) = (self.clone(), completer.clone());
                     endings.spawn(
                         async move {
                             let outcome = this.ready(&claim, finalizing.answer().await).await;
-                            this.record_end(&claim, outcome, why, worked).await;
+                            this.record_end(&claim, outcome, why, worked, &completer)
+                                .await;
                         }
                         .in_current_span(),
                     );
@@ -467,9 +443,13 @@ impl<B: JobBody> Runner<B> {
                 }
                 (self.ready(&claim, finalizing.answer().await).await, next)
             }
-            Err(error) => (self.not_ready(&claim, error, why).await, Next::NotAsked),
+            Err(error) => (
+                self.not_ready(&claim, error, why, completer).await,
+                Next::NotAsked,
+            ),
         };
-        self.record_end(&claim, outcome, why, worked).await;
+        self.record_end(&claim, outcome, why, worked, completer)
+            .await;
         next
     }
 
@@ -496,15 +476,16 @@ impl<B: JobBody> Runner<B> {
         claim: &Claim,
         error: MediaError,
         why: Option<StopReason>,
+        completer: &Completer,
     ) -> Result<Ended, JobError> {
         match why {
             Some(StopReason::Lost) => {
                 tracing::warn!("claim lost during the attempt; its result is dropped");
-                jobs::record_lost(&self.pool, claim, "lease lost during the attempt")
+                completer.record_lost(claim, "lease lost during the attempt")
                     .await
                     .map(|()| Ended::Lost)
             }
-            Some(StopReason::Shutdown) => jobs::release(&self.pool, claim).await.map(|()| {
+            Some(StopReason::Shutdown) => completer.release(claim).await.map(|()| {
                 tracing::info!("claim handed back for another node");
                 Ended::Released
             }),
@@ -513,7 +494,7 @@ impl<B: JobBody> Runner<B> {
                     "deadline_exceeded",
                     format!("the attempt ran past {:?}", self.settings.deadline),
                 );
-                jobs::fail_or_retry(&self.pool, claim, &error, self.settings.retry_delay)
+                completer.fail_or_retry(claim, &error, self.settings.retry_delay)
                     .await
                     .map(|retrying| {
                         if retrying {
@@ -529,7 +510,7 @@ impl<B: JobBody> Runner<B> {
             None if error.code == TOOL_FAILED
                 && self.health.tool_failed(self.settings.tool_failures, &error.message) =>
             {
-                jobs::release(&self.pool, claim).await.map(|()| {
+                completer.release(claim).await.map(|()| {
                     tracing::warn!(code = error.code, message = %error.message, "this node's media tools fail; the claim is handed back for another node and this node claims nothing until they work again");
                     Ended::Released
                 })
@@ -538,7 +519,7 @@ impl<B: JobBody> Runner<B> {
                 if error.code != TOOL_FAILED {
                     self.health.tools_ran();
                 }
-                match jobs::fail_or_retry(&self.pool, claim, &error, self.settings.retry_delay)
+                match completer.fail_or_retry(claim, &error, self.settings.retry_delay)
                     .await
                 {
                     Ok(true) => {
@@ -564,13 +545,15 @@ impl<B: JobBody> Runner<B> {
         outcome: Result<Ended, JobError>,
         why: Option<StopReason>,
         worked: Duration,
+        completer: &Completer,
     ) {
         let ended = match outcome {
             Ok(ended) => ended,
             Err(JobError::ClaimLost) => {
                 tracing::warn!("claim lost before the result was recorded; nothing was written");
-                let _ =
-                    jobs::record_lost(&self.pool, claim, "fence matched nothing at finalize").await;
+                let _ = completer
+                    .record_lost(claim, "fence matched nothing at finalize")
+                    .await;
                 Ended::Lost
             }
             Err(error) => {
@@ -602,12 +585,12 @@ impl<B: JobBody> Runner<B> {
         &self,
         claim: &Claim,
         output: &crate::pipeline::AttemptOutput,
-        finalizer: &Finalizer,
+        completer: &Completer,
         carry: bool,
     ) -> (Finalizing, Next) {
         // Counted with the other claims; not timed in `CLAIM_SECONDS`, as its round trip is
         // the finalize's.
-        let (finalized, claimed) = finalizer.finalize_ready(claim, output, carry).await;
+        let (finalized, claimed) = completer.finalize_ready(claim, output, carry).await;
         let next = match claimed {
             Some(Ok(claimed)) => {
                 self.health.claimed(Ok(claimed.is_some()));

@@ -40,7 +40,7 @@ impl QueueArgs {
             lease: Duration::from_secs(self.lease_secs),
             heartbeat: (self.heartbeat_secs > 0).then(|| Duration::from_secs(self.heartbeat_secs)),
             deadline: Duration::from_secs(self.deadline_secs),
-            retry_delay: crate::app::jobs::RETRY_DELAY,
+            retry_delay: crate::queue::complete::RETRY_DELAY,
             listeners: crate::queue::line::Listeners::HeadOfLine,
             tool_failures: self.tool_failures,
             tool_recheck: Duration::from_secs(self.tool_recheck_secs),

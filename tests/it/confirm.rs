@@ -370,9 +370,9 @@ async fn producers_wake_relays_only_while_one_is_waiting() {
             .await
             .unwrap()
             .unwrap();
-        let claim = vidq::app::jobs::Claim::from(claim);
+        let claim = vidq::queue::Claim::from(claim);
         let plan = claim.plan();
-        vidq::app::jobs::finalize_ready(
+        vidq::queue::complete::finalize_ready(
             &app.pool,
             &claim,
             &vidq::pipeline::AttemptOutput::placeholder(&plan),

@@ -297,7 +297,7 @@ async fn kill_job(app: &TestApp) {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(80)).await;
     }
-    vidq::app::jobs::reap_dead(&app.pool).await.unwrap();
+    vidq::queue::reaper::reap_dead(&app.pool).await.unwrap();
 }
 
 #[tokio::test]

@@ -25,7 +25,7 @@ async fn an_operator_lists_shows_and_retries_a_dead_job() {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(80)).await;
     }
-    vidq::app::jobs::reap_dead(&app.pool).await.unwrap();
+    vidq::queue::reaper::reap_dead(&app.pool).await.unwrap();
     let id = job_id(&app).await;
     let env = [("DATABASE_URL", app.db.url.as_str())];
 

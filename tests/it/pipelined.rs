@@ -122,12 +122,12 @@ async fn a_finalize_after_the_first_runs_only_statements_its_connection_already_
                 .await
                 .unwrap()
                 .expect("a job to claim");
-            claims.push(vidq::app::jobs::Claim::from(job));
+            claims.push(vidq::queue::Claim::from(job));
         }
     }
-    let finalize = async |claim: &vidq::app::jobs::Claim| {
+    let finalize = async |claim: &vidq::queue::Claim| {
         let output = vidq::pipeline::AttemptOutput::placeholder(&claim.plan());
-        vidq::app::jobs::finalize_ready(&pool, claim, &output)
+        vidq::queue::complete::finalize_ready(&pool, claim, &output)
             .await
             .unwrap();
         kept_prepared(&mut pool.get().await.unwrap()).await
@@ -163,8 +163,8 @@ async fn job_row(url: &str, job: i64) -> JobRow {
         .unwrap()
 }
 
-fn next_claim() -> vidq::app::jobs::NextClaim<'static> {
-    vidq::app::jobs::NextClaim {
+fn next_claim() -> vidq::queue::NextClaim<'static> {
+    vidq::queue::NextClaim {
         node: "node",
         lease: Duration::from_secs(60),
     }
@@ -174,7 +174,7 @@ fn next_claim() -> vidq::app::jobs::NextClaim<'static> {
 /// the first job.
 async fn two_jobs_and_a_claim_of_one(
     connections: u32,
-) -> (TestApp, vidq::db::DbPool, vidq::app::jobs::Claim) {
+) -> (TestApp, vidq::db::DbPool, vidq::queue::Claim) {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     app.uploaded_video(&key).await;
@@ -183,7 +183,7 @@ async fn two_jobs_and_a_claim_of_one(
     let claim = vidq::db::jobs::claim(&pool.get().await.unwrap(), "node", 60.0)
         .await
         .unwrap()
-        .map(vidq::app::jobs::Claim::from)
+        .map(vidq::queue::Claim::from)
         .expect("a job to claim");
     (app, pool, claim)
 }
@@ -206,14 +206,18 @@ async fn a_finalize_carries_its_slots_next_claim_in_the_same_round_trip() {
     let first = vidq::db::jobs::claim(&pool.get().await.unwrap(), "node", 60.0)
         .await
         .unwrap()
-        .map(vidq::app::jobs::Claim::from)
+        .map(vidq::queue::Claim::from)
         .expect("a job to claim");
-    let finalize = async |claim: &vidq::app::jobs::Claim| {
+    let finalize = async |claim: &vidq::queue::Claim| {
         let output = vidq::pipeline::AttemptOutput::placeholder(&claim.plan());
         let started = std::time::Instant::now();
-        let (finalized, next) =
-            vidq::app::jobs::finalize_ready_then_claim(&pool, claim, &output, Some(next_claim()))
-                .await;
+        let (finalized, next) = vidq::queue::complete::finalize_ready_then_claim(
+            &pool,
+            claim,
+            &output,
+            Some(next_claim()),
+        )
+        .await;
         finalized.expect("the claim was ours");
         let next = next
             .expect("a claim went out with the finalize")
@@ -252,7 +256,7 @@ async fn a_slots_next_claim_answers_while_its_finalize_still_waits_to_commit() {
     let output = vidq::pipeline::AttemptOutput::placeholder(&first.plan());
     let ahead = tokio::time::timeout(
         Duration::from_secs(10),
-        vidq::app::jobs::claim_ahead_of_finalize_ready(
+        vidq::queue::complete::claim_ahead_of_finalize_ready(
             &pool,
             &first,
             &output,
@@ -296,7 +300,7 @@ async fn a_claim_sent_ahead_of_a_finalize_whose_fence_fails_is_still_handed_over
     let (app, pool, mut stale) = two_jobs_and_a_claim_of_one(1).await;
     stale.token = uuid::Uuid::now_v7(); // a token the job never had
     let output = vidq::pipeline::AttemptOutput::placeholder(&stale.plan());
-    let ahead = vidq::app::jobs::claim_ahead_of_finalize_ready(
+    let ahead = vidq::queue::complete::claim_ahead_of_finalize_ready(
         &pool,
         &stale,
         &output,
@@ -311,7 +315,7 @@ async fn a_claim_sent_ahead_of_a_finalize_whose_fence_fails_is_still_handed_over
         .expect("the other job was waiting");
     let finalized = ahead.finalized.await.expect("the finalize's task answers");
     assert!(
-        matches!(finalized, Err(vidq::app::jobs::JobError::ClaimLost)),
+        matches!(finalized, Err(vidq::queue::JobError::ClaimLost)),
         "{finalized:?}"
     );
     assert_eq!(
@@ -333,11 +337,15 @@ async fn a_finalize_whose_fence_fails_still_hands_over_the_claim_sent_behind_it(
     let (app, pool, mut stale) = two_jobs_and_a_claim_of_one(1).await;
     stale.token = uuid::Uuid::now_v7(); // a token the job never had
     let output = vidq::pipeline::AttemptOutput::placeholder(&stale.plan());
-    let (finalized, next) =
-        vidq::app::jobs::finalize_ready_then_claim(&pool, &stale, &output, Some(next_claim()))
-            .await;
+    let (finalized, next) = vidq::queue::complete::finalize_ready_then_claim(
+        &pool,
+        &stale,
+        &output,
+        Some(next_claim()),
+    )
+    .await;
     assert!(
-        matches!(finalized, Err(vidq::app::jobs::JobError::ClaimLost)),
+        matches!(finalized, Err(vidq::queue::JobError::ClaimLost)),
         "{finalized:?}"
     );
     let next = next

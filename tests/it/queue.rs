@@ -10,8 +10,8 @@ use std::time::Duration;
 use diesel::QueryableByName;
 use diesel_async::RunQueryDsl;
 use tokio_util::sync::CancellationToken;
-use vidq::app::jobs::Claim;
 use vidq::domain::ids::VideoId;
+use vidq::queue::Claim;
 use vidq::queue::JobBody;
 use vidq::queue::runner::{ClaimObserver, Runner, WorkerSettings};
 

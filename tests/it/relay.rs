@@ -384,7 +384,8 @@ async fn two_relays_deliver_each_event_exactly_once() {
 
 #[tokio::test]
 async fn a_finalize_that_rolled_back_sends_nothing() {
-    use vidq::app::jobs::{self, Claim, JobError};
+    use vidq::queue::complete;
+    use vidq::queue::{Claim, JobError};
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let receiver = Receiver::start();
@@ -396,9 +397,10 @@ async fn a_finalize_that_rolled_back_sends_nothing() {
     let winner = crate::queue::claim(&app, "winner", 30.0).await.unwrap();
     let plan = |c: &Claim| c.plan();
     let late =
-        jobs::finalize_ready(&app.pool, &zombie, &crate::scripted::output(&plan(&zombie))).await;
+        complete::finalize_ready(&app.pool, &zombie, &crate::scripted::output(&plan(&zombie)))
+            .await;
     assert!(matches!(late, Err(JobError::ClaimLost)), "{late:?}");
-    jobs::finalize_ready(&app.pool, &winner, &crate::scripted::output(&plan(&winner)))
+    complete::finalize_ready(&app.pool, &winner, &crate::scripted::output(&plan(&winner)))
         .await
         .unwrap();
 

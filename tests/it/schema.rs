@@ -104,13 +104,13 @@ async fn a_videos_ready_update_is_done_in_place_without_touching_its_indexes() {
         let conn = pool.get().await.unwrap();
         let mut claims = Vec::new();
         while let Some(job) = vidq::db::jobs::claim(&conn, "node", 60.0).await.unwrap() {
-            claims.push(vidq::app::jobs::Claim::from(job));
+            claims.push(vidq::queue::Claim::from(job));
         }
         drop(conn);
         assert_eq!(claims.len(), 5);
         for claim in &claims {
             let output = vidq::pipeline::AttemptOutput::placeholder(&claim.plan());
-            vidq::app::jobs::finalize_ready(&pool, claim, &output)
+            vidq::queue::complete::finalize_ready(&pool, claim, &output)
                 .await
                 .unwrap();
         }

@@ -20,8 +20,8 @@ use serde::Deserialize;
 
 use super::error::ApiError;
 use crate::app::AppContext;
-use crate::app::jobs::{OperatorAction, OperatorError};
 use crate::app::operators::{self, OperatorSession, SESSION_HOURS};
+use crate::queue::operator::{OperatorAction, OperatorError};
 use pages::{DashboardPage, LoginPage, Panels};
 
 /// The session cookie.
@@ -309,7 +309,7 @@ async fn job_action(
         "cancel" => (OperatorAction::Cancel, "cancelled; its video failed"),
         _ => return Err(ApiError::not_found()),
     };
-    let (status, text) = match crate::app::jobs::operator(&ctx.db, id, action).await {
+    let (status, text) = match crate::queue::operator::operator(&ctx.db, id, action).await {
         Ok(()) => {
             tracing::info!(job_id = id, ?action, subject = %session.subject, "operator action from the dashboard");
             (StatusCode::OK, format!("job {id}: {done}"))

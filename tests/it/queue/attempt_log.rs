@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use vidq::app::jobs;
 use vidq::domain::media::MediaError;
+use vidq::queue::complete;
 
 use super::claim;
 use crate::harness::TestApp;
@@ -59,7 +59,7 @@ async fn an_attempt_that_completes_is_read_from_its_job_row_and_never_logged() {
         "it started when the job was claimed"
     );
 
-    jobs::finalize_ready(&app.pool, &running, &output(&running.plan()))
+    complete::finalize_ready(&app.pool, &running, &output(&running.plan()))
         .await
         .unwrap();
     assert_eq!(
@@ -101,7 +101,7 @@ async fn each_attempt_that_ends_otherwise_is_logged_once_with_the_claims_node_an
             micros("claimed_at")
         ))
         .await;
-    jobs::record_lost(&app.pool, &zombie, "heartbeat fence matched nothing")
+    complete::record_lost(&app.pool, &zombie, "heartbeat fence matched nothing")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -109,7 +109,7 @@ async fn each_attempt_that_ends_otherwise_is_logged_once_with_the_claims_node_an
     assert_eq!((winner.job_id, winner.attempt), (job, 2));
 
     // A retryable error logs the winner's attempt as a retry.
-    let retried = jobs::fail_or_retry(
+    let retried = complete::fail_or_retry(
         &app.pool,
         &winner,
         &MediaError::retryable("storage_error", "the bucket answered 503"),
@@ -120,7 +120,7 @@ async fn each_attempt_that_ends_otherwise_is_logged_once_with_the_claims_node_an
     assert!(retried);
     let last = claim(&app, "last", 30.0).await.unwrap();
     assert_eq!((last.job_id, last.attempt), (job, 3));
-    jobs::finalize_ready(&app.pool, &last, &output(&last.plan()))
+    complete::finalize_ready(&app.pool, &last, &output(&last.plan()))
         .await
         .unwrap();
 

@@ -1,12 +1,12 @@
 //! A worker with several slots: its claims go out as one statement, and finalizes that meet
-//! commit in one transaction (`app::ready_batch`), each still fenced on its own claim.
+//! commit in one transaction (`queue::complete::batch`), each still fenced on its own claim.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use vidq::app::jobs::{self, Claim, JobError, NextClaim};
-use vidq::app::ready_batch::{EarlyAnswer, ReadyAttempt, finalize_ready_all};
+use vidq::queue::complete::{self, EarlyAnswer, ReadyAttempt, finalize_ready_all};
+use vidq::queue::{Claim, JobError, NextClaim};
 
 use super::{
     Worker, claim, each_job_ran_once_and_announced_once, fast_settings, video_id, wait_for_count,
@@ -50,7 +50,7 @@ fn next() -> NextClaim<'static> {
 }
 
 /// The job a carried claim found, if it found one.
-fn carried_job(answer: &vidq::app::jobs::CarriedClaim) -> Option<i64> {
+fn carried_job(answer: &vidq::queue::CarriedClaim) -> Option<i64> {
     match answer {
         Some(Ok(found)) => found.as_ref().map(|claim| claim.job_id),
         Some(Err(error)) => panic!("the carried claim failed: {error}"),
@@ -409,7 +409,7 @@ async fn a_finalize_retried_after_its_batch_failed_finds_the_batch_committed_or_
     }
     for claim in &claimed[..2] {
         let plan = claim.plan();
-        jobs::finalize_ready_after_failed_batch(&app.pool, claim, &output(&plan))
+        complete::finalize_ready_after_failed_batch(&app.pool, claim, &output(&plan))
             .await
             .expect("the attempt's own row says it completed");
     }
@@ -425,7 +425,7 @@ async fn a_finalize_retried_after_its_batch_failed_finds_the_batch_committed_or_
     assert_eq!(winner.job_id, claimed[2].job_id);
     let plan = claimed[2].plan();
     let late =
-        jobs::finalize_ready_after_failed_batch(&app.pool, &claimed[2], &output(&plan)).await;
+        complete::finalize_ready_after_failed_batch(&app.pool, &claimed[2], &output(&plan)).await;
     assert!(matches!(late, Err(JobError::ClaimLost)), "{late:?}");
 }
 

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use diesel_async::RunQueryDsl;
-use vidq::app::jobs;
 use vidq::domain::media::MediaError;
 
 use super::{Worker, claim, fast_settings, video_id, wait_for_count};
@@ -119,9 +118,9 @@ async fn a_job_that_dies_in_its_last_attempt_becomes_dead_and_its_video_failed()
         claim(&app, "next", 30.0).await.is_none(),
         "no fourth attempt is claimable"
     );
-    assert_eq!(jobs::reap_dead(&app.pool).await.unwrap(), 1);
+    assert_eq!(vidq::queue::reaper::reap_dead(&app.pool).await.unwrap(), 1);
     assert_eq!(
-        jobs::reap_dead(&app.pool).await.unwrap(),
+        vidq::queue::reaper::reap_dead(&app.pool).await.unwrap(),
         0,
         "reaping twice closes it once"
     );

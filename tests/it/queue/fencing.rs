@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use vidq::app::jobs::{self, JobError};
 use vidq::domain::media::MediaError;
+use vidq::queue::JobError;
+use vidq::queue::complete;
 
 use super::{claim, video_id};
 use crate::harness::TestApp;
@@ -26,16 +27,16 @@ async fn a_late_result_after_the_lease_expired_and_another_node_reclaimed_change
     let before = app
         .count("SELECT count(*) AS n FROM notification_outbox")
         .await;
-    let late = jobs::finalize_ready(&app.pool, &zombie, &output(&zombie.plan())).await;
+    let late = complete::finalize_ready(&app.pool, &zombie, &output(&zombie.plan())).await;
     assert!(matches!(late, Err(JobError::ClaimLost)), "{late:?}");
-    let failed = jobs::finalize_failed(
+    let failed = complete::finalize_failed(
         &app.pool,
         &zombie,
         &MediaError::permanent("invalid_media", "late"),
     )
     .await;
     assert!(matches!(failed, Err(JobError::ClaimLost)));
-    let retried = jobs::fail_or_retry(
+    let retried = complete::fail_or_retry(
         &app.pool,
         &zombie,
         &MediaError::retryable("x", "late"),
@@ -44,7 +45,7 @@ async fn a_late_result_after_the_lease_expired_and_another_node_reclaimed_change
     .await;
     assert!(matches!(retried, Err(JobError::ClaimLost)));
     assert!(matches!(
-        jobs::release(&app.pool, &zombie).await,
+        complete::release(&app.pool, &zombie).await,
         Err(JobError::ClaimLost)
     ));
 
@@ -66,7 +67,7 @@ async fn a_late_result_after_the_lease_expired_and_another_node_reclaimed_change
     );
     // The winner's result does land.
     let plan = winner.plan();
-    jobs::finalize_ready(&app.pool, &winner, &output(&plan))
+    complete::finalize_ready(&app.pool, &winner, &output(&plan))
         .await
         .unwrap();
     assert_eq!(app.count(&format!("SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready' AND live_attempt = 2")).await, 1);
@@ -95,11 +96,10 @@ async fn deleting_the_uploader_while_their_videos_finalize_neither_deadlocks_nor
         while let Some(c) = claim(&app, "node", 30.0).await {
             claims.push(c);
         }
-        let finalizes = futures_util::future::join_all(
-            claims
-                .iter()
-                .map(|c| async { jobs::finalize_ready(&app.pool, c, &output(&c.plan())).await }),
-        );
+        let finalizes =
+            futures_util::future::join_all(claims.iter().map(|c| async {
+                complete::finalize_ready(&app.pool, c, &output(&c.plan())).await
+            }));
         let (finalized, deleted) =
             tokio::join!(finalizes, vidq::app::users::delete_user(&app.ctx, &name));
         deleted.expect("the deletion completes");
@@ -184,7 +184,7 @@ async fn the_claim_alone_commits_without_waiting_for_its_wal_flush() {
 /// What PostgreSQL's crash recovery leaves of a claim whose commit was not yet flushed: the
 /// job as it was before the claim. The claim wrote nothing else: its attempt lives on the job
 /// row until it ends.
-async fn lose_the_claim(app: &TestApp, claim: &vidq::app::jobs::Claim) {
+async fn lose_the_claim(app: &TestApp, claim: &vidq::queue::Claim) {
     let changed = app
         .count(&format!(
             "WITH reverted AS (
@@ -229,7 +229,7 @@ async fn a_claim_lost_with_a_database_crash_writes_nothing_and_the_next_claim_ta
     assert_eq!(app.count(&artifacts).await, 0);
     let prefix = format!("videos/{id}/");
     assert!(app.storage.list_prefix(&prefix).await.unwrap().is_empty());
-    let late = jobs::finalize_ready(&app.pool, &lost, &output(&lost.plan())).await;
+    let late = complete::finalize_ready(&app.pool, &lost, &output(&lost.plan())).await;
     assert!(matches!(late, Err(JobError::ClaimLost)), "{late:?}");
 
     // The next claim's attempt writes under that number and lands.
@@ -237,7 +237,9 @@ async fn a_claim_lost_with_a_database_crash_writes_nothing_and_the_next_claim_ta
         .run(&next.plan(), &tokio_util::sync::CancellationToken::new())
         .await
         .unwrap();
-    jobs::finalize_ready(&app.pool, &next, &made).await.unwrap();
+    complete::finalize_ready(&app.pool, &next, &made)
+        .await
+        .unwrap();
     assert_eq!(
         app.count(&format!(
             "SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready'

@@ -1,33 +1,49 @@
-//! Where a worker's slots send their READY finalizes. A slot that wants its next job has it
-//! claimed ahead of its finalize, in the same flight, and goes on with that job as soon as the
-//! claim answers, while the finalize commits on a task of its own. A process with one slot
-//! sends each finalize itself ([`jobs::claim_ahead_of_finalize_ready`]). With several slots,
-//! finalizes go through [`COMMITTERS`] committer tasks: a finalize that arrives while both
-//! are committing waits, and the first one free takes everything waiting
-//! ([`crate::batching`]) into one transaction ([`crate::app::ready_batch`]), the next jobs'
-//! claims in one statement ahead of it.
+//! How an attempt's end is recorded: the single entry is [`Completer`], which every end goes
+//! through (READY, FAILED, retry later, release, lost). A READY finalize takes one of three
+//! paths, chosen here and nowhere else:
 //!
-//! Nothing waits for a batch to fill: a finalize on a quiet worker goes alone and at once.
-//! Batches grow only while the database is slower than the slots, which is when sharing a
-//! commit, a WAL flush and a round trip pays.
+//! - **inline** ([`ready`]): one transaction in one round trip, tried again as [`retry`]
+//!   says; with a next claim wanted it rides behind the `COMMIT`;
+//! - **pipelined** ([`ahead`]): a worker with one slot sends the freed slot's next claim
+//!   ahead of the transaction in the same flight and goes on with that job while the
+//!   finalize commits on a task of its own;
+//! - **batched** ([`batch`]): with several slots, finalizes go through [`COMMITTERS`]
+//!   committer tasks; a finalize that arrives while both are committing waits, and the first
+//!   one free takes everything waiting ([`crate::batching`]) into one transaction, the next
+//!   jobs' claims in one statement ahead of it.
+//!
+//! The other ends ([`failed`]) go alone. Nothing waits for a batch to fill: a finalize on a
+//! quiet worker goes alone and at once. Batches grow only while the database is slower than
+//! the slots, which is when sharing a commit, a WAL flush and a round trip pays.
 
-use crate::app::jobs::{self, CarriedClaim, Claim, JobError, NextClaim};
-use crate::app::ready_batch::{self, EarlyAnswer, Finalized, ReadyAttempt};
+pub mod ahead;
+pub mod batch;
+pub mod failed;
+pub mod ready;
+mod retry;
+
+pub use ahead::{ClaimedAhead, claim_ahead_of_finalize_ready, finalize_ready_claiming_ahead};
+pub use batch::{EarlyAnswer, Finalized, ReadyAttempt, finalize_ready_all};
+pub use failed::{RETRY_DELAY, fail_or_retry, finalize_failed, record_lost, release};
+pub use ready::{finalize_ready, finalize_ready_after_failed_batch, finalize_ready_then_claim};
+
+use tracing::Instrument;
+
 use crate::batching::{Groups, Unanswered, Waiting};
 use crate::db::DbPool;
+use crate::domain::media::MediaError;
 use crate::pipeline::AttemptOutput;
-
-use super::runner::WorkerSettings;
-use tracing::Instrument;
+use crate::queue::runner::WorkerSettings;
+use crate::queue::{CarriedClaim, Claim, JobError, NextClaim};
 
 /// Batches in flight at once. One committer leaves all of a worker's finalizes to one
 /// backend, which runs their statements one after another on one core while the others
 /// wait: two let the next batch form and go while one commits.
 const COMMITTERS: usize = 2;
 
-/// The finalize path of one worker process. Cloning shares it.
+/// Where one worker process records its attempts' ends. Cloning shares it.
 #[derive(Clone)]
-pub struct Finalizer(Path);
+pub struct Completer(Path);
 
 #[derive(Clone)]
 enum Path {
@@ -49,7 +65,7 @@ enum Path {
     },
 }
 
-impl Finalizer {
+impl Completer {
     /// The finalize path for a worker with `settings`; with more than one slot it starts
     /// the committers on the current runtime, which end once every clone is dropped.
     pub fn start(pool: DbPool, settings: &WorkerSettings) -> Self {
@@ -82,11 +98,10 @@ impl Finalizer {
         match &self.0 {
             Path::Alone { pool, node, lease } => {
                 if !carry {
-                    let finalized = jobs::finalize_ready(pool, claim, output).await;
+                    let finalized = finalize_ready(pool, claim, output).await;
                     return (Finalizing::Ended(finalized), None);
                 }
-                let ahead =
-                    jobs::claim_ahead_of_finalize_ready(pool, claim, output, node, *lease).await;
+                let ahead = claim_ahead_of_finalize_ready(pool, claim, output, node, *lease).await;
                 (Finalizing::Running(ahead.finalized), ahead.claimed)
             }
             Path::Batched { pool, committers } => {
@@ -107,12 +122,11 @@ impl Finalizer {
                             // gone, or if they panicked): nothing was sent, so this is a
                             // first try.
                             Err(Unanswered::NotTaken(_)) => {
-                                jobs::finalize_ready(&pool, &claim, &output).await
+                                finalize_ready(&pool, &claim, &output).await
                             }
                             // The committer died with this finalize taken, perhaps committed.
                             Err(Unanswered::Lost) => {
-                                jobs::finalize_ready_after_failed_batch(&pool, &claim, &output)
-                                    .await
+                                finalize_ready_after_failed_batch(&pool, &claim, &output).await
                             }
                         }
                     }
@@ -125,6 +139,35 @@ impl Finalizer {
                 (Finalizing::Running(task), claimed.await.ok())
             }
         }
+    }
+}
+
+impl Completer {
+    fn pool(&self) -> &DbPool {
+        match &self.0 {
+            Path::Alone { pool, .. } | Path::Batched { pool, .. } => pool,
+        }
+    }
+
+    /// A failed attempt: the video FAILED (a permanent error, or no attempt left), or the
+    /// job back to PENDING after `delay`. Whether it will be retried.
+    pub async fn fail_or_retry(
+        &self,
+        claim: &Claim,
+        error: &MediaError,
+        delay: std::time::Duration,
+    ) -> Result<bool, JobError> {
+        fail_or_retry(self.pool(), claim, error, delay).await
+    }
+
+    /// Hands `claim` back with its attempt restored (shutdown, or this node's tools fail).
+    pub async fn release(&self, claim: &Claim) -> Result<(), JobError> {
+        release(self.pool(), claim).await
+    }
+
+    /// Records that this node lost `claim`, and why (best effort).
+    pub async fn record_lost(&self, claim: &Claim, reason: &str) -> Result<(), JobError> {
+        record_lost(self.pool(), claim, reason).await
     }
 }
 
@@ -162,13 +205,13 @@ async fn commit(
         .map(|waiting| (waiting.item, waiting.answer))
         .unzip();
     let next = NextClaim { node, lease };
-    let finalized = ready_batch::finalize_ready_all(pool, &attempts, next).await;
+    let finalized = finalize_ready_all(pool, &attempts, next).await;
     for (answer, finalized) in answers.into_iter().zip(finalized) {
         // A slot that went away (its task aborted at shutdown) has nothing to hear; its
         // finalize stands, and the next job claimed for it is handed back at once rather
         // than left to its lease.
         if let Err((_, Some(Ok(Some(orphan))))) = answer.send(finalized) {
-            jobs::release_orphan(pool, &orphan).await;
+            ahead::release_orphan(pool, &orphan).await;
         }
     }
 }

@@ -25,14 +25,14 @@
 
 use diesel_async::AsyncPgConnection;
 
-use super::jobs::{
-    self, CarriedClaim, Claim, ClaimAnswer, JobError, NextClaim, fenced, is_transient, ready_data,
-    ready_facts,
-};
+use super::ahead::{self, release_orphan};
+use super::ready::{self, ready_data, ready_facts};
 use crate::db::{self, DbPool};
 use crate::domain::event::Event;
 use crate::domain::job::JobKind;
 use crate::pipeline::AttemptOutput;
+use crate::queue::error::{fenced, is_transient};
+use crate::queue::{CarriedClaim, Claim, ClaimAnswer, JobError, NextClaim, claim};
 
 /// One slot's finished attempt, waiting for its finalize.
 #[derive(Debug)]
@@ -50,7 +50,7 @@ pub struct ReadyAttempt {
 }
 
 /// Where a slot hears its next claim as soon as the claim statement answers, while its
-/// finalize may still be committing ([`jobs::finalize_ready_claiming_ahead`]). Answered, or
+/// finalize may still be committing ([`ahead::finalize_ready_claiming_ahead`]). Answered, or
 /// dropped unanswered when no claim went out, once.
 #[derive(Debug)]
 pub struct EarlyAnswer(std::sync::Mutex<Option<ClaimAnswer>>);
@@ -80,7 +80,7 @@ fn early_answer(attempt: &ReadyAttempt) -> Option<ClaimAnswer> {
 }
 
 /// What one finalize of a batch comes to: its own answer, and the claim it carried, as
-/// [`jobs::finalize_ready_then_claim`] answers.
+/// [`ready::finalize_ready_then_claim`] answers.
 pub type Finalized = (Result<(), JobError>, CarriedClaim);
 
 /// Finalizes every attempt of `batch` READY, together where it can; answers in `batch`'s
@@ -107,11 +107,11 @@ pub async fn finalize_ready_all(
             let (claim, output) = (&attempt.claim, &attempt.output);
             answers[i] = Some(match early_answer(attempt) {
                 Some(answer) => (
-                    jobs::finalize_ready_claiming_ahead(pool, claim, output, next, answer).await,
+                    ahead::finalize_ready_claiming_ahead(pool, claim, output, next, answer).await,
                     None,
                 ),
                 None => {
-                    jobs::finalize_ready_then_claim(pool, claim, output, carried(attempt)).await
+                    ready::finalize_ready_then_claim(pool, claim, output, carried(attempt)).await
                 }
             });
         }
@@ -153,9 +153,9 @@ async fn commit_or_retry(
                 let (claim, output) = (&member.claim, &member.output);
                 async move {
                     if transient {
-                        jobs::finalize_ready_after_failed_batch(pool, claim, output).await
+                        ready::finalize_ready_after_failed_batch(pool, claim, output).await
                     } else {
-                        jobs::finalize_ready(pool, claim, output).await
+                        ready::finalize_ready(pool, claim, output).await
                     }
                 }
             });
@@ -216,12 +216,7 @@ async fn commit_together(
         let claimed = if wanted == 0 {
             None
         } else {
-            Some(
-                db::jobs::claim_some(c, next.node, next.lease.as_secs_f64(), wanted)
-                    .await
-                    .map(|jobs| jobs.into_iter().map(Claim::from).collect())
-                    .map_err(JobError::from),
-            )
+            Some(claim::claim(c, next.node, next.lease, wanted).await)
         };
         let mut orphans = Vec::new();
         let claims = hand_out(members, claimed)
@@ -249,7 +244,7 @@ async fn commit_together(
     drop(tx);
     drop(conn);
     for orphan in &orphans {
-        jobs::release_orphan(pool, orphan).await;
+        release_orphan(pool, orphan).await;
     }
     (together, claims)
 }

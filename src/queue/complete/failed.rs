@@ -1,0 +1,135 @@
+//! The other ends of an attempt: FAILED (shaped like READY), a retry later, a release on
+//! shutdown, and the record of a lost claim. Each is fenced on the attempt's claim.
+
+use diesel_async::AsyncConnection;
+
+use super::retry::{FirstTry, retry_transient};
+use crate::db::{self, DbPool};
+use crate::domain::event::Event;
+use crate::domain::job::{MAX_ATTEMPTS, Outcome};
+use crate::domain::media::MediaError;
+use crate::domain::recording::RecordingState;
+use crate::queue::error::{end, fenced, lock_owner, video_gone};
+use crate::queue::{Claim, JobError};
+
+/// How long a retried job waits before it can be claimed again (the seed's 5 s).
+pub const RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// FAILED, in one transaction shaped like [`finalize_ready`]: the error on the video,
+/// `video.failed`, the fenced COMPLETED update last, tried again like it. The video, its event
+/// and the attempt get the code and its public message only; the detail (tool and scratch
+/// paths, stderr) is the log's.
+#[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, run = claim.run, attempt = claim.attempt))]
+pub async fn finalize_failed(
+    pool: &DbPool,
+    claim: &Claim,
+    error: &MediaError,
+) -> Result<(), JobError> {
+    let first = finalize_failed_once(pool, claim, error).await;
+    retry_transient(
+        pool,
+        claim,
+        Outcome::Failed,
+        FirstTry::Answered(first),
+        || finalize_failed_once(pool, claim, error),
+    )
+    .await
+}
+
+async fn finalize_failed_once(
+    pool: &DbPool,
+    claim: &Claim,
+    error: &MediaError,
+) -> Result<(), JobError> {
+    let message = error.public_message();
+    let mut conn = pool.get().await?;
+    let tx = db::pipeline::Pipeline::new(&mut conn);
+    let c = tx.conn();
+    // One round trip, like the READY finalize of an upload.
+    let event = Event::video_failed(
+        claim.video,
+        claim.run,
+        chrono::Utc::now(), // replaced by the video's updated_at (insert_stamped)
+        error.code,
+        &message,
+    );
+    let ended = end(Outcome::Failed, Some((error.code, &message)));
+    tx.run(async {
+        let (_, _, _, _, completed) = futures_util::try_join!(
+            lock_owner(c, claim.video),
+            async {
+                db::videos::set_failed(c, claim.video.0, error.code, &message)
+                    .await
+                    .map_err(video_gone)
+            },
+            async {
+                db::live_videos::follow_video(c, claim.video.0, RecordingState::Failed)
+                    .await
+                    .map_err(JobError::from)
+            },
+            async {
+                db::outbox::insert_stamped(c, &event)
+                    .await
+                    .map_err(JobError::from)
+            },
+            async {
+                db::jobs::complete(c, claim.job_id, claim.token, ended)
+                    .await
+                    .map_err(JobError::from)
+            },
+        )?;
+        fenced(completed)
+    })
+    .await
+}
+
+/// A failed attempt: permanent errors and the last attempt's error fail the video; otherwise
+/// the job goes back to PENDING after `delay` (fenced). Returns whether it will be retried.
+pub async fn fail_or_retry(
+    pool: &DbPool,
+    claim: &Claim,
+    error: &MediaError,
+    delay: std::time::Duration,
+) -> Result<bool, JobError> {
+    if error.is_permanent() || claim.attempt >= MAX_ATTEMPTS {
+        return finalize_failed(pool, claim, error).await.map(|()| false);
+    }
+    let message = error.public_message();
+    let mut conn = pool.get().await?;
+    conn.transaction::<_, JobError, _>(async |conn| {
+        let ended = end(Outcome::Retry, Some((error.code, &message)));
+        fenced(
+            db::jobs::retry_later(conn, claim.job_id, claim.token, ended, delay.as_secs_f64())
+                .await?,
+        )?;
+        db::jobs::notify_claimable(conn).await?;
+        Ok(true)
+    })
+    .await
+}
+
+/// Graceful release on shutdown: back to PENDING with the attempt given back (fenced).
+pub async fn release(pool: &DbPool, claim: &Claim) -> Result<(), JobError> {
+    let mut conn = pool.get().await?;
+    conn.transaction::<_, JobError, _>(async |conn| {
+        fenced(
+            db::jobs::release(
+                conn,
+                claim.job_id,
+                claim.token,
+                end(Outcome::Released, None),
+            )
+            .await?,
+        )?;
+        db::jobs::notify_claimable(conn).await?;
+        Ok(())
+    })
+    .await
+}
+
+/// Records that this node lost its claim (best effort; the next claim also logs it).
+pub async fn record_lost(pool: &DbPool, claim: &Claim, reason: &str) -> Result<(), JobError> {
+    let mut conn = pool.get().await?;
+    db::attempts::log_lost(&mut conn, claim.job_id, claim.token, "claim_lost", reason).await?;
+    Ok(())
+}

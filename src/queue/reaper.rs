@@ -1,0 +1,52 @@
+//! The reaper: closes jobs that died in their last attempt (their lease ran out with no
+//! attempt left). Any worker runs it on its poll tick; the fence makes two reapers harmless.
+
+use diesel_async::AsyncConnection;
+
+use super::JobError;
+use super::error::{fenced, lock_owner, video_gone};
+use crate::db::{self, DbPool, jobs::AttemptEnd};
+use crate::domain::event::Event;
+use crate::domain::failure;
+use crate::domain::ids::VideoId;
+use crate::domain::job::Outcome;
+use crate::domain::recording::RecordingState;
+
+/// Closes jobs that died in their last attempt: DEAD (closed), the video FAILED and one
+/// `video.failed`, in one transaction each. Any worker runs this on its tick; the fence
+/// makes two reapers harmless. Returns how many it closed.
+pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
+    let mut conn = pool.get().await?;
+    let candidates = db::jobs::dead_candidates(&mut conn, 16).await?;
+    let mut reaped = 0;
+    for job in candidates {
+        let closed = conn
+            .transaction::<_, JobError, _>(async |conn| {
+                let video = VideoId(job.video_id);
+                let owner = lock_owner(conn, video).await?;
+                let code = "attempts_exhausted";
+                let message = failure::sentence(code);
+                let at = db::videos::set_failed(conn, video.0, code, message)
+                    .await
+                    .map_err(video_gone)?;
+                db::live_videos::follow_video(conn, video.0, RecordingState::Failed).await?;
+                let event = Event::video_failed(video, job.run, at, code, message);
+                db::outbox::insert(conn, owner, &event).await?;
+                let ended = AttemptEnd {
+                    outcome: Outcome::Dead,
+                    error: Some(("lease_expired", message)),
+                };
+                fenced(db::jobs::mark_dead(conn, job.id, job.claim_token, ended).await?)
+            })
+            .await;
+        match closed {
+            Ok(()) => {
+                reaped += 1;
+                tracing::warn!(job_id = job.id, video_id = %job.video_id, "job died in its last attempt; video failed");
+            }
+            Err(JobError::ClaimLost) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(reaped)
+}
