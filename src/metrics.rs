@@ -191,6 +191,21 @@ impl Exposition {
         self
     }
 
+    /// The outbox's backlog (undelivered events, and the age of the oldest in seconds) as
+    /// two gauges: a relay's health listener and the API's `/metrics` show the same two.
+    pub fn outbox_backlog(&self, pending: i64, oldest_secs: Option<f64>) -> &Self {
+        self.gauge(
+            "vidq_outbox_backlog",
+            "Events not yet delivered: unrouted outbox rows plus deliveries waiting or in flight.",
+            pending as f64,
+        )
+        .gauge(
+            "vidq_outbox_oldest_pending_seconds",
+            "Seconds since the oldest undelivered event committed (0: none waits).",
+            oldest_secs.unwrap_or(0.0),
+        )
+    }
+
     /// A gauge with no labels.
     pub fn gauge(&self, name: &str, help: &str, value: f64) -> &Self {
         let gauge = prometheus::Gauge::new(name, help).expect("a valid gauge");

@@ -42,7 +42,7 @@ pub struct EncodeArgs {
 
 /// Prints the probe's `MediaInfo` as JSON, or the typed refusal (exit status 1).
 pub async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
-    let config = args.media.to_media_config();
+    let config = crate::adapters::ffmpeg::MediaConfig::from(&args.media);
     match probe::probe(&config, &args.file, &CancellationToken::new()).await {
         Ok(info) => {
             println!("{}", serde_json::to_string_pretty(&info)?);
@@ -54,7 +54,7 @@ pub async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
 
 /// Probes and encodes like a worker does, into a local directory; prints a JSON summary.
 pub async fn encode(args: EncodeArgs) -> anyhow::Result<()> {
-    let config = args.media.to_media_config();
+    let config = crate::adapters::ffmpeg::MediaConfig::from(&args.media);
     let cancel = crate::shutdown::on_signals();
     let started = Instant::now();
     let info = match probe::probe(&config, &args.file, &cancel).await {

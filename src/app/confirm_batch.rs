@@ -46,6 +46,15 @@ pub struct BatchSettings {
     pub committers: usize,
 }
 
+impl From<&crate::config::UploadConfig> for BatchSettings {
+    fn from(upload: &crate::config::UploadConfig) -> Self {
+        Self {
+            max: usize::from(upload.confirm_batch_max),
+            committers: usize::from(upload.confirm_committers),
+        }
+    }
+}
+
 /// The queue in front of the committers. Cloning shares it.
 #[derive(Clone, Debug)]
 pub struct ConfirmBatcher {

@@ -60,7 +60,7 @@ pub struct AppContext {
 #[derive(Clone, Debug)]
 pub struct InProcessWorker {
     /// What the worker's runner records.
-    pub health: std::sync::Arc<crate::queue::health::WorkerHealth>,
+    pub health: std::sync::Arc<crate::telemetry::worker_health::WorkerHealth>,
     /// `VIDQ_SLOTS`.
     pub slots: u32,
 }

@@ -204,7 +204,7 @@ async fn run_nodes(
         max_open_recordings_per_user: 20,
     };
     let ctx = AppContext {
-        confirms: app::confirm_batch::ConfirmBatcher::start(db.clone(), upload.batches()),
+        confirms: app::confirm_batch::ConfirmBatcher::start(db.clone(), (&upload).into()),
         status_reads: app::status_reads::StatusReads::start(db.clone()),
         db,
         storage: s3.storage.clone(),

@@ -7,8 +7,8 @@ use uuid::Uuid;
 
 use crate::domain::event::Event;
 
-/// The channel relays LISTEN on.
-pub const EVENTS_CHANNEL: &str = "vidq_events";
+/// The channel relays LISTEN on (declared with the wake-up rules it follows).
+pub use super::wake::EVENTS_CHANNEL;
 
 /// Inserts an event into the caller's transaction and, in the same statement, wakes relays
 /// and long-polling feed readers when it commits, if any is waiting (see [`super::wake`]).

@@ -24,6 +24,10 @@ use diesel::QueryResult;
 use diesel::sql_types::{BigInt, Bool};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
+/// The channel relays and long-polling feed readers LISTEN on; an outbox insert NOTIFYs it
+/// (`super::outbox`).
+pub const EVENTS_CHANNEL: &str = "vidq_events";
+
 /// The advisory lock a waiter holds while it sleeps ("vidq_evt"). Relays and API processes
 /// with long-polling readers share it: whoever holds it, producers NOTIFY and every listener
 /// hears it. One lock, because each extra lock a producer tries costs every enqueue
@@ -195,7 +199,7 @@ impl WakeSession {
         let held = self.held;
         self.withdraw().await;
         if held && let Some(conn) = self.conn.as_mut() {
-            let sql = format!("SELECT pg_notify('{}', '')", super::outbox::EVENTS_CHANNEL);
+            let sql = format!("SELECT pg_notify('{EVENTS_CHANNEL}', '')");
             let _ = step(diesel::sql_query(sql).execute(conn)).await;
         }
     }

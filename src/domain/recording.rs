@@ -3,6 +3,9 @@
 //! `init.mp4`, `index0.m4s`, `index1.m4s`..., `index.m3u8`), what vidq reads of the
 //! playlists it PUTs, and the object keys of the files.
 
+/// The RTMP application encoders connect to: the server URL ends in `/live`.
+pub const RTMP_APP_NAME: &str = "live";
+
 spelled_states! {
     /// Where a recording is in its life.
     pub enum RecordingState {

@@ -4,7 +4,7 @@
 //! counters in Prometheus' text format. It reads what the loop records and never queries
 //! the database itself, so probing it costs the loop nothing.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use actix_web::{App, HttpResponse, HttpServer, web};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::queue::health::{Verdict, WorkerHealth};
+use crate::telemetry::worker_health::{Verdict, WorkerHealth};
 
 /// What a role tells its health listener.
 pub trait Probe: Send + Sync + 'static {
@@ -61,19 +61,6 @@ impl Probe for WorkerProbe {
     }
 }
 
-/// Parses a `--health-listen` address, refusing anything but loopback.
-pub fn loopback_addr(text: &str) -> Result<SocketAddr, String> {
-    let addr: SocketAddr = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not an address with a port, e.g. 127.0.0.1:9091"))?;
-    if !addr.ip().is_loopback() {
-        return Err(format!(
-            "the health listener binds to loopback only (127.0.0.1 or [::1]); `{text}` is not"
-        ));
-    }
-    Ok(addr)
-}
-
 /// Serves `/healthz` and `/metrics` on `listener` until `shutdown`.
 pub fn serve(
     listener: TcpListener,
@@ -108,30 +95,4 @@ async fn metrics(probe: web::Data<dyn Probe>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(probe.metrics())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_loopback_addresses_are_accepted() {
-        assert!(loopback_addr("127.0.0.1:9091").is_ok());
-        assert!(loopback_addr("[::1]:9091").is_ok());
-        assert!(
-            loopback_addr("0.0.0.0:9091")
-                .unwrap_err()
-                .contains("loopback only")
-        );
-        assert!(
-            loopback_addr("10.0.0.5:9091")
-                .unwrap_err()
-                .contains("loopback only")
-        );
-        assert!(
-            loopback_addr("localhost")
-                .unwrap_err()
-                .contains("with a port")
-        );
-    }
 }

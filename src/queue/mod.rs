@@ -7,7 +7,6 @@
 pub mod claim;
 pub mod complete;
 pub mod error;
-pub mod health;
 pub mod heartbeat;
 pub mod line;
 pub mod listener;

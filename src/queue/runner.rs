@@ -16,13 +16,13 @@ use tracing::Instrument;
 
 use super::JobBody;
 use super::complete::{Completer, Finalizing};
-use super::health::{Ended, WorkerHealth};
 use super::heartbeat::{StopReason, keep_alive};
 use super::line::Listeners;
 use super::{Claim, JobError};
 use crate::db::{self, DbPool};
 use crate::domain::media::{MediaError, TOOL_FAILED};
 use crate::metrics;
+use crate::telemetry::worker_health::{Ended, WorkerHealth};
 
 /// How a worker paces itself.
 #[derive(Clone, Debug)]
@@ -105,7 +105,11 @@ impl<B: JobBody> Runner<B> {
         let wake = Arc::new(Notify::new());
         let idle = self.join_idle_line(&wake, &shutdown);
         let heartbeats = self.heartbeat_pool();
-        let completer = Completer::start(self.pool.clone(), &self.settings);
+        let next = super::NextClaim {
+            node: &self.settings.node_id,
+            lease: self.settings.lease,
+        };
+        let completer = Completer::start(self.pool.clone(), next, self.settings.slots);
         // The ends of attempts whose finalize still commits while their slot goes on.
         let endings = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(self.settings.slots as usize));

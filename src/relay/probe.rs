@@ -14,21 +14,6 @@ use crate::db::{self, DbPool};
 use crate::http::health_listener::Probe;
 use crate::metrics::{self, Exposition};
 
-/// The outbox's backlog as gauges; the API's `/metrics` shows the same two.
-pub fn outbox_gauges(exposition: &Exposition, backlog: &Backlog) {
-    exposition
-        .gauge(
-            "vidq_outbox_backlog",
-            "Events not yet delivered: unrouted outbox rows plus deliveries waiting or in flight.",
-            backlog.pending as f64,
-        )
-        .gauge(
-            "vidq_outbox_oldest_pending_seconds",
-            "Seconds since the oldest undelivered event committed (0: none waits).",
-            backlog.oldest_secs.unwrap_or(0.0),
-        );
-}
-
 /// The relay's last look at the outbox.
 #[derive(Clone, Default)]
 pub struct RelayProbe {
@@ -77,7 +62,7 @@ impl Probe for RelayProbe {
     fn metrics(&self) -> String {
         let exposition = Exposition::new();
         if let Some(Ok(backlog)) = self.backlog() {
-            outbox_gauges(&exposition, &backlog);
+            exposition.outbox_backlog(backlog.pending, backlog.oldest_secs);
         }
         exposition
             .family(&*metrics::DELIVERIES)

@@ -289,7 +289,7 @@ pub async fn context(
         .await
         .context("connecting to the database (DATABASE_URL)")?;
     let storage = Storage::connect(storage, credentials).await;
-    let confirms = crate::app::confirm_batch::ConfirmBatcher::start(pool.clone(), upload.batches());
+    let confirms = crate::app::confirm_batch::ConfirmBatcher::start(pool.clone(), upload.into());
     Ok(AppContext {
         confirms,
         status_reads: crate::app::status_reads::StatusReads::start(pool.clone()),

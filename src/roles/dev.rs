@@ -161,7 +161,8 @@ async fn run_on(
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
     // The worker runs in this process, with no health listener of its own: the API's
     // `/metrics` serves its families.
-    let worker_health = std::sync::Arc::new(crate::queue::health::WorkerHealth::default());
+    let worker_health =
+        std::sync::Arc::new(crate::telemetry::worker_health::WorkerHealth::default());
     ctx.in_process_worker = Some(crate::app::InProcessWorker {
         health: worker_health.clone(),
         slots: config.queue.slots,

@@ -14,8 +14,8 @@ use crate::config::MediaArgs;
 pub use crate::config::{QueueArgs, WorkerConfig};
 use crate::db;
 use crate::pipeline::{AttemptWaits, Pipeline};
-use crate::queue::health::WorkerHealth;
 use crate::queue::runner::{Runner, WorkerSettings};
+use crate::telemetry::worker_health::WorkerHealth;
 
 /// Most connections a worker's pool holds (claims, ledger writes and finalizes share them;
 /// heartbeats have one connection of their own).
@@ -86,7 +86,7 @@ pub async fn run_with(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let settings = queue.settings()?;
-    let media = media.to_media_config();
+    let media = crate::adapters::ffmpeg::MediaConfig::from(media);
     // Both job kinds (encode, repackage) need the same tools, scratch space and S3; a worker
     // that lacks one says so now, in one sentence, rather than failing each job it claims.
     media.check_tools().await.context(

@@ -27,8 +27,8 @@ use crate::app::AppContext;
 use crate::http::ingest_server::{self, IngestLimits};
 use crate::http::limits::AcceptGate;
 
-/// The RTMP application encoders connect to: the server URL ends in `/live`.
-pub const APP_NAME: &str = "live";
+/// The RTMP application encoders connect to (declared with the recordings it feeds).
+pub use crate::domain::recording::RTMP_APP_NAME as APP_NAME;
 
 /// Connections the listener serves at once, above any one address's cap, so that one
 /// address at its cap leaves room for everyone else. A connection costs a socket until it

@@ -40,6 +40,25 @@ pub struct MediaConfig {
     pub threads: u32,
 }
 
+impl From<&crate::config::MediaArgs> for MediaConfig {
+    fn from(args: &crate::config::MediaArgs) -> Self {
+        Self {
+            ffmpeg: args.ffmpeg.clone(),
+            ffprobe: args.ffprobe.clone(),
+            call_timeout: std::time::Duration::from_secs(args.ffmpeg_timeout_secs),
+            limits: crate::domain::media::MediaLimits {
+                max_duration_ms: i64::try_from(args.max_duration_secs * 1000).unwrap_or(i64::MAX),
+                max_width: args.max_width,
+                max_height: args.max_height,
+                max_fps: args.max_fps,
+            },
+            ladder: args.ladder.clone(),
+            segment_seconds: args.segment_secs,
+            threads: args.ffmpeg_threads,
+        }
+    }
+}
+
 impl Default for MediaConfig {
     fn default() -> Self {
         Self {

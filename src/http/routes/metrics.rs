@@ -56,7 +56,7 @@ pub async fn metrics(ctx: web::Data<AppContext>) -> HttpResponse {
         f64::from(u8::from(state.is_ok())),
     );
     if let Ok(state) = state {
-        crate::relay::probe::outbox_gauges(&exposition, &state.outbox);
+        exposition.outbox_backlog(state.outbox.pending, state.outbox.oldest_secs);
         exposition
             .gauge_by(
                 "vidq_queue_jobs",

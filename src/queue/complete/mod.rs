@@ -33,7 +33,6 @@ use crate::batching::{Groups, Unanswered, Waiting};
 use crate::db::DbPool;
 use crate::domain::media::MediaError;
 use crate::pipeline::AttemptOutput;
-use crate::queue::runner::WorkerSettings;
 use crate::queue::{CarriedClaim, Claim, JobError, NextClaim};
 
 /// Batches in flight at once. One committer leaves all of a worker's finalizes to one
@@ -66,11 +65,12 @@ enum Path {
 }
 
 impl Completer {
-    /// The finalize path for a worker with `settings`; with more than one slot it starts
-    /// the committers on the current runtime, which end once every clone is dropped.
-    pub fn start(pool: DbPool, settings: &WorkerSettings) -> Self {
-        let (node, lease) = (settings.node_id.clone(), settings.lease);
-        let slots = usize::try_from(settings.slots).unwrap_or(usize::MAX);
+    /// The completion path of a worker whose slots claim as `next`; with more than one of
+    /// its `slots` it starts the committers on the current runtime, which end once every
+    /// clone is dropped.
+    pub fn start(pool: DbPool, next: NextClaim<'_>, slots: u32) -> Self {
+        let (node, lease) = (next.node.to_owned(), next.lease);
+        let slots = usize::try_from(slots).unwrap_or(usize::MAX);
         if slots <= 1 {
             return Self(Path::Alone { pool, node, lease });
         }

@@ -2,7 +2,10 @@
 //! line) on stderr, filtered by `RUST_LOG` (default `info`).
 //!
 //! Logs go to stderr so that commands whose stdout is an answer (`vidq user create` prints
-//! only the new key) stay scriptable.
+//! only the new key) stay scriptable. A worker's account of itself, which its health
+//! listener and the API's `/metrics` read, is [`worker_health`].
+
+pub mod worker_health;
 
 use std::io::IsTerminal;
 
