@@ -1,0 +1,253 @@
+//! `vidq bench queue`: how fast the queue moves jobs with no encoding in the way.
+//!
+//! Throughput: W in-process workers (each group of S of them a worker process of its own, with
+//! its own pool of 2 connections and S slots) drain N jobs through the real claim statement and the real fenced
+//! READY finalize (video update, outbox row, attempt ledger), while a backlog of B jobs stays
+//! queued behind them. Pickup: W idle workers (in the same layouts), one enqueue every 50 ms
+//! through the confirm's own transaction, timed from the enqueue's commit to the claim. The
+//! SQL-only ceiling (pgbench running the same statements) is measured in the same run when its
+//! script is found.
+//! So is a peer queue, graphile-worker, draining the same number of jobs with the same worker
+//! count and backlog when Node.js and its package are installed: once with no-op jobs, and
+//! once with jobs that write what vidq's finalize writes (the video READY and its event).
+//!
+//! This file holds the arguments and the order of the runs; the workers under test are in
+//! `workers`, the two measurements in `throughput` and `pickup`, the ceiling and the peer in
+//! `compare`, and the table lines in `table`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::queue::line::Listeners;
+use compare::{PeerRuns, PeerTask, ceiling, peer};
+use pickup::{Pickups, pickups};
+use table::{Row, print_pickups, print_row};
+use throughput::throughput;
+
+mod compare;
+mod pickup;
+mod table;
+mod throughput;
+mod workers;
+
+pub(super) use workers::{Noop, start_workers};
+
+/// `vidq bench queue`.
+#[derive(Debug, Args)]
+pub struct QueueBenchArgs {
+    /// Jobs each throughput measurement drains.
+    #[arg(long, default_value_t = 20_000)]
+    pub jobs: i64,
+    /// Worker counts to measure (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "2,8")]
+    pub workers: Vec<u32>,
+    /// Slots per worker process (comma-separated; each is measured at every worker count,
+    /// capped at it, for throughput and for pickup). 1 runs each worker as a process of its
+    /// own; 8 runs 8 workers as one process with 8 slots, as graphile-worker's runner with
+    /// concurrency 8 does. The finalizes of one process's slots commit together when they
+    /// meet.
+    #[arg(long, value_delimiter = ',', default_value = "1,8",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub slots: Vec<u32>,
+    /// Jobs left queued behind the drained ones (comma-separated; each is measured).
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    pub backlog: Vec<i64>,
+    /// Rounds per worker count: each round measures the ceiling and then every backlog, so
+    /// each ratio compares runs made minutes apart; the table shows medians.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Pickup samples per worker count, layout and listening mode (one enqueue every 50 ms);
+    /// 0 skips the pickup test.
+    #[arg(long, default_value_t = 200)]
+    pub pickups: usize,
+    /// The pgbench ceiling script to compare with (`run.sh` of the physical-limit bench);
+    /// measured with INDEX=claimable and the heavy finalize at the same concurrency.
+    #[arg(long, default_value = "../shared/bench/physical-limit/run.sh")]
+    pub ceiling: PathBuf,
+    /// The peer queue's drain script (graphile-worker, run with `node`; its package is
+    /// installed by `npm ci --prefix scripts/peers/graphile-worker`), drained in each round
+    /// right after vidq with the same jobs, workers and backlog.
+    #[arg(long, default_value = "scripts/peers/graphile-worker/drain.mjs")]
+    pub peer: PathBuf,
+    /// Skip the peer queue.
+    #[arg(long)]
+    pub no_peer: bool,
+    /// Users the jobs' videos are dealt to in turn. 1 is one busy tenant: every finalize
+    /// then takes a key-share lock on the same user row while the others hold theirs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub owners: u32,
+    /// Instead of the comparisons: drain this many jobs (a million, say) through a private
+    /// PostgreSQL server with its default settings while a backlog stays queued, with the
+    /// tables' own autovacuum settings and then without, and report jobs/s and the jobs
+    /// table's dead rows every 100,000 jobs (at the first `--workers` and `--slots`).
+    #[arg(long, value_name = "JOBS")]
+    pub sustained: Option<i64>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: super::ServerArgs,
+}
+
+/// The slots per process measured at `workers` workers: `slots` capped at `workers`, each
+/// once, in the order given.
+fn layouts(slots: &[u32], workers: u32) -> Vec<u32> {
+    let mut layouts: Vec<u32> = Vec::new();
+    for slots in slots.iter().map(|&s| s.clamp(1, workers.max(1))) {
+        if !layouts.contains(&slots) {
+            layouts.push(slots);
+        }
+    }
+    layouts
+}
+
+/// `workers` slots as processes of `slots`: `8x1` is eight processes of one slot.
+fn layout_name(workers: u32, slots: u32) -> String {
+    format!("{}x{slots}", workers.div_ceil(slots))
+}
+
+/// Runs the benchmark and prints its table.
+pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
+    if let Some(total) = args.sustained {
+        let workers = args.workers.first().copied().unwrap_or(2);
+        let slots = args.slots.first().copied().unwrap_or(1);
+        return super::sustained::run(total, workers, slots).await;
+    }
+    println!(
+        "vidq bench queue: {} jobs per measurement, no-op job body, real claim + fenced finalize, \
+         videos of {} user(s), medians of {} rounds; processes: worker processes x slots each",
+        args.jobs, args.owners, args.rounds
+    );
+    println!();
+    println!(
+        "{:>7} | {:>9} | {:>8} | {:>10} | {:>16} | {:>8} | {:>14} | {:>9} | {:>14} | {:>9} | per-round ratios",
+        "workers",
+        "processes",
+        "backlog",
+        "jobs/s",
+        "pgbench ceiling",
+        "ratio",
+        "peer no-op",
+        "vidq/peer",
+        "peer + writes",
+        "vidq/peer"
+    );
+    for &workers in &args.workers {
+        let mut ceilings = Vec::new();
+        let mut why_no_ceiling = None;
+        let layouts = layouts(&args.slots, workers);
+        let mut rows: Vec<Vec<Row>> = args
+            .backlog
+            .iter()
+            .map(|_| layouts.iter().map(|_| Row::default()).collect())
+            .collect();
+        let mut peers: Vec<[PeerRuns; 2]> =
+            args.backlog.iter().map(|_| Default::default()).collect();
+        for _ in 0..args.rounds.max(1) {
+            let ceiling =
+                ceiling(&args.server.database_url, &args.ceiling, args.jobs, workers).await;
+            for ((rows, peers), &backlog) in rows.iter_mut().zip(&mut peers).zip(&args.backlog) {
+                let server = &args.server.database_url;
+                let mut rates = Vec::new();
+                for (row, &slots) in rows.iter_mut().zip(&layouts) {
+                    let run = throughput(server, args.jobs, workers, slots, backlog, args.owners)
+                        .await
+                        .context("throughput run")?;
+                    let rate = run.rate;
+                    row.rates.push(rate);
+                    row.per_commit.push(run.per_commit);
+                    if let Ok(c) = &ceiling {
+                        row.to_ceiling.push(rate / c);
+                    }
+                    rates.push(rate);
+                }
+                if args.no_peer {
+                    continue;
+                }
+                // Right after vidq's runs, so that they meet the same minutes of the machine.
+                for (i, task) in PeerTask::ALL.into_iter().enumerate() {
+                    let (jobs, owners) = (args.jobs, args.owners);
+                    match peer(server, &args.peer, task, jobs, workers, backlog, owners).await {
+                        Ok(p) => {
+                            peers[i].rates.push(p);
+                            for (row, rate) in rows.iter_mut().zip(&rates) {
+                                row.to_peer[i].push(rate / p);
+                            }
+                        }
+                        Err(why) => peers[i].why_not = Some(why),
+                    }
+                }
+            }
+            match ceiling {
+                Ok(c) => ceilings.push(c),
+                Err(why) => why_no_ceiling = Some(why),
+            }
+        }
+        for ((rows, peers), &backlog) in rows.iter().zip(&peers).zip(&args.backlog) {
+            for (row, &slots) in rows.iter().zip(&layouts) {
+                print_row(
+                    workers,
+                    slots,
+                    backlog,
+                    row,
+                    peers,
+                    &ceilings,
+                    &why_no_ceiling,
+                );
+            }
+        }
+    }
+    if args.pickups > 0 {
+        println!();
+        println!(
+            "pickup: commit of the enqueue -> claim, idle workers, one enqueue every 50 ms, {} samples \
+             a round, medians of {} rounds; early: claimed before the enqueuer saw its commit \
+             answered (counted as 0 ms)",
+            args.pickups, args.rounds
+        );
+        println!(
+            "{:>7} | {:>9} | {:<12} | {:>6} | {:>6} | {:>6} | {:>6} | {:>10} | {:>5} | per-round p99",
+            "workers",
+            "processes",
+            "listening",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "max ms",
+            "claims/job",
+            "early"
+        );
+        for &workers in &args.workers {
+            // A process of several slots has one idle line, so "every idle" is "head of
+            // line" when one process holds every slot.
+            let runs: Vec<(u32, Listeners, &str)> = layouts(&args.slots, workers)
+                .into_iter()
+                .flat_map(|slots| {
+                    let every =
+                        (slots < workers).then_some((slots, Listeners::EveryIdle, "every idle"));
+                    std::iter::once((slots, Listeners::HeadOfLine, "head of line")).chain(every)
+                })
+                .collect();
+            let mut rounds: Vec<Vec<Pickups>> = runs.iter().map(|_| Vec::new()).collect();
+            // Alternating them in each round exposes each to the same moments of the VM.
+            for _ in 0..args.rounds.max(1) {
+                for (i, &(slots, mode, _)) in runs.iter().enumerate() {
+                    let run = pickups(
+                        &args.server.database_url,
+                        workers,
+                        slots,
+                        mode,
+                        args.pickups,
+                    )
+                    .await
+                    .context("pickup run")?;
+                    rounds[i].push(run);
+                }
+            }
+            for (runs, &(slots, _, name)) in rounds.iter().zip(&runs) {
+                print_pickups(workers, &layout_name(workers, slots), name, runs);
+            }
+        }
+    }
+    Ok(())
+}
