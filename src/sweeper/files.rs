@@ -9,7 +9,8 @@ use std::sync::atomic::Ordering;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{Held, Outcome, Round, Shared, SweepStore, Sweeper, Work};
+use super::work::{Held, Landing, Outcome, Work};
+use super::{Round, Shared, SweepStore, Sweeper};
 use crate::adapters::spool::SpoolCheck;
 use crate::db::{self, recordings::ClaimedFile};
 
@@ -117,7 +118,7 @@ impl<S: SweepStore> Shared<S> {
             .land(
                 Held::File(file.id),
                 file.tries,
-                super::Landing {
+                Landing {
                     key: &file.object_key,
                     path: &path,
                     size: file.size_bytes,

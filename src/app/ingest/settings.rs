@@ -57,7 +57,10 @@ impl Ingest {
                 format!("rtmp://{host}:{port}")
             }
         };
-        Some(format!("{base}/{}", crate::rtmp::APP_NAME))
+        Some(format!(
+            "{base}/{}",
+            crate::domain::recording::RTMP_APP_NAME
+        ))
     }
 
     /// `scheme://host[:port]` of the ingest listener, given the API's base.
