@@ -93,7 +93,7 @@ async fn read_recording_digests(
     storage: &Storage,
 ) -> anyhow::Result<()> {
     use futures_util::{StreamExt, TryStreamExt};
-    let uploaded = crate::domain::recording::FileState::Uploaded.as_str();
+    let uploaded = crate::domain::recording::FileState::Uploaded;
     let sizes: HashMap<&str, i64> = snapshot
         .recording_files
         .iter()
@@ -215,7 +215,7 @@ async fn redrive(
         done: false,
         action,
     };
-    if row.via != UploadVia::Vidq.as_str() {
+    if row.via != UploadVia::Vidq {
         return not("cannot be re-driven: a presigned upload's bytes never reached vidq".into());
     }
     let root = match root {
@@ -240,7 +240,7 @@ async fn redrive(
             return not(format!("cannot be re-driven now: the spool file: {err}"));
         }
     };
-    if row.state == UploadState::Uploaded.as_str() {
+    if row.state == UploadState::Uploaded {
         return match db::reconcile::requeue_upload(conn, row.id).await {
             Ok(1) => Fix {
                 done: true,

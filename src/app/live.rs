@@ -74,7 +74,7 @@ pub async fn status(
         .ok_or(AppError::NotFound)?;
     let counts = db::recordings::counts(&mut conn, id).await?;
     let video_id = db::live_videos::video_of(&mut conn, id).await?;
-    let state = row.state.parse().map_err(db::DbError::from)?;
+    let state = row.state;
     Ok(RecordingStatus {
         row,
         state,
@@ -131,7 +131,7 @@ pub async fn publishable(
     if recording.node_id != ingest.node_id {
         return Ok(Err(PublishRefusal::OtherNode(recording.node_id)));
     }
-    let state: RecordingState = recording.state.parse().map_err(db::DbError::from)?;
+    let state = recording.state;
     Ok(match state {
         RecordingState::Waiting | RecordingState::Live => Ok(recording),
         over => Err(PublishRefusal::Over(over)),
@@ -437,14 +437,14 @@ pub async fn playlist(
             .ok_or(AppError::NotFound)?;
         (recording, db::recordings::files_of(&mut conn, id).await?)
     };
-    let state: RecordingState = recording.state.parse().map_err(db::DbError::from)?;
-    let uploaded = FileState::Uploaded.as_str();
+    let state = recording.state;
+    let uploaded = FileState::Uploaded;
     let init = files
         .iter()
-        .find(|f| f.axis == FileAxis::Init.as_str() && f.state == uploaded);
+        .find(|f| f.axis == FileAxis::Init && f.state == uploaded);
     let kept: Vec<&db::recordings::FileView> = files
         .iter()
-        .filter(|f| f.axis == FileAxis::Segment.as_str() && f.state != FileState::Excluded.as_str())
+        .filter(|f| f.axis == FileAxis::Segment && f.state != FileState::Excluded)
         .collect();
     let segments: Vec<recording::LiveSegment> = kept
         .iter()
@@ -503,14 +503,14 @@ pub async fn playlist(
     let final_listed = recording
         .final_sequence
         .is_some_and(|last| first as usize + playable == last as usize + 1);
-    let still_landing = kept.iter().any(|f| f.state == FileState::Pending.as_str());
+    let still_landing = kept.iter().any(|f| f.state == FileState::Pending);
     let ended = init_url.is_some()
         && if final_state {
             // Past the cutoff (and when it follows its video, `ready` or `failed`): over
             // once every kept segment is in S3, whatever gaps the encoder left.
             !still_landing
         } else {
-            recording.end_reason.as_deref() == Some(EndReason::Endlist.as_str())
+            recording.end_reason == Some(EndReason::Endlist)
                 && final_listed
                 && playable == kept.iter().filter(|f| f.sequence >= first as i32).count()
         };

@@ -1,8 +1,6 @@
 //! The ledger against the bucket: turns a ledger snapshot and a listing into the report
 //! `vidq reconcile` prints and the sweeper's orphan pass acts on (`domain::reconcile`).
 
-use std::str::FromStr;
-
 use chrono::{DateTime, Utc};
 
 use crate::db::DbError;
@@ -11,8 +9,6 @@ use crate::domain::reconcile::{
     ArtifactRecord, BucketObject, LiveFileRecord, LiveLedger, Report, UploadRecord, VideoRecord,
     compare,
 };
-use crate::domain::upload::UploadState;
-use crate::domain::video::VideoStatus;
 
 /// Where vidq writes: what the comparison lists.
 pub const PREFIXES: [&str; 4] = ["originals/", "videos/", "live/", "tus-tail/"];
@@ -46,7 +42,7 @@ pub fn compare_snapshot(
                 id: u.id,
                 key: u.object_key.clone(),
                 size: u.declared_size,
-                state: UploadState::from_str(&u.state)?,
+                state: u.state,
                 tail_pieces: snapshot
                     .tail_pieces
                     .iter()
@@ -71,7 +67,7 @@ pub fn compare_snapshot(
         .map(|v| {
             Ok(VideoRecord {
                 id: v.id,
-                status: VideoStatus::from_str(&v.status)?,
+                status: v.status,
                 live: v.live_run.zip(v.live_attempt),
                 current: v.job_run.zip(v.job_attempt),
             })
@@ -87,7 +83,7 @@ pub fn compare_snapshot(
                 key: f.object_key.clone(),
                 size: f.size_bytes,
                 sha256: f.content_sha256.clone(),
-                uploaded: f.state == crate::domain::recording::FileState::Uploaded.as_str(),
+                uploaded: f.state == crate::domain::recording::FileState::Uploaded,
             })
             .collect(),
     };

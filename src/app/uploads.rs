@@ -145,7 +145,7 @@ async fn confirm_found(
     upload: db::uploads::UploadRow,
 ) -> Result<Confirmed, AppError> {
     let (owner, upload_id) = (UserId(upload.owner_id), UploadId(upload.id));
-    let state: UploadState = upload.state.parse().map_err(db::DbError::from)?;
+    let state = upload.state;
     if state == UploadState::Confirmed {
         return existing_video(ctx, upload_id)
             .await

@@ -44,7 +44,7 @@ pub struct VideoFacts {
     /// Probed height.
     pub height: Option<i32>,
     /// Stable failure code.
-    pub error_code: Option<String>,
+    pub error_code: Option<crate::domain::failure::FailureCode>,
     /// Human-readable failure.
     pub error_message: Option<String>,
     /// Created (the confirm's transaction time).
@@ -88,7 +88,7 @@ pub async fn view(
     ctx: &AppContext,
     (video, attempts, job): VideoWithAttempts,
 ) -> Result<VideoView, AppError> {
-    let mut status: VideoStatus = video.status.parse().map_err(db::DbError::from)?;
+    let mut status = video.status;
     let job: Option<JobStatus> = job
         .as_deref()
         .map(str::parse)

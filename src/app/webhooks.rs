@@ -121,7 +121,7 @@ fn join_tries(rows: Vec<DeliveryRow>, attempts: Vec<AttemptRow>) -> Result<Vec<D
     }
     rows.into_iter()
         .map(|r| {
-            let status: DeliveryStatus = r.status.parse()?;
+            let status = r.status;
             Ok(Delivery {
                 tries: tries.remove(&r.id).unwrap_or_default(),
                 next_attempt_at: (status == DeliveryStatus::Pending).then_some(r.next_attempt_at),

@@ -21,7 +21,7 @@ pub struct ArtifactRow {
     /// Attempt whose prefix holds it.
     pub attempt: i32,
     /// See [`Axis`](crate::domain::artifact::Axis).
-    pub axis: String,
+    pub axis: crate::domain::artifact::Axis,
     /// Order within the axis (segment number).
     pub sequence: i32,
     /// S3 key.
@@ -29,7 +29,7 @@ pub struct ArtifactRow {
     /// Expected size.
     pub size_bytes: i64,
     /// `pending | uploaded`.
-    pub state: String,
+    pub state: crate::domain::artifact::ArtifactState,
     /// Registered.
     pub created_at: DateTime<Utc>,
     /// Confirmed in S3.

@@ -208,10 +208,10 @@ pub async fn insert_pending(
 pub struct LedgerEntry {
     /// State.
     #[diesel(sql_type = Text)]
-    pub state: String,
+    pub state: crate::domain::upload::UploadState,
     /// Reject reason.
     #[diesel(sql_type = Nullable<Text>)]
-    pub reject_reason: Option<String>,
+    pub reject_reason: Option<crate::domain::upload::RejectReason>,
     /// Failed tries.
     #[diesel(sql_type = Int4)]
     pub tries: i32,

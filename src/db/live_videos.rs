@@ -246,7 +246,7 @@ pub async fn video_of(
 pub struct KeptFile {
     /// `init` or `segment`.
     #[diesel(sql_type = Text)]
-    pub axis: String,
+    pub axis: crate::domain::recording::FileAxis,
     /// Its number.
     #[diesel(sql_type = diesel::sql_types::Int4)]
     pub sequence: i32,

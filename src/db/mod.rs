@@ -109,6 +109,7 @@ pub mod retrying;
 #[allow(missing_docs)]
 pub mod schema;
 pub mod session;
+mod states;
 pub mod synthetic;
 pub mod uploads;
 pub mod users;

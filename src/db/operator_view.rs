@@ -24,7 +24,7 @@ pub async fn bound_statements(conn: &mut AsyncPgConnection, ms: u32) -> diesel::
 pub struct StatusCount {
     /// `PENDING`, `PROCESSING`, `COMPLETED` or `DEAD`.
     #[diesel(sql_type = Text)]
-    pub status: String,
+    pub status: crate::domain::job::JobStatus,
     /// How many (for `COMPLETED`: in the last hour, so the count stays an index range
     /// however long the history is).
     #[diesel(sql_type = BigInt)]
@@ -79,7 +79,7 @@ pub struct RunningAttempt {
     pub video_id: Uuid,
     /// `encode` or `repackage`.
     #[diesel(sql_type = Text)]
-    pub kind: String,
+    pub kind: crate::domain::job::JobKind,
     /// Run and attempt.
     #[diesel(sql_type = Integer)]
     pub run: i32,
@@ -132,13 +132,13 @@ pub struct JobLine {
     pub owner: String,
     /// `encode` or `repackage`.
     #[diesel(sql_type = Text)]
-    pub kind: String,
+    pub kind: crate::domain::job::JobKind,
     /// Job status.
     #[diesel(sql_type = Text)]
-    pub status: String,
+    pub status: crate::domain::job::JobStatus,
     /// The video's status.
     #[diesel(sql_type = Text)]
-    pub video_status: String,
+    pub video_status: crate::domain::video::VideoStatus,
     /// Run and attempts used in it.
     #[diesel(sql_type = Integer)]
     pub run: i32,
@@ -147,7 +147,7 @@ pub struct JobLine {
     pub attempts: i32,
     /// The video's error code, or the last attempt's.
     #[diesel(sql_type = Nullable<Text>)]
-    pub error_code: Option<String>,
+    pub error_code: Option<crate::domain::failure::FailureCode>,
     /// Its message.
     #[diesel(sql_type = Nullable<Text>)]
     pub error_message: Option<String>,
@@ -348,7 +348,7 @@ pub struct OpenRecording {
     pub owner: String,
     /// `waiting`, `live`, `ending` or `ended`.
     #[diesel(sql_type = Text)]
-    pub state: String,
+    pub state: crate::domain::recording::RecordingState,
     /// The ingest node.
     #[diesel(sql_type = Text)]
     pub node_id: String,

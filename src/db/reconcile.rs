@@ -25,10 +25,10 @@ pub struct UploadKey {
     pub declared_size: i64,
     /// Its state (spelled as [`UploadState`]).
     #[diesel(sql_type = Text)]
-    pub state: String,
+    pub state: crate::domain::upload::UploadState,
     /// How its bytes reach S3 (spelled as [`UploadVia`]).
     #[diesel(sql_type = Text)]
-    pub via: String,
+    pub via: crate::domain::upload::UploadVia,
     /// Spool file, relative to the root (uploads through vidq).
     #[diesel(sql_type = Nullable<Text>)]
     pub spool_path: Option<String>,
@@ -59,7 +59,7 @@ pub struct VideoAttempts {
     pub id: Uuid,
     /// Its status (spelled as `VideoStatus`).
     #[diesel(sql_type = Text)]
-    pub status: String,
+    pub status: crate::domain::video::VideoStatus,
     /// Run of the attempt that made it READY.
     #[diesel(sql_type = Nullable<Int4>)]
     pub live_run: Option<i32>,
@@ -116,7 +116,7 @@ pub struct RecordingFileKey {
     pub size_bytes: i64,
     /// Its state.
     #[diesel(sql_type = Text)]
-    pub state: String,
+    pub state: crate::domain::recording::FileState,
     /// SHA-256 (hex) of the bytes the row names; `None` for rows from before digests.
     #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
     pub content_sha256: Option<String>,

@@ -25,9 +25,9 @@ pub struct UploadRow {
     /// Exact size the object must have.
     pub declared_size: i64,
     /// See [`UploadState`].
-    pub state: String,
+    pub state: crate::domain::upload::UploadState,
     /// Why it was rejected, if it was.
-    pub reject_reason: Option<String>,
+    pub reject_reason: Option<crate::domain::upload::RejectReason>,
     /// When the presigned URL stops working.
     pub expires_at: DateTime<Utc>,
     /// Created.
@@ -35,7 +35,7 @@ pub struct UploadRow {
     /// Last state change.
     pub updated_at: DateTime<Utc>,
     /// `presigned` or `vidq` (see [`crate::domain::upload::UploadVia`]).
-    pub via: String,
+    pub via: crate::domain::upload::UploadVia,
     /// Bytes of an upload through vidq received and fsynced so far.
     pub received_bytes: i64,
     /// Spool file of an upload through vidq, relative to the node's spool root.
@@ -45,7 +45,7 @@ pub struct UploadRow {
     /// The client's whole-file checksum (`sha256:<hex>`), if it gave one.
     pub checksum: Option<String>,
     /// Where its bytes are kept while they arrive (`None`: a presigned upload).
-    pub store: Option<String>,
+    pub store: Option<crate::domain::upload::UploadStore>,
     /// A tus upload's `Upload-Metadata` as its client sent it.
     pub tus_metadata: Option<String>,
 }

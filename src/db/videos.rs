@@ -18,7 +18,7 @@ pub struct VideoRow {
     /// The upload contract it was made from (`None`: a live recording).
     pub upload_id: Option<Uuid>,
     /// `queued | processing | ready | failed`.
-    pub status: String,
+    pub status: crate::domain::video::VideoStatus,
     /// Probed duration.
     pub duration_ms: Option<i64>,
     /// Probed width.
@@ -38,7 +38,7 @@ pub struct VideoRow {
     /// Thumbnail key.
     pub thumbnail_key: Option<String>,
     /// Stable failure code.
-    pub error_code: Option<String>,
+    pub error_code: Option<crate::domain::failure::FailureCode>,
     /// Human-readable failure.
     pub error_message: Option<String>,
     /// Created (the confirm's transaction time).

@@ -3,69 +3,89 @@
 //! `invalid_media` adds the tool's reason, with every filesystem path taken out. The full text
 //! (tool paths, scratch paths, stderr) is for the node's log.
 
-/// Each failure code vidq writes on a video, with the one sentence a client reads for it.
-pub const SENTENCES: &[(&str, &str)] = &[
-    ("invalid_media", "the file is not a video that can be read"),
-    ("no_video_stream", "the file has no video stream"),
-    ("unsupported_codec", "the video codec is not supported"),
-    ("too_long", "the video is longer than the accepted maximum"),
-    (
-        "too_large_dimensions",
-        "the video frame is larger than the accepted maximum",
-    ),
-    (
-        "too_high_frame_rate",
-        "the video frame rate is higher than the accepted maximum",
-    ),
-    (
-        "original_missing",
-        "the uploaded original is no longer in storage",
-    ),
-    (
-        "ffmpeg_missing",
-        "the media tools are not available on the processing node",
-    ),
-    (
-        "tool_failed",
-        "the media tools could not run on the processing node",
-    ),
-    (
-        "io_error",
-        "the processing node could not use its local disk",
-    ),
-    ("probe_timeout", "reading the video took too long"),
-    ("encode_timeout", "encoding the video took too long"),
-    ("encode_failed", "the encoder could not process the video"),
-    (
-        "storage_error",
-        "object storage or the database failed while storing the outputs",
-    ),
-    (
-        "recording_incomplete",
-        "the live recording's files are not all in storage",
-    ),
-    (
-        "original_pending",
-        "the joined live recording is not in storage yet",
-    ),
-    ("deadline_exceeded", "the encoding attempt ran out of time"),
-    (
-        "attempts_exhausted",
-        "every encoding attempt stopped without finishing",
-    ),
-    ("cancelled", "the encoding was cancelled"),
-    (
-        "lease_expired",
-        "the processing node stopped answering during the attempt",
-    ),
-    (
-        "internal_error",
-        "the processing node stopped the attempt on an internal error",
-    ),
-];
+spelled_states! {
+    /// Each failure code vidq writes on a video or an attempt. A code the database holds
+    /// that is not here is an error where the row is read, never a default.
+    pub enum FailureCode {
+        /// "the file is not a video that can be read"
+        InvalidMedia = "invalid_media",
+        /// "the file has no video stream"
+        NoVideoStream = "no_video_stream",
+        /// "the video codec is not supported"
+        UnsupportedCodec = "unsupported_codec",
+        /// "the video is longer than the accepted maximum"
+        TooLong = "too_long",
+        /// "the video frame is larger than the accepted maximum"
+        TooLargeDimensions = "too_large_dimensions",
+        /// "the video frame rate is higher than the accepted maximum"
+        TooHighFrameRate = "too_high_frame_rate",
+        /// "the uploaded original is no longer in storage"
+        OriginalMissing = "original_missing",
+        /// "the media tools are not available on the processing node"
+        FfmpegMissing = "ffmpeg_missing",
+        /// "the media tools could not run on the processing node"
+        ToolFailed = "tool_failed",
+        /// "the processing node could not use its local disk"
+        IoError = "io_error",
+        /// "reading the video took too long"
+        ProbeTimeout = "probe_timeout",
+        /// "encoding the video took too long"
+        EncodeTimeout = "encode_timeout",
+        /// "the encoder could not process the video"
+        EncodeFailed = "encode_failed",
+        /// "object storage or the database failed while storing the outputs"
+        StorageError = "storage_error",
+        /// "the live recording's files are not all in storage"
+        RecordingIncomplete = "recording_incomplete",
+        /// "the joined live recording is not in storage yet"
+        OriginalPending = "original_pending",
+        /// "the encoding attempt ran out of time"
+        DeadlineExceeded = "deadline_exceeded",
+        /// "every encoding attempt stopped without finishing"
+        AttemptsExhausted = "attempts_exhausted",
+        /// "the encoding was cancelled"
+        Cancelled = "cancelled",
+        /// "the processing node stopped answering during the attempt"
+        LeaseExpired = "lease_expired",
+        /// "the processing node stopped the attempt on an internal error"
+        InternalError = "internal_error",
+        /// "the live recording's files were still arriving in storage"
+        RecordingPending = "recording_pending",
+        /// "the processing node lost its claim on the job"
+        ClaimLost = "claim_lost",
+    }
+}
 
-/// The sentence for a code vidq does not list.
-const UNKNOWN: &str = "the video could not be processed";
+impl FailureCode {
+    /// The one sentence a client reads for this code.
+    pub fn sentence(self) -> &'static str {
+        match self {
+            Self::InvalidMedia => "the file is not a video that can be read",
+            Self::NoVideoStream => "the file has no video stream",
+            Self::UnsupportedCodec => "the video codec is not supported",
+            Self::TooLong => "the video is longer than the accepted maximum",
+            Self::TooLargeDimensions => "the video frame is larger than the accepted maximum",
+            Self::TooHighFrameRate => "the video frame rate is higher than the accepted maximum",
+            Self::OriginalMissing => "the uploaded original is no longer in storage",
+            Self::FfmpegMissing => "the media tools are not available on the processing node",
+            Self::ToolFailed => "the media tools could not run on the processing node",
+            Self::IoError => "the processing node could not use its local disk",
+            Self::ProbeTimeout => "reading the video took too long",
+            Self::EncodeTimeout => "encoding the video took too long",
+            Self::EncodeFailed => "the encoder could not process the video",
+            Self::StorageError => "object storage or the database failed while storing the outputs",
+            Self::RecordingIncomplete => "the live recording's files are not all in storage",
+            Self::OriginalPending => "the joined live recording is not in storage yet",
+            Self::DeadlineExceeded => "the encoding attempt ran out of time",
+            Self::AttemptsExhausted => "every encoding attempt stopped without finishing",
+            Self::Cancelled => "the encoding was cancelled",
+            Self::LeaseExpired => "the processing node stopped answering during the attempt",
+            Self::InternalError => "the processing node stopped the attempt on an internal error",
+            Self::RecordingPending => "the live recording's files were still arriving in storage",
+            Self::ClaimLost => "the processing node lost its claim on the job",
+        }
+    }
+}
 
 /// What a path becomes in a reason.
 pub const PATH_MARK: &str = "[path]";
@@ -73,20 +93,12 @@ pub const PATH_MARK: &str = "[path]";
 /// Longest reason kept after the sentence, in characters.
 const MAX_REASON_CHARS: usize = 200;
 
-/// The fixed sentence for a failure code.
-pub fn sentence(code: &str) -> &'static str {
-    SENTENCES
-        .iter()
-        .find(|(known, _)| *known == code)
-        .map_or(UNKNOWN, |(_, sentence)| sentence)
-}
-
 /// The message a client reads for `code`: its sentence, and for `invalid_media` the tool's
 /// `reason` with every path removed.
-pub fn public_message(code: &str, reason: Option<&str>) -> String {
-    let sentence = sentence(code);
+pub fn public_message(code: FailureCode, reason: Option<&str>) -> String {
+    let sentence = code.sentence();
     match reason.map(strip_paths) {
-        Some(reason) if code == "invalid_media" && !reason.is_empty() => {
+        Some(reason) if code == FailureCode::InvalidMedia && !reason.is_empty() => {
             format!("{sentence}: {reason}")
         }
         _ => sentence.to_owned(),
@@ -176,28 +188,37 @@ mod tests {
     #[test]
     fn only_invalid_media_carries_a_reason() {
         assert_eq!(
-            public_message("invalid_media", Some("/tmp/a/original: End of file")),
+            public_message(
+                FailureCode::InvalidMedia,
+                Some("/tmp/a/original: End of file")
+            ),
             "the file is not a video that can be read: [path]: End of file"
         );
         assert_eq!(
-            public_message("invalid_media", None),
+            public_message(FailureCode::InvalidMedia, None),
             "the file is not a video that can be read"
         );
         assert_eq!(
-            public_message("ffmpeg_missing", Some("/opt/ff/ffprobe not found")),
-            sentence("ffmpeg_missing")
+            public_message(
+                FailureCode::FfmpegMissing,
+                Some("/opt/ff/ffprobe not found")
+            ),
+            FailureCode::FfmpegMissing.sentence()
         );
-        assert_eq!(public_message("no_such_code", None), UNKNOWN);
+        // A code vidq does not know has no sentence: it is refused where it is read.
+        assert!("no_such_code".parse::<FailureCode>().is_err());
     }
 
     #[test]
     fn every_sentence_is_distinct_and_names_no_path() {
-        for (i, (code, sentence)) in SENTENCES.iter().enumerate() {
+        let all = FailureCode::ALL;
+        for (i, code) in all.iter().enumerate() {
+            let sentence = code.sentence();
             assert!(!sentence.contains('/'), "{code}");
             assert!(
-                SENTENCES[i + 1..]
+                all[i + 1..]
                     .iter()
-                    .all(|(c, s)| c != code && s != sentence),
+                    .all(|c| c.as_str() != code.as_str() && c.sentence() != sentence),
                 "{code} is listed twice or shares its sentence"
             );
         }

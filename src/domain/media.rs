@@ -2,6 +2,8 @@
 //! media step reports: `Permanent` (the input can never encode; fail at once) or `Retryable`
 //! (the node or S3 had a bad moment; another attempt may succeed).
 
+use super::failure::FailureCode;
+
 use serde::Serialize;
 
 /// Facts read from the original by the probe.
@@ -74,13 +76,13 @@ impl MediaLimits {
     pub fn check(&self, info: &MediaInfo) -> Result<(), MediaError> {
         if !ACCEPTED_VIDEO_CODECS.contains(&info.video_codec.as_str()) {
             return Err(MediaError::permanent(
-                "unsupported_codec",
+                crate::domain::failure::FailureCode::UnsupportedCodec,
                 format!("video codec {:?} is not supported", info.video_codec),
             ));
         }
         if info.duration_ms > self.max_duration_ms {
             return Err(MediaError::permanent(
-                "too_long",
+                crate::domain::failure::FailureCode::TooLong,
                 format!(
                     "the video lasts {:.1} s; the limit is {:.1} s",
                     info.duration_ms as f64 / 1000.0,
@@ -95,7 +97,7 @@ impl MediaLimits {
         );
         if long > max_long || short > max_short {
             return Err(MediaError::permanent(
-                "too_large_dimensions",
+                crate::domain::failure::FailureCode::TooLargeDimensions,
                 format!(
                     "the video is {}x{}; the limit is {}x{}",
                     info.width, info.height, self.max_width, self.max_height
@@ -104,7 +106,7 @@ impl MediaLimits {
         }
         if info.fps > self.max_fps {
             return Err(MediaError::permanent(
-                "too_high_frame_rate",
+                crate::domain::failure::FailureCode::TooHighFrameRate,
                 format!(
                     "the video runs at {:.1} fps; the limit is {:.1}",
                     info.fps, self.max_fps
@@ -132,7 +134,7 @@ pub enum FailureClass {
 
 /// The code of a failure whose media tool could not run on the node (not the file's fault):
 /// retried, and counted against the node (see the worker's `VIDQ_WORKER_TOOL_FAILURES`).
-pub const TOOL_FAILED: &str = "tool_failed";
+pub const TOOL_FAILED: FailureCode = FailureCode::ToolFailed;
 
 /// A media step's failure, with a stable code that becomes the video's `error.code`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
@@ -141,7 +143,7 @@ pub struct MediaError {
     /// Permanent or retryable.
     pub class: FailureClass,
     /// Stable code (`invalid_media`, `too_long`, `encode_timeout`, ...).
-    pub code: &'static str,
+    pub code: FailureCode,
     /// Detail for the node's log: it may name tool and scratch paths. It is never stored or
     /// sent; what leaves the node is [`MediaError::public_message`].
     pub message: String,
@@ -151,7 +153,7 @@ pub struct MediaError {
 
 impl MediaError {
     /// The input can never be encoded.
-    pub fn permanent(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn permanent(code: FailureCode, message: impl Into<String>) -> Self {
         Self {
             class: FailureClass::Permanent,
             code,
@@ -161,7 +163,7 @@ impl MediaError {
     }
 
     /// Another attempt may succeed.
-    pub fn retryable(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn retryable(code: FailureCode, message: impl Into<String>) -> Self {
         Self {
             class: FailureClass::Retryable,
             code,

@@ -35,6 +35,19 @@ macro_rules! spelled_states {
             }
         }
 
+        /// A state equals its spelling (tests and logs compare with the database's words).
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
         impl std::str::FromStr for $name {
             type Err = $crate::domain::upload::UnknownState;
             fn from_str(s: &str) -> Result<Self, Self::Err> {

@@ -1,12 +1,8 @@
 //! A video's public status, as clients and events see it.
 
-use serde::Serialize;
-
 spelled_states! {
     /// Where a video is: waiting for a worker, being encoded, playable, or failed for good.
     /// The API and events spell it as the database does.
-    #[derive(Serialize)]
-    #[serde(rename_all = "lowercase")]
     pub enum VideoStatus {
         /// Its encoding job waits for a worker.
         Queued = "queued",

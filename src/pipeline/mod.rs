@@ -139,7 +139,7 @@ impl Pipeline {
     ) -> Result<AttemptOutput, MediaError> {
         let scratch = scratch::Scratch::create(&self.work_root).map_err(|e| {
             MediaError::retryable(
-                "io_error",
+                crate::domain::failure::FailureCode::IoError,
                 format!("cannot create a scratch directory: {e}"),
             )
         })?;
@@ -198,7 +198,7 @@ impl Pipeline {
             .await?;
         if downloaded.is_none() {
             return Err(MediaError::permanent(
-                "original_missing",
+                crate::domain::failure::FailureCode::OriginalMissing,
                 "the uploaded original is no longer in storage",
             ));
         }
@@ -291,7 +291,8 @@ async fn until_cancelled<T>(
     transfer: impl std::future::Future<Output = T>,
 ) -> Result<T, MediaError> {
     tokio::select! {
-        out = transfer => Ok(out),
-        () = cancel.cancelled() => Err(MediaError::retryable("cancelled", "the attempt was stopped during a transfer")),
-    }
+            out = transfer => Ok(out),
+            () = cancel.cancelled() => Err(MediaError::retryable(
+    crate::domain::failure::FailureCode::Cancelled, "the attempt was stopped during a transfer")),
+        }
 }

@@ -32,7 +32,7 @@ struct Output {
 pub fn storage_error(err: impl std::error::Error + 'static) -> MediaError {
     tracing::warn!(error = %crate::telemetry::error_chain(&err), "storage step failed");
     MediaError::retryable(
-        "storage_error",
+        crate::domain::failure::FailureCode::StorageError,
         "object storage or the database failed while storing the outputs",
     )
 }
@@ -136,7 +136,12 @@ async fn register(
     for (axis, sequence, key, path) in planned {
         let size = tokio::fs::metadata(&path)
             .await
-            .map_err(|e| MediaError::retryable("io_error", format!("output vanished: {e}")))?
+            .map_err(|e| {
+                MediaError::retryable(
+                    crate::domain::failure::FailureCode::IoError,
+                    format!("output vanished: {e}"),
+                )
+            })?
             .len();
         all.push(Output {
             axis,
@@ -172,7 +177,7 @@ async fn register(
         // The claim is gone (reclaimed, cancelled, or lost with a database crash): its
         // objects must not be written, and the finalize would be fenced out anyway.
         Ok(None) => Err(MediaError::retryable(
-            "claim_lost",
+            crate::domain::failure::FailureCode::ClaimLost,
             "the attempt no longer holds its job; nothing was uploaded",
         )),
         Err(e) => Err(storage_error(e)),
@@ -222,8 +227,12 @@ async fn put_and_confirm(
     outage: &Outage,
     cancel: &CancellationToken,
 ) -> Result<(), MediaError> {
-    let stopped =
-        || MediaError::retryable("cancelled", "the attempt was stopped during a transfer");
+    let stopped = || {
+        MediaError::retryable(
+            crate::domain::failure::FailureCode::Cancelled,
+            "the attempt was stopped during a transfer",
+        )
+    };
     loop {
         if cancel.is_cancelled() {
             return Err(stopped());
@@ -272,7 +281,7 @@ async fn confirm(
     let stored = head.ok_or_else(|| {
         tracing::warn!(key = %output.key, "object missing right after its PUT");
         MediaError::retryable(
-            "storage_error",
+            crate::domain::failure::FailureCode::StorageError,
             "an output was missing from storage right after it was stored",
         )
     })?;
@@ -286,7 +295,7 @@ async fn confirm(
         tracing::warn!(key = %output.key, stored = stored.size, expected = output.size,
             "the ledger disagrees with storage (other size, or the row is gone)");
         return Err(MediaError::retryable(
-            "storage_error",
+            crate::domain::failure::FailureCode::StorageError,
             "a stored output did not match what was recorded for it",
         ));
     }

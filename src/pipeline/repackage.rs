@@ -29,7 +29,10 @@ fn db_error(err: impl Into<DbError>) -> MediaError {
 }
 
 fn io_error(what: &str, err: &std::io::Error) -> MediaError {
-    MediaError::retryable("io_error", format!("{what}: {err}"))
+    MediaError::retryable(
+        crate::domain::failure::FailureCode::IoError,
+        format!("{what}: {err}"),
+    )
 }
 
 impl Pipeline {
@@ -47,7 +50,10 @@ impl Pipeline {
                 .await
                 .map_err(db_error)?
                 .ok_or_else(|| {
-                    MediaError::permanent("recording_incomplete", "the video has no recording")
+                    MediaError::permanent(
+                        crate::domain::failure::FailureCode::RecordingIncomplete,
+                        "the video has no recording",
+                    )
                 })?
         };
         self.wait_until_landed(recording, cancel).await?;
@@ -74,7 +80,7 @@ impl Pipeline {
             }
             if Instant::now() >= deadline {
                 return Err(MediaError::retryable(
-                    "recording_pending",
+                    crate::domain::failure::FailureCode::RecordingPending,
                     format!("{pending} of the recording's files are not in storage yet"),
                 ));
             }
@@ -104,12 +110,10 @@ impl Pipeline {
                 .await
                 .map_err(db_error)?
         };
-        let starts_with_init = files
-            .first()
-            .is_some_and(|f| f.axis == FileAxis::Init.as_str());
+        let starts_with_init = files.first().is_some_and(|f| f.axis == FileAxis::Init);
         if !starts_with_init || files.len() < 2 {
             return Err(MediaError::permanent(
-                "recording_incomplete",
+                crate::domain::failure::FailureCode::RecordingIncomplete,
                 "the recording has no init or no segment in storage",
             ));
         }
@@ -124,7 +128,7 @@ impl Pipeline {
                 .await?;
             if got != u64::try_from(file.size_bytes).ok() {
                 return Err(MediaError::retryable(
-                    "recording_incomplete",
+                    crate::domain::failure::FailureCode::RecordingIncomplete,
                     format!(
                         "{} is not in storage with the ledger's {} bytes",
                         file.object_key, file.size_bytes

@@ -59,8 +59,7 @@ impl From<db::jobs::ClaimedJob> for Claim {
             run: job.run,
             attempt: job.attempt_count,
             original_key: job.original_s3_key,
-            // The schema's CHECK allows these two spellings only.
-            kind: job.kind.parse().unwrap_or(JobKind::Encode),
+            kind: job.kind,
             waited: TimeSince {
                 before_claim: std::time::Duration::try_from_secs_f64(job.queued_secs)
                     .unwrap_or_default(),

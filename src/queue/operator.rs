@@ -8,7 +8,7 @@ use super::JobError;
 use super::error::lock_owner;
 use crate::db::{self, DbError, DbPool};
 use crate::domain::event::Event;
-use crate::domain::failure;
+use crate::domain::failure::FailureCode;
 use crate::domain::ids::VideoId;
 use crate::domain::job::JobStatus;
 use crate::domain::recording::RecordingState;
@@ -80,10 +80,7 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
         let status: JobStatus = status
             .parse()
             .map_err(|e| JobError::from(DbError::from(e)))?;
-        let video_status: VideoStatus = job
-            .video_status
-            .parse()
-            .map_err(|e| JobError::from(DbError::from(e)))?;
+        let video_status = job.video_status;
         let wrong = |hint| OperatorError::WrongState {
             id,
             status,
@@ -109,8 +106,8 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
                 if !matches!(status, JobStatus::Pending | JobStatus::Processing) {
                     return Err(wrong("only a PENDING or PROCESSING job can be cancelled"));
                 }
-                let code = "cancelled";
-                let message = failure::sentence(code);
+                let code = FailureCode::Cancelled.as_str();
+                let message = FailureCode::Cancelled.sentence();
                 let at = db::videos::set_failed(conn, video.0, code, message).await?;
                 db::live_videos::follow_video(conn, video.0, RecordingState::Failed).await?;
                 let event = Event::video_failed(video, run, at, code, message);

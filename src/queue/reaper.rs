@@ -7,7 +7,7 @@ use super::JobError;
 use super::error::{fenced, lock_owner, video_gone};
 use crate::db::{self, DbPool, jobs::AttemptEnd};
 use crate::domain::event::Event;
-use crate::domain::failure;
+use crate::domain::failure::FailureCode;
 use crate::domain::ids::VideoId;
 use crate::domain::job::Outcome;
 use crate::domain::recording::RecordingState;
@@ -24,8 +24,8 @@ pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
             .transaction::<_, JobError, _>(async |conn| {
                 let video = VideoId(job.video_id);
                 let owner = lock_owner(conn, video).await?;
-                let code = "attempts_exhausted";
-                let message = failure::sentence(code);
+                let code = FailureCode::AttemptsExhausted.as_str();
+                let message = FailureCode::AttemptsExhausted.sentence();
                 let at = db::videos::set_failed(conn, video.0, code, message)
                     .await
                     .map_err(video_gone)?;
@@ -34,7 +34,7 @@ pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
                 db::outbox::insert(conn, owner, &event).await?;
                 let ended = AttemptEnd {
                     outcome: Outcome::Dead,
-                    error: Some(("lease_expired", message)),
+                    error: Some((FailureCode::LeaseExpired.as_str(), message)),
                 };
                 fenced(db::jobs::mark_dead(conn, job.id, job.claim_token, ended).await?)
             })

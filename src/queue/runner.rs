@@ -495,7 +495,7 @@ impl<B: JobBody> Runner<B> {
             }),
             Some(StopReason::Deadline) => {
                 let error = MediaError::retryable(
-                    "deadline_exceeded",
+crate::domain::failure::FailureCode::DeadlineExceeded,
                     format!("the attempt ran past {:?}", self.settings.deadline),
                 );
                 completer.fail_or_retry(claim, &error, self.settings.retry_delay)
@@ -515,7 +515,7 @@ impl<B: JobBody> Runner<B> {
                 && self.health.tool_failed(self.settings.tool_failures, &error.message) =>
             {
                 completer.release(claim).await.map(|()| {
-                    tracing::warn!(code = error.code, message = %error.message, "this node's media tools fail; the claim is handed back for another node and this node claims nothing until they work again");
+                    tracing::warn!(code = error.code.as_str(), message = %error.message, "this node's media tools fail; the claim is handed back for another node and this node claims nothing until they work again");
                     Ended::Released
                 })
             }
@@ -527,11 +527,11 @@ impl<B: JobBody> Runner<B> {
                     .await
                 {
                     Ok(true) => {
-                        tracing::warn!(code = error.code, message = %error.message, "attempt failed; retrying later");
+                        tracing::warn!(code = error.code.as_str(), message = %error.message, "attempt failed; retrying later");
                         Ok(Ended::Retry)
                     }
                     Ok(false) => {
-                        tracing::warn!(code = error.code, message = %error.message, "video failed");
+                        tracing::warn!(code = error.code.as_str(), message = %error.message, "video failed");
                         Ok(Ended::Failed)
                     }
                     Err(err) => Err(err),
@@ -652,7 +652,10 @@ fn panicked(payload: &(dyn std::any::Any + Send)) -> MediaError {
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_default();
     tracing::error!(panic = %said, "the attempt panicked; recording it as a retryable failure");
-    MediaError::retryable("internal_error", "the attempt stopped on an internal error")
+    MediaError::retryable(
+        crate::domain::failure::FailureCode::InternalError,
+        "the attempt stopped on an internal error",
+    )
 }
 
 /// An attempt task that did not return normally (it panicked outside its body).

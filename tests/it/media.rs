@@ -18,6 +18,7 @@ async fn probe_code(config: &MediaConfig, path: &Path) -> &'static str {
         .await
         .unwrap_err()
         .code
+        .as_str()
 }
 
 #[tokio::test]

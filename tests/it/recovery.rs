@@ -305,7 +305,10 @@ async fn paths_outside_the_spool_root_are_rejected_and_never_put() {
         ];
         for id in ids {
             let entry = wait_rejected(&case.app, id).await;
-            assert_eq!(entry.reject_reason.as_deref(), Some("outside_spool_root"));
+            assert_eq!(
+                entry.reject_reason.map(|r| r.as_str()),
+                Some("outside_spool_root")
+            );
         }
         case.reconciled().await;
     }

@@ -31,7 +31,7 @@ impl JobBody for FailsAfterStoring {
         Box::pin(async move {
             self.0.run(plan, cancel).await?;
             Err(MediaError::retryable(
-                "storage_error",
+                vidq::domain::failure::FailureCode::StorageError,
                 "injected once every output was stored",
             ))
         })

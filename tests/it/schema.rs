@@ -167,3 +167,41 @@ async fn the_queue_and_ledger_tables_are_vacuumed_after_one_or_two_percent_chang
         );
     }
 }
+
+#[tokio::test]
+async fn a_state_or_code_the_code_does_not_know_is_an_error_when_read_never_a_default() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let video = app.uploaded_video(&key).await;
+    let id: uuid::Uuid = video["id"].as_str().unwrap().parse().unwrap();
+    #[derive(diesel::QueryableByName)]
+    struct Owner {
+        #[diesel(sql_type = diesel::sql_types::Uuid)]
+        owner_id: uuid::Uuid,
+    }
+    let mut conn = app.pool.get().await.unwrap();
+    let owner: Owner = diesel::sql_query(format!("SELECT owner_id FROM videos WHERE id = '{id}'"))
+        .get_result(&mut conn)
+        .await
+        .unwrap();
+    let read = vidq::db::videos::find_owned(&mut conn, owner.owner_id, id).await;
+    assert!(
+        read.unwrap().is_some(),
+        "the video reads while its row is sound"
+    );
+    // The schema holds no list of failure codes: a code written by a newer (or broken)
+    // build reaches the row, and reading it must fail rather than pass as another code.
+    let set = format!(
+        "UPDATE videos SET status = 'failed', error_code = 'no_such_code',
+                error_message = 'x', failed_at = now() WHERE id = '{id}'"
+    );
+    assert_eq!(exec(&app, &set).await.unwrap(), 1);
+    let err = vidq::db::videos::find_owned(&mut conn, owner.owner_id, id)
+        .await
+        .unwrap_err();
+    let said = vidq::telemetry::error_chain(&err);
+    assert!(
+        said.contains("error_code") && said.contains("no_such_code"),
+        "{said}"
+    );
+}

@@ -68,16 +68,20 @@ impl JobBody for Scripted {
             }
             let result = match self.next() {
                 Step::Succeed(after) => tokio::select! {
-                    () = tokio::time::sleep(after) => Ok(output(plan)),
-                    () = cancel.cancelled() => Err(MediaError::retryable("cancelled", "stopped")),
-                },
+                                    () = tokio::time::sleep(after) => Ok(output(plan)),
+                                    () = cancel.cancelled() => Err(MediaError::retryable(
+                vidq::domain::failure::FailureCode::Cancelled, "stopped")),
+                                },
                 Step::Fail(error) => {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     Err(error)
                 }
                 Step::Block => {
                     cancel.cancelled().await;
-                    Err(MediaError::retryable("cancelled", "stopped"))
+                    Err(MediaError::retryable(
+                        vidq::domain::failure::FailureCode::Cancelled,
+                        "stopped",
+                    ))
                 }
             };
             *self.active.lock().unwrap().get_mut(&plan.video).unwrap() -= 1;

@@ -302,7 +302,12 @@ pub async fn encode(
     out: &Path,
     cancel: &CancellationToken,
 ) -> Result<EncodedFiles, MediaError> {
-    let io = |e: std::io::Error| MediaError::retryable("io_error", format!("local disk: {e}"));
+    let io = |e: std::io::Error| {
+        MediaError::retryable(
+            crate::domain::failure::FailureCode::IoError,
+            format!("local disk: {e}"),
+        )
+    };
     let rungs = rungs(config, info);
     let mut renditions = Vec::with_capacity(rungs.len());
     for rung in &rungs {
@@ -386,19 +391,26 @@ async fn master_playlist(renditions: &[Rendition], duration_ms: i64) -> std::io:
 }
 
 pub(super) fn missing(what: &str) -> MediaError {
-    MediaError::retryable("encode_failed", format!("the encoder wrote no {what}"))
+    MediaError::retryable(
+        crate::domain::failure::FailureCode::EncodeFailed,
+        format!("the encoder wrote no {what}"),
+    )
 }
 
 /// An encode that fails on a file the probe accepted is usually the node (disk, memory, a
 /// kill), so it is retried; the three attempts bound the cost of a file that is corrupt
 /// past its headers.
 pub(super) fn classify_encode(err: process::ProcessError, input: &Path) -> MediaError {
-    match classify(err, input, "encode_timeout") {
+    match classify(
+        err,
+        input,
+        crate::domain::failure::FailureCode::EncodeTimeout,
+    ) {
         MediaError {
-            code: "invalid_media",
+            code: crate::domain::failure::FailureCode::InvalidMedia,
             message,
             ..
-        } => MediaError::retryable("encode_failed", message),
+        } => MediaError::retryable(crate::domain::failure::FailureCode::EncodeFailed, message),
         other => other,
     }
 }

@@ -20,7 +20,13 @@ pub async fn probe(
 ) -> Result<MediaInfo, MediaError> {
     let json = process::run(&config.ffprobe, &args(input), config.call_timeout, cancel)
         .await
-        .map_err(|err| classify(err, input, "probe_timeout"))?;
+        .map_err(|err| {
+            classify(
+                err,
+                input,
+                crate::domain::failure::FailureCode::ProbeTimeout,
+            )
+        })?;
     let info = parse(&json)?;
     config.limits.check(&info)?;
     Ok(info)
@@ -53,7 +59,11 @@ pub fn args(input: &Path) -> Vec<OsString> {
 /// that could not run at all included (`tool_failed`, see [`could_not_run`]). The whole
 /// failure (tool path, stderr) goes to the log here; the error's message is for the log too,
 /// and only a refusal's last line is kept as the reason a client may read.
-pub fn classify(err: ProcessError, input: &Path, timeout_code: &'static str) -> MediaError {
+pub fn classify(
+    err: ProcessError,
+    input: &Path,
+    timeout_code: crate::domain::failure::FailureCode,
+) -> MediaError {
     if !matches!(err, ProcessError::Cancelled { .. }) {
         tracing::warn!(error = %crate::telemetry::error_chain(&err), "media tool failed");
     }
@@ -63,10 +73,19 @@ pub fn classify(err: ProcessError, input: &Path, timeout_code: &'static str) -> 
         return MediaError::retryable(TOOL_FAILED, err.to_string());
     }
     match err {
-        ProcessError::NotFound { .. } => MediaError::retryable("ffmpeg_missing", err.to_string()),
-        ProcessError::Spawn { .. } => MediaError::retryable("io_error", err.to_string()),
+        ProcessError::NotFound { .. } => MediaError::retryable(
+            crate::domain::failure::FailureCode::FfmpegMissing,
+            err.to_string(),
+        ),
+        ProcessError::Spawn { .. } => MediaError::retryable(
+            crate::domain::failure::FailureCode::IoError,
+            err.to_string(),
+        ),
         ProcessError::TimedOut { .. } => MediaError::retryable(timeout_code, err.to_string()),
-        ProcessError::Cancelled { .. } => MediaError::retryable("cancelled", err.to_string()),
+        ProcessError::Cancelled { .. } => MediaError::retryable(
+            crate::domain::failure::FailureCode::Cancelled,
+            err.to_string(),
+        ),
         ProcessError::Failed { stderr, .. } => {
             // Paths in FFmpeg's messages are the job's own; show only the file name.
             let shown = input
@@ -79,8 +98,11 @@ pub fn classify(err: ProcessError, input: &Path, timeout_code: &'static str) -> 
                 .last()
                 .unwrap_or("unreadable input")
                 .to_owned();
-            MediaError::permanent("invalid_media", format!("not a readable video: {reason}"))
-                .with_reason(reason)
+            MediaError::permanent(
+                crate::domain::failure::FailureCode::InvalidMedia,
+                format!("not a readable video: {reason}"),
+            )
+            .with_reason(reason)
         }
     }
 }
@@ -147,16 +169,22 @@ struct Format {
 /// is `no_video_stream`; one without a duration or frame size is `invalid_media`.
 pub fn parse(json: &[u8]) -> Result<MediaInfo, MediaError> {
     let probe: Probe = serde_json::from_slice(json).map_err(|e| {
-        MediaError::permanent("invalid_media", format!("unreadable probe output: {e}"))
+        MediaError::permanent(
+            crate::domain::failure::FailureCode::InvalidMedia,
+            format!("unreadable probe output: {e}"),
+        )
     })?;
-    let format = probe
-        .format
-        .ok_or_else(|| MediaError::permanent("invalid_media", "no container format found"))?;
+    let format = probe.format.ok_or_else(|| {
+        MediaError::permanent(
+            crate::domain::failure::FailureCode::InvalidMedia,
+            "no container format found",
+        )
+    })?;
     let container = format.format_name.unwrap_or_default();
     let allowed = DEMUXER_ALLOW_LIST.split(',').collect::<Vec<_>>();
     if !container.split(',').any(|name| allowed.contains(&name)) {
         return Err(MediaError::permanent(
-            "invalid_media",
+            crate::domain::failure::FailureCode::InvalidMedia,
             format!("container {container:?} is not accepted"),
         ));
     }
@@ -164,7 +192,12 @@ pub fn parse(json: &[u8]) -> Result<MediaInfo, MediaError> {
         .streams
         .iter()
         .find(|s| s.codec_type.as_deref() == Some("video") && s.disposition.attached_pic == 0)
-        .ok_or_else(|| MediaError::permanent("no_video_stream", "the file has no video stream"))?;
+        .ok_or_else(|| {
+            MediaError::permanent(
+                crate::domain::failure::FailureCode::NoVideoStream,
+                "the file has no video stream",
+            )
+        })?;
     let audio = probe
         .streams
         .iter()
@@ -173,7 +206,7 @@ pub fn parse(json: &[u8]) -> Result<MediaInfo, MediaError> {
         (Some(w), Some(h)) if w > 0 && h > 0 => (w, h),
         _ => {
             return Err(MediaError::permanent(
-                "invalid_media",
+                crate::domain::failure::FailureCode::InvalidMedia,
                 "the video stream has no frame size",
             ));
         }
@@ -184,7 +217,12 @@ pub fn parse(json: &[u8]) -> Result<MediaInfo, MediaError> {
         .or(video.duration.as_deref())
         .and_then(|d| d.parse::<f64>().ok())
         .filter(|d| d.is_finite() && *d > 0.0)
-        .ok_or_else(|| MediaError::permanent("invalid_media", "the video has no duration"))?;
+        .ok_or_else(|| {
+            MediaError::permanent(
+                crate::domain::failure::FailureCode::InvalidMedia,
+                "the video has no duration",
+            )
+        })?;
     let fps = [&video.avg_frame_rate, &video.r_frame_rate]
         .into_iter()
         .filter_map(|r| r.as_deref().and_then(parse_rate))

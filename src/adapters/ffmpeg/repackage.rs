@@ -78,7 +78,12 @@ pub async fn vod(
     out: &Path,
     cancel: &CancellationToken,
 ) -> Result<EncodedFiles, MediaError> {
-    let io = |e: std::io::Error| MediaError::retryable("io_error", format!("local disk: {e}"));
+    let io = |e: std::io::Error| {
+        MediaError::retryable(
+            crate::domain::failure::FailureCode::IoError,
+            format!("local disk: {e}"),
+        )
+    };
     let dir = out.join("hls");
     tokio::fs::create_dir_all(&dir).await.map_err(io)?;
     process::run(

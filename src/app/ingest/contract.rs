@@ -86,8 +86,7 @@ pub async fn status(
         .await?
         .ok_or(AppError::NotFound)?;
     let video_id = db::uploads::video_of(&mut conn, id.0).await?;
-    let state = row.state.parse().map_err(db::DbError::from)?;
-    let via = row.via.parse().map_err(db::DbError::from)?;
+    let (state, via) = (row.state, row.via);
     Ok(UploadStatus {
         row,
         state,

@@ -46,7 +46,7 @@ fn ingest(ctx: &AppContext) -> Result<&Ingest, AppError> {
 
 /// The upload keeps its bytes in S3's multipart upload (the `s3` store).
 fn is_s3(status: &UploadStatus) -> bool {
-    status.row.store.as_deref() == Some(UploadStore::S3.as_str())
+    status.row.store == Some(UploadStore::S3)
 }
 
 /// Locks the upload on this node and reads it: only an upload through vidq of this caller,

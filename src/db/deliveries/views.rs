@@ -19,7 +19,7 @@ pub struct DeliveryRow {
     /// Its type.
     pub event_type: String,
     /// pending, sending, delivered, exhausted, discarded.
-    pub status: String,
+    pub status: crate::domain::delivery::DeliveryStatus,
     /// Tries started.
     pub attempt_count: i32,
     /// When the next try is due (pending).

@@ -19,7 +19,7 @@ pub struct ClaimedJob {
     pub original_s3_key: String,
     /// `encode` or `repackage`.
     #[diesel(sql_type = diesel::sql_types::Text)]
-    pub kind: String,
+    pub kind: crate::domain::job::JobKind,
     /// The fencing token of this claim.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
     pub claim_token: Uuid,

@@ -19,10 +19,10 @@ pub struct JobSummary {
     pub owner_id: Uuid,
     /// Queue state.
     #[diesel(sql_type = diesel::sql_types::Text)]
-    pub status: String,
+    pub status: crate::domain::job::JobStatus,
     /// The video's status.
     #[diesel(sql_type = diesel::sql_types::Text)]
-    pub video_status: String,
+    pub video_status: crate::domain::video::VideoStatus,
     /// The run (1, then one more for each operator retry).
     #[diesel(sql_type = diesel::sql_types::Integer)]
     pub run: i32,
@@ -99,10 +99,10 @@ pub struct AttemptSummary {
     pub ended_at: Option<chrono::DateTime<chrono::Utc>>,
     /// How it ended.
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
-    pub outcome: Option<String>,
+    pub outcome: Option<crate::domain::job::Outcome>,
     /// Error code, if any.
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
-    pub error_code: Option<String>,
+    pub error_code: Option<crate::domain::failure::FailureCode>,
     /// Error detail, if any.
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
     pub error_message: Option<String>,

@@ -275,7 +275,7 @@ fn file_state(raw: &str) -> QueryResult<FileState> {
 pub struct FileView {
     /// `init` or `segment`.
     #[diesel(sql_type = Text)]
-    pub axis: String,
+    pub axis: crate::domain::recording::FileAxis,
     /// Its number.
     #[diesel(sql_type = Int4)]
     pub sequence: i32,
@@ -284,7 +284,7 @@ pub struct FileView {
     pub duration_ms: Option<i32>,
     /// Its ledger state.
     #[diesel(sql_type = Text)]
-    pub state: String,
+    pub state: crate::domain::recording::FileState,
     /// Its key.
     #[diesel(sql_type = Text)]
     pub object_key: String,

@@ -19,11 +19,11 @@ pub struct RecordingRow {
     /// The broadcaster.
     pub owner_id: Uuid,
     /// See [`RecordingState`].
-    pub state: String,
+    pub state: RecordingState,
     /// The node whose spool holds its files.
     pub node_id: String,
     /// See [`EndReason`].
-    pub end_reason: Option<String>,
+    pub end_reason: Option<EndReason>,
     /// When it ended.
     pub ended_at: Option<DateTime<Utc>>,
     /// Files arriving after this are excluded.

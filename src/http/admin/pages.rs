@@ -150,21 +150,20 @@ fn job_button(job_id: &i64, action: &str, csrf: &str) -> String {
 
 impl JobRow {
     fn from(line: view::JobLine) -> Self {
-        let status = line.status.parse::<JobStatus>().ok();
+        let status = Some(line.status);
         let retryable = status == Some(JobStatus::Dead)
-            || (status == Some(JobStatus::Completed)
-                && line.video_status == VideoStatus::Failed.as_str());
+            || (status == Some(JobStatus::Completed) && line.video_status == VideoStatus::Failed);
         let cancellable = matches!(status, Some(JobStatus::Pending | JobStatus::Processing));
         Self {
             job_id: line.job_id,
             video_id: line.video_id.to_string(),
             owner: line.owner,
-            kind: line.kind,
-            status: line.status,
-            video_status: line.video_status,
+            kind: line.kind.to_string(),
+            status: line.status.to_string(),
+            video_status: line.video_status.to_string(),
             run: line.run,
             attempts: line.attempts,
-            error_code: line.error_code.unwrap_or_default(),
+            error_code: line.error_code.map(|c| c.to_string()).unwrap_or_default(),
             error_message: line.error_message.unwrap_or_default(),
             enqueued: format!(
                 "{} ago",
@@ -280,7 +279,7 @@ impl Panels {
                 .map(|r| RunningLine {
                     job_id: r.job_id,
                     video_id: r.video_id.to_string(),
-                    kind: r.kind,
+                    kind: r.kind.to_string(),
                     run: r.run,
                     attempt: r.attempt,
                     node_id: r.node_id,
@@ -321,7 +320,7 @@ impl Panels {
                 .map(|r| RecordingLine {
                     id: r.id.to_string(),
                     owner: r.owner,
-                    state: r.state,
+                    state: r.state.to_string(),
                     node_id: r.node_id,
                     segments: r.segments,
                     uploaded: r.uploaded,

@@ -85,7 +85,7 @@ impl RecordingDto {
                 excluded: status.counts.excluded,
             },
             init_uploaded: status.counts.init_uploaded,
-            end_reason: row.end_reason,
+            end_reason: row.end_reason.map(|r| r.to_string()),
             ended_at: row.ended_at,
             cutoff_at: row.cutoff_at,
             video_id: status.video_id.map(|v| v.to_string()),

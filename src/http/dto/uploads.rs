@@ -184,7 +184,7 @@ impl From<crate::app::ingest::UploadStatus> for UploadStatusDto {
             content_type: row.content_type,
             size_bytes: row.declared_size,
             received_bytes,
-            reject_reason: row.reject_reason,
+            reject_reason: row.reject_reason.map(|r| r.to_string()),
             video_id: status.video_id.map(|v| v.to_string()),
             expires_at: row.expires_at,
             created_at: row.created_at,

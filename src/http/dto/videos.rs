@@ -70,7 +70,7 @@ impl VideoDto {
     pub fn new(view: VideoView, api_base: &str) -> Self {
         let video = view.video;
         let error = video.error_code.map(|code| VideoErrorDto {
-            code,
+            code: code.to_string(),
             message: video.error_message.unwrap_or_default(),
         });
         Self {

@@ -65,7 +65,7 @@ pub async fn metrics(ctx: web::Data<AppContext>) -> HttpResponse {
                 state
                     .queue
                     .iter()
-                    .filter(|s| s.status != JobStatus::Completed.as_str())
+                    .filter(|s| s.status != JobStatus::Completed)
                     .map(|s| (s.status.as_str(), s.count as f64)),
             )
             .gauge(
@@ -74,7 +74,7 @@ pub async fn metrics(ctx: web::Data<AppContext>) -> HttpResponse {
                 state
                     .queue
                     .iter()
-                    .find(|s| s.status == JobStatus::Completed.as_str())
+                    .find(|s| s.status == JobStatus::Completed)
                     .map_or(0.0, |s| s.count as f64),
             )
             .gauge(

@@ -50,15 +50,15 @@ async fn finalize_failed_once(
         claim.video,
         claim.run,
         chrono::Utc::now(), // replaced by the video's updated_at (insert_stamped)
-        error.code,
+        error.code.as_str(),
         &message,
     );
-    let ended = end(Outcome::Failed, Some((error.code, &message)));
+    let ended = end(Outcome::Failed, Some((error.code.as_str(), &message)));
     tx.run(async {
         let (_, _, _, _, completed) = futures_util::try_join!(
             lock_owner(c, claim.video),
             async {
-                db::videos::set_failed(c, claim.video.0, error.code, &message)
+                db::videos::set_failed(c, claim.video.0, error.code.as_str(), &message)
                     .await
                     .map_err(video_gone)
             },
@@ -97,7 +97,7 @@ pub async fn fail_or_retry(
     let message = error.public_message();
     let mut conn = pool.get().await?;
     conn.transaction::<_, JobError, _>(async |conn| {
-        let ended = end(Outcome::Retry, Some((error.code, &message)));
+        let ended = end(Outcome::Retry, Some((error.code.as_str(), &message)));
         fenced(
             db::jobs::retry_later(conn, claim.job_id, claim.token, ended, delay.as_secs_f64())
                 .await?,

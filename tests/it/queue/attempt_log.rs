@@ -18,7 +18,14 @@ async fn attempts(app: &TestApp, job: i64) -> Vec<(i32, String, Option<String>, 
         .await
         .unwrap()
         .into_iter()
-        .map(|a| (a.attempt, a.node_id, a.outcome, a.error_code))
+        .map(|a| {
+            (
+                a.attempt,
+                a.node_id,
+                a.outcome.map(|o| o.to_string()),
+                a.error_code.map(|c| c.to_string()),
+            )
+        })
         .collect()
 }
 
@@ -112,7 +119,10 @@ async fn each_attempt_that_ends_otherwise_is_logged_once_with_the_claims_node_an
     let retried = complete::fail_or_retry(
         &app.pool,
         &winner,
-        &MediaError::retryable("storage_error", "the bucket answered 503"),
+        &MediaError::retryable(
+            vidq::domain::failure::FailureCode::StorageError,
+            "the bucket answered 503",
+        ),
         Duration::ZERO,
     )
     .await

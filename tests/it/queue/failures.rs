@@ -16,7 +16,7 @@ async fn three_retryable_failures_fail_the_video_with_one_event() {
     let key = app.create_user("alice").await;
     let video = app.uploaded_video(&key).await;
     let body = Scripted::new(Step::Fail(MediaError::retryable(
-        "storage_error",
+        vidq::domain::failure::FailureCode::StorageError,
         "S3 said 503",
     )));
     let worker = Worker::start(&app.db.url, body.clone(), fast_settings("node")).await;
@@ -77,7 +77,7 @@ async fn a_permanent_error_fails_the_video_on_the_first_attempt() {
     let key = app.create_user("alice").await;
     app.uploaded_video(&key).await;
     let body = Scripted::new(Step::Fail(MediaError::permanent(
-        "invalid_media",
+        vidq::domain::failure::FailureCode::InvalidMedia,
         "not a video",
     )));
     let worker = Worker::start(&app.db.url, body.clone(), fast_settings("node")).await;

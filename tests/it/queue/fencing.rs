@@ -32,14 +32,14 @@ async fn a_late_result_after_the_lease_expired_and_another_node_reclaimed_change
     let failed = complete::finalize_failed(
         &app.pool,
         &zombie,
-        &MediaError::permanent("invalid_media", "late"),
+        &MediaError::permanent(vidq::domain::failure::FailureCode::InvalidMedia, "late"),
     )
     .await;
     assert!(matches!(failed, Err(JobError::ClaimLost)));
     let retried = complete::fail_or_retry(
         &app.pool,
         &zombie,
-        &MediaError::retryable("x", "late"),
+        &MediaError::retryable(vidq::domain::failure::FailureCode::EncodeFailed, "late"),
         Duration::ZERO,
     )
     .await;
