@@ -25,6 +25,7 @@ pub mod adapters;
 pub mod admin;
 pub mod app;
 pub mod batching;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod config;
 pub mod db;

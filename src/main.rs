@@ -49,6 +49,7 @@ enum Command {
     Reconcile(vidq::admin::reconcile::ReconcileConfig),
     /// Benchmarks to run on your own machine and database.
     #[command(subcommand)]
+    #[cfg(feature = "bench")]
     Bench(vidq::bench::BenchCommand),
     /// Print what the worker's hardened probe makes of a local file, as JSON (or the typed
     /// refusal, with exit status 1).
@@ -67,6 +68,7 @@ struct MigrateArgs {
 fn main() -> std::process::ExitCode {
     let cli: Cli = vidq::config::parse_cli();
     match cli.command {
+        #[cfg(feature = "bench")]
         Command::Bench(_) => vidq::telemetry::init_with_default("warn", cli.log.format),
         _ => vidq::telemetry::init(cli.log.format),
     }
@@ -115,6 +117,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::User(command) => vidq::admin::user(command).await,
         Command::Jobs(command) => vidq::admin::jobs::run(command).await,
         Command::Reconcile(_) => unreachable!("reconcile is run by main for its exit status"),
+        #[cfg(feature = "bench")]
         Command::Bench(command) => vidq::bench::run(command).await,
         Command::Probe(args) => vidq::admin::media::probe(args).await,
         Command::Encode(args) => vidq::admin::media::encode(args).await,

@@ -86,6 +86,7 @@
 pub mod admin_sessions;
 pub mod artifacts;
 pub mod attempts;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod deliveries;
 pub mod events;
@@ -110,6 +111,7 @@ pub mod retrying;
 pub mod schema;
 pub mod session;
 mod states;
+#[cfg(feature = "bench")]
 pub mod synthetic;
 pub mod uploads;
 pub mod users;

@@ -13,6 +13,7 @@ pub mod listener;
 pub mod operator;
 pub mod reaper;
 pub mod runner;
+mod slot;
 
 pub use claim::{CarriedClaim, Claim, ClaimAnswer, NextClaim, TimeSince};
 pub use error::JobError;

@@ -1,5 +1,7 @@
 //! Where things live, checked on the source tree: SQL only in `src/db/`, every `VIDQ_*`
-//! setting declared under `src/config/`. A reader finds a statement or a setting in one place.
+//! setting declared under `src/config/`, states read as enums, no file over 600 lines, no
+//! import cycle between top-level modules, a short README that links every document. A
+//! reader finds a statement, a setting or a behaviour in one place.
 
 use std::path::{Path, PathBuf};
 
@@ -108,4 +110,145 @@ fn state_names_are_spelled_only_by_their_enums_and_the_db_module() {
         "state spelled as a string outside src/db/ and the domain enums:\n{}",
         found.join("\n")
     );
+}
+
+#[test]
+fn no_source_file_is_over_600_lines() {
+    let long: Vec<String> = sources()
+        .into_iter()
+        .filter(|(_, text)| text.lines().count() > 600)
+        .map(|(name, text)| format!("{name}: {} lines", text.lines().count()))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "split these by job (a module per job, `//!` saying which):\n{}",
+        long.join("\n")
+    );
+}
+
+/// The top-level module a source file belongs to (`src/queue/complete/mod.rs` -> `queue`),
+/// `None` for the crate roots.
+fn top_module(name: &str) -> Option<String> {
+    let rest = name.strip_prefix("src/")?;
+    let first = rest.split('/').next()?;
+    let module = first.strip_suffix(".rs").unwrap_or(first);
+    (!["lib", "main"].contains(&module)).then(|| module.to_owned())
+}
+
+/// Which top-level modules each one names as `crate::<module>` outside comments.
+fn module_imports() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let sources = sources();
+    let tops: std::collections::BTreeSet<String> =
+        sources.iter().filter_map(|(n, _)| top_module(n)).collect();
+    let mut imports = std::collections::BTreeMap::<_, std::collections::BTreeSet<_>>::new();
+    for (name, text) in &sources {
+        let Some(from) = top_module(name) else {
+            continue;
+        };
+        let entry = imports.entry(from.clone()).or_default();
+        let code = text.lines().filter(|l| !l.trim_start().starts_with("//"));
+        for line in code {
+            for (i, _) in line.match_indices("crate::") {
+                let to: String = line[i + "crate::".len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if to != from && tops.contains(&to) {
+                    entry.insert(to);
+                }
+            }
+        }
+    }
+    imports
+}
+
+#[test]
+fn top_level_modules_import_each_other_in_one_direction_only() {
+    let imports = module_imports();
+    assert!(imports.len() > 10, "found only {:?}", imports.keys());
+    // Peel off modules that import nothing still left; whatever remains sits on a cycle.
+    let mut left: std::collections::BTreeSet<&String> = imports.keys().collect();
+    loop {
+        let free: Vec<&String> = left
+            .iter()
+            .copied()
+            .filter(|m| imports[*m].iter().all(|to| !left.contains(to)))
+            .collect();
+        if free.is_empty() {
+            break;
+        }
+        for m in free {
+            left.remove(m);
+        }
+    }
+    let cycle: Vec<String> = left
+        .iter()
+        .map(|m| {
+            let on: Vec<&String> = imports[*m].iter().filter(|to| left.contains(to)).collect();
+            format!("{m} -> {on:?}")
+        })
+        .collect();
+    assert!(
+        cycle.is_empty(),
+        "top-level modules import each other in a cycle (move the shared type down a \
+         level; docs/architecture.md, Source map, has the order):\n{}",
+        cycle.join("\n")
+    );
+}
+
+#[test]
+fn rows_carry_states_as_enums_never_as_strings() {
+    let fields = [
+        "state",
+        "status",
+        "kind",
+        "outcome",
+        "via",
+        "store",
+        "reject_reason",
+        "end_reason",
+        "error_code",
+        "video_status",
+    ];
+    let mut found = Vec::new();
+    for (name, text) in sources() {
+        if !name.starts_with("src/db/") {
+            continue;
+        }
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            let Some((field, ty)) = line.strip_prefix("pub ").and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            if fields.contains(&field.trim()) && ty.contains("String") {
+                found.push(format!("{name}:{}: {line}", i + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a state read as a string (read it as its domain enum; db::states maps them):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_readme_stays_short_and_links_every_document() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines < 500,
+        "README.md has {lines} lines; move detail into docs/"
+    );
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") {
+            assert!(
+                readme.contains(&format!("docs/{name}")),
+                "README.md does not link docs/{name}"
+            );
+        }
+    }
 }

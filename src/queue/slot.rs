@@ -1,0 +1,355 @@
+//! One slot of a worker: it runs its claimed attempt under a heartbeat and a deadline,
+//! records how the attempt ended through the [`Completer`], and goes on with the next job
+//! its READY finalize claimed, until an attempt ends without one.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use super::complete::{Completer, Finalizing};
+use super::heartbeat::{StopReason, keep_alive};
+use super::runner::Runner;
+use super::{Claim, JobBody, JobError};
+use crate::db::DbPool;
+use crate::domain::media::{MediaError, TOOL_FAILED};
+use crate::metrics;
+use crate::telemetry::worker_health::Ended;
+
+impl<B: JobBody> Runner<B> {
+    /// One slot's life: runs `claim`, and as long as each finalize brings the next job (see
+    /// [`super::complete::finalize_ready_then_claim`]) runs that one too. The slot is given back when an
+    /// attempt ends without a next job; the claim loop then takes over.
+    pub(super) async fn slot(
+        self: Arc<Self>,
+        mut claim: Claim,
+        _slot: OwnedSemaphorePermit,
+        heartbeats: DbPool,
+        completer: Completer,
+        endings: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> SlotEnd {
+        loop {
+            match self
+                .clone()
+                .attempt(
+                    claim,
+                    heartbeats.clone(),
+                    &completer,
+                    &endings,
+                    shutdown.clone(),
+                )
+                .await
+            {
+                Next::Job(next) => {
+                    self.health.attempt_started();
+                    claim = *next;
+                }
+                Next::QueueEmpty => return SlotEnd::QueueEmpty,
+                Next::NotAsked => return SlotEnd::Other,
+            }
+        }
+    }
+
+    /// Runs one claimed attempt to its recorded end; returns what the claim its finalize
+    /// carried found, if it carried one.
+    #[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, attempt = claim.attempt))]
+    async fn attempt(
+        self: Arc<Self>,
+        claim: Claim,
+        heartbeats: DbPool,
+        completer: &Completer,
+        endings: &TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Next {
+        tracing::info!("claimed");
+        let stop = CancellationToken::new();
+        // However this attempt ends (its body returns or panics, or this task is dropped),
+        // the guard fires `stop`, which ends the heartbeat and the deadline watch: a lease is
+        // renewed only while its attempt lives.
+        let _stop_on_exit = stop.clone().drop_guard();
+        let reason = Arc::new(OnceLock::new());
+        if let Some(every) = self.settings.heartbeat {
+            tokio::spawn(keep_alive(
+                heartbeats,
+                claim.clone(),
+                self.settings.lease,
+                every,
+                stop.clone(),
+                reason.clone(),
+            ));
+        }
+        tokio::spawn({
+            let (stop, reason, deadline, shutdown) = (
+                stop.clone(),
+                reason.clone(),
+                self.settings.deadline,
+                shutdown.clone(),
+            );
+            async move {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = shutdown.cancelled() => { let _ = reason.set(StopReason::Shutdown); }
+                    () = tokio::time::sleep(deadline) => { let _ = reason.set(StopReason::Deadline); }
+                }
+                stop.cancel();
+            }
+        });
+        let plan = claim.plan();
+        // A panicking body is a failed attempt like any other: caught here, it goes through
+        // the same fenced retry as an error, instead of ending the task with the claim open.
+        let started = Instant::now();
+        let result = AssertUnwindSafe(self.body.run(&plan, &stop))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| Err(panicked(panic.as_ref())));
+        let worked = started.elapsed();
+        let why = reason.get().copied();
+        // Ends the heartbeat and the deadline watch (neither sets a reason on this path).
+        stop.cancel();
+        let carry = !shutdown.is_cancelled();
+        self.conclude(claim, result, why, worked, completer, endings, carry)
+            .await
+    }
+
+    /// Records how the attempt ended. With `carry`, a READY finalize also claims the slot's
+    /// next job in its flight; returned is what that claim found. The claim goes ahead of the
+    /// finalize's transaction and answers first: the slot goes on with its next job at once,
+    /// and the rest of this attempt's end is recorded by a task of `endings` once the
+    /// finalize answers.
+    #[allow(clippy::too_many_arguments)]
+    async fn conclude(
+        self: &Arc<Self>,
+        claim: Claim,
+        result: Result<crate::pipeline::AttemptOutput, MediaError>,
+        why: Option<StopReason>,
+        worked: Duration,
+        completer: &Completer,
+        endings: &TaskTracker,
+        carry: bool,
+    ) -> Next {
+        let (outcome, next) = match result {
+            // A finished result is always offered to the fenced finalize, even when the
+            // heartbeat gave up (a renewal that timed out may still have committed): the
+            // fence, not this node's guess, decides whether the claim is still ours.
+            Ok(output) => {
+                let (finalizing, next) =
+                    self.finalize_ready(&claim, &output, completer, carry).await;
+                if let Finalizing::Running(_) = finalizing {
+                    let (this, completer) = (self.clone(), completer.clone());
+                    endings.spawn(
+                        async move {
+                            let outcome = this.ready(&claim, finalizing.answer().await).await;
+                            this.record_end(&claim, outcome, why, worked, &completer)
+                                .await;
+                        }
+                        .in_current_span(),
+                    );
+                    return next;
+                }
+                (self.ready(&claim, finalizing.answer().await).await, next)
+            }
+            Err(error) => (
+                self.not_ready(&claim, error, why, completer).await,
+                Next::NotAsked,
+            ),
+        };
+        self.record_end(&claim, outcome, why, worked, completer)
+            .await;
+        next
+    }
+
+    /// What a READY finalize's answer means for the attempt.
+    async fn ready(
+        &self,
+        claim: &Claim,
+        finalized: Result<(), JobError>,
+    ) -> Result<Ended, JobError> {
+        finalized?;
+        self.health.tools_ran();
+        tracing::info!("video ready");
+        metrics::observe(&metrics::TIME_TO_READY_SECONDS, claim.waited.until_now());
+        self.body
+            .after_ready(claim.video, claim.run, claim.attempt)
+            .await;
+        Ok(Ended::Ready)
+    }
+
+    /// Records an attempt that ended without a result: lost, handed back, past its
+    /// deadline, or failed.
+    async fn not_ready(
+        &self,
+        claim: &Claim,
+        error: MediaError,
+        why: Option<StopReason>,
+        completer: &Completer,
+    ) -> Result<Ended, JobError> {
+        match why {
+            Some(StopReason::Lost) => {
+                tracing::warn!("claim lost during the attempt; its result is dropped");
+                completer.record_lost(claim, "lease lost during the attempt")
+                    .await
+                    .map(|()| Ended::Lost)
+            }
+            Some(StopReason::Shutdown) => completer.release(claim).await.map(|()| {
+                tracing::info!("claim handed back for another node");
+                Ended::Released
+            }),
+            Some(StopReason::Deadline) => {
+                let error = MediaError::retryable(
+crate::domain::failure::FailureCode::DeadlineExceeded,
+                    format!("the attempt ran past {:?}", self.settings.deadline),
+                );
+                completer.fail_or_retry(claim, &error, self.settings.retry_delay)
+                    .await
+                    .map(|retrying| {
+                        if retrying {
+                            Ended::Retry
+                        } else {
+                            Ended::Failed
+                        }
+                    })
+            }
+            // The node's tools could not run: past the limit, the claim goes back with its
+            // attempt restored (as at a shutdown) and the node stops claiming, so a broken
+            // node does not use up every video's attempts.
+            None if error.code == TOOL_FAILED
+                && self.health.tool_failed(self.settings.tool_failures, &error.message) =>
+            {
+                completer.release(claim).await.map(|()| {
+                    tracing::warn!(code = error.code.as_str(), message = %error.message, "this node's media tools fail; the claim is handed back for another node and this node claims nothing until they work again");
+                    Ended::Released
+                })
+            }
+            None => {
+                if error.code != TOOL_FAILED {
+                    self.health.tools_ran();
+                }
+                match completer.fail_or_retry(claim, &error, self.settings.retry_delay)
+                    .await
+                {
+                    Ok(true) => {
+                        tracing::warn!(code = error.code.as_str(), message = %error.message, "attempt failed; retrying later");
+                        Ok(Ended::Retry)
+                    }
+                    Ok(false) => {
+                        tracing::warn!(code = error.code.as_str(), message = %error.message, "video failed");
+                        Ok(Ended::Failed)
+                    }
+                    Err(err) => Err(err),
+                }
+            }
+        }
+    }
+
+    /// The end of an attempt, however it went: a claim found lost at the fence is logged as
+    /// lost, an end that could not be recorded is left to the lease, and the counters and
+    /// the attempt's duration (`worked`, its body's time) are updated.
+    async fn record_end(
+        &self,
+        claim: &Claim,
+        outcome: Result<Ended, JobError>,
+        why: Option<StopReason>,
+        worked: Duration,
+        completer: &Completer,
+    ) {
+        let ended = match outcome {
+            Ok(ended) => ended,
+            Err(JobError::ClaimLost) => {
+                tracing::warn!("claim lost before the result was recorded; nothing was written");
+                let _ = completer
+                    .record_lost(claim, "fence matched nothing at finalize")
+                    .await;
+                Ended::Lost
+            }
+            Err(error) => {
+                tracing::error!(
+                    error = %crate::telemetry::error_chain(&error),
+                    "could not record the attempt's end; its lease will expire and another node will retry"
+                );
+                Ended::Unrecorded
+            }
+        };
+        if ended == Ended::Lost {
+            // Once per lost claim, by who noticed first.
+            let at = if why == Some(StopReason::Lost) {
+                "heartbeat"
+            } else {
+                "finalize"
+            };
+            metrics::CLAIMS_LOST.with_label_values(&[at]).inc();
+        }
+        self.health.attempt_ended(ended);
+        metrics::ATTEMPT_SECONDS
+            .with_label_values(&[claim.kind.as_str(), ended.label()])
+            .observe(worked.as_secs_f64());
+    }
+
+    /// The READY finalize; with `carry`, carrying the claim of the slot's next job, and what
+    /// that claim found.
+    async fn finalize_ready(
+        &self,
+        claim: &Claim,
+        output: &crate::pipeline::AttemptOutput,
+        completer: &Completer,
+        carry: bool,
+    ) -> (Finalizing, Next) {
+        // Counted with the other claims; not timed in `CLAIM_SECONDS`, as its round trip is
+        // the finalize's.
+        let (finalized, claimed) = completer.finalize_ready(claim, output, carry).await;
+        let next = match claimed {
+            Some(Ok(claimed)) => {
+                self.health.claimed(Ok(claimed.is_some()));
+                self.observe_claim(claimed.as_ref());
+                claimed.map_or(Next::QueueEmpty, |claimed| Next::Job(Box::new(claimed)))
+            }
+            Some(Err(error)) => {
+                let error = crate::telemetry::error_chain(&error);
+                tracing::warn!(%error, "the claim sent with the finalize failed");
+                self.health.claimed(Err(error));
+                Next::NotAsked
+            }
+            None => Next::NotAsked,
+        };
+        (finalized, next)
+    }
+}
+
+/// What the claim a finalize carried found.
+enum Next {
+    /// No claim went with the finalize (shutting down, another ending than READY, a failed
+    /// claim or a failed first try): the claim loop looks.
+    NotAsked,
+    /// The slot's next job.
+    Job(Box<Claim>),
+    /// Nothing was claimable.
+    QueueEmpty,
+}
+
+/// How a slot ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SlotEnd {
+    /// Its finalize's claim found nothing claimable.
+    QueueEmpty,
+    /// Any other way.
+    Other,
+}
+
+/// The error a panicked attempt is recorded with; what it said goes to the log only.
+fn panicked(payload: &(dyn std::any::Any + Send)) -> MediaError {
+    let said = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    tracing::error!(panic = %said, "the attempt panicked; recording it as a retryable failure");
+    MediaError::retryable(
+        crate::domain::failure::FailureCode::InternalError,
+        "the attempt stopped on an internal error",
+    )
+}
