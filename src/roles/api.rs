@@ -25,18 +25,56 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     ctx.playback = playback;
     ctx.operators = operators;
     ctx.ready_requires_storage = config.ready_requires_storage;
-    let node_id = super::spool_node(config.node_id.as_deref());
-    report_presence(&ctx, &node_id, &shutdown);
-    let ingest_listener = bind_ingest(&config.ingest).await?;
-    let rtmp_listener = bind_rtmp(&config.rtmp).await?;
-    let mut ingest = ingest(
-        &config.spool.dir_or("spool"),
-        node_id,
-        &config.ingest,
-        config.live,
-        ingest_listener.local_addr()?.port(),
-    )?;
-    ingest.rtmp = rtmp_at(&config.rtmp, rtmp_listener.as_ref())?;
+    let node = NodeSettings {
+        node_id: super::spool_node(config.node_id.as_deref()),
+        spool_dir: config.spool.dir_or("spool"),
+        ingest: &config.ingest,
+        rtmp: &config.rtmp,
+        live: config.live,
+    };
+    let listeners = attach_ingest(&mut ctx, node, config.database.url.expose(), &shutdown).await?;
+    if let Some(ingest) = &ctx.ingest {
+        say_where_uploads_go(ingest);
+    }
+    tokio::spawn(expire_s3_uploads(ctx.clone(), shutdown.child_token()));
+    if config.playback.secret.is_none() && config.playback.public_base_url.is_none() {
+        tracing::warn!(
+            "VIDQ_PLAYBACK_SECRET is not set: this process signs hls_url tokens with a key of \
+             its own, which other API nodes refuse and a restart forgets; give every API node \
+             the same secret"
+        );
+    }
+    watch_storage(&ctx, config.ingest.store(), &shutdown);
+    let listener = std::net::TcpListener::bind(config.http.addr)
+        .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
+    tracing::info!(addr = %config.http.addr, "API listening");
+    if ctx.operators.token.is_some() {
+        tracing::info!(url = %format!("http://{}/admin", config.http.addr), "operator dashboard on");
+    }
+    tracing::info!(addr = %config.ingest.ingest_addr, "live ingest listening");
+    let rtmp = serve_ingest(
+        listeners,
+        &ctx,
+        &config.rtmp,
+        &config.http.limits(),
+        &shutdown,
+    )
+    .await?;
+    crate::http::serve_with(listener, ctx, config.http.limits(), shutdown)?.await?;
+    if let Some(rtmp) = rtmp {
+        // Each RTMP stream's FFmpeg writes its last segment and playlist before the process
+        // goes.
+        if tokio::time::timeout(RTMP_DRAIN, rtmp).await.is_err() {
+            tracing::warn!("RTMP streams still ending after {RTMP_DRAIN:?}; stopping anyway");
+        }
+    }
+    tracing::info!("API stopped");
+    Ok(())
+}
+
+/// Says at start where this node's uploads through vidq go, and what that asks of the
+/// operator.
+fn say_where_uploads_go(ingest: &crate::app::ingest::Ingest) {
     match ingest.store {
         crate::domain::upload::UploadStore::Spool => tracing::info!(
             spool = %ingest.spool.path().display(),
@@ -50,20 +88,18 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
              serves any of their requests (live ingest still spools here)"
         ),
     }
-    ctx.ingest = Some(ingest);
-    tokio::spawn(expire_s3_uploads(ctx.clone(), shutdown.child_token()));
-    if config.playback.secret.is_none() && config.playback.public_base_url.is_none() {
-        tracing::warn!(
-            "VIDQ_PLAYBACK_SECRET is not set: this process signs hls_url tokens with a key of \
-             its own, which other API nodes refuse and a restart forgets; give every API node \
-             the same secret"
-        );
-    }
-    listen_for_events(&ctx, config.database.url.expose(), &shutdown).await;
+}
+
+/// Watches the bucket until `shutdown`, saying once what goes on while S3 does not answer.
+fn watch_storage(
+    ctx: &AppContext,
+    store: crate::domain::upload::UploadStore,
+    shutdown: &CancellationToken,
+) {
     // The node serves whatever S3 does: ingest into the spool needs only PostgreSQL, and the
     // sweeper lands the bytes once S3 answers. What needs S3 answers `503 storage_unavailable`
     // meanwhile; `/readyz` names storage in its body (and is 503 only when told to be).
-    let meanwhile = match config.ingest.store() {
+    let meanwhile = match store {
         crate::domain::upload::UploadStore::Spool => {
             "tus, single PUT and live ingest go on into the spool; confirms of presigned \
              uploads answer 503 storage_unavailable (check VIDQ_S3_ENDPOINT, VIDQ_S3_BUCKET and \
@@ -80,35 +116,84 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
         meanwhile,
         shutdown.child_token(),
     ));
-    let listener = std::net::TcpListener::bind(config.http.addr)
-        .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
-    tracing::info!(addr = %config.http.addr, "API listening");
-    if ctx.operators.token.is_some() {
-        tracing::info!(url = %format!("http://{}/admin", config.http.addr), "operator dashboard on");
+}
+
+/// What makes a process an API node besides its `/v1` routes.
+pub struct NodeSettings<'a> {
+    /// The node's name: its spool rows and its presence on the dashboard carry it.
+    pub node_id: String,
+    /// Where uploads through vidq and live files spool.
+    pub spool_dir: std::path::PathBuf,
+    /// The tus store, the live ingest listener and resumable uploads' lifetime.
+    pub ingest: &'a crate::config::IngestArgs,
+    /// The RTMP listener.
+    pub rtmp: &'a crate::config::RtmpArgs,
+    /// Live recordings' idle and grace times.
+    pub live: crate::config::LiveArgs,
+}
+
+/// The listeners an API node serves besides `/v1`: live ingest, and RTMP unless it is off.
+pub struct IngestListeners {
+    ingest: tokio::net::TcpListener,
+    rtmp: Option<tokio::net::TcpListener>,
+}
+
+/// Makes `ctx` an API node (`vidq api` and `vidq dev` alike): its presence on the dashboard,
+/// its spool and ingest settings in `ctx.ingest`, its ingest and RTMP listeners bound (served
+/// by [`serve_ingest`]), and the LISTEN that wakes long-polling event readers.
+pub async fn attach_ingest(
+    ctx: &mut AppContext,
+    node: NodeSettings<'_>,
+    database_url: &str,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<IngestListeners> {
+    report_presence(ctx, &node.node_id, shutdown);
+    let ingest_listener = bind_ingest(node.ingest).await?;
+    let rtmp_listener = bind_rtmp(node.rtmp).await?;
+    let mut ingest = ingest(
+        &node.spool_dir,
+        node.node_id,
+        node.ingest,
+        node.live,
+        ingest_listener.local_addr()?.port(),
+    )?;
+    ingest.rtmp = rtmp_at(node.rtmp, rtmp_listener.as_ref())?;
+    ctx.ingest = Some(ingest);
+    listen_for_events(ctx, database_url, shutdown).await;
+    Ok(IngestListeners {
+        ingest: ingest_listener,
+        rtmp: rtmp_listener,
+    })
+}
+
+impl IngestListeners {
+    /// Where RTMP encoders connect, if RTMP is on.
+    pub fn rtmp_addr(&self) -> std::io::Result<Option<std::net::SocketAddr>> {
+        self.rtmp.as_ref().map(|l| l.local_addr()).transpose()
     }
-    tracing::info!(addr = %config.ingest.ingest_addr, "live ingest listening");
+}
+
+/// Serves live ingest and RTMP on `listeners` until `shutdown`; the RTMP task, if any, ends
+/// once every stream has ended.
+pub async fn serve_ingest(
+    listeners: IngestListeners,
+    ctx: &AppContext,
+    rtmp: &crate::config::RtmpArgs,
+    limits: &crate::config::HttpLimits,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
     crate::http::ingest_server::serve(
-        ingest_listener,
+        listeners.ingest,
         ctx.clone(),
-        (&config.http.limits()).into(),
+        limits.into(),
         shutdown.clone(),
     );
-    let rtmp = match rtmp_listener {
-        Some(rtmp) => {
-            Some(serve_rtmp(rtmp, &ctx, &config.rtmp, &config.http.limits(), &shutdown).await?)
-        }
-        None => None,
-    };
-    crate::http::serve_with(listener, ctx, config.http.limits(), shutdown)?.await?;
-    if let Some(rtmp) = rtmp {
-        // Each RTMP stream's FFmpeg writes its last segment and playlist before the process
-        // goes.
-        if tokio::time::timeout(RTMP_DRAIN, rtmp).await.is_err() {
-            tracing::warn!("RTMP streams still ending after {RTMP_DRAIN:?}; stopping anyway");
-        }
+    match listeners.rtmp {
+        Some(listener) => Ok(Some(
+            serve_rtmp(listener, ctx, rtmp, limits, shutdown).await?,
+        )),
+        None => Ok(None),
     }
-    tracing::info!("API stopped");
-    Ok(())
 }
 
 /// This node's spool for uploads through vidq; `ingest_port`: where the live ingest

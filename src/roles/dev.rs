@@ -69,94 +69,34 @@ async fn run_on(
     database_url: &str,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let playback = crate::app::playback::PlaybackSettings::from_args(&config.playback)
-        .context("VIDQ_PLAYBACK_SECRET (--playback-secret)")?;
-    if db::provision::create_database_if_missing(database_url)
-        .await
-        .context("creating the database (DATABASE_URL); is PostgreSQL running?")?
-    {
-        tracing::info!("created the database");
-    }
-    let database = DatabaseConfig {
-        url: Secret::new(database_url.to_owned()),
-        pool_size: 10,
+    let database = prepare_database(database_url).await?;
+    let (s3, storage_config) = start_s3(config).await?;
+    let (mut ctx, admin_token) = dev_context(config, &database, &storage_config).await?;
+    let node = super::api::NodeSettings {
+        node_id: super::spool_node(config.queue.node_id.as_deref()),
+        spool_dir: config.spool.dir_or(config.data_dir.join("spool")),
+        ingest: &config.ingest,
+        rtmp: &config.rtmp,
+        live: config.live,
     };
-    super::api::migrate(&database).await?;
-
-    let s3_root = config.data_dir.join("s3");
-    let listener = tokio::net::TcpListener::bind(config.s3_addr)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} for the embedded S3 (VIDQ_DEV_S3_ADDR)",
-                config.s3_addr
-            )
-        })?;
-    let s3 = EmbeddedS3::start(&s3_root, listener, DEV_ACCESS_KEY, DEV_SECRET_KEY)?;
-    let storage_config = StorageConfig {
-        endpoint: Some(Url::parse(&s3.endpoint())?),
-        public_endpoint: None,
-        bucket: DEV_BUCKET.to_owned(),
-        region: "us-east-1".to_owned(),
-        force_path_style: true,
-        timeouts: Default::default(),
-    };
-    let mut ctx = super::api::context(
-        &database,
-        &storage_config,
-        &config.upload,
-        Some(dev_credentials()),
-    )
-    .await?;
-    // On a laptop the receiver is on this machine: private destinations are allowed.
-    ctx.webhooks.allow_private = true;
-    // One API node: a generated playback key is fine unless one is given.
-    ctx.playback = playback;
-    // A laptop gets the dashboard: with no token given, one is made for this run and printed.
-    let mut admin = config.admin.clone();
-    let generated_token = admin.admin_token.is_none();
-    if generated_token {
-        admin.admin_token = Some(Secret::new(
-            crate::domain::api_key::ApiKey::generate().reveal(),
-        ));
-    }
-    ctx.operators =
-        crate::app::operators::OperatorAccess::from_args(&admin).map_err(anyhow::Error::msg)?;
-    let admin_token = admin.admin_token.as_ref().map(|t| t.expose().to_owned());
-    let spool_dir = config.spool.dir_or(config.data_dir.join("spool"));
-    let node_id = super::spool_node(config.queue.node_id.as_deref());
-    super::api::report_presence(&ctx, &node_id, &shutdown);
-    let ingest_listener = super::api::bind_ingest(&config.ingest).await?;
-    let rtmp_listener = super::api::bind_rtmp(&config.rtmp).await?;
-    let rtmp_addr = rtmp_listener.as_ref().map(|l| l.local_addr()).transpose()?;
-    let mut ingest = super::api::ingest(
-        &spool_dir,
-        node_id.clone(),
-        &config.ingest,
-        config.live,
-        ingest_listener.local_addr()?.port(),
-    )?;
-    ingest.rtmp = super::api::rtmp_at(&config.rtmp, rtmp_listener.as_ref())?;
-    ctx.ingest = Some(ingest);
-    super::api::listen_for_events(&ctx, database_url, &shutdown).await;
+    let (node_id, spool_dir) = (node.node_id.clone(), node.spool_dir.clone());
+    let listeners = super::api::attach_ingest(&mut ctx, node, database_url, &shutdown).await?;
+    let rtmp_addr = listeners.rtmp_addr()?;
     ctx.storage
         .ensure_bucket()
         .await
         .context("creating the bucket in the embedded S3")?;
-
-    crate::http::ingest_server::serve(
-        ingest_listener,
-        ctx.clone(),
-        (&config.http.limits()).into(),
-        shutdown.clone(),
+    // Detached: `vidq dev` is one developer's machine, and its streams end with it.
+    drop(
+        super::api::serve_ingest(
+            listeners,
+            &ctx,
+            &config.rtmp,
+            &config.http.limits(),
+            &shutdown,
+        )
+        .await?,
     );
-    if let Some(rtmp) = rtmp_listener {
-        // Detached: `vidq dev` is one developer's machine, and its streams end with it.
-        drop(
-            super::api::serve_rtmp(rtmp, &ctx, &config.rtmp, &config.http.limits(), &shutdown)
-                .await?,
-        );
-    }
     let listener = std::net::TcpListener::bind(config.http.addr)
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
     // The worker runs in this process, with no health listener of its own: the API's
@@ -168,13 +108,12 @@ async fn run_on(
         slots: config.queue.slots,
     });
     let storage = ctx.storage.clone();
-    let sweeper_storage = ctx.storage.clone();
     let server = crate::http::serve_with(listener, ctx, config.http.limits(), shutdown.clone())?;
     let worker = super::worker::run_with(
         database_url,
         &config.queue,
         &config.media,
-        storage,
+        storage.clone(),
         worker_health,
         shutdown.clone(),
     );
@@ -186,21 +125,129 @@ async fn run_on(
         &config.sweeper,
         config.live,
         super::sweeper::SweeperNode {
-            node_id: node_id.clone(),
+            node_id,
             spool_dir: spool_dir.clone(),
             health_listen: None,
         },
-        sweeper_storage,
+        storage,
         shutdown,
     );
+    print_banner(
+        config,
+        &admin_token,
+        rtmp_addr,
+        &s3,
+        &spool_dir,
+        database_url,
+    );
+    let (served, worked, relayed, swept) = tokio::join!(server, worker, relay, sweeper);
+    served?;
+    worked?;
+    relayed?;
+    swept?;
+    s3.stop().await;
+    tracing::info!("vidq dev stopped");
+    Ok(())
+}
+
+/// Creates the database if it is missing and applies the migrations.
+async fn prepare_database(database_url: &str) -> anyhow::Result<DatabaseConfig> {
+    if db::provision::create_database_if_missing(database_url)
+        .await
+        .context("creating the database (DATABASE_URL); is PostgreSQL running?")?
+    {
+        tracing::info!("created the database");
+    }
+    let database = DatabaseConfig {
+        url: Secret::new(database_url.to_owned()),
+        pool_size: 10,
+    };
+    super::api::migrate(&database).await?;
+    Ok(database)
+}
+
+/// Starts the embedded S3 server over `<data dir>/s3`; the storage settings that reach it.
+async fn start_s3(config: &DevConfig) -> anyhow::Result<(EmbeddedS3, StorageConfig)> {
+    let listener = tokio::net::TcpListener::bind(config.s3_addr)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} for the embedded S3 (VIDQ_DEV_S3_ADDR)",
+                config.s3_addr
+            )
+        })?;
+    let s3 = EmbeddedS3::start(
+        &config.data_dir.join("s3"),
+        listener,
+        DEV_ACCESS_KEY,
+        DEV_SECRET_KEY,
+    )?;
+    let storage = StorageConfig {
+        endpoint: Some(Url::parse(&s3.endpoint())?),
+        public_endpoint: None,
+        bucket: DEV_BUCKET.to_owned(),
+        region: "us-east-1".to_owned(),
+        force_path_style: true,
+        timeouts: Default::default(),
+    };
+    Ok((s3, storage))
+}
+
+/// The operator token of this run: the one given, or one made now (and printed).
+enum AdminToken {
+    Given,
+    Made(String),
+}
+
+/// The API's context as a laptop wants it: private webhook destinations allowed, a
+/// playback key of its own unless one is given, and the dashboard on.
+async fn dev_context(
+    config: &DevConfig,
+    database: &DatabaseConfig,
+    storage: &StorageConfig,
+) -> anyhow::Result<(crate::app::AppContext, AdminToken)> {
+    let playback = crate::app::playback::PlaybackSettings::from_args(&config.playback)
+        .context("VIDQ_PLAYBACK_SECRET (--playback-secret)")?;
+    let mut ctx =
+        super::api::context(database, storage, &config.upload, Some(dev_credentials())).await?;
+    // On a laptop the receiver is on this machine: private destinations are allowed.
+    ctx.webhooks.allow_private = true;
+    // One API node: a generated playback key is fine unless one is given.
+    ctx.playback = playback;
+    // A laptop gets the dashboard: with no token given, one is made for this run and printed.
+    let mut admin = config.admin.clone();
+    let token = match &admin.admin_token {
+        Some(_) => AdminToken::Given,
+        None => {
+            let made = crate::domain::api_key::ApiKey::generate()
+                .reveal()
+                .to_owned();
+            admin.admin_token = Some(Secret::new(made.clone()));
+            AdminToken::Made(made)
+        }
+    };
+    ctx.operators =
+        crate::app::operators::OperatorAccess::from_args(&admin).map_err(anyhow::Error::msg)?;
+    Ok((ctx, token))
+}
+
+/// What is running where, and how to start.
+fn print_banner(
+    config: &DevConfig,
+    admin_token: &AdminToken,
+    rtmp_addr: Option<std::net::SocketAddr>,
+    s3: &EmbeddedS3,
+    spool_dir: &std::path::Path,
+    database_url: &str,
+) {
     eprintln!(
         "\nvidq dev is running\n  API         http://{api}\n  dashboard   http://{api}/admin (log in with {token})\n  metrics     http://{api}/metrics\n  live ingest http://{ingest} (encoders PUT HLS here)\n  RTMP        {rtmp}\n  worker      {slots}, FFmpeg from PATH (its metrics: the API's /metrics)\n  relay       webhooks (private addresses allowed){nats}\n  sweeper     spool {spool}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
          Get an API key (in another terminal):\n  DATABASE_URL={db} cargo run -- user create --name me\n\
          Then follow the curl walk-through in README.md. Ctrl-C stops everything.\n",
         api = config.http.addr,
-        token = match (&admin_token, generated_token) {
-            (Some(token), true) => format!("the token {token}, made for this run"),
-            _ => "VIDQ_ADMIN_TOKEN".to_owned(),
+        token = match admin_token {
+            AdminToken::Made(token) => format!("the token {token}, made for this run"),
+            AdminToken::Given => "VIDQ_ADMIN_TOKEN".to_owned(),
         },
         slots = match config.queue.slots {
             1 => "1 slot".to_owned(),
@@ -213,7 +260,7 @@ async fn run_on(
             None => "off (VIDQ_RTMP_ADDR=off)".to_owned(),
         },
         s3 = s3.endpoint(),
-        root = s3_root.display(),
+        root = config.data_dir.join("s3").display(),
         spool = spool_dir.display(),
         db = database_url,
         nats = match &config.relay.nats_url {
@@ -221,14 +268,6 @@ async fn run_on(
             None => String::new(),
         },
     );
-    let (served, worked, relayed, swept) = tokio::join!(server, worker, relay, sweeper);
-    served?;
-    worked?;
-    relayed?;
-    swept?;
-    s3.stop().await;
-    tracing::info!("vidq dev stopped");
-    Ok(())
 }
 
 /// The embedded S3 server's credentials.
