@@ -15,18 +15,21 @@
 //! - [`queue`]: the worker engine: claim loop, heartbeat lease, fenced outcomes.
 //! - [`relay`]: the outbox relay: routing, webhook and NATS delivery, fenced acks.
 //! - [`sweeper`]: the upload sweeper: forward cursor, bounded queue, breaker, re-driven PUTs.
-//! - [`roles`]: the long-running processes (`api`, `worker`, `relay`, `sweeper`, `dev`) and their wiring.
-//! - [`admin`]: one-shot operator commands (`user create`, `user delete`).
-//! - [`bench`]: `vidq bench queue`, `vidq bench e2e` and `vidq bench relay`.
-//! - [`telemetry`]: logging set-up.
+//! - [`roles`]: the long-running processes (`api`, `worker`, `relay`, `sweeper`, `dev`) and
+//!   their wiring.
+//! - [`cli`]: one-shot operator commands (`vidq user`, `vidq jobs`, `vidq reconcile`,
+//!   `vidq probe`, `vidq encode`).
+//! - `bench` (the `bench` feature, on by default): every `vidq bench` command and the fault
+//!   fixtures it shares with the tests.
+//! - [`telemetry`]: logging set-up, and a worker's account of itself.
 //! - [`metrics`]: the Prometheus families every role's `/metrics` renders.
 
 pub mod adapters;
-pub mod admin;
 pub mod app;
 pub mod batching;
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod cli;
 pub mod config;
 pub mod db;
 pub mod domain;

@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use vidq::admin::UserCommand;
+use vidq::cli::UserCommand;
 use vidq::config::{ApiConfig, DatabaseConfig};
 use vidq::roles::dev::DevConfig;
 
@@ -41,22 +41,22 @@ enum Command {
     User(UserCommand),
     /// Inspect the encoding queue, retry or cancel a job.
     #[command(subcommand)]
-    Jobs(vidq::admin::jobs::JobsCommand),
+    Jobs(vidq::cli::jobs::JobsCommand),
     /// Compare the ledger (uploads, artifacts) with a listing of the bucket: rows whose object
     /// is missing or of another size, objects no live row owns (past --grace-secs). Exit 0
     /// when they agree, 1 on any difference, 2 when it cannot run. --fix deletes the orphans
     /// and re-drives uploads through vidq whose spool file is still there.
-    Reconcile(vidq::admin::reconcile::ReconcileConfig),
+    Reconcile(vidq::cli::reconcile::ReconcileConfig),
     /// Benchmarks to run on your own machine and database.
     #[command(subcommand)]
     #[cfg(feature = "bench")]
     Bench(vidq::bench::BenchCommand),
     /// Print what the worker's hardened probe makes of a local file, as JSON (or the typed
     /// refusal, with exit status 1).
-    Probe(vidq::admin::media::ProbeArgs),
+    Probe(vidq::cli::media::ProbeArgs),
     /// Probe and encode a local file exactly as a worker would (HLS, MP4, thumbnail), into
     /// a local directory.
-    Encode(vidq::admin::media::EncodeArgs),
+    Encode(vidq::cli::media::EncodeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -82,7 +82,7 @@ fn main() -> std::process::ExitCode {
     if let Command::Reconcile(config) = cli.command {
         // Its own statuses: 1 means "they differ", so a failure to compare is 2 (as clap's
         // usage errors are).
-        return match runtime.block_on(vidq::admin::reconcile::run(config)) {
+        return match runtime.block_on(vidq::cli::reconcile::run(config)) {
             Ok(true) => std::process::ExitCode::SUCCESS,
             Ok(false) => std::process::ExitCode::from(1),
             Err(err) => {
@@ -114,13 +114,13 @@ async fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Dev(config) => vidq::roles::dev::run(config, vidq::shutdown::on_signals()).await,
         Command::Migrate(args) => vidq::roles::api::migrate(&args.database).await,
-        Command::User(command) => vidq::admin::user(command).await,
-        Command::Jobs(command) => vidq::admin::jobs::run(command).await,
+        Command::User(command) => vidq::cli::user(command).await,
+        Command::Jobs(command) => vidq::cli::jobs::run(command).await,
         Command::Reconcile(_) => unreachable!("reconcile is run by main for its exit status"),
         #[cfg(feature = "bench")]
         Command::Bench(command) => vidq::bench::run(command).await,
-        Command::Probe(args) => vidq::admin::media::probe(args).await,
-        Command::Encode(args) => vidq::admin::media::encode(args).await,
+        Command::Probe(args) => vidq::cli::media::probe(args).await,
+        Command::Encode(args) => vidq::cli::media::encode(args).await,
     }
 }
 

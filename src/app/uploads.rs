@@ -224,7 +224,7 @@ pub async fn accept(
     upload_id: UploadId,
     object_key: &str,
 ) -> Result<Option<Accepted>, AppError> {
-    // One round trip (`db::pipeline`): BEGIN, the lock, the CAS, the inserts and COMMIT go
+    // One round trip (`db::pipelined`): BEGIN, the lock, the CAS, the inserts and COMMIT go
     // out back to back, and PostgreSQL runs them in that order, so the lock order holds:
     // users first, so a concurrent user deletion waits or wins cleanly. Nothing sent waits
     // on an answer: the CAS is a fence that fails on the server when it matches nothing, and
@@ -236,7 +236,7 @@ pub async fn accept(
         upload_id,
         Utc::now(), // replaced by the new video's time (insert_stamped)
     );
-    let tx = db::pipeline::Pipeline::new(conn);
+    let tx = db::pipelined::PipelinedTx::new(conn);
     let c = tx.conn();
     // Every answer is read, not the first error: after a failed statement the rest answer
     // "transaction aborted", and the cause is found below in statement order.
@@ -281,7 +281,7 @@ pub async fn accept_all(
     owners.sort_unstable();
     owners.dedup();
     let uploads = acceptances.iter().map(|a| a.upload_id.0).collect();
-    let tx = db::pipeline::Pipeline::new(conn);
+    let tx = db::pipelined::PipelinedTx::new(conn);
     let c = tx.conn();
     let (present, moved) = tx
         .begin_with(async {
@@ -334,7 +334,7 @@ pub async fn accept_all(
 /// their jobs, the workers' wake-up and the `video.accepted` events. Returns the videos and
 /// the jobs' ids by video id.
 async fn insert_created(
-    tx: &db::pipeline::Pipeline<'_>,
+    tx: &db::pipelined::PipelinedTx<'_>,
     acceptances: &[Acceptance],
     created: &[Option<VideoId>],
 ) -> Result<(HashMap<Uuid, VideoRow>, HashMap<Uuid, i64>), AppError> {

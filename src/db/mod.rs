@@ -2,7 +2,7 @@
 //! decides which transaction they join (a confirm's video, job and outbox inserts share one).
 //! Those of the hot transactions (the confirm, the finalize) take `&AsyncPgConnection`
 //! instead: a shared reference is how several statements of one transaction are sent at once
-//! and answered in order ([`pipeline`]). They still join the caller's transaction.
+//! and answered in order ([`pipelined`]). They still join the caller's transaction.
 //!
 //! # Lock order
 //!
@@ -99,7 +99,7 @@ pub mod multiparts;
 pub mod nodes;
 pub mod operator_view;
 pub mod outbox;
-pub mod pipeline;
+pub mod pipelined;
 pub mod pool;
 pub mod prepared;
 pub mod provision;
@@ -143,7 +143,7 @@ impl CountRow {
 
 /// What a fenced statement answered: its count, or 0 when its fence raised `failure` (the
 /// message of `vidq_claim_held` or of a `vidq_fence` call). The transaction is then failed
-/// on the server, and a `COMMIT` sent behind it in the same pipeline ([`pipeline`]) rolls
+/// on the server, and a `COMMIT` sent behind it in the same pipeline ([`pipelined`]) rolls
 /// it back. diesel does not surface SQLSTATEs, so the message, vidq's own, tells the fence
 /// from any other error.
 pub(crate) fn fence_answer(

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::telemetry::worker_health::{Verdict, WorkerHealth};
 
 /// What a role tells its health listener.
-pub trait Probe: Send + Sync + 'static {
+pub trait HealthReport: Send + Sync + 'static {
     /// The fields of a 200 answer, or why the role is unhealthy (503).
     fn health(&self) -> Result<serde_json::Value, String>;
     /// Its counters, in Prometheus' text format.
@@ -23,7 +23,7 @@ pub trait Probe: Send + Sync + 'static {
 }
 
 /// A worker: its claim loop's account, its slots, and how long a turn may take.
-pub struct WorkerProbe {
+pub struct WorkerHealthReport {
     /// What the claim loop records.
     pub health: Arc<WorkerHealth>,
     /// Attempts it runs at once.
@@ -32,7 +32,7 @@ pub struct WorkerProbe {
     pub stall: Duration,
 }
 
-impl WorkerProbe {
+impl WorkerHealthReport {
     /// A loop that has not come round for three poll intervals plus the pool's 10 s
     /// connection wait is stalled.
     pub fn new(health: Arc<WorkerHealth>, slots: u32, poll: Duration) -> Self {
@@ -44,7 +44,7 @@ impl WorkerProbe {
     }
 }
 
-impl Probe for WorkerProbe {
+impl HealthReport for WorkerHealthReport {
     fn health(&self) -> Result<serde_json::Value, String> {
         match self.health.verdict(self.stall) {
             Verdict::Healthy => Ok(json!({
@@ -64,10 +64,10 @@ impl Probe for WorkerProbe {
 /// Serves `/healthz` and `/metrics` on `listener` until `shutdown`.
 pub fn serve(
     listener: TcpListener,
-    probe: Arc<dyn Probe>,
+    probe: Arc<dyn HealthReport>,
     shutdown: CancellationToken,
 ) -> std::io::Result<actix_web::dev::Server> {
-    let probe: web::Data<dyn Probe> = web::Data::from(probe);
+    let probe: web::Data<dyn HealthReport> = web::Data::from(probe);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(probe.clone())
@@ -83,7 +83,7 @@ pub fn serve(
     Ok(server)
 }
 
-async fn healthz(probe: web::Data<dyn Probe>) -> HttpResponse {
+async fn healthz(probe: web::Data<dyn HealthReport>) -> HttpResponse {
     match probe.health() {
         Ok(fields) => HttpResponse::Ok().json(fields),
         Err(reason) => HttpResponse::ServiceUnavailable()
@@ -91,7 +91,7 @@ async fn healthz(probe: web::Data<dyn Probe>) -> HttpResponse {
     }
 }
 
-async fn metrics(probe: web::Data<dyn Probe>) -> HttpResponse {
+async fn metrics(probe: web::Data<dyn HealthReport>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(probe.metrics())

@@ -9,7 +9,7 @@
 //!
 //! It wakes on LISTEN/NOTIFY from the producing transactions and polls as the safety net.
 
-pub mod probe;
+pub mod health;
 pub mod sink;
 pub mod webhook;
 

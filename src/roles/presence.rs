@@ -64,10 +64,10 @@ pub fn spawn(pool: DbPool, presence: Presence, shutdown: CancellationToken) {
 
 /// The detail of a role whose health listener answers with a JSON body: that body, or the
 /// reason it is unhealthy.
-pub fn from_probe(
-    probe: Arc<dyn crate::http::health_listener::Probe>,
+pub fn from_health(
+    health: Arc<dyn crate::http::health_listener::HealthReport>,
 ) -> Arc<dyn Fn() -> serde_json::Value + Send + Sync> {
-    Arc::new(move || match probe.health() {
+    Arc::new(move || match health.health() {
         Ok(fields) => fields,
         Err(reason) => serde_json::json!({ "status": "unhealthy", "reason": reason }),
     })

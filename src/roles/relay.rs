@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::adapters::nats::NatsSink;
 pub use crate::config::{RelayArgs, RelayConfig};
 use crate::db;
-use crate::relay::probe::RelayProbe;
+use crate::relay::health::RelayHealth;
 use crate::relay::sink::Sinks;
 use crate::relay::webhook::WebhookSender;
 use crate::relay::{Relay, RelaySettings};
@@ -52,14 +52,14 @@ pub async fn run(config: RelayConfig, shutdown: CancellationToken) -> anyhow::Re
     if let Some(addr) = config.health_listen {
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("cannot listen on {addr} (VIDQ_HEALTH_LISTEN)"))?;
-        let probe = RelayProbe::default();
-        probe.watch(
+        let health = RelayHealth::default();
+        health.watch(
             relay.pool.clone(),
             super::presence::REPORT_EVERY,
             shutdown.child_token(),
         );
         let server =
-            crate::http::health_listener::serve(listener, Arc::new(probe), shutdown.clone())?;
+            crate::http::health_listener::serve(listener, Arc::new(health), shutdown.clone())?;
         tracing::info!(%addr, "health listener on /healthz and /metrics");
         tokio::spawn(server);
     }

@@ -80,21 +80,21 @@ pub async fn run_with(
         args.settings(node_id.clone(), live),
         shutdown.clone(),
     );
-    let probe = std::sync::Arc::new(sweeper.probe());
+    let health = std::sync::Arc::new(sweeper.health());
     super::presence::spawn(
         pool,
         super::presence::Presence {
             role: "sweeper",
             node_id: node_id.clone(),
             slots: args.workers,
-            detail: super::presence::from_probe(probe.clone()),
+            detail: super::presence::from_health(health.clone()),
         },
         shutdown.child_token(),
     );
     if let Some(addr) = health_listen {
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("cannot listen on {addr} (VIDQ_HEALTH_LISTEN)"))?;
-        let server = crate::http::health_listener::serve(listener, probe, shutdown.clone())?;
+        let server = crate::http::health_listener::serve(listener, health, shutdown.clone())?;
         tracing::info!(%addr, "health listener on /healthz and /metrics");
         tokio::spawn(server);
     }

@@ -55,13 +55,13 @@ pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::R
     if let Some(addr) = config.health_listen {
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("cannot listen on {addr} (VIDQ_HEALTH_LISTEN)"))?;
-        let probe = crate::http::health_listener::WorkerProbe::new(
+        let health = crate::http::health_listener::WorkerHealthReport::new(
             health.clone(),
             config.queue.slots,
             Duration::from_millis(config.queue.poll_ms),
         );
         let server =
-            crate::http::health_listener::serve(listener, Arc::new(probe), shutdown.clone())?;
+            crate::http::health_listener::serve(listener, Arc::new(health), shutdown.clone())?;
         tracing::info!(%addr, "health listener on /healthz and /metrics");
         tokio::spawn(server);
     }

@@ -30,8 +30,8 @@ use crate::domain::sweep::{Breaker, Cursor};
 
 mod expiry;
 mod files;
+pub mod health;
 mod orphans;
-pub mod probe;
 mod settings;
 mod stats;
 mod store;
@@ -127,8 +127,8 @@ impl<S: SweepStore> Sweeper<S> {
     }
 
     /// What the health listener reports: the counters and the breaker.
-    pub fn probe(&self) -> probe::SweeperProbe {
-        probe::SweeperProbe {
+    pub fn health(&self) -> health::SweeperHealth {
+        health::SweeperHealth {
             stats: self.shared.stats.clone(),
             breaker: self.shared.breaker.clone(),
             stall: self.shared.settings.interval * 3 + Duration::from_secs(10),

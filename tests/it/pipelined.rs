@@ -1,4 +1,4 @@
-//! Transactions sent as pipelines (`db::pipeline`): a statement that fails on the server
+//! Transactions sent as pipelines (`db::pipelined`): a statement that fails on the server
 //! rolls back everything sent with it, a pipeline abandoned half way never hands its open
 //! transaction to the pool's next user, and the finalize prepares nothing after its first run.
 
@@ -7,7 +7,7 @@ use std::time::Duration;
 use diesel::QueryableByName;
 use diesel::sql_types::BigInt;
 use diesel_async::RunQueryDsl;
-use vidq::db::pipeline::Pipeline;
+use vidq::db::pipelined::PipelinedTx;
 
 use crate::harness::{TestApp, TestDb, UsersHeld};
 
@@ -33,7 +33,7 @@ async fn a_statement_failing_on_the_server_rolls_back_what_was_sent_with_it_and_
         .execute(&mut conn)
         .await
         .unwrap();
-    let tx = Pipeline::new(&mut conn);
+    let tx = PipelinedTx::new(&mut conn);
     let mut c = tx.conn();
     let mut d = tx.conn();
     let result: Result<(), diesel::result::Error> = tx
@@ -70,7 +70,7 @@ async fn a_pipeline_abandoned_after_its_begin_never_hands_an_open_transaction_to
     let pool = vidq::db::connect(&db.url, 1).await.unwrap();
     {
         let mut conn = pool.get().await.unwrap();
-        let tx = Pipeline::new(&mut conn);
+        let tx = PipelinedTx::new(&mut conn);
         // BEGIN goes out; the statements never finish; the caller gives up (a cancelled task).
         let abandoned = tokio::time::timeout(
             Duration::from_millis(300),

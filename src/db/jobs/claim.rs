@@ -95,7 +95,7 @@ SELECT id, video_id, original_s3_key, kind, claim_token, attempt_count, run, que
 
 /// Claims the next job for `node` with a lease of `lease_secs`; commits at once. Takes a
 /// shared connection so that it can also be sent behind another transaction's `COMMIT`, in
-/// the same round trip ([`crate::db::pipeline::Pipeline::run_then`]).
+/// the same round trip ([`crate::db::pipelined::PipelinedTx::run_then`]).
 pub async fn claim(
     mut conn: &AsyncPgConnection,
     node: &str,

@@ -55,7 +55,7 @@ pub const CLAIM_LOST_MESSAGE: &str = "vidq: the claim was lost";
 /// The fenced completion, the LAST statement of a finalize: 0 means the claim was lost. A
 /// fence that matches nothing also fails the statement on the server (`vidq_claim_held`), so
 /// the transaction is already failed and its COMMIT, even one sent in the same pipeline
-/// (`crate::db::pipeline`), rolls it back. An attempt that completes stays on the job row, where
+/// (`crate::db::pipelined`), rolls it back. An attempt that completes stays on the job row, where
 /// the `job_attempts` view reads it, so a READY finalize writes nothing to the attempt log;
 /// any other outcome (a FAILED finalize) is logged with its error.
 pub async fn complete(

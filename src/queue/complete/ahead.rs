@@ -123,7 +123,7 @@ async fn finalize_ready_once_claiming_ahead(
         Ok(conn) => conn,
         Err(error) => return (Err(error.into()), None),
     };
-    let tx = db::pipeline::Pipeline::new(&mut conn);
+    let tx = db::pipelined::PipelinedTx::new(&mut conn);
     let c = tx.conn();
     // Polled first, so sent first: the claim is on the wire before the BEGIN.
     let claimed = async {

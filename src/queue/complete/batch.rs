@@ -208,7 +208,7 @@ async fn commit_together(
         Ok(conn) => conn,
         Err(error) => return (Err(error.into()), members.iter().map(|_| None).collect()),
     };
-    let tx = db::pipeline::Pipeline::new(&mut conn);
+    let tx = db::pipelined::PipelinedTx::new(&mut conn);
     let c = tx.conn();
     // Answers the early listeners at once; returns the other members' claims and the jobs
     // claimed for listeners that are gone.

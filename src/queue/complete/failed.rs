@@ -43,7 +43,7 @@ async fn finalize_failed_once(
 ) -> Result<(), JobError> {
     let message = error.public_message();
     let mut conn = pool.get().await?;
-    let tx = db::pipeline::Pipeline::new(&mut conn);
+    let tx = db::pipelined::PipelinedTx::new(&mut conn);
     let c = tx.conn();
     // One round trip, like the READY finalize of an upload.
     let event = Event::video_failed(

@@ -139,7 +139,7 @@ pub(super) async fn finalize_ready_once(
         Ok(conn) => conn,
         Err(error) => return (Err(error.into()), None),
     };
-    let tx = db::pipeline::Pipeline::new(&mut conn);
+    let tx = db::pipelined::PipelinedTx::new(&mut conn);
     let c = tx.conn();
     // Sent behind the COMMIT when there is a next claim to make; nothing otherwise.
     let next_claim = || async move {

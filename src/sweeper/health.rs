@@ -11,12 +11,12 @@ use serde_json::json;
 use super::SweepStats;
 use crate::domain::sweep::{Breaker, BreakerState};
 use crate::domain::upload::UploadState;
-use crate::http::health_listener::Probe;
+use crate::http::health_listener::HealthReport;
 use crate::metrics::Exposition;
 
 /// A running sweeper's counters and breaker.
 #[derive(Clone, Debug)]
-pub struct SweeperProbe {
+pub struct SweeperHealth {
     pub(super) stats: Arc<SweepStats>,
     pub(super) breaker: Arc<Mutex<Breaker>>,
     /// Longer than this without a round is a stall.
@@ -29,13 +29,13 @@ const BREAKER_STATES: [BreakerState; 3] = [
     BreakerState::Open,
 ];
 
-impl SweeperProbe {
+impl SweeperHealth {
     fn breaker_state(&self) -> BreakerState {
         self.breaker.lock().expect("breaker lock").state()
     }
 }
 
-impl Probe for SweeperProbe {
+impl HealthReport for SweeperHealth {
     fn health(&self) -> Result<serde_json::Value, String> {
         if let Some(error) = self.stats.round_error.lock().expect("round error").clone() {
             return Err(format!("the last round failed: {error}"));

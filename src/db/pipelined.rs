@@ -8,7 +8,7 @@
 //! server's backend), and those, not the statements, were most of a finalize's cost.
 //!
 //! A statement that is not part of the transaction can ride behind its `COMMIT` in the same
-//! flight ([`Pipeline::run_then`]): a worker's finalize carries the claim of its slot's next
+//! flight ([`PipelinedTx::run_then`]): a worker's finalize carries the claim of its slot's next
 //! job that way. It runs after the transaction has ended, whichever way it ended.
 //!
 //! Two rules make a pipeline safe:
@@ -17,9 +17,9 @@
 //!   the `COMMIT` of a failed transaction into a `ROLLBACK`. That is why the finalize's
 //!   fence raises an error when it matches nothing (`vidq_claim_held`), instead of
 //!   returning a row count for the client to check. A batch without the `COMMIT`
-//!   ([`Pipeline::begin_with`]) may fail either way: it is rolled back before returning.
+//!   ([`PipelinedTx::begin_with`]) may fail either way: it is rolled back before returning.
 //! - A pipeline dropped half way (its task cancelled) leaves the connection in a state
-//!   nobody knows; [`Pipeline`]'s `Drop` marks the connection broken, so the pool closes it
+//!   nobody knows; [`PipelinedTx`]'s `Drop` marks the connection broken, so the pool closes it
 //!   instead of handing out an open transaction.
 
 use diesel::QueryResult;
@@ -27,17 +27,17 @@ use diesel_async::{AsyncPgConnection, TransactionManager};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// One transaction on one connection, sent as pipelines. Statements take [`Pipeline::conn`]
+/// One transaction on one connection, sent as pipelines. Statements take [`PipelinedTx::conn`]
 /// (a shared reference: that is how diesel-async lets several run at once) and are joined
 /// into a batch.
-pub struct Pipeline<'c> {
+pub struct PipelinedTx<'c> {
     conn: &'c mut AsyncPgConnection,
     /// Whether a `BEGIN` was sent and no `COMMIT` or `ROLLBACK` has been answered since.
     open: AtomicBool,
 }
 
-impl<'c> Pipeline<'c> {
-    /// A transaction on `conn`; nothing is sent until [`Pipeline::begin_with`].
+impl<'c> PipelinedTx<'c> {
+    /// A transaction on `conn`; nothing is sent until [`PipelinedTx::begin_with`].
     pub fn new(conn: &'c mut AsyncPgConnection) -> Self {
         Self {
             conn,
@@ -85,7 +85,7 @@ impl<'c> Pipeline<'c> {
             .0
     }
 
-    /// [`Pipeline::commit_with`], and `after` sent right behind the `COMMIT`, in the same
+    /// [`PipelinedTx::commit_with`], and `after` sent right behind the `COMMIT`, in the same
     /// flight: a statement of its own (autocommitted), which runs once the transaction has
     /// ended, whether it committed or rolled back. Its answer is returned beside the
     /// transaction's.
@@ -119,8 +119,8 @@ impl<'c> Pipeline<'c> {
         self.run_then(statements, std::future::ready(())).await.0
     }
 
-    /// [`Pipeline::run`], and `after` behind the `COMMIT` in the same round trip, as in
-    /// [`Pipeline::commit_with_then`].
+    /// [`PipelinedTx::run`], and `after` behind the `COMMIT` in the same round trip, as in
+    /// [`PipelinedTx::commit_with_then`].
     pub async fn run_then<T, E, U>(
         &self,
         statements: impl Future<Output = Result<T, E>>,
@@ -154,7 +154,7 @@ impl<'c> Pipeline<'c> {
     }
 }
 
-impl Drop for Pipeline<'_> {
+impl Drop for PipelinedTx<'_> {
     fn drop(&mut self) {
         if self.open.load(Ordering::SeqCst) {
             // diesel's transaction manager did not see this BEGIN; an error state is what

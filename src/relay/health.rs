@@ -1,6 +1,6 @@
 //! What a relay tells its health listener (`VIDQ_HEALTH_LISTEN`): healthy while its reads of
 //! the outbox work; the outbox backlog, deliveries by outcome and commit-to-delivery lag in
-//! Prometheus' text format. The backlog is read every few seconds by [`RelayProbe::watch`],
+//! Prometheus' text format. The backlog is read every few seconds by [`RelayHealth::watch`],
 //! never by a scrape.
 
 use std::sync::{Arc, Mutex};
@@ -11,16 +11,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::db::operator_view::Backlog;
 use crate::db::{self, DbPool};
-use crate::http::health_listener::Probe;
+use crate::http::health_listener::HealthReport;
 use crate::metrics::{self, Exposition};
 
 /// The relay's last look at the outbox.
 #[derive(Clone, Default)]
-pub struct RelayProbe {
+pub struct RelayHealth {
     last: Arc<Mutex<Option<Result<Backlog, String>>>>,
 }
 
-impl RelayProbe {
+impl RelayHealth {
     /// Reads the backlog now and every `every` until `shutdown`.
     pub fn watch(&self, pool: DbPool, every: Duration, shutdown: CancellationToken) {
         let last = self.last.clone();
@@ -46,7 +46,7 @@ impl RelayProbe {
     }
 }
 
-impl Probe for RelayProbe {
+impl HealthReport for RelayHealth {
     fn health(&self) -> Result<serde_json::Value, String> {
         match self.backlog() {
             None => Ok(json!({ "status": "ok", "backlog": null })),
