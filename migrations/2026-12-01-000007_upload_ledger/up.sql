@@ -1,4 +1,4 @@
--- The upload ledger (DESIGN, "Upload recovery"): an upload that comes through vidq (tus or
+-- The upload ledger (docs/architecture.md, "Upload recovery"): an upload that comes through vidq (tus or
 -- a single PUT) lands on a node's spool first; its row is the durable record of what that
 -- node still owes S3. The sweeper of that node re-drives it until it is confirmed or
 -- rejected; the in-memory queue in front of its workers is a throttle, never the ledger.

@@ -1,4 +1,4 @@
--- Live recordings (DESIGN, "Live recordings"): a broadcast's files arrive over time as HTTP
+-- Live recordings (docs/live.md): a broadcast's files arrive over time as HTTP
 -- PUTs of HLS with fMP4 segments. Each file is spooled on the node that took it and gets a
 -- row in `recording_files`, the ledger of its axis (init or one segment), uploaded by that
 -- node's sweeper with the same claim, backoff and CAS as an upload through vidq.

@@ -1,4 +1,4 @@
--- A live recording becomes a video (DESIGN, "Live recordings"): once it has ended and its
+-- A live recording becomes a video (docs/live.md): once it has ended and its
 -- init and every kept segment are in S3, one transaction makes its video, a `repackage` job
 -- on the ordinary encoding queue and `video.accepted`. The job joins the segments without
 -- re-encoding into the recording's original axis (one MP4, its own ledger row and CAS in

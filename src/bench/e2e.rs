@@ -1,10 +1,9 @@
-//! `vidq bench e2e`: the seed's protocol. Three 720p clips (10.08 s, 15.08 s, 19.10 s)
+//! `vidq bench e2e`: the end-to-end protocol. Three 720p clips (10.08 s, 15.08 s, 19.10 s)
 //! confirmed in parallel, their status polled every 500 ms from the confirm to READY, three
 //! rounds, with 1 and then 2 `vidq worker` processes, each pinned to its own core with
 //! `taskset` and FFmpeg limited to one thread, standing in for separate small machines.
 //! Printed next to each: the same FFmpeg work (probe, encode, thumbnail) run as plain command
-//! lines on one core, and the checks the
-//! seed made (all READY and COMPLETED, no lost job, no duplicate notification, nothing left
+//! lines on one core, and the protocol's checks (all READY and COMPLETED, no lost job, no duplicate notification, nothing left
 //! unfinished after the workers stop).
 
 use super::stats::median;
@@ -21,7 +20,7 @@ use crate::app::{self, AppContext, uploads::Confirmed};
 use crate::config::UploadConfig;
 use crate::domain::video::VideoStatus;
 
-/// The seed's inputs, in seconds.
+/// The protocol's inputs, in seconds.
 const CLIPS: [f64; 3] = [10.08, 15.08, 19.10];
 
 /// `vidq bench e2e`.
@@ -33,7 +32,7 @@ pub struct E2eBenchArgs {
     /// Rounds per node count (each round confirms the three clips together).
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
-    /// Status poll interval, as the seed's client (ms).
+    /// Status poll interval, as the protocol's client (ms).
     #[arg(long = "poll-ms", default_value_t = 500)]
     pub poll_ms: u64,
     /// Where the generated clips are kept.
@@ -72,7 +71,7 @@ fn clip(dir: &Path, seconds: f64) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// The worker's own FFmpeg work on `clip` (probe, encode, thumbnail: the seed's three calls),
+/// The worker's own FFmpeg work on `clip` (probe, encode, thumbnail: three calls),
 /// run as plain command lines on core 0 with one thread.
 async fn plain_ffmpeg_seconds(clip: &Path) -> anyhow::Result<f64> {
     let config = MediaConfig {

@@ -22,13 +22,13 @@ pub enum BenchCommand {
     /// Queue throughput and pickup latency with a no-op job body, through the real claim and
     /// the real fenced finalize (outbox included).
     Queue(queue::QueueBenchArgs),
-    /// The seed's end-to-end protocol: three 720p clips confirmed in parallel, polled until
+    /// The end-to-end protocol: three 720p clips confirmed in parallel, polled until
     /// READY, with 1 and 2 worker processes.
     E2e(e2e::E2eBenchArgs),
     /// Commit-to-delivery latency to a local webhook receiver, and sustained deliveries per
     /// relay process to webhooks and to NATS JetStream.
     Relay(relay::RelayBenchArgs),
-    /// The seed's sweeper acceptance table (rounds until all pending uploads are queued,
+    /// The sweeper's acceptance table (rounds until all pending uploads are queued,
     /// queue saturation), with and without failing rows ahead, and the time until all are
     /// confirmed in the in-process S3; real sweeper code, real PostgreSQL.
     Sweeper(sweeper::SweeperBenchArgs),

@@ -1,11 +1,11 @@
-//! `vidq bench sweeper`: the seed's acceptance table with the real sweeper code against a
+//! `vidq bench sweeper`: the acceptance table with the real sweeper code against a
 //! real PostgreSQL (a scratch database) and the in-process S3.
 //!
-//! Acceptance: P pending uploads through vidq (128 rows a round, queue 4,096 as in the
-//! seed's measurement, not the product default) -> the round in which all P were accepted
+//! Acceptance: P pending uploads through vidq (128 rows a round, queue 4,096 as the
+//! acceptance table has it, not the product default) -> the round in which all P were accepted
 //! into the queue, and the queue's saturation; 5 repetitions each; then the same with 1,000
-//! rows whose PUT fails ahead of them (lower ids). Completion is measured separately, as the
-//! seed separates them: the time from the first round until all P are confirmed (object in
+//! rows whose PUT fails ahead of them (lower ids). Completion is measured separately (queued says nothing
+//! about S3): the time from the first round until all P are confirmed (object in
 //! S3 at the contracted key, contract confirmed, video, job and `video.accepted` committed).
 
 use std::collections::{HashMap, HashSet};
@@ -40,7 +40,7 @@ pub struct SweeperBenchArgs {
     /// Rows read per round.
     #[arg(long, default_value_t = 128)]
     pub page: u32,
-    /// Queue capacity (the seed measured with 4,096; the product default is 256).
+    /// Queue capacity (the acceptance table uses 4,096; the product default is 256).
     #[arg(long, default_value_t = 4096)]
     pub queue: usize,
     /// Upload workers.

@@ -8,8 +8,8 @@ use clap::Args;
 use super::ingest::{LiveArgs, SpoolArgs};
 use super::shared::{DatabaseUrl, StorageConfig, loopback_addr};
 
-/// How the upload sweeper pages, queues, retries and protects S3 (DESIGN, "Upload
-/// recovery"). The database row is the ledger; the queue is only a throttle.
+/// How the upload sweeper pages, queues, retries and protects S3 (docs/architecture.md,
+/// "Upload recovery"). The database row is the ledger; the queue is only a throttle.
 #[derive(Debug, Clone, Args)]
 pub struct SweeperArgs {
     /// Capacity of the in-memory queue between the ledger reader and the upload workers; a

@@ -90,7 +90,7 @@ pub struct QueueArgs {
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub lease_secs: u64,
     /// Lease renewal interval in seconds; 0 turns the heartbeat off (then set the lease to
-    /// cover a whole attempt, e.g. 2100, as the seed did).
+    /// cover a whole attempt, e.g. 2100).
     #[arg(
         long = "heartbeat-secs",
         env = "VIDQ_HEARTBEAT_SECS",

@@ -4,14 +4,14 @@
 //!
 //! Why a cursor and not "the first page again": rows that keep failing stay `pending` at
 //! the front of the table; a sweeper that starts every round at the front hands its whole
-//! page to them and never reaches newer rows (seed 002). The cursor moves forward past
+//! page to them and never reaches newer rows. The cursor moves forward past
 //! every row it offered, so a newer row is reached within `pending / page` rounds.
 
 use std::time::{Duration, Instant};
 
 use super::upload::RejectReason;
 
-/// Rows read per round unless configured (seed 002).
+/// Rows read per round unless configured.
 pub const DEFAULT_PAGE: u32 = 128;
 
 /// Where the next page starts: after `position`, or at the start of the table.
@@ -304,7 +304,7 @@ mod tests {
 
     #[test]
     fn eleven_hundred_pending_rows_are_all_reached_in_nine_rounds() {
-        // The seed's table: 1,100 rows, 128 a round -> all offered by round 9.
+        // The acceptance table: 1,100 rows, 128 a round -> all offered by round 9.
         let rows: Vec<u32> = (1..=1100).collect();
         let mut c = Cursor::<u32>::new(128);
         let mut seen = std::collections::BTreeSet::new();

@@ -31,7 +31,7 @@ pub struct WorkerSettings {
     pub poll: Duration,
     /// Lease taken at claim and renewed by the heartbeat.
     pub lease: Duration,
-    /// Renewal interval; `None` keeps the claim's lease as it is (the seed's behaviour).
+    /// Renewal interval; `None` keeps the claim's lease as it is (no renewal).
     pub heartbeat: Option<Duration>,
     /// Hard limit of one attempt.
     pub deadline: Duration,

@@ -1,4 +1,4 @@
-//! Whole broadcasts in real time (`-re`): the seed's 60-second broadcast with 4 s segments,
+//! Whole broadcasts in real time (`-re`): a 60-second broadcast with 4 s segments,
 //! read live by FFmpeg's own HLS reader while it is pushed and then played as a VOD; and a
 //! broadcast whose ingesting API process is killed with SIGKILL and restarted midway.
 

@@ -1,4 +1,4 @@
-//! The seed's six recovery scenarios of a live recording, each run 5 times (30 runs) with a
+//! The six recovery scenarios of a live recording, each run 5 times (30 runs) with a
 //! real FFmpeg pushing the broadcast, the real sweeper landing its files through a wrapper
 //! that fails the PUTs of chosen keys, a real worker repackaging it into a video (its S3
 //! behind a fault proxy), and each run ending with `vidq reconcile` finding the ledger and

@@ -1,4 +1,4 @@
-//! The seed's upload-recovery cases, each 5 times, with a real `vidq sweeper` process (killed
+//! The upload-recovery cases, each 5 times, with a real `vidq sweeper` process (killed
 //! with SIGKILL where the case is a crash) and the real aws-sdk-s3 behind a fault proxy in
 //! front of the in-process S3. Uploads arrive through the real API (`"via": "vidq"`, one
 //! PUT); every repetition ends with `vidq reconcile` finding ledger and bucket equal.

@@ -42,10 +42,13 @@ impl PeerTask {
 /// jobs/s of the pgbench ceiling at `clients`, or why it could not be measured.
 pub(super) async fn ceiling(
     server: &str,
-    script: &std::path::Path,
+    script: Option<&std::path::Path>,
     jobs: i64,
     clients: u32,
 ) -> Result<f64, String> {
+    let Some(script) = script else {
+        return Err("no --ceiling script given".to_owned());
+    };
     if !script.exists() {
         return Err(format!("{} not found", script.display()));
     }

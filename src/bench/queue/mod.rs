@@ -62,10 +62,11 @@ pub struct QueueBenchArgs {
     /// 0 skips the pickup test.
     #[arg(long, default_value_t = 200)]
     pub pickups: usize,
-    /// The pgbench ceiling script to compare with (`run.sh` of the physical-limit bench);
-    /// measured with INDEX=claimable and the heavy finalize at the same concurrency.
-    #[arg(long, default_value = "../shared/bench/physical-limit/run.sh")]
-    pub ceiling: PathBuf,
+    /// A pgbench ceiling script to compare with (called as `bash SCRIPT JOBS CLIENTS` with
+    /// libpq's variables set, printing `jobs_per_s=N`), measured with the claimable index and
+    /// the heavy finalize at the same concurrency. Without it the ceiling column says so.
+    #[arg(long)]
+    pub ceiling: Option<PathBuf>,
     /// The peer queue's drain script (graphile-worker, run with `node`; its package is
     /// installed by `npm ci --prefix scripts/peers/graphile-worker`), drained in each round
     /// right after vidq with the same jobs, workers and backlog.
@@ -144,8 +145,13 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
         let mut peers: Vec<[PeerRuns; 2]> =
             args.backlog.iter().map(|_| Default::default()).collect();
         for _ in 0..args.rounds.max(1) {
-            let ceiling =
-                ceiling(&args.server.database_url, &args.ceiling, args.jobs, workers).await;
+            let ceiling = ceiling(
+                &args.server.database_url,
+                args.ceiling.as_deref(),
+                args.jobs,
+                workers,
+            )
+            .await;
             for ((rows, peers), &backlog) in rows.iter_mut().zip(&mut peers).zip(&args.backlog) {
                 let server = &args.server.database_url;
                 let mut rates = Vec::new();

@@ -34,7 +34,7 @@ pub struct ClaimedJob {
     pub queued_secs: f64,
 }
 
-/// The claim: the seed's single statement (one row, fixed order, `FOR UPDATE OF j SKIP
+/// The claim: one statement (one row, fixed order, `FOR UPDATE OF j SKIP
 /// LOCKED LIMIT 1`, PENDING-and-available OR PROCESSING-with-an-expired-lease, attempts left),
 /// in one autocommitted statement. The attempt it opens lives on the job row (`claimed_by`,
 /// `claimed_at`, the token): nothing is written to the attempt log unless the claim takes over

@@ -138,7 +138,7 @@ pub async fn retry_later(
     query.get_result(conn).await.map(CountRow::rows)
 }
 
-/// Graceful release (the seed's statement): back to PENDING with the attempt given back, so
+/// Graceful release: back to PENDING with the attempt given back, so
 /// the next node starts with the same attempt number. Fenced on the token and a live lease.
 pub async fn release(
     conn: &mut AsyncPgConnection,

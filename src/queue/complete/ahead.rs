@@ -54,7 +54,7 @@ pub async fn claim_ahead_of_finalize_ready(
 /// transaction in the same flight and answered on `answer` as soon as it is. `answer` is
 /// dropped unanswered when no claim went out.
 ///
-/// The claim is the seed's autocommitted statement, unchanged, and the finalize's
+/// The claim is the plain autocommitted claim statement, unchanged, and the finalize's
 /// transaction is the same as without it (the COMPLETED update last, a fence that matches
 /// nothing rolls it all back); only their order on the wire changes. The claim does not depend
 /// on the finalize: it takes a job whether or not the fence holds, as it did behind the

@@ -12,7 +12,7 @@ use crate::domain::recording::RecordingState;
 use crate::queue::error::{end, fenced, lock_owner, video_gone};
 use crate::queue::{Claim, JobError};
 
-/// How long a retried job waits before it can be claimed again (the seed's 5 s).
+/// How long a retried job waits before it can be claimed again (5 s).
 pub const RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// FAILED, in one transaction shaped like [`finalize_ready`]: the error on the video,

@@ -30,7 +30,7 @@ pub async fn finalize_ready(
 
 /// [`finalize_ready`], with `next`'s claim of the freed slot's next job sent right behind the
 /// `COMMIT`, in the same round trip: a busy worker then makes one round trip per job
-/// instead of two. The claim is its own autocommitted statement (the seed's claim, unchanged),
+/// instead of two. The claim is its own autocommitted statement (the plain claim, unchanged),
 /// run after the finalize's transaction has ended whichever way it ended, so a lost fence
 /// loses nothing but the result it guarded. Returns the finalize's answer and the claim's:
 /// `None` if no claim went out (`next` is `None`, no connection, or a recording's first batch
