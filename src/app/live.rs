@@ -218,35 +218,75 @@ where
             .await
             .map(|(size, sha256)| Received::File(size, sha256))
     }?;
-    let id = recording.id;
-    let (size, sha256) = match received {
+    match received {
         Received::Playlist(text) => {
             guard.armed = false; // a playlist is read into memory, never written
-            let playlist = recording::parse_playlist(&text);
-            let mut conn = ctx.db.get().await?;
-            db::recordings::touch(&mut conn, id).await?;
-            db::recordings::set_playlist(&mut conn, id, &playlist).await?;
-            if playlist.ended {
-                let last = playlist.segments.iter().map(|(n, _)| *n as i32).max();
-                let ended = db::recordings::end(
-                    &mut conn,
-                    id,
-                    EndReason::Endlist,
-                    last,
-                    ingest.live_grace.as_secs_f64(),
-                )
-                .await?;
-                if ended == 1 {
-                    tracing::info!(recording_id = %id, last_segment = ?last, "live recording ended by its playlist");
-                }
-            }
-            return Ok(Ingested::Playlist {
-                ended: playlist.ended,
-            });
+            take_playlist(ctx, ingest, recording.id, &text).await
         }
-        Received::File(size, sha256) => (size, sha256),
-    };
+        Received::File(size, sha256) => {
+            let file = ArrivedFile {
+                recording: recording.id,
+                kind,
+                size,
+                sha256,
+            };
+            keep_file(ctx, ingest, file, &mut guard).await
+        }
+    }
+}
 
+/// A playlist the encoder PUT: the recording's listed segments, and its end if it says so.
+async fn take_playlist(
+    ctx: &AppContext,
+    ingest: &super::ingest::Ingest,
+    id: uuid::Uuid,
+    text: &str,
+) -> Result<Ingested, AppError> {
+    let playlist = recording::parse_playlist(text);
+    let mut conn = ctx.db.get().await?;
+    db::recordings::touch(&mut conn, id).await?;
+    db::recordings::set_playlist(&mut conn, id, &playlist).await?;
+    if playlist.ended {
+        let last = playlist.segments.iter().map(|(n, _)| *n as i32).max();
+        let ended = db::recordings::end(
+            &mut conn,
+            id,
+            EndReason::Endlist,
+            last,
+            ingest.live_grace.as_secs_f64(),
+        )
+        .await?;
+        if ended == 1 {
+            tracing::info!(recording_id = %id, last_segment = ?last, "live recording ended by its playlist");
+        }
+    }
+    Ok(Ingested::Playlist {
+        ended: playlist.ended,
+    })
+}
+
+/// A whole init or segment, spooled under an incoming name.
+struct ArrivedFile {
+    recording: uuid::Uuid,
+    kind: IngestName,
+    size: u64,
+    sha256: String,
+}
+
+/// Renames an arrived file into its recording and records it in the ledger; keeps exactly
+/// the file the row names, and says what became of this one.
+async fn keep_file(
+    ctx: &AppContext,
+    ingest: &super::ingest::Ingest,
+    file: ArrivedFile,
+    guard: &mut IncomingFile,
+) -> Result<Ingested, AppError> {
+    let ArrivedFile {
+        recording: id,
+        kind,
+        size,
+        sha256,
+    } = file;
     let (axis, sequence) = match kind {
         IngestName::Init => (FileAxis::Init, 0),
         IngestName::Segment(n) => (FileAxis::Segment, n as i32),
@@ -258,7 +298,7 @@ where
     // A file sent again (the encoder retried) replaces what an earlier PUT left.
     ingest
         .spool
-        .rename(&incoming, &spool_path)
+        .rename(&guard.path, &spool_path)
         .await
         .map_err(super::ingest::spool_error)?;
     guard.armed = false;
