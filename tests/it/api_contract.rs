@@ -9,7 +9,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::harness::{TestApp, TestAppOptions, assert_error};
+use crate::support::app::{TestApp, TestAppOptions, assert_error};
 use crate::tus::{bytes, create, metadata, offset_of, patch, tus};
 
 async fn presigned(app: &TestApp, key: &str) -> reqwest::Response {
@@ -80,7 +80,7 @@ async fn one_key_may_hold_only_so_many_unfinished_uploads_and_open_recordings() 
     assert_eq!(presigned(&app, &bob).await.status(), StatusCode::CREATED);
     // An upload that becomes a video frees its place.
     let bytes = vec![0u8; 1000];
-    let put = crate::harness::put_presigned(&app.http, &first, bytes).await;
+    let put = crate::support::app::put_presigned(&app.http, &first, bytes).await;
     assert!(put.status().is_success());
     let id = first["upload_id"].as_str().unwrap();
     let confirmed = app

@@ -17,9 +17,9 @@ use vidq::pipeline::{AttemptOutput, AttemptPlan};
 use vidq::queue::JobBody;
 use vidq::queue::runner::Runner;
 
-use crate::harness::TestApp;
 use crate::queue::{Worker, fast_settings, video_id, wait_for_count};
 use crate::scripted::{Scripted, Step, output};
+use crate::support::app::TestApp;
 
 /// Panics in its first attempt, succeeds in any later one.
 struct PanicsFirst;

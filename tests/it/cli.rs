@@ -4,7 +4,8 @@ use std::process::Output;
 
 use tokio::process::Command;
 
-use crate::harness::{TestApp, TestDb};
+use crate::support::app::TestApp;
+use crate::support::db::TestDb;
 
 /// Runs the binary without blocking the runtime (the test's S3 server lives on it).
 pub async fn vidq(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -256,8 +257,8 @@ struct TestDbEmpty {
 
 impl TestDbEmpty {
     async fn new() -> Self {
-        let name = crate::harness::test_database_name();
-        let url = vidq::db::pool::with_database(&crate::harness::server_url(), &name).unwrap();
+        let name = crate::support::db::test_database_name();
+        let url = vidq::db::pool::with_database(&crate::support::db::server_url(), &name).unwrap();
         vidq::db::provision::create_database_if_missing(&url)
             .await
             .unwrap();
@@ -316,7 +317,7 @@ async fn user_create_prints_only_a_working_key_and_user_delete_removes_the_user(
     let delete_env = [
         ("DATABASE_URL", app.db.url.as_str()),
         ("VIDQ_S3_ENDPOINT", s3_endpoint.as_str()),
-        ("VIDQ_S3_BUCKET", crate::harness::TEST_BUCKET),
+        ("VIDQ_S3_BUCKET", crate::support::app::TEST_BUCKET),
         ("VIDQ_S3_FORCE_PATH_STYLE", "true"),
         ("AWS_ACCESS_KEY_ID", "test-access"),
         ("AWS_SECRET_ACCESS_KEY", "test-secret"),

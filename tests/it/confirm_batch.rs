@@ -12,7 +12,8 @@ use vidq::app::confirm_batch::{Acceptance, BatchSettings, ConfirmBatcher};
 use vidq::domain::ids::{UploadId, UserId};
 use vidq::domain::upload::UploadState;
 
-use crate::harness::{TestApp, TestAppOptions, plans_of};
+use crate::support::app::{TestApp, TestAppOptions};
+use crate::support::db::plans_of;
 
 #[derive(QueryableByName)]
 struct Id {

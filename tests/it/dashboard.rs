@@ -8,9 +8,9 @@ use reqwest::StatusCode;
 use reqwest::header::{COOKIE, LOCATION, ORIGIN, SET_COOKIE};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::harness::{TestApp, TestAppOptions};
 use crate::queue::{Worker, fast_settings, wait_for_count};
 use crate::scripted::{Scripted, Step};
+use crate::support::app::{TestApp, TestAppOptions};
 
 const TOKEN: &str = "operator-token-for-the-tests";
 

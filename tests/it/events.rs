@@ -11,8 +11,8 @@ use serde_json::Value;
 use vidq::domain::event::Event;
 use vidq::domain::ids::{UploadId, VideoId};
 
-use crate::harness::TestApp;
 use crate::relay::{produce, user_id};
+use crate::support::app::TestApp;
 
 async fn page(app: &TestApp, key: &str, query: &str) -> (Vec<String>, String) {
     let response = app.get(key, &format!("/v1/events?{query}")).await;

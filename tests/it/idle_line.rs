@@ -11,9 +11,9 @@ use diesel_async::AsyncConnection;
 use vidq::queue::line::{IDLE_LINE_LOCK, Listeners};
 use vidq::queue::runner::ClaimObserver;
 
-use crate::harness::TestApp;
 use crate::queue::{Worker, fast_settings, wait_for_count};
 use crate::scripted::{Scripted, Step};
+use crate::support::app::TestApp;
 
 const COMPLETED: &str = "SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'COMPLETED'";
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::harness::TestApp;
+use crate::support::app::TestApp;
 
 #[tokio::test]
 async fn a_connection_that_never_finishes_its_request_head_is_closed() {

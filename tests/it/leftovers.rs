@@ -11,8 +11,8 @@ use vidq::adapters::storage::{StaticCredentials, Storage};
 use vidq::config::{Secret, StorageConfig};
 
 use crate::attempt_faults::FakeEncode;
-use crate::harness::{TEST_BUCKET, TestApp};
 use crate::queue::{Worker, fast_settings};
+use crate::support::app::{TEST_BUCKET, TestApp};
 
 /// A TCP proxy that forwards what the client sends at about 6 MB/s (a slow uplink), so an
 /// upload of a few MB is still under way when the test acts.

@@ -9,7 +9,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::clips;
-use crate::harness::{TestApp, assert_error};
+use crate::support::app::{TestApp, assert_error};
 
 /// Files of `recording` matching `filter`.
 async fn rows(app: &TestApp, recording: &str, filter: &str) -> i64 {

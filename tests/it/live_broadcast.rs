@@ -8,8 +8,9 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::clips;
-use crate::harness::{SPOOL_NODE, TEST_BUCKET, TestApp, free_port, vidq_child};
 use crate::live_recovery::{LiveRig, played_seconds};
+use crate::support::app::{SPOOL_NODE, TEST_BUCKET, TestApp};
+use crate::support::process::{free_port, vidq_child};
 
 /// FFmpeg pushing `clip` in real time as fMP4 HLS with 4 s segments to `ingest`, the way
 /// the README tells an encoder to (a keyframe every 2 s, so every segment is 4 s). IO

@@ -15,11 +15,11 @@ use vidq::adapters::ffmpeg::MediaConfig;
 use vidq::bench::sweeper::FaultStore;
 use vidq::pipeline::Pipeline;
 
-use crate::harness::{TestApp, TestAppOptions, assert_error};
 use crate::live::{create_recording, playlist_text, push, uploaded};
 use crate::queue::{Worker, fast_settings, wait_for_count};
 use crate::reconcile::{expect, reconcile};
 use crate::s3_faults::S3Faults;
+use crate::support::app::{TestApp, TestAppOptions, assert_error};
 
 /// Runs of each scenario.
 const RUNS: usize = 5;

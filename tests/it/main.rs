@@ -15,7 +15,6 @@ mod dev_postgres;
 mod endpoints;
 mod error_texts;
 mod events;
-mod harness;
 mod health;
 mod http_edges;
 mod idle_line;

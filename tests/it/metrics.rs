@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use crate::harness::{TestApp, free_port, vidq_child};
+use crate::support::app::TestApp;
+use crate::support::process::{free_port, vidq_child};
 use crate::worker_process::probe_until;
 
 /// The value of the first sample line starting with `series ` in `text`.

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, TestDb, free_port, vidq_child};
+use crate::support::app::TestApp;
+use crate::support::db::TestDb;
+use crate::support::process::{free_port, vidq_child};
 
 /// Every path `routes::configure` registers, read from its source: the `scope("...")` and
 /// `resource("...")` / `resource(["...", ...])` calls, a resource under every scope whose

@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 use vidq::adapters::spool::SpoolRoot;
 use vidq::sweeper::{OrphanPass, Sweeper, SweeperSettings};
 
-use crate::harness::TestApp;
 use crate::reconcile::{expect, reconcile};
+use crate::support::app::TestApp;
 
 fn settings() -> SweeperSettings {
     SweeperSettings {

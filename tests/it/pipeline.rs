@@ -7,7 +7,7 @@ use vidq::adapters::ffmpeg::MediaConfig;
 use vidq::pipeline::{AttemptPlan, Pipeline};
 
 use crate::clips;
-use crate::harness::TestApp;
+use crate::support::app::TestApp;
 
 /// Uploads and confirms a real clip; returns the video JSON.
 pub async fn upload_clip(app: &TestApp, key: &str, clip: &std::path::Path) -> Value {

@@ -9,7 +9,8 @@ use diesel::sql_types::BigInt;
 use diesel_async::RunQueryDsl;
 use vidq::db::pipeline::Pipeline;
 
-use crate::harness::{TestApp, TestDb, UsersHeld};
+use crate::support::app::TestApp;
+use crate::support::db::{TestDb, UsersHeld};
 
 #[derive(QueryableByName)]
 struct Count {

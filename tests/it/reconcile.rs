@@ -14,9 +14,9 @@ use vidq::domain::keys;
 
 use crate::cli::{stderr, vidq};
 use crate::clips;
-use crate::harness::{TEST_BUCKET, TestApp};
 use crate::pipeline::{pipeline, upload_clip};
 use crate::queue::{Worker, fast_settings, video_id, wait_for_count};
+use crate::support::app::{TEST_BUCKET, TestApp};
 
 /// Runs `vidq reconcile ARGS` against the test's database and bucket.
 pub async fn reconcile(app: &TestApp, args: &[&str]) -> Output {

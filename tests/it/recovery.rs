@@ -21,9 +21,10 @@ use tokio::process::Child;
 use vidq::db;
 use vidq::domain::ids::{UploadId, UserId};
 
-use crate::harness::{SPOOL_NODE, TEST_BUCKET, TestApp, vidq_child};
 use crate::reconcile::{expect, reconcile};
 use crate::s3_faults::{Fault, S3Faults};
+use crate::support::app::{SPOOL_NODE, TEST_BUCKET, TestApp};
+use crate::support::process::vidq_child;
 use crate::tus::{bytes, wait_for_state};
 
 const REPETITIONS: usize = 5;

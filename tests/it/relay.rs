@@ -19,9 +19,9 @@ use vidq::domain::event::Event;
 use vidq::domain::ids::{UploadId, VideoId};
 use vidq::roles::relay::RelayArgs;
 
-use crate::harness::TestApp;
 use crate::queue::wait_for_count;
 use crate::receiver::{Receiver, Reply, delivered};
+use crate::support::app::TestApp;
 
 /// A relay tuned for tests: fast polls, short leases, a quick retry schedule.
 pub fn relay_args(schedule: &str) -> RelayArgs {
@@ -569,7 +569,7 @@ fn routed(node: &Value) -> Option<f64> {
 #[tokio::test]
 async fn routing_a_batch_reads_no_more_waiting_deliveries_than_it_routes_whatever_the_backlog() {
     use diesel_async::SimpleAsyncConnection;
-    let db = crate::harness::TestDb::new().await;
+    let db = crate::support::db::TestDb::new().await;
     let pool = vidq::db::connect(&db.url, 1).await.unwrap();
     let mut conn = pool.get().await.unwrap();
     const WAITING: usize = 3000;

@@ -59,7 +59,7 @@ async fn no_secret_used_in_a_run_appears_in_any_roles_log() {
         .await
         .unwrap();
     let signature = query_value(contract["upload_url"].as_str().unwrap(), "X-Amz-Signature");
-    let put = crate::harness::put_presigned(&d.http, &contract, bytes).await;
+    let put = crate::support::app::put_presigned(&d.http, &contract, bytes).await;
     assert!(put.status().is_success());
     let id = contract["upload_id"].as_str().unwrap();
     let confirm = d

@@ -241,7 +241,7 @@ async fn cold_start_without_s3(mode: Mode) {
     let confirm = d
         .post(&key, &format!("/v1/uploads/{id}/confirm"), &json!({}))
         .await;
-    crate::harness::assert_error(
+    crate::support::app::assert_error(
         confirm,
         StatusCode::SERVICE_UNAVAILABLE,
         "storage_unavailable",
@@ -263,7 +263,7 @@ async fn cold_start_without_s3(mode: Mode) {
     )
     .await;
     // With S3 back, the presigned contract is filled and confirmed like any other.
-    let put = crate::harness::put_presigned(&d.http, &presigned, bytes).await;
+    let put = crate::support::app::put_presigned(&d.http, &presigned, bytes).await;
     assert!(put.status().is_success(), "{}", put.status());
     let confirm = d
         .post(&key, &format!("/v1/uploads/{id}/confirm"), &json!({}))

@@ -10,7 +10,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::harness::{TestApp, TestAppOptions};
+use crate::support::app::{TestApp, TestAppOptions};
 use crate::tus;
 
 const MIB: usize = 1024 * 1024;

@@ -15,7 +15,7 @@ use sha1::Digest;
 use vidq::domain::sweep::{Backoff, BreakerSettings};
 use vidq::sweeper::SweeperSettings;
 
-use crate::harness::{SPOOL_NODE, TestApp, assert_error};
+use crate::support::app::{SPOOL_NODE, TestApp, assert_error};
 
 /// The sweeper of the API's node; it rounds only when woken (the interval is a minute),
 /// so an upload that lands quickly was handed over by NOTIFY.

@@ -12,9 +12,9 @@ use futures_util::StreamExt;
 use reqwest::StatusCode;
 use tokio::process::Child;
 
-use crate::harness::free_port;
 use crate::support::deployment::Deployment;
 use crate::support::haproxy::Haproxy;
+use crate::support::process::free_port;
 use crate::tus::upload_id;
 use crate::tus_clients::run_client_with;
 

@@ -12,9 +12,9 @@ use vidq::adapters::ffmpeg::MediaConfig;
 use vidq::pipeline::Pipeline;
 
 use crate::clips;
-use crate::harness::TestApp;
 use crate::proxy::CutOnce;
 use crate::queue::{Worker, fast_settings, wait_for_count};
+use crate::support::app::TestApp;
 use crate::tus::{wait_for_state, woken_sweeper};
 
 pub fn clients_dir() -> PathBuf {

@@ -6,8 +6,8 @@
 
 use reqwest::StatusCode;
 
-use crate::harness::{TestApp, TestAppOptions};
 use crate::reconcile::{expect, reconcile_at};
+use crate::support::app::{TestApp, TestAppOptions};
 use crate::tus::{bytes, create, offset_of, patch, sha1_header, sha256_header, tus, upload_id};
 
 const MIB: usize = 1024 * 1024;

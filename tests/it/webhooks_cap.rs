@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use vidq::app::webhooks::MAX_ENDPOINTS;
 
-use crate::harness::TestApp;
+use crate::support::app::TestApp;
 
 #[tokio::test]
 async fn concurrent_registrations_at_the_cap_let_exactly_one_in() {

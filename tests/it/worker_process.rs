@@ -11,10 +11,11 @@ use vidq::pipeline::Pipeline;
 use vidq::queue::runner::WorkerSettings;
 
 use crate::clips;
-use crate::harness::{TEST_BUCKET, TestApp, vidq_child};
 use crate::media::processes_mentioning;
 use crate::pipeline::upload_clip;
 use crate::queue::{Worker, video_id, wait_for_count};
+use crate::support::app::{TEST_BUCKET, TestApp};
+use crate::support::process::vidq_child;
 
 /// A clip whose single-threaded encode takes several seconds, so a test can act mid-encode.
 fn long_clip() -> std::path::PathBuf {

@@ -8,8 +8,8 @@ use vidq::queue::JobError;
 use vidq::queue::complete;
 
 use super::{claim, video_id};
-use crate::harness::TestApp;
 use crate::scripted::output;
+use crate::support::app::TestApp;
 
 #[tokio::test]
 async fn a_late_result_after_the_lease_expired_and_another_node_reclaimed_changes_nothing() {
