@@ -192,9 +192,9 @@ async fn a_post_with_a_method_override_is_a_patch_or_a_termination() {
 async fn tus_js_client_uploads_through_the_method_override() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
-    let clip = crate::clips::small();
+    let clip = crate::support::clips::small();
     let size = std::fs::metadata(&clip).unwrap().len();
-    let proxy = crate::s3_faults::S3Faults::start(&app.base).await;
+    let proxy = crate::support::s3_faults::S3Faults::start(&app.base).await;
     proxy.refuse_method("PATCH");
     let endpoint = format!("{}/v1/tus/", proxy.endpoint());
     let out = tokio::process::Command::new("node")

@@ -18,8 +18,8 @@ use vidq::queue::JobBody;
 use vidq::queue::runner::Runner;
 
 use crate::queue::{Worker, fast_settings, video_id, wait_for_count};
-use crate::scripted::{Scripted, Step, output};
 use crate::support::app::TestApp;
+use crate::support::scripted::{Scripted, Step, output};
 
 /// Panics in its first attempt, succeeds in any later one.
 struct PanicsFirst;

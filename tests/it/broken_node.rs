@@ -8,10 +8,10 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use crate::clips;
 use crate::pipeline::upload_clip;
 use crate::queue::wait_for_count;
 use crate::support::app::TestApp;
+use crate::support::clips;
 use crate::support::process::free_port;
 use crate::worker_process::{probe_until, worker_command};
 

@@ -9,8 +9,8 @@ use reqwest::header::{COOKIE, LOCATION, ORIGIN, SET_COOKIE};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::queue::{Worker, fast_settings, wait_for_count};
-use crate::scripted::{Scripted, Step};
 use crate::support::app::{TestApp, TestAppOptions};
+use crate::support::scripted::{Scripted, Step};
 
 const TOKEN: &str = "operator-token-for-the-tests";
 

@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::queue::wait_for_count;
-use crate::receiver::Receiver;
 use crate::relay::{RelayRun, deliveries, produce, register, register_for, relay_args, user_id};
 use crate::support::app::{TestApp, TestAppOptions};
+use crate::support::receiver::Receiver;
 
 #[tokio::test]
 async fn registration_checks_the_url_and_shows_the_secret_only_once() {

@@ -64,7 +64,7 @@ async fn an_encoder_streams_normally(d: &Deployment, key: &str, seconds: u32) {
 
 /// A single PUT of a real clip by `key`, answered 2xx.
 async fn a_single_put_goes_through(d: &Deployment, key: &str) {
-    let bytes = std::fs::read(crate::clips::small()).unwrap();
+    let bytes = std::fs::read(crate::support::clips::small()).unwrap();
     let contract: Value = d
         .post(
             key,
@@ -270,7 +270,7 @@ async fn one_users_trickling_bodies_take_only_that_users_share_of_the_spool() {
     // While the hog holds all it may, a second user uploads and broadcasts as usual.
     tokio::time::sleep(Duration::from_secs(2)).await;
     a_single_put_goes_through(&d, &other).await;
-    let clip = crate::clips::small();
+    let clip = crate::support::clips::small();
     let tus = crate::tus_clients::run_client(
         "python3",
         "tus_upload.py",

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use crate::cli::{stderr, vidq};
 use crate::queue::{Worker, fast_settings, wait_for_count};
-use crate::scripted::{Scripted, Step};
 use crate::support::app::TestApp;
+use crate::support::scripted::{Scripted, Step};
 
 async fn job_id(app: &TestApp) -> i64 {
     app.count("SELECT max(id) AS n FROM video_encoding_jobs")

@@ -8,8 +8,8 @@ use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::clips;
 use crate::support::app::{TestApp, assert_error};
+use crate::support::clips;
 
 /// Files of `recording` matching `filter`.
 async fn rows(app: &TestApp, recording: &str, filter: &str) -> i64 {

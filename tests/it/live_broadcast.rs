@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::clips;
 use crate::live_recovery::{LiveRig, played_seconds};
 use crate::support::app::{SPOOL_NODE, TEST_BUCKET, TestApp};
+use crate::support::clips;
 use crate::support::process::{free_port, vidq_child};
 
 /// FFmpeg pushing `clip` in real time as fMP4 HLS with 4 s segments to `ingest`, the way
@@ -299,7 +299,7 @@ async fn a_sigkill_of_the_ingesting_api_mid_broadcast_loses_nothing_and_puts_not
     settings.live_grace = Duration::from_secs(1);
     app.start_sweeper(store.clone(), settings).await;
     let work = tempfile::tempdir().unwrap();
-    let s3 = crate::s3_faults::S3Faults::start(&app.s3.as_ref().unwrap().endpoint()).await;
+    let s3 = crate::support::s3_faults::S3Faults::start(&app.s3.as_ref().unwrap().endpoint()).await;
     let worker = crate::live_recovery::repackager(&app, &s3, work.path()).await;
     crate::queue::wait_for_count(
         &app,

@@ -18,8 +18,8 @@ use vidq::pipeline::Pipeline;
 use crate::live::{create_recording, playlist_text, push, uploaded};
 use crate::queue::{Worker, fast_settings, wait_for_count};
 use crate::reconcile::{expect, reconcile};
-use crate::s3_faults::S3Faults;
 use crate::support::app::{TestApp, TestAppOptions, assert_error};
+use crate::support::s3_faults::S3Faults;
 
 /// Runs of each scenario.
 const RUNS: usize = 5;

@@ -11,13 +11,13 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
-use crate::clips;
 use crate::live_broadcast::{answering, playable, read_live};
 use crate::live_recovery::{played_seconds, repackager};
 use crate::queue::{Worker, wait_for_count};
-use crate::s3_faults::S3Faults;
 use crate::support::app::TestApp;
+use crate::support::clips;
 use crate::support::process::free_port;
+use crate::support::s3_faults::S3Faults;
 
 /// A test app (database, S3, its node's sweeper, a worker) and a `vidq api` process holding
 /// the RTMP listener, spooling as the test node.

@@ -7,7 +7,6 @@ mod attempt_faults;
 mod broken_node;
 mod chaos;
 mod cli;
-mod clips;
 mod confirm;
 mod confirm_batch;
 mod dashboard;
@@ -32,29 +31,21 @@ mod live_resend;
 mod live_rtmp;
 mod media;
 mod metrics;
-mod mp4;
 mod nats;
 mod openapi;
 mod orphans;
 mod pipeline;
 mod pipelined;
 mod playback;
-mod proxy;
 mod queue;
-mod receiver;
 mod reconcile;
 mod recovery;
 mod relay;
 mod relay_process;
 mod resend;
 mod runs;
-mod s3_faults {
-    //! The S3 fault proxy lives in the library, where `vidq bench chaos` uses it too.
-    pub use vidq::bench::s3_faults::*;
-}
 mod s3_timeouts;
 mod schema;
-mod scripted;
 mod secrets_in_logs;
 mod several_machines;
 mod spool_full;

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use vidq::adapters::ffmpeg::{MediaConfig, encode, probe};
 use vidq::domain::media::{FailureClass, MediaLimits};
 
-use crate::clips;
+use crate::support::clips;
 
 fn config() -> MediaConfig {
     MediaConfig::default()
@@ -222,7 +222,7 @@ async fn encode_writes_hls_fmp4_an_mp4_with_moov_first_and_a_thumbnail() {
     }
     let mp4 = std::fs::read(&files.mp4).unwrap();
     assert!(
-        crate::mp4::moov_before_mdat(&mp4),
+        crate::support::mp4::moov_before_mdat(&mp4),
         "faststart: moov precedes mdat"
     );
     let thumb = probe_image(&files.thumbnail).await;

@@ -372,7 +372,11 @@ async fn schemathesis_finds_no_server_errors_or_schema_mismatches() {
     // has events answers at once instead of waiting out its `wait`.
     let http = reqwest::Client::new();
     let ready = dev
-        .upload(&http, &key, std::fs::read(crate::clips::small()).unwrap())
+        .upload(
+            &http,
+            &key,
+            std::fs::read(crate::support::clips::small()).unwrap(),
+        )
         .await;
     let failed = dev.upload(&http, &key, b"not a video".to_vec()).await;
     assert_eq!(dev.settled(&http, &key, &ready).await, "ready");

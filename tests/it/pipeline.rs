@@ -6,8 +6,8 @@ use tokio_util::sync::CancellationToken;
 use vidq::adapters::ffmpeg::MediaConfig;
 use vidq::pipeline::{AttemptPlan, Pipeline};
 
-use crate::clips;
 use crate::support::app::TestApp;
+use crate::support::clips;
 
 /// Uploads and confirms a real clip; returns the video JSON.
 pub async fn upload_clip(app: &TestApp, key: &str, clip: &std::path::Path) -> Value {
@@ -35,8 +35,8 @@ pub fn pipeline(app: &TestApp, work_root: &std::path::Path) -> Pipeline {
 async fn behind_s3_faults(
     app: &TestApp,
     work_root: &std::path::Path,
-) -> (Pipeline, crate::s3_faults::S3Faults) {
-    let s3 = crate::s3_faults::S3Faults::start(&app.s3.as_ref().unwrap().endpoint()).await;
+) -> (Pipeline, crate::support::s3_faults::S3Faults) {
+    let s3 = crate::support::s3_faults::S3Faults::start(&app.s3.as_ref().unwrap().endpoint()).await;
     let mut body = pipeline(app, work_root);
     body.storage = app.storage_at(&s3.endpoint()).await;
     (body, s3)
@@ -109,7 +109,7 @@ async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
         .await
         .unwrap()
         .unwrap();
-    assert!(crate::mp4::moov_before_mdat(&mp4));
+    assert!(crate::support::mp4::moov_before_mdat(&mp4));
     let thumb = work.path().join("thumb-check.jpg");
     std::fs::write(
         &thumb,

@@ -200,7 +200,7 @@ async fn a_finalize_carries_its_slots_next_claim_in_the_same_round_trip() {
     for _ in 0..3 {
         app.uploaded_video(&key).await;
     }
-    let proxy = crate::proxy::Delayed::in_front_of(&app.db.url, DELAY).await;
+    let proxy = crate::support::proxy::Delayed::in_front_of(&app.db.url, DELAY).await;
     let pool = vidq::db::connect(&proxy.url_for(&app.db.url), 1)
         .await
         .unwrap();
@@ -392,7 +392,7 @@ async fn a_confirm_alone_commits_in_one_round_trip_and_a_fence_that_matches_noth
             upload["upload_id"].as_str().unwrap().parse().unwrap(),
         ));
     }
-    let proxy = crate::proxy::Delayed::in_front_of(&app.db.url, DELAY).await;
+    let proxy = crate::support::proxy::Delayed::in_front_of(&app.db.url, DELAY).await;
     let pool = vidq::db::connect(&proxy.url_for(&app.db.url), 1)
         .await
         .unwrap();

@@ -13,10 +13,10 @@ use vidq::adapters::ffmpeg::MediaConfig;
 use vidq::adapters::storage::Storage;
 use vidq::pipeline::Pipeline;
 
-use crate::clips;
 use crate::pipeline::upload_clip;
 use crate::queue::{Worker, fast_settings, video_id, wait_for_count};
 use crate::support::app::{TEST_BUCKET, TestApp, TestAppOptions, assert_error};
+use crate::support::clips;
 
 /// Uploads the small clip and runs a real worker on it until the video is READY; returns
 /// the video as `GET /v1/videos/{id}` shows it.

@@ -15,8 +15,8 @@ use vidq::queue::Claim;
 use vidq::queue::JobBody;
 use vidq::queue::runner::{ClaimObserver, Runner, WorkerSettings};
 
-use crate::scripted::{Scripted, Step};
 use crate::support::app::TestApp;
+use crate::support::scripted::{Scripted, Step};
 
 mod attempt_log;
 mod batch;

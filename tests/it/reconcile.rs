@@ -13,10 +13,10 @@ use vidq::domain::ids::{UploadId, VideoId};
 use vidq::domain::keys;
 
 use crate::cli::{stderr, vidq};
-use crate::clips;
 use crate::pipeline::{pipeline, upload_clip};
 use crate::queue::{Worker, fast_settings, video_id, wait_for_count};
 use crate::support::app::{TEST_BUCKET, TestApp};
+use crate::support::clips;
 
 /// Runs `vidq reconcile ARGS` against the test's database and bucket.
 pub async fn reconcile(app: &TestApp, args: &[&str]) -> Output {

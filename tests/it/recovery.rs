@@ -22,9 +22,9 @@ use vidq::db;
 use vidq::domain::ids::{UploadId, UserId};
 
 use crate::reconcile::{expect, reconcile};
-use crate::s3_faults::{Fault, S3Faults};
 use crate::support::app::{SPOOL_NODE, TEST_BUCKET, TestApp};
 use crate::support::process::vidq_child;
+use crate::support::s3_faults::{Fault, S3Faults};
 use crate::tus::{bytes, wait_for_state};
 
 const REPETITIONS: usize = 5;

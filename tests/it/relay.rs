@@ -20,8 +20,8 @@ use vidq::domain::ids::{UploadId, VideoId};
 use vidq::roles::relay::RelayArgs;
 
 use crate::queue::wait_for_count;
-use crate::receiver::{Receiver, Reply, delivered};
 use crate::support::app::TestApp;
+use crate::support::receiver::{Receiver, Reply, delivered};
 
 /// A relay tuned for tests: fast polls, short leases, a quick retry schedule.
 pub fn relay_args(schedule: &str) -> RelayArgs {
@@ -108,7 +108,7 @@ pub async fn produce(app: &TestApp, owner: Uuid, n: usize) -> Vec<String> {
 }
 
 /// Per event id, how many times it arrived.
-fn tally(arrivals: &[&crate::receiver::Arrival]) -> HashMap<String, usize> {
+fn tally(arrivals: &[&crate::support::receiver::Arrival]) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
     for a in arrivals {
         *counts.entry(a.id.clone()).or_default() += 1;
@@ -396,13 +396,20 @@ async fn a_finalize_that_rolled_back_sends_nothing() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     let winner = crate::queue::claim(&app, "winner", 30.0).await.unwrap();
     let plan = |c: &Claim| c.plan();
-    let late =
-        complete::finalize_ready(&app.pool, &zombie, &crate::scripted::output(&plan(&zombie)))
-            .await;
+    let late = complete::finalize_ready(
+        &app.pool,
+        &zombie,
+        &crate::support::scripted::output(&plan(&zombie)),
+    )
+    .await;
     assert!(matches!(late, Err(JobError::ClaimLost)), "{late:?}");
-    complete::finalize_ready(&app.pool, &winner, &crate::scripted::output(&plan(&winner)))
-        .await
-        .unwrap();
+    complete::finalize_ready(
+        &app.pool,
+        &winner,
+        &crate::support::scripted::output(&plan(&winner)),
+    )
+    .await
+    .unwrap();
 
     receiver
         .wait_for_delivered(2, Duration::from_secs(20))

@@ -13,10 +13,10 @@ use vidq::pipeline::{AttemptOutput, AttemptPlan, Pipeline};
 use vidq::queue::JobBody;
 
 use crate::cli::{stderr, vidq};
-use crate::clips;
 use crate::pipeline::{pipeline, upload_clip};
 use crate::queue::{Worker, fast_settings, video_id, wait_for_count};
 use crate::support::app::TestApp;
+use crate::support::clips;
 
 /// The real pipeline (every output encoded, stored and confirmed), then a failure, as when
 /// storage fails the step after the last PUT: each attempt leaves all its objects behind.

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::s3_faults::S3Faults;
 use crate::support::deployment::{Deployment, WORKER_NODE, broadcast};
+use crate::support::s3_faults::S3Faults;
 use crate::support::s3_switch::{Mode, Switch};
 
 /// The recording's video once READY, as its owner reads it.
@@ -184,7 +184,7 @@ async fn cold_start_without_s3(mode: Mode) {
     }
 
     // tus through a real client, into the spool.
-    let clip = crate::clips::small();
+    let clip = crate::support::clips::small();
     let tus = crate::tus_clients::run_client(
         "python3",
         "tus_upload.py",

@@ -151,7 +151,7 @@ async fn wait_until_up(d: &Deployment, ports: &[u16], n: usize) {
 /// Clips of 4 to 4 + n - 1 seconds at 640x360 (about 1-2 MiB: 4 to 8 chunks each).
 fn clips(n: u32) -> Vec<PathBuf> {
     (0..n)
-        .map(|i| crate::clips::video(4 + i, 640, 360))
+        .map(|i| crate::support::clips::video(4 + i, 640, 360))
         .collect()
 }
 

@@ -11,10 +11,10 @@ use serde_json::Value;
 use vidq::adapters::ffmpeg::MediaConfig;
 use vidq::pipeline::Pipeline;
 
-use crate::clips;
-use crate::proxy::CutOnce;
 use crate::queue::{Worker, fast_settings, wait_for_count};
 use crate::support::app::TestApp;
+use crate::support::clips;
+use crate::support::proxy::CutOnce;
 use crate::tus::{wait_for_state, woken_sweeper};
 
 pub fn clients_dir() -> PathBuf {

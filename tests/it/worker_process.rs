@@ -10,11 +10,11 @@ use vidq::adapters::ffmpeg::MediaConfig;
 use vidq::pipeline::Pipeline;
 use vidq::queue::runner::WorkerSettings;
 
-use crate::clips;
 use crate::media::processes_mentioning;
 use crate::pipeline::upload_clip;
 use crate::queue::{Worker, video_id, wait_for_count};
 use crate::support::app::{TEST_BUCKET, TestApp};
+use crate::support::clips;
 use crate::support::process::vidq_child;
 
 /// A clip whose single-threaded encode takes several seconds, so a test can act mid-encode.
@@ -256,7 +256,7 @@ async fn a_worker_cut_off_from_its_database_kills_ffmpeg_and_drops_the_result() 
     let video = upload_clip(&app, &key, &long_clip()).await;
     let id = video_id(&video);
     let work = tempfile::tempdir().unwrap();
-    let proxy = crate::proxy::Proxy::in_front_of(&app.db.url).await;
+    let proxy = crate::support::proxy::Proxy::in_front_of(&app.db.url).await;
     let media = MediaConfig {
         threads: 1,
         ..MediaConfig::default()
@@ -393,7 +393,7 @@ async fn the_health_listener_reports_work_done_and_a_lost_database() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let work = tempfile::tempdir().unwrap();
-    let proxy = crate::proxy::Proxy::in_front_of(&app.db.url).await;
+    let proxy = crate::support::proxy::Proxy::in_front_of(&app.db.url).await;
     let port = {
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         free.local_addr().unwrap().port()

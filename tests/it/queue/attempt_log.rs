@@ -8,8 +8,8 @@ use vidq::domain::media::MediaError;
 use vidq::queue::complete;
 
 use super::claim;
-use crate::scripted::output;
 use crate::support::app::TestApp;
+use crate::support::scripted::output;
 
 /// `(attempt, node, outcome, error code)` of each attempt of `job`, in the order they started.
 async fn attempts(app: &TestApp, job: i64) -> Vec<(i32, String, Option<String>, Option<String>)> {

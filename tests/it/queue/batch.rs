@@ -11,10 +11,10 @@ use vidq::queue::{Claim, JobError, NextClaim};
 use super::{
     Worker, claim, each_job_ran_once_and_announced_once, fast_settings, video_id, wait_for_count,
 };
-use crate::proxy::{FailOnce, Failure};
-use crate::scripted::{Scripted, Step, output};
 use crate::support::app::TestApp;
 use crate::support::db::{UsersHeld, plans_of};
+use crate::support::proxy::{FailOnce, Failure};
+use crate::support::scripted::{Scripted, Step, output};
 
 async fn claim_some(app: &TestApp, node: &str, lease_secs: f64, most: usize) -> Vec<Claim> {
     let conn = app.pool.get().await.unwrap();

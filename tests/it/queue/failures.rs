@@ -7,8 +7,8 @@ use diesel_async::RunQueryDsl;
 use vidq::domain::media::MediaError;
 
 use super::{Worker, claim, fast_settings, video_id, wait_for_count};
-use crate::scripted::{Scripted, Step};
 use crate::support::app::TestApp;
+use crate::support::scripted::{Scripted, Step};
 
 #[tokio::test]
 async fn three_retryable_failures_fail_the_video_with_one_event() {

@@ -8,8 +8,8 @@ use vidq::queue::JobError;
 use vidq::queue::complete;
 
 use super::{claim, video_id};
-use crate::scripted::output;
 use crate::support::app::TestApp;
+use crate::support::scripted::output;
 
 #[tokio::test]
 async fn a_late_result_after_the_lease_expired_and_another_node_reclaimed_changes_nothing() {
@@ -204,7 +204,7 @@ async fn lose_the_claim(app: &TestApp, claim: &vidq::queue::Claim) {
 async fn a_claim_lost_with_a_database_crash_writes_nothing_and_the_next_claim_takes_its_number() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
-    let video = crate::pipeline::upload_clip(&app, &key, &crate::clips::small()).await;
+    let video = crate::pipeline::upload_clip(&app, &key, &crate::support::clips::small()).await;
     let id = video_id(&video);
     let lost = claim(&app, "crashed", 60.0).await.unwrap();
     lose_the_claim(&app, &lost).await;

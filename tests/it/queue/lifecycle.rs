@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use super::{Worker, fast_settings, video_id, wait_for_count};
-use crate::scripted::{Scripted, Step};
 use crate::support::app::TestApp;
 use crate::support::db::UsersHeld;
+use crate::support::scripted::{Scripted, Step};
 
 #[tokio::test]
 async fn on_shutdown_a_worker_hands_its_claim_back_with_the_attempt_restored() {
