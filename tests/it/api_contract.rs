@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::app::{TestApp, TestAppOptions, assert_error};
-use crate::tus::{bytes, create, metadata, offset_of, patch, tus};
+use crate::support::tus::{bytes, create, metadata, offset_of, patch, tus};
 
 async fn presigned(app: &TestApp, key: &str) -> reqwest::Response {
     app.post(
@@ -198,7 +198,7 @@ async fn tus_js_client_uploads_through_the_method_override() {
     proxy.refuse_method("PATCH");
     let endpoint = format!("{}/v1/tus/", proxy.endpoint());
     let out = tokio::process::Command::new("node")
-        .arg(crate::tus_clients::clients_dir().join("tus_upload.mjs"))
+        .arg(crate::support::clients::clients_dir().join("tus_upload.mjs"))
         .args(["--endpoint", &endpoint, "--token", &key])
         .arg("--file")
         .arg(&clip)
@@ -337,7 +337,7 @@ async fn a_playlist_url_with_two_tokens_is_a_documented_400() {
         .unwrap();
     let id = recording["id"].as_str().unwrap();
     let video = "01a24604-ccc9-72b2-929e-718ad50681a6";
-    let doc = crate::openapi::document(&app).await;
+    let doc = crate::support::openapi::document(&app).await;
     for (path, documented) in [
         (
             format!("/v1/live/{id}/playlist.m3u8"),

@@ -325,8 +325,8 @@ async fn concurrent_confirms_and_repeats_through_the_api_each_name_one_video() {
     .await;
     let key = app.create_user("alice").await;
     let batched = || async {
-        crate::metrics::sample(
-            &crate::metrics::scrape(&app).await,
+        crate::support::metrics::sample(
+            &crate::support::metrics::scrape(&app).await,
             "vidq_confirm_batch_size_sum",
         )
         .unwrap_or(0.0)

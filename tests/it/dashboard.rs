@@ -8,9 +8,10 @@ use reqwest::StatusCode;
 use reqwest::header::{COOKIE, LOCATION, ORIGIN, SET_COOKIE};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::queue::{Worker, fast_settings, wait_for_count};
 use crate::support::app::{TestApp, TestAppOptions};
+use crate::support::queue::{Worker, fast_settings};
 use crate::support::scripted::{Scripted, Step};
+use crate::support::wait::wait_for_count;
 
 const TOKEN: &str = "operator-token-for-the-tests";
 

@@ -11,9 +11,10 @@ use diesel_async::AsyncConnection;
 use vidq::queue::line::{IDLE_LINE_LOCK, Listeners};
 use vidq::queue::runner::ClaimObserver;
 
-use crate::queue::{Worker, fast_settings, wait_for_count};
 use crate::support::app::TestApp;
+use crate::support::queue::{Worker, fast_settings};
 use crate::support::scripted::{Scripted, Step};
+use crate::support::wait::wait_for_count;
 
 const COMPLETED: &str = "SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'COMPLETED'";
 

@@ -271,7 +271,7 @@ async fn one_users_trickling_bodies_take_only_that_users_share_of_the_spool() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     a_single_put_goes_through(&d, &other).await;
     let clip = crate::support::clips::small();
-    let tus = crate::tus_clients::run_client(
+    let tus = crate::support::clients::run_client(
         "python3",
         "tus_upload.py",
         &format!("{}/v1/tus/", d.api),

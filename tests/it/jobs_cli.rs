@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use crate::cli::{stderr, vidq};
-use crate::queue::{Worker, fast_settings, wait_for_count};
 use crate::support::app::TestApp;
+use crate::support::cli::{stderr, vidq};
+use crate::support::queue::{Worker, fast_settings};
 use crate::support::scripted::{Scripted, Step};
+use crate::support::wait::wait_for_count;
 
 async fn job_id(app: &TestApp) -> i64 {
     app.count("SELECT max(id) AS n FROM video_encoding_jobs")

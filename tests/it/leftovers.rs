@@ -10,9 +10,9 @@ use tokio::net::{TcpListener, TcpStream};
 use vidq::adapters::storage::{StaticCredentials, Storage};
 use vidq::config::{Secret, StorageConfig};
 
-use crate::attempt_faults::FakeEncode;
-use crate::queue::{Worker, fast_settings};
 use crate::support::app::{TEST_BUCKET, TestApp};
+use crate::support::fake_encode::FakeEncode;
+use crate::support::queue::{Worker, fast_settings};
 
 /// A TCP proxy that forwards what the client sends at about 6 MB/s (a slow uplink), so an
 /// upload of a few MB is still under way when the test acts.
@@ -125,7 +125,7 @@ async fn a_starting_worker_removes_scratch_a_killed_worker_left_and_keeps_scratc
     let unrelated = root.path().join("not-vidq");
     std::fs::create_dir(&unrelated).unwrap();
 
-    let mut worker = crate::worker_process::worker_command(&app, "restarted", root.path(), "1")
+    let mut worker = crate::support::worker::worker_command(&app, "restarted", root.path(), "1")
         .spawn()
         .unwrap();
     let log = root.path().with_extension("log");

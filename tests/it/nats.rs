@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use vidq::adapters::nats::NatsSink;
 
-use crate::queue::wait_for_count;
-use crate::relay::{RelayRun, produce, relay_args, user_id};
 use crate::support::app::TestApp;
+use crate::support::relay::{RelayRun, produce, relay_args, user_id};
+use crate::support::wait::wait_for_count;
 
 /// The server the tests publish to.
 fn nats_url() -> &'static str {

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::support::app::TestApp;
 use crate::support::db::TestDb;
+use crate::support::openapi::document;
 use crate::support::process::{free_port, vidq_child};
 
 /// Every path `routes::configure` registers, read from its source: the `scope("...")` and
@@ -110,18 +111,6 @@ const METHODS: [&str; 8] = [
 /// Both ways of sending bytes to vidq check a checksum and answer 460 when it fails (tus's
 /// `Upload-Checksum`, the single PUT's contract `checksum`); a client generated from the
 /// document must know that answer on both.
-/// The document `app` serves.
-pub async fn document(app: &TestApp) -> Value {
-    app.http
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn both_routes_that_check_a_checksum_document_its_460() {
     let app = TestApp::spawn().await;
@@ -280,12 +269,16 @@ impl Dev {
 
     /// `vidq user create`: the key it prints.
     async fn user_key(&self, name: &str) -> String {
-        let out = crate::cli::vidq(
+        let out = crate::support::cli::vidq(
             &["user", "create", "--name", name],
             &[("DATABASE_URL", &self.db.url)],
         )
         .await;
-        assert!(out.status.success(), "{}", crate::cli::stderr(&out));
+        assert!(
+            out.status.success(),
+            "{}",
+            crate::support::cli::stderr(&out)
+        );
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
     }
 

@@ -114,7 +114,8 @@ async fn a_live_recording_becomes_a_video(d: &Deployment, key: &str, s3: Option<
         1
     );
     let seconds =
-        crate::live_recovery::played_seconds(video["playback"]["hls_url"].as_str().unwrap()).await;
+        crate::support::playback::played_seconds(video["playback"]["hls_url"].as_str().unwrap())
+            .await;
     assert!((seconds - 12.0).abs() <= 0.5, "the video plays {seconds} s");
 }
 
@@ -185,7 +186,7 @@ async fn cold_start_without_s3(mode: Mode) {
 
     // tus through a real client, into the spool.
     let clip = crate::support::clips::small();
-    let tus = crate::tus_clients::run_client(
+    let tus = crate::support::clients::run_client(
         "python3",
         "tus_upload.py",
         &format!("{}/v1/tus/", d.api),

@@ -7,8 +7,8 @@ use std::time::Duration;
 use vidq::domain::media::MediaError;
 use vidq::queue::complete;
 
-use super::claim;
 use crate::support::app::TestApp;
+use crate::support::queue::claim;
 use crate::support::scripted::output;
 
 /// `(attempt, node, outcome, error code)` of each attempt of `job`, in the order they started.

@@ -8,13 +8,14 @@ use std::time::Duration;
 use vidq::queue::complete::{self, EarlyAnswer, ReadyAttempt, finalize_ready_all};
 use vidq::queue::{Claim, JobError, NextClaim};
 
-use super::{
-    Worker, claim, each_job_ran_once_and_announced_once, fast_settings, video_id, wait_for_count,
-};
 use crate::support::app::TestApp;
 use crate::support::db::{UsersHeld, plans_of};
 use crate::support::proxy::{FailOnce, Failure};
+use crate::support::queue::{
+    Worker, claim, each_job_ran_once_and_announced_once, fast_settings, video_id,
+};
 use crate::support::scripted::{Scripted, Step, output};
+use crate::support::wait::wait_for_count;
 
 async fn claim_some(app: &TestApp, node: &str, lease_secs: f64, most: usize) -> Vec<Claim> {
     let conn = app.pool.get().await.unwrap();

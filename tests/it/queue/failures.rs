@@ -6,9 +6,10 @@ use std::time::Duration;
 use diesel_async::RunQueryDsl;
 use vidq::domain::media::MediaError;
 
-use super::{Worker, claim, fast_settings, video_id, wait_for_count};
 use crate::support::app::TestApp;
+use crate::support::queue::{Worker, claim, fast_settings, video_id};
 use crate::support::scripted::{Scripted, Step};
+use crate::support::wait::wait_for_count;
 
 #[tokio::test]
 async fn three_retryable_failures_fail_the_video_with_one_event() {

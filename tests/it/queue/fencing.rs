@@ -7,8 +7,8 @@ use vidq::domain::media::MediaError;
 use vidq::queue::JobError;
 use vidq::queue::complete;
 
-use super::{claim, video_id};
 use crate::support::app::TestApp;
+use crate::support::queue::{claim, video_id};
 use crate::support::scripted::output;
 
 #[tokio::test]
@@ -204,7 +204,8 @@ async fn lose_the_claim(app: &TestApp, claim: &vidq::queue::Claim) {
 async fn a_claim_lost_with_a_database_crash_writes_nothing_and_the_next_claim_takes_its_number() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
-    let video = crate::pipeline::upload_clip(&app, &key, &crate::support::clips::small()).await;
+    let video =
+        crate::support::pipeline::upload_clip(&app, &key, &crate::support::clips::small()).await;
     let id = video_id(&video);
     let lost = claim(&app, "crashed", 60.0).await.unwrap();
     lose_the_claim(&app, &lost).await;
@@ -219,7 +220,7 @@ async fn a_claim_lost_with_a_database_crash_writes_nothing_and_the_next_claim_ta
     // The worker answered with the lost claim encodes, and then stops at its first write:
     // no artifact row, no object.
     let work = tempfile::tempdir().unwrap();
-    let pipeline = crate::pipeline::pipeline(&app, work.path());
+    let pipeline = crate::support::pipeline::pipeline(&app, work.path());
     let stopped = pipeline
         .run(&lost.plan(), &tokio_util::sync::CancellationToken::new())
         .await

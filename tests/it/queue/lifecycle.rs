@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use super::{Worker, fast_settings, video_id, wait_for_count};
 use crate::support::app::TestApp;
 use crate::support::db::UsersHeld;
+use crate::support::queue::{Worker, fast_settings, video_id};
 use crate::support::scripted::{Scripted, Step};
+use crate::support::wait::wait_for_count;
 
 #[tokio::test]
 async fn on_shutdown_a_worker_hands_its_claim_back_with_the_attempt_restored() {

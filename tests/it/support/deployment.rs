@@ -13,10 +13,10 @@ use vidq::adapters::s3_server::EmbeddedS3;
 use vidq::adapters::storage::Storage;
 use vidq::db::DbPool;
 
-use crate::reconcile::{expect, reconcile_at};
 use crate::support::app::TEST_BUCKET;
 use crate::support::db::TestDb;
 use crate::support::process::{free_port, vidq_child};
+use crate::support::reconcile::{expect, reconcile_at};
 
 /// The API node's name; its sweeper runs under the same one.
 pub const API_NODE: &str = "api-1";
