@@ -36,10 +36,10 @@ async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
     let video_id = crate::support::queue::video_id(&video);
     let work = tempfile::tempdir().unwrap();
     // The second attempt: the first claim's lease runs out unused.
-    crate::support::queue::claim(&app, "first", 0.05)
+    let first = crate::support::queue::claim(&app, "first", 30.0)
         .await
         .unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    crate::support::queue::expire_lease(&app, &first).await;
     let plan = claimed(&app, video_id).await;
     assert_eq!(plan.attempt, 2);
     let output = pipeline(&app, work.path())

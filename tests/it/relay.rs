@@ -292,10 +292,10 @@ async fn a_finalize_that_rolled_back_sends_nothing() {
     register(&app, &key, &receiver.url).await;
     let relay = RelayRun::start(&app, &relay_args("0,100ms")).await;
     app.uploaded_video(&key).await;
-    let zombie = crate::support::queue::claim(&app, "zombie", 0.3)
+    let zombie = crate::support::queue::claim(&app, "zombie", 30.0)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    crate::support::queue::expire_lease(&app, &zombie).await;
     let winner = crate::support::queue::claim(&app, "winner", 30.0)
         .await
         .unwrap();

@@ -8,7 +8,7 @@ use vidq::queue::JobError;
 use vidq::queue::complete;
 
 use crate::support::app::TestApp;
-use crate::support::queue::{claim, video_id};
+use crate::support::queue::{claim, expire_lease, video_id};
 use crate::support::scripted::output;
 
 #[tokio::test]
@@ -16,8 +16,8 @@ async fn a_late_result_after_the_lease_expired_and_another_node_reclaimed_change
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let video = app.uploaded_video(&key).await;
-    let zombie = claim(&app, "zombie", 0.3).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let zombie = claim(&app, "zombie", 30.0).await.unwrap();
+    expire_lease(&app, &zombie).await;
     let winner = claim(&app, "winner", 30.0).await.unwrap();
     assert_eq!(
         (zombie.job_id, zombie.attempt, winner.attempt),

@@ -117,3 +117,22 @@ pub async fn claim(app: &TestApp, node: &str, lease_secs: f64) -> Option<Claim> 
         .unwrap()
         .map(Claim::from)
 }
+
+/// Ends `claim`'s lease now, as if its time had run out while nobody renewed it: the job's
+/// `lease_until` is moved into the past and nothing else changes, so the next claim takes
+/// the job over at once (and logs this attempt as lost), with no test waiting out a lease.
+pub async fn expire_lease(app: &TestApp, claim: &Claim) {
+    let expired = app
+        .count(&format!(
+            "WITH expired AS (
+                UPDATE video_encoding_jobs SET lease_until = statement_timestamp() - interval '1 second'
+                 WHERE id = {} AND claim_token = '{}' AND status = 'PROCESSING' RETURNING 1)
+             SELECT count(*) AS n FROM expired",
+            claim.job_id, claim.token
+        ))
+        .await;
+    assert_eq!(
+        expired, 1,
+        "the claim still held its job when its lease was ended"
+    );
+}

@@ -20,3 +20,17 @@ pub async fn wait_for_count(app: &TestApp, sql: &str, want: i64, within: Duratio
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
+
+/// Waits until `n` backends of `app`'s database wait for a lock (`pg_stat_activity` shows
+/// them with `wait_event_type = 'Lock'`): a statement queued behind another transaction's
+/// rows is then blocked there, and cannot finish before that transaction ends.
+pub async fn wait_for_lock_waits(app: &TestApp, n: i64) {
+    wait_for_count(
+        app,
+        "SELECT count(*) AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        n,
+        Duration::from_secs(10),
+    )
+    .await;
+}
