@@ -17,7 +17,7 @@ use crate::support::app::TestApp;
 use crate::support::fake_encode::FakeEncode;
 use crate::support::queue::{Worker, fast_settings, video_id};
 use crate::support::scripted::{Scripted, Step, output};
-use crate::support::wait::wait_for_count;
+use crate::support::wait::{wait_for_count, wait_for_lock_waits};
 
 /// Panics in its first attempt, succeeds in any later one.
 struct PanicsFirst;
@@ -111,14 +111,7 @@ async fn heartbeats_renew_while_ledger_writes_hold_every_pooled_connection() {
 
     // Both pooled connections wait on the lock (two attempts started, each blocked in its
     // ledger write); held for longer than a lease.
-    wait_for_count(
-        &app,
-        "SELECT count(*) AS n FROM pg_stat_activity
-          WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        2,
-        Duration::from_secs(10),
-    )
-    .await;
+    wait_for_lock_waits(&app, 2).await;
     tokio::time::sleep(lease + lease / 2).await;
     diesel::sql_query("COMMIT")
         .execute(&mut locker)

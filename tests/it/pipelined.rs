@@ -11,6 +11,7 @@ use vidq::db::pipeline::Pipeline;
 
 use crate::support::app::TestApp;
 use crate::support::db::{TestDb, UsersHeld};
+use crate::support::wait::wait_for_lock_waits;
 
 #[derive(QueryableByName)]
 struct Count {
@@ -276,7 +277,9 @@ async fn a_slots_next_claim_answers_while_its_finalize_still_waits_to_commit() {
     let claimed = job_row(&app.db.url, next.job_id).await;
     assert_eq!(claimed.status, "PROCESSING");
     assert_eq!(claimed.claim_token, Some(next.token));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its transaction is blocked behind the held row (`pg_stat_activity` shows it waiting
+    // for the lock), so it cannot have committed.
+    wait_for_lock_waits(&app, 1).await;
     assert!(
         !ahead.finalized.is_finished(),
         "the finalize waits for the uploader's row"

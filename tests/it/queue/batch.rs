@@ -15,7 +15,7 @@ use crate::support::queue::{
     Worker, claim, each_job_ran_once_and_announced_once, expire_lease, fast_settings, video_id,
 };
 use crate::support::scripted::{Scripted, Step, output};
-use crate::support::wait::wait_for_count;
+use crate::support::wait::{wait_for_count, wait_for_lock_waits};
 
 async fn claim_some(app: &TestApp, node: &str, lease_secs: f64, most: usize) -> Vec<Claim> {
     let conn = app.pool.get().await.unwrap();
@@ -290,7 +290,9 @@ async fn slots_hear_their_next_claims_before_their_batch_commits() {
         next_jobs.push(job.job_id);
     }
     assert_ne!(next_jobs[0], next_jobs[1]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its transaction is blocked behind the held row (`pg_stat_activity` shows it waiting
+    // for the lock), so it cannot have committed.
+    wait_for_lock_waits(&app, 1).await;
     assert!(
         !committing.is_finished(),
         "the batch waits for the uploader's row"
