@@ -212,6 +212,28 @@ async fn trickle(from: &'static str, to: SocketAddr, head: String) -> Trickled {
     }
 }
 
+/// Waits until every one of `trickles` but the `share` that hold a writer has its answer:
+/// those past the share are turned away (503) at once, the others only once they are cut.
+async fn all_but_the_share_answered(
+    what: &str,
+    trickles: &[tokio::task::JoinHandle<Trickled>],
+    share: usize,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answered = trickles.iter().filter(|t| t.is_finished()).count();
+        if answered + share >= trickles.len() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {answered} of {} answered, {share} may hold a writer",
+            trickles.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn one_users_trickling_bodies_take_only_that_users_share_of_the_spool() {
     let mut d = Deployment::prepare().await;
@@ -267,8 +289,11 @@ async fn one_users_trickling_bodies_take_only_that_users_share_of_the_spool() {
         segments.push(tokio::spawn(trickle("127.0.0.5", ingest, head)));
     }
 
-    // While the hog holds all it may, a second user uploads and broadcasts as usual.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // While the hog holds all it may, a second user uploads and broadcasts as usual. It
+    // holds all it may once every trickle past its shares has been turned away.
+    let shares = vidq::adapters::writer_share::ShareLimits::default();
+    all_but_the_share_answered("single PUTs", &trickles, shares.user).await;
+    all_but_the_share_answered("live segments", &segments, shares.recording).await;
     a_single_put_goes_through(&d, &other).await;
     let clip = crate::support::clips::small();
     let tus = crate::support::clients::run_client(
@@ -281,8 +306,6 @@ async fn one_users_trickling_bodies_take_only_that_users_share_of_the_spool() {
     .await;
     assert_eq!(tus["bytes"], std::fs::metadata(&clip).unwrap().len());
     an_encoder_streams_normally(&d, &other, 6).await;
-
-    let shares = vidq::adapters::writer_share::ShareLimits::default();
     for (what, handles, share) in [
         ("single PUTs", trickles, shares.user),
         ("live segments", segments, shares.recording),

@@ -5,12 +5,14 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha1::Digest;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::support::app::{TestApp, assert_error};
+use crate::support::process::wait_until_the_server_has_read;
 use crate::support::sweeper::woken_sweeper;
 use crate::support::tus::{
     bytes, create, metadata, offset_of, patch, sha1_header, sha256_header, tus, upload_id,
@@ -420,12 +422,44 @@ async fn an_expired_upload_answers_410_and_the_sweeper_removes_its_spool_file() 
     );
 }
 
-/// A body that sends `first` and then neither ends nor fails: a client whose connection
-/// went quiet.
-fn stalled_body(first: Vec<u8>) -> reqwest::Body {
-    let stream = futures_util::stream::once(async move { Ok::<_, std::io::Error>(first) })
-        .chain(futures_util::stream::pending());
-    reqwest::Body::wrap_stream(stream)
+/// A PATCH of `first` at offset 0 on a connection of its own, its body chunked, that then
+/// neither ends nor fails: a client whose connection went quiet. Returns the connection.
+async fn stalled_patch(key: &str, url: &str, first: &[u8]) -> TcpStream {
+    let url: url::Url = url.parse().unwrap();
+    let host = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());
+    let mut stream = TcpStream::connect(&host).await.unwrap();
+    let head = format!(
+        "PATCH {} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n\
+         Tus-Resumable: 1.0.0\r\nUpload-Offset: 0\r\n\
+         Content-Type: application/offset+octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n\
+         {:x}\r\n",
+        url.path(),
+        first.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(first).await.unwrap();
+    stream.write_all(b"\r\n").await.unwrap();
+    stream
+}
+
+/// The status of the response that comes on `stream` (within 30 s).
+async fn status_of(stream: &mut TcpStream) -> StatusCode {
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !answer.windows(2).any(|w| w == b"\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(n > 0, "closed without an answer");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&answer);
+    let code = line
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .unwrap_or_else(|| panic!("not an HTTP/1.1 answer: {line}"));
+    StatusCode::from_bytes(code.as_bytes()).unwrap()
 }
 
 #[tokio::test]
@@ -434,22 +468,27 @@ async fn a_head_takes_the_upload_over_from_a_stalled_patch_which_keeps_what_arri
     let key = app.create_user("alice").await;
     let file = bytes(80_000);
     let url = create(&app, &key, file.len()).await;
-    let stalled = tus(&app, &key, reqwest::Method::PATCH, &url)
-        .header("Upload-Offset", "0")
-        .header("Content-Type", "application/offset+octet-stream")
-        .body(stalled_body(file[..30_000].to_vec()))
-        .send();
-    let stalled = tokio::spawn(stalled);
-    // The first bytes reach the server's spool writer.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let id = upload_id(&url);
+    assert!(!spool_file(&app, &id).exists(), "made by the first PATCH");
+    let mut stalled = stalled_patch(&key, &url, &file[..30_000]).await;
+    // The first bytes reach the server's spool writer: the PATCH holds the upload (its spool
+    // file is made then, right before the body is copied) and the server has read every
+    // byte sent.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !spool_file(&app, &id).exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the PATCH never took the upload"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    wait_until_the_server_has_read(&stalled).await;
     // The client reconnects and asks for the offset: the stalled PATCH lets go, keeping
     // the bytes it had.
     assert_eq!(offset_of(&app, &key, &url).await, 30_000);
-    let answer = stalled.await.unwrap().unwrap();
-    assert_eq!(answer.status(), StatusCode::LOCKED);
+    assert_eq!(status_of(&mut stalled).await, StatusCode::LOCKED);
     let r = patch(&app, &key, &url, 30_000, &file[30_000..], None).await;
     assert_eq!(r.headers()["upload-offset"], "80000");
-    let id = upload_id(&url);
     wait_for_state(&app, &key, &id, "pending").await;
 }
 

@@ -85,3 +85,49 @@ pub fn vidq_child(role: &str, log: &std::path::Path) -> tokio::process::Command 
         .kill_on_drop(true);
     command
 }
+
+/// Waits until the server at the far end of `stream` (a loopback connection) has read every
+/// byte sent on it: the client's socket holds nothing unacknowledged and the server's end
+/// nothing unread (`tx_queue` and `rx_queue` of the two ends in `/proc/net/tcp`).
+pub async fn wait_until_the_server_has_read(stream: &tokio::net::TcpStream) {
+    let (client, server) = (stream.local_addr().unwrap(), stream.peer_addr().unwrap());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let unsent = socket_queues(client, server).map(|(tx, _)| tx);
+        let unread = socket_queues(server, client).map(|(_, rx)| rx);
+        if unsent == Some(0) && unread == Some(0) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{client} -> {server}: {unsent:?} bytes unacknowledged, {unread:?} unread"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// `(tx_queue, rx_queue)` of the IPv4 TCP socket bound to `local` and connected to `remote`,
+/// as `/proc/net/tcp` lists it (addresses in the kernel's byte order, ports in hex).
+fn socket_queues(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Option<(u64, u64)> {
+    let hex = |addr: std::net::SocketAddr| match addr {
+        std::net::SocketAddr::V4(v4) => format!(
+            "{:08X}:{:04X}",
+            u32::from_ne_bytes(v4.ip().octets()),
+            v4.port()
+        ),
+        std::net::SocketAddr::V6(_) => panic!("{addr}: only IPv4 sockets are looked up"),
+    };
+    let (local, remote) = (hex(local), hex(remote));
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.get(1) != Some(&local.as_str()) || fields.get(2) != Some(&remote.as_str()) {
+            return None;
+        }
+        let (tx, rx) = fields.get(4)?.split_once(':')?;
+        Some((
+            u64::from_str_radix(tx, 16).ok()?,
+            u64::from_str_radix(rx, 16).ok()?,
+        ))
+    })
+}
