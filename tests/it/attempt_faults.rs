@@ -112,6 +112,8 @@ async fn heartbeats_renew_while_ledger_writes_hold_every_pooled_connection() {
     // Both pooled connections wait on the lock (two attempts started, each blocked in its
     // ledger write); held for longer than a lease.
     wait_for_lock_waits(&app, 2).await;
+    // Real time on purpose: the heartbeats must keep the leases through a lock held for
+    // longer than one lease.
     tokio::time::sleep(lease + lease / 2).await;
     diesel::sql_query("COMMIT")
         .execute(&mut locker)

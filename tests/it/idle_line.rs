@@ -81,6 +81,7 @@ async fn settle(app: &TestApp, listeners: Listeners, count: usize, claims: &Atom
             wait_for_count(app, listening, count, Duration::from_secs(10)).await;
         }
     }
+    // Quiet means no claim for 100 ms: the spell is the condition waited for.
     loop {
         let seen = claims.load(Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(100)).await;

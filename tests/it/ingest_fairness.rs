@@ -143,6 +143,7 @@ async fn a_thousand_idle_connections_from_one_address_leave_the_ingest_to_everyo
                         Err(_) => break,
                     }
                 }
+                // The flood opens again what the server closed, once a second.
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }

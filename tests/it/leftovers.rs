@@ -33,6 +33,7 @@ async fn slow_uplink(upstream: SocketAddr) -> SocketAddr {
                         if to_server.write_all(&buf[..n]).await.is_err() {
                             break;
                         }
+                        // The pacing that makes the uplink slow.
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                     let _ = to_server.shutdown().await;

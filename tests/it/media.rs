@@ -118,6 +118,8 @@ impl Tripwire {
 
     /// Whether anything opened the file; releases the writer thread either way.
     fn was_opened(mut self) -> bool {
+        // An open by a reader would already have released the writer thread; nothing marks
+        // that none came, so the thread gets a moment to record one.
         std::thread::sleep(Duration::from_millis(100));
         let opened = self.opened.load(std::sync::atomic::Ordering::SeqCst);
         // Open it ourselves, non-blocking (O_NONBLOCK on Linux), so a writer still blocked in
@@ -292,6 +294,7 @@ async fn a_cancelled_encode_is_killed_at_once() {
     let cancel = CancellationToken::new();
     let stopper = cancel.clone();
     let cancelled_at = tokio::spawn(async move {
+        // The cancel comes mid-encode, as a stop would.
         tokio::time::sleep(Duration::from_millis(100)).await;
         stopper.cancel();
         std::time::Instant::now()

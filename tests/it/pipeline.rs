@@ -319,6 +319,7 @@ async fn an_attempt_waits_through_a_short_s3_outage_and_gives_up_on_a_long_one()
         let s3_up = std::sync::Arc::new(s3);
         let s3 = s3_up.clone();
         async move {
+            // The outage's length is the scenario: shorter than the attempt's wait.
             tokio::time::sleep(std::time::Duration::from_secs(2)).await;
             s3.set_down(false);
             s3_up
@@ -383,6 +384,7 @@ async fn no_transaction_is_open_while_an_attempt_runs_ffmpeg_or_transfers() {
     });
     s3.set_down(true);
     let back = tokio::spawn(async move {
+        // A 2 s outage the attempt waits out while the watcher samples (the scenario).
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         s3.set_down(false);
         s3

@@ -422,6 +422,7 @@ async fn s3_down_for_30_seconds_under_200_pending_uploads_opens_the_breaker_and_
         .app
         .start_sweeper(storage_through(&case.faults).await, settings)
         .await;
+    // The outage itself: S3 stays down 30 s (the scenario) while the sweeper works on.
     tokio::time::sleep(Duration::from_secs(30)).await;
     let confirmed = "SELECT count(*) AS n FROM uploads WHERE state = 'confirmed'";
     assert_eq!(case.app.count(confirmed).await, 0, "S3 was down");

@@ -439,6 +439,7 @@ async fn an_idle_relay_is_woken_by_every_commit_and_never_waits_for_its_poll() {
         receiver
             .wait_for_delivered(expected, Duration::from_secs(5))
             .await;
+        // The idle spell before the next round (its length is what varies).
         tokio::time::sleep(Duration::from_millis(round * 7 % 40)).await;
     }
     relay.stop().await;

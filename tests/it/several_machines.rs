@@ -80,7 +80,8 @@ async fn a_live_recording_becomes_a_video(d: &Deployment, key: &str, s3: Option<
             Duration::from_secs(30),
         )
         .await;
-        // A few sweeper rounds into the outage.
+        // A few sweeper rounds into the outage: S3 stays down a while (the scenario), and
+        // nothing marks the moment a video that must not be made would have been.
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(
             d.count(&format!(

@@ -235,6 +235,7 @@ async fn uploads_complete_while_one_api_node_is_killed_and_down_for_10_seconds()
             .d
             .count("SELECT (extract(epoch FROM now()) * 1000)::int8 AS n")
             .await;
+        // The node stays down 10 s (the scenario) while the uploads go on without it.
         tokio::time::sleep(Duration::from_secs(10)).await;
         killed_at
     };

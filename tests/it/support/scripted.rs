@@ -72,6 +72,7 @@ impl JobBody for Scripted {
                     () = cancel.cancelled() => Err(MediaError::retryable("cancelled", "stopped")),
                 },
                 Step::Fail(error) => {
+                    // An attempt takes a moment even to fail.
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     Err(error)
                 }
