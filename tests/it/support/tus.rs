@@ -109,3 +109,8 @@ pub async fn wait_for_state(app: &TestApp, key: &str, id: &str, state: &str) -> 
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Where the API's spool keeps the bytes of upload `id` (made with its first byte).
+pub fn spool_file(app: &TestApp, id: &str) -> std::path::PathBuf {
+    app.spool.path().join("uploads").join(id)
+}

@@ -34,3 +34,11 @@ pub async fn wait_for_lock_waits(app: &TestApp, n: i64) {
     )
     .await;
 }
+
+/// Waits (up to 10 s) for `path` to be gone; the caller asserts it.
+pub async fn wait_gone(path: &std::path::Path) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while path.exists() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
