@@ -1,10 +1,7 @@
 //! `TestApp`: a fresh database cloned from a migrated template, an embedded S3 server on
 //! `127.0.0.1:0` and the real API server on `127.0.0.1:0`, torn down when dropped; with the
-//! requests and assertions on its answers that tests share.
-//!
-//! `VIDQ_TEST_DATABASE_URL` points at the server to use (default
-//! `postgres://postgres@127.0.0.1:5432/postgres`, or a private server when nothing answers
-//! there).
+//! requests and assertions on its answers that tests share. Its database comes from
+//! [`crate::support::db`].
 
 use std::sync::Arc;
 use std::time::Duration;

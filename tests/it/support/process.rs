@@ -1,5 +1,6 @@
 //! Processes and ports: loopback ports for child processes, `vidq` roles run as children,
-//! servers the whole run shares, and where every process records the routes it answered.
+//! servers the whole run shares, where every process records the routes it answered, and
+//! whether a server has read what a loopback connection sent it.
 
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
-//! Queue helpers: worker settings for tests, an in-process worker, claims sent by hand, the
-//! video id of an API answer, and the checks every "each job once" test ends with.
+//! Queue helpers: worker settings for tests, an in-process worker, claims sent by hand and
+//! their leases ended on demand, the video id of an API answer, and the checks every "each
+//! job once" test ends with.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! A tus 1.0.0 client in a few requests (create, PATCH, HEAD, checksums), the bytes tests
-//! upload, and the wait for an upload's state.
+//! upload, the wait for an upload's state, and where the API's spool keeps an upload.
 
 use std::time::Duration;
 
