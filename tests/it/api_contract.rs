@@ -9,8 +9,8 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::harness::{TestApp, TestAppOptions, assert_error};
-use crate::tus::{bytes, create, metadata, offset_of, patch, tus};
+use crate::support::app::{TestApp, TestAppOptions, assert_error};
+use crate::support::tus::{bytes, create, metadata, offset_of, patch, tus};
 
 async fn presigned(app: &TestApp, key: &str) -> reqwest::Response {
     app.post(
@@ -80,7 +80,7 @@ async fn one_key_may_hold_only_so_many_unfinished_uploads_and_open_recordings() 
     assert_eq!(presigned(&app, &bob).await.status(), StatusCode::CREATED);
     // An upload that becomes a video frees its place.
     let bytes = vec![0u8; 1000];
-    let put = crate::harness::put_presigned(&app.http, &first, bytes).await;
+    let put = crate::support::app::put_presigned(&app.http, &first, bytes).await;
     assert!(put.status().is_success());
     let id = first["upload_id"].as_str().unwrap();
     let confirmed = app
@@ -192,13 +192,13 @@ async fn a_post_with_a_method_override_is_a_patch_or_a_termination() {
 async fn tus_js_client_uploads_through_the_method_override() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
-    let clip = crate::clips::small();
+    let clip = crate::support::clips::small();
     let size = std::fs::metadata(&clip).unwrap().len();
-    let proxy = crate::s3_faults::S3Faults::start(&app.base).await;
+    let proxy = crate::support::s3_faults::S3Faults::start(&app.base).await;
     proxy.refuse_method("PATCH");
     let endpoint = format!("{}/v1/tus/", proxy.endpoint());
     let out = tokio::process::Command::new("node")
-        .arg(crate::tus_clients::clients_dir().join("tus_upload.mjs"))
+        .arg(crate::support::clients::clients_dir().join("tus_upload.mjs"))
         .args(["--endpoint", &endpoint, "--token", &key])
         .arg("--file")
         .arg(&clip)
@@ -337,7 +337,7 @@ async fn a_playlist_url_with_two_tokens_is_a_documented_400() {
         .unwrap();
     let id = recording["id"].as_str().unwrap();
     let video = "01a24604-ccc9-72b2-929e-718ad50681a6";
-    let doc = crate::openapi::document(&app).await;
+    let doc = crate::support::openapi::document(&app).await;
     for (path, documented) in [
         (
             format!("/v1/live/{id}/playlist.m3u8"),

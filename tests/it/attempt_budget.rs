@@ -7,7 +7,7 @@ use diesel::sql_types::Text;
 use diesel_async::RunQueryDsl;
 use vidq::domain::job::MAX_ATTEMPTS;
 
-use crate::harness::TestDb;
+use crate::support::db::TestDb;
 
 #[derive(QueryableByName)]
 struct Definition {

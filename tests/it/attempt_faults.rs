@@ -2,24 +2,22 @@
 //! writes that hold every pooled connection while heartbeats are due, and transient database
 //! errors inside the finalize transaction.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
-use vidq::adapters::ffmpeg::encode::{EncodedFiles, Rendition};
-use vidq::adapters::storage::Storage;
-use vidq::db::DbPool;
 use vidq::domain::media::MediaError;
 use vidq::pipeline::{AttemptOutput, AttemptPlan};
 use vidq::queue::JobBody;
 use vidq::queue::runner::Runner;
 
-use crate::harness::TestApp;
-use crate::queue::{Worker, fast_settings, video_id, wait_for_count};
-use crate::scripted::{Scripted, Step, output};
+use crate::support::app::TestApp;
+use crate::support::fake_encode::FakeEncode;
+use crate::support::queue::{Worker, fast_settings, video_id};
+use crate::support::scripted::{Scripted, Step, output};
+use crate::support::wait::{wait_for_count, wait_for_lock_waits};
 
 /// Panics in its first attempt, succeeds in any later one.
 struct PanicsFirst;
@@ -69,73 +67,6 @@ async fn a_panicking_attempt_stops_its_heartbeat_and_is_retried_within_one_lease
     );
 }
 
-/// A job body that does what the pipeline does after FFmpeg: small files in the shape of an
-/// encode (plus an MP4 of `mp4_bytes`), uploaded by the pipeline's own upload step through
-/// the worker's pool.
-pub struct FakeEncode {
-    pub storage: Storage,
-    pub pool: DbPool,
-    pub root: PathBuf,
-    pub mp4_bytes: usize,
-}
-
-impl FakeEncode {
-    async fn files(&self, plan: &AttemptPlan) -> EncodedFiles {
-        let dir = self.root.join(format!("{}-a{}", plan.video, plan.attempt));
-        let hls = dir.join("hls");
-        tokio::fs::create_dir_all(&hls).await.unwrap();
-        let write = |path: PathBuf, bytes: Vec<u8>| async move {
-            tokio::fs::write(&path, bytes).await.unwrap();
-            path
-        };
-        let mut segments = Vec::new();
-        for n in 0..3 {
-            segments.push(write(hls.join(format!("seg_{n:05}.m4s")), vec![n; 1000]).await);
-        }
-        let playlist = write(hls.join("index.m3u8"), b"#EXTM3U\n".to_vec()).await;
-        EncodedFiles {
-            renditions: vec![Rendition {
-                prefix: String::new(),
-                width: 320,
-                height: 240,
-                init: write(hls.join("init.mp4"), vec![1; 100]).await,
-                segments,
-                playlist: playlist.clone(),
-            }],
-            playlist,
-            mp4: write(dir.join("video.mp4"), vec![7; self.mp4_bytes]).await,
-            thumbnail: write(dir.join("thumb.jpg"), vec![9; 100]).await,
-            dir,
-        }
-    }
-}
-
-impl JobBody for FakeEncode {
-    fn run<'a>(
-        &'a self,
-        plan: &'a AttemptPlan,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>> {
-        Box::pin(async move {
-            let files = self.files(plan).await;
-            let keys = vidq::pipeline::outputs::upload(
-                &self.storage,
-                &self.pool,
-                plan,
-                &files,
-                None,
-                std::time::Duration::from_secs(120),
-                cancel,
-            )
-            .await?;
-            Ok(AttemptOutput {
-                keys,
-                ..output(plan)
-            })
-        })
-    }
-}
-
 #[tokio::test]
 async fn heartbeats_renew_while_ledger_writes_hold_every_pooled_connection() {
     let app = TestApp::spawn().await;
@@ -180,14 +111,9 @@ async fn heartbeats_renew_while_ledger_writes_hold_every_pooled_connection() {
 
     // Both pooled connections wait on the lock (two attempts started, each blocked in its
     // ledger write); held for longer than a lease.
-    wait_for_count(
-        &app,
-        "SELECT count(*) AS n FROM pg_stat_activity
-          WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        2,
-        Duration::from_secs(10),
-    )
-    .await;
+    wait_for_lock_waits(&app, 2).await;
+    // Real time on purpose: the heartbeats must keep the leases through a lock held for
+    // longer than one lease.
     tokio::time::sleep(lease + lease / 2).await;
     diesel::sql_query("COMMIT")
         .execute(&mut locker)

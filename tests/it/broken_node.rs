@@ -8,11 +8,12 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use crate::clips;
-use crate::harness::{TestApp, free_port};
-use crate::pipeline::upload_clip;
-use crate::queue::wait_for_count;
-use crate::worker_process::{probe_until, worker_command};
+use crate::support::app::TestApp;
+use crate::support::clips;
+use crate::support::pipeline::upload_clip;
+use crate::support::process::free_port;
+use crate::support::wait::wait_for_count;
+use crate::support::worker::{probe_until, worker_command};
 
 /// An ffprobe that runs for `-version` only and otherwise fails as a missing library does.
 fn broken_ffprobe(dir: &std::path::Path) -> std::path::PathBuf {

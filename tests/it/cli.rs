@@ -1,33 +1,8 @@
 //! The `vidq` binary as an operator runs it.
 
-use std::process::Output;
-
-use tokio::process::Command;
-
-use crate::harness::{TestApp, TestDb};
-
-/// Runs the binary without blocking the runtime (the test's S3 server lives on it).
-pub async fn vidq(args: &[&str], env: &[(&str, &str)]) -> Output {
-    // In a directory of its own: a role's relative defaults (`./spool`) stay out of the
-    // checkout.
-    let cwd = tempfile::tempdir().unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_vidq"));
-    command
-        .args(args)
-        .current_dir(cwd.path())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        // Any free port: tests run side by side, and 1935 (the default) is one port.
-        .env("VIDQ_RTMP_ADDR", "127.0.0.1:0");
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    command.output().await.unwrap()
-}
-
-pub fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
+use crate::support::app::TestApp;
+use crate::support::cli::{stderr, vidq};
+use crate::support::db::TestDb;
 
 #[tokio::test]
 async fn help_lists_the_roles_and_each_role_explains_its_settings() {
@@ -256,8 +231,8 @@ struct TestDbEmpty {
 
 impl TestDbEmpty {
     async fn new() -> Self {
-        let name = crate::harness::test_database_name();
-        let url = vidq::db::pool::with_database(&crate::harness::server_url(), &name).unwrap();
+        let name = crate::support::db::test_database_name();
+        let url = vidq::db::pool::with_database(&crate::support::db::server_url(), &name).unwrap();
         vidq::db::provision::create_database_if_missing(&url)
             .await
             .unwrap();
@@ -316,7 +291,7 @@ async fn user_create_prints_only_a_working_key_and_user_delete_removes_the_user(
     let delete_env = [
         ("DATABASE_URL", app.db.url.as_str()),
         ("VIDQ_S3_ENDPOINT", s3_endpoint.as_str()),
-        ("VIDQ_S3_BUCKET", crate::harness::TEST_BUCKET),
+        ("VIDQ_S3_BUCKET", crate::support::app::TEST_BUCKET),
         ("VIDQ_S3_FORCE_PATH_STYLE", "true"),
         ("AWS_ACCESS_KEY_ID", "test-access"),
         ("AWS_SECRET_ACCESS_KEY", "test-secret"),

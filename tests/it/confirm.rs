@@ -6,7 +6,7 @@ use diesel_async::RunQueryDsl;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::harness::{TestApp, assert_error};
+use crate::support::app::{TestApp, assert_error};
 
 async fn rows(app: &TestApp) -> (i64, i64, i64) {
     (

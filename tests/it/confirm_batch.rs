@@ -12,7 +12,9 @@ use vidq::app::confirm_batch::{Acceptance, BatchSettings, ConfirmBatcher};
 use vidq::domain::ids::{UploadId, UserId};
 use vidq::domain::upload::UploadState;
 
-use crate::harness::{TestApp, TestAppOptions, plans_of};
+use crate::support::app::{TestApp, TestAppOptions};
+use crate::support::db::plans_of;
+use crate::support::wait::wait_for_lock_waits;
 
 #[derive(QueryableByName)]
 struct Id {
@@ -243,6 +245,20 @@ async fn a_batch_that_fails_as_a_whole_writes_nothing() {
     assert_eq!(jobs_and_events(&app).await, (0, 0));
 }
 
+/// Waits until `n` confirms wait in `batcher`'s queue, not yet taken by a committer (the
+/// batcher's `Debug` shows how many are queued).
+async fn wait_until_queued(batcher: &ConfirmBatcher, n: usize) {
+    let queued = format!("queued: {n},");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !format!("{batcher:?}").contains(&queued) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never {n} queued: {batcher:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_confirm_that_fails_inside_a_batch_costs_the_others_nothing() {
     let app = TestApp::spawn().await;
@@ -276,7 +292,8 @@ async fn a_confirm_that_fails_inside_a_batch_costs_the_others_nothing() {
         let (batcher, acceptance) = (batcher.clone(), contracts[0].clone());
         async move { batcher.accept(acceptance).await }
     });
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The first confirm's transaction waits for Alice's row...
+    wait_for_lock_waits(&app, 1).await;
     let rest: Vec<_> = contracts[1..]
         .iter()
         .map(|acceptance| {
@@ -284,7 +301,8 @@ async fn a_confirm_that_fails_inside_a_batch_costs_the_others_nothing() {
             tokio::spawn(async move { batcher.accept(acceptance).await })
         })
         .collect();
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // ...and the other four wait in the batcher's queue behind it.
+    wait_until_queued(&batcher, 4).await;
     holder.batch_execute("COMMIT").await.unwrap();
 
     let mut answers = vec![first.await.unwrap()];
@@ -324,8 +342,8 @@ async fn concurrent_confirms_and_repeats_through_the_api_each_name_one_video() {
     .await;
     let key = app.create_user("alice").await;
     let batched = || async {
-        crate::metrics::sample(
-            &crate::metrics::scrape(&app).await,
+        crate::support::metrics::sample(
+            &crate::support::metrics::scrape(&app).await,
             "vidq_confirm_batch_size_sum",
         )
         .unwrap_or(0.0)

@@ -8,9 +8,10 @@ use reqwest::StatusCode;
 use reqwest::header::{COOKIE, LOCATION, ORIGIN, SET_COOKIE};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::harness::{TestApp, TestAppOptions};
-use crate::queue::{Worker, fast_settings, wait_for_count};
-use crate::scripted::{Scripted, Step};
+use crate::support::app::{TestApp, TestAppOptions};
+use crate::support::queue::{Worker, claim, expire_lease, fast_settings};
+use crate::support::scripted::{Scripted, Step};
+use crate::support::wait::wait_for_count;
 
 const TOKEN: &str = "operator-token-for-the-tests";
 
@@ -290,12 +291,8 @@ async fn what_users_wrote_is_shown_as_text_never_as_markup() {
 /// Makes job `id` die: three claims whose leases run out, then the reaper.
 async fn kill_job(app: &TestApp) {
     for _ in 0..3 {
-        let conn = app.pool.get().await.unwrap();
-        vidq::db::jobs::claim(&conn, "doomed-node", 0.05)
-            .await
-            .unwrap()
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(80)).await;
+        let claimed = claim(app, "doomed-node", 30.0).await.unwrap();
+        expire_lease(app, &claimed).await;
     }
     vidq::queue::reaper::reap_dead(&app.pool).await.unwrap();
 }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{free_port, vidq_child};
+use crate::support::process::{free_port, vidq_child};
 
 /// Runs `vidq dev --postgres private` with 3 worker slots until its API is ready (its
 /// database answers), scrapes its `/metrics`, then stops it with SIGTERM; returns its log

@@ -8,10 +8,12 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::harness::{TestApp, TestAppOptions};
-use crate::queue::wait_for_count;
-use crate::receiver::Receiver;
-use crate::relay::{RelayRun, deliveries, produce, register, register_for, relay_args, user_id};
+use crate::support::app::{TestApp, TestAppOptions};
+use crate::support::receiver::Receiver;
+use crate::support::relay::{
+    RelayRun, deliveries, produce, register, register_for, relay_args, user_id,
+};
+use crate::support::wait::wait_for_count;
 
 #[tokio::test]
 async fn registration_checks_the_url_and_shows_the_secret_only_once() {

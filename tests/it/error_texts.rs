@@ -11,10 +11,11 @@ use diesel_async::RunQueryDsl;
 use vidq::adapters::ffmpeg::MediaConfig;
 use vidq::domain::failure::strip_paths;
 
-use crate::harness::TestApp;
-use crate::pipeline::pipeline;
-use crate::queue::{Worker, fast_settings, video_id, wait_for_count};
-use crate::runs::feed;
+use crate::support::app::TestApp;
+use crate::support::feed::feed;
+use crate::support::pipeline::pipeline;
+use crate::support::queue::{Worker, fast_settings, video_id};
+use crate::support::wait::wait_for_count;
 
 /// A piece of a filesystem path: `/[A-Za-z0-9_.-]+/`.
 fn has_path(text: &str) -> bool {

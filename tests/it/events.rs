@@ -11,8 +11,8 @@ use serde_json::Value;
 use vidq::domain::event::Event;
 use vidq::domain::ids::{UploadId, VideoId};
 
-use crate::harness::TestApp;
-use crate::relay::{produce, user_id};
+use crate::support::app::TestApp;
+use crate::support::relay::{produce, user_id};
 
 async fn page(app: &TestApp, key: &str, query: &str) -> (Vec<String>, String) {
     let response = app.get(key, &format!("/v1/events?{query}")).await;
@@ -202,7 +202,7 @@ async fn a_long_poll_answers_as_soon_as_an_event_commits() {
             AND classid = ({key} >> 32)::oid AND objid = ({key} & 4294967295)::oid",
         key = vidq::db::wake::WAITING_LOCK
     );
-    crate::queue::wait_for_count(&app, &feed_lock, 1, Duration::from_secs(10)).await;
+    crate::support::wait::wait_for_count(&app, &feed_lock, 1, Duration::from_secs(10)).await;
     assert!(
         !waiting.is_finished(),
         "nothing to return yet, so the request waits"
@@ -211,7 +211,7 @@ async fn a_long_poll_answers_as_soon_as_an_event_commits() {
     let (body, elapsed) = waiting.await.unwrap();
     assert_eq!(body["events"][0]["id"], ids[0].as_str());
     // Nobody waits any more: the lock is let go, and producers stop notifying.
-    crate::queue::wait_for_count(&app, &feed_lock, 0, Duration::from_secs(10)).await;
+    crate::support::wait::wait_for_count(&app, &feed_lock, 0, Duration::from_secs(10)).await;
     assert!(
         elapsed < Duration::from_secs(15),
         "answered after the commit, not at the end of the wait ({elapsed:?})"

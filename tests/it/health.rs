@@ -3,7 +3,7 @@
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::harness::TestApp;
+use crate::support::app::TestApp;
 
 #[tokio::test]
 async fn healthz_answers_without_credentials() {
@@ -60,5 +60,5 @@ async fn readyz_is_unavailable_without_the_bucket_when_storage_is_required() {
 async fn unknown_routes_are_json_404s() {
     let app = TestApp::spawn().await;
     let response = app.http.get(app.url("/nope")).send().await.unwrap();
-    crate::harness::assert_error(response, StatusCode::NOT_FOUND, "not_found").await;
+    crate::support::app::assert_error(response, StatusCode::NOT_FOUND, "not_found").await;
 }

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use vidq::config::HttpLimits;
 
-use crate::harness::{TestApp, assert_error};
+use crate::support::app::{TestApp, assert_error};
 
 /// Asserts the JSON error shape and that the message names no Rust type; returns the message.
 async fn error_message(response: reqwest::Response, status: StatusCode, code: &str) -> String {
@@ -385,7 +385,7 @@ async fn client_errors_are_not_logged_as_errors_and_probes_are_quiet() {
     let addr = format!("127.0.0.1:{port}");
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("api.log");
-    let mut command = crate::harness::vidq_child("api", &log);
+    let mut command = crate::support::process::vidq_child("api", &log);
     command
         .current_dir(dir.path())
         .env_remove("RUST_LOG")
@@ -393,7 +393,7 @@ async fn client_errors_are_not_logged_as_errors_and_probes_are_quiet() {
         .env("VIDQ_NO_MIGRATE", "true")
         .env("VIDQ_HTTP_ADDR", &addr)
         .env("VIDQ_S3_ENDPOINT", app.s3.as_ref().unwrap().endpoint())
-        .env("VIDQ_S3_BUCKET", crate::harness::TEST_BUCKET)
+        .env("VIDQ_S3_BUCKET", crate::support::app::TEST_BUCKET)
         .env("VIDQ_S3_FORCE_PATH_STYLE", "true")
         .env("AWS_ACCESS_KEY_ID", "test-access")
         .env("AWS_SECRET_ACCESS_KEY", "test-secret");

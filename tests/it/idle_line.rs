@@ -11,9 +11,10 @@ use diesel_async::AsyncConnection;
 use vidq::queue::line::{IDLE_LINE_LOCK, Listeners};
 use vidq::queue::runner::ClaimObserver;
 
-use crate::harness::TestApp;
-use crate::queue::{Worker, fast_settings, wait_for_count};
-use crate::scripted::{Scripted, Step};
+use crate::support::app::TestApp;
+use crate::support::queue::{Worker, fast_settings};
+use crate::support::scripted::{Scripted, Step};
+use crate::support::wait::wait_for_count;
 
 const COMPLETED: &str = "SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'COMPLETED'";
 
@@ -80,6 +81,7 @@ async fn settle(app: &TestApp, listeners: Listeners, count: usize, claims: &Atom
             wait_for_count(app, listening, count, Duration::from_secs(10)).await;
         }
     }
+    // Quiet means no claim for 100 ms: the spell is the condition waited for.
     loop {
         let seen = claims.load(Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -215,7 +217,7 @@ async fn when_the_head_loses_its_connection_the_next_in_line_takes_over() {
 async fn a_claim_that_fails_on_a_broken_connection_is_tried_again_at_once() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
-    let proxy = crate::proxy::Proxy::in_front_of(&app.db.url).await;
+    let proxy = crate::support::proxy::Proxy::in_front_of(&app.db.url).await;
     // Claims go through the proxy; the line's connection does not, so the head hears the
     // notification and its claim is the one that meets the broken connection.
     let mut settings = fast_settings("blipped");

@@ -64,7 +64,7 @@ async fn an_encoder_streams_normally(d: &Deployment, key: &str, seconds: u32) {
 
 /// A single PUT of a real clip by `key`, answered 2xx.
 async fn a_single_put_goes_through(d: &Deployment, key: &str) {
-    let bytes = std::fs::read(crate::clips::small()).unwrap();
+    let bytes = std::fs::read(crate::support::clips::small()).unwrap();
     let contract: Value = d
         .post(
             key,
@@ -143,6 +143,7 @@ async fn a_thousand_idle_connections_from_one_address_leave_the_ingest_to_everyo
                         Err(_) => break,
                     }
                 }
+                // The flood opens again what the server closed, once a second.
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
@@ -212,6 +213,28 @@ async fn trickle(from: &'static str, to: SocketAddr, head: String) -> Trickled {
     }
 }
 
+/// Waits until every one of `trickles` but the `share` that hold a writer has its answer:
+/// those past the share are turned away (503) at once, the others only once they are cut.
+async fn all_but_the_share_answered(
+    what: &str,
+    trickles: &[tokio::task::JoinHandle<Trickled>],
+    share: usize,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answered = trickles.iter().filter(|t| t.is_finished()).count();
+        if answered + share >= trickles.len() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {answered} of {} answered, {share} may hold a writer",
+            trickles.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn one_users_trickling_bodies_take_only_that_users_share_of_the_spool() {
     let mut d = Deployment::prepare().await;
@@ -267,11 +290,14 @@ async fn one_users_trickling_bodies_take_only_that_users_share_of_the_spool() {
         segments.push(tokio::spawn(trickle("127.0.0.5", ingest, head)));
     }
 
-    // While the hog holds all it may, a second user uploads and broadcasts as usual.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // While the hog holds all it may, a second user uploads and broadcasts as usual. It
+    // holds all it may once every trickle past its shares has been turned away.
+    let shares = vidq::adapters::writer_share::ShareLimits::default();
+    all_but_the_share_answered("single PUTs", &trickles, shares.user).await;
+    all_but_the_share_answered("live segments", &segments, shares.recording).await;
     a_single_put_goes_through(&d, &other).await;
-    let clip = crate::clips::small();
-    let tus = crate::tus_clients::run_client(
+    let clip = crate::support::clips::small();
+    let tus = crate::support::clients::run_client(
         "python3",
         "tus_upload.py",
         &format!("{}/v1/tus/", d.api),
@@ -281,8 +307,6 @@ async fn one_users_trickling_bodies_take_only_that_users_share_of_the_spool() {
     .await;
     assert_eq!(tus["bytes"], std::fs::metadata(&clip).unwrap().len());
     an_encoder_streams_normally(&d, &other, 6).await;
-
-    let shares = vidq::adapters::writer_share::ShareLimits::default();
     for (what, handles, share) in [
         ("single PUTs", trickles, shares.user),
         ("live segments", segments, shares.recording),

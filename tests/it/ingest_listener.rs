@@ -5,13 +5,13 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::harness::TestApp;
+use crate::support::app::TestApp;
 
 #[tokio::test]
 async fn a_connection_that_never_finishes_its_request_head_is_closed() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
-    let recording = crate::live::create_recording(&app, &key).await;
+    let recording = crate::support::live::create_recording(&app, &key).await;
     let ingest: url::Url = recording["ingest_url"].as_str().unwrap().parse().unwrap();
     let addr = format!("{}:{}", ingest.host_str().unwrap(), ingest.port().unwrap());
     let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();

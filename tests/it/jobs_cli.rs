@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use crate::cli::{stderr, vidq};
-use crate::harness::TestApp;
-use crate::queue::{Worker, fast_settings, wait_for_count};
-use crate::scripted::{Scripted, Step};
+use crate::support::app::TestApp;
+use crate::support::cli::{stderr, vidq};
+use crate::support::queue::{Worker, claim, expire_lease, fast_settings};
+use crate::support::scripted::{Scripted, Step};
+use crate::support::wait::wait_for_count;
 
 async fn job_id(app: &TestApp) -> i64 {
     app.count("SELECT max(id) AS n FROM video_encoding_jobs")
@@ -18,12 +19,8 @@ async fn an_operator_lists_shows_and_retries_a_dead_job() {
     let key = app.create_user("alice").await;
     app.uploaded_video(&key).await;
     for _ in 0..3 {
-        let conn = app.pool.get().await.unwrap();
-        vidq::db::jobs::claim(&conn, "doomed", 0.05)
-            .await
-            .unwrap()
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(80)).await;
+        let claimed = claim(&app, "doomed", 30.0).await.unwrap();
+        expire_lease(&app, &claimed).await;
     }
     vidq::queue::reaper::reap_dead(&app.pool).await.unwrap();
     let id = job_id(&app).await;

@@ -10,9 +10,9 @@ use tokio::net::{TcpListener, TcpStream};
 use vidq::adapters::storage::{StaticCredentials, Storage};
 use vidq::config::{Secret, StorageConfig};
 
-use crate::attempt_faults::FakeEncode;
-use crate::harness::{TEST_BUCKET, TestApp};
-use crate::queue::{Worker, fast_settings};
+use crate::support::app::{TEST_BUCKET, TestApp};
+use crate::support::fake_encode::FakeEncode;
+use crate::support::queue::{Worker, fast_settings};
 
 /// A TCP proxy that forwards what the client sends at about 6 MB/s (a slow uplink), so an
 /// upload of a few MB is still under way when the test acts.
@@ -33,6 +33,7 @@ async fn slow_uplink(upstream: SocketAddr) -> SocketAddr {
                         if to_server.write_all(&buf[..n]).await.is_err() {
                             break;
                         }
+                        // The pacing that makes the uplink slow.
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                     let _ = to_server.shutdown().await;
@@ -125,7 +126,7 @@ async fn a_starting_worker_removes_scratch_a_killed_worker_left_and_keeps_scratc
     let unrelated = root.path().join("not-vidq");
     std::fs::create_dir(&unrelated).unwrap();
 
-    let mut worker = crate::worker_process::worker_command(&app, "restarted", root.path(), "1")
+    let mut worker = crate::support::worker::worker_command(&app, "restarted", root.path(), "1")
         .spawn()
         .unwrap();
     let log = root.path().with_extension("log");

@@ -8,8 +8,8 @@ use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::clips;
-use crate::harness::{TestApp, assert_error};
+use crate::support::app::{TestApp, assert_error};
+use crate::support::live::{create_recording, playlist_text, push, recording_status, uploaded};
 
 /// Files of `recording` matching `filter`.
 async fn rows(app: &TestApp, recording: &str, filter: &str) -> i64 {
@@ -17,27 +17,6 @@ async fn rows(app: &TestApp, recording: &str, filter: &str) -> i64 {
         "SELECT count(*) AS n FROM recording_files WHERE recording_id = '{recording}' AND {filter}"
     ))
     .await
-}
-
-/// `GET /v1/live/{id}` as its owner sees it.
-pub async fn recording_status(app: &TestApp, key: &str, id: &str) -> Value {
-    app.get(key, &format!("/v1/live/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap()
-}
-
-pub async fn create_recording(app: &TestApp, key: &str) -> Value {
-    let r = app
-        .http
-        .post(app.url("/v1/live"))
-        .bearer_auth(key)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::CREATED);
-    r.json().await.unwrap()
 }
 
 #[tokio::test]
@@ -58,7 +37,7 @@ async fn an_ffmpeg_hls_push_lands_every_file_in_the_recordings_ledger_and_its_en
     push(&ingest).await;
 
     // FFmpeg exits once it has sent its last files, not once vidq has registered them.
-    crate::queue::wait_for_count(
+    crate::support::wait::wait_for_count(
         &app,
         &format!(
             "SELECT count(*) AS n FROM recording_files f JOIN recordings r ON r.id = f.recording_id
@@ -147,9 +126,12 @@ async fn an_ffmpeg_hls_push_lands_every_file_in_the_recordings_ledger_and_its_en
 
     // This node's sweeper lands every file at its key with the ledger's size (CAS), woken
     // by the NOTIFY each registration sends, and empties the spool.
-    app.start_sweeper(app.storage.clone(), crate::tus::woken_sweeper())
-        .await;
-    crate::queue::wait_for_count(
+    app.start_sweeper(
+        app.storage.clone(),
+        crate::support::sweeper::woken_sweeper(),
+    )
+    .await;
+    crate::support::wait::wait_for_count(
         &app,
         &format!(
             "SELECT count(*) AS n FROM recording_files
@@ -212,12 +194,12 @@ async fn an_ffmpeg_hls_push_lands_every_file_in_the_recordings_ledger_and_its_en
         text.contains("#EXT-X-MAP:URI=") && text.ends_with("#EXT-X-ENDLIST\n"),
         "{text}"
     );
-    let seconds = crate::live_recovery::played_seconds(&playback).await;
+    let seconds = crate::support::playback::played_seconds(&playback).await;
     assert!((seconds - 6.0).abs() < 0.5, "{seconds} s");
 
     // The ledger and the bucket agree, `live/` included; strays there are orphans, a lost
     // segment is missing.
-    use crate::reconcile::{expect, reconcile};
+    use crate::support::reconcile::{expect, reconcile};
     expect(&reconcile(&app, &["--grace-secs", "0"]).await, 0);
     let stray = format!("live/{id}/stray.m4s");
     let gone = format!("live/{}/seg_000000.m4s", uuid::Uuid::now_v7());
@@ -374,65 +356,6 @@ async fn names_that_could_leave_the_recording_a_wrong_key_and_files_after_the_cu
     .await;
 }
 
-/// FFmpeg making the 6 s clip into an encoder's HLS: three 2 s fMP4 segments and an init;
-/// the caller adds where they go.
-pub fn hls_encoder() -> tokio::process::Command {
-    let mut command = tokio::process::Command::new("ffmpeg");
-    command
-        .args(["-nostdin", "-v", "error", "-i"])
-        .arg(clips::small())
-        .args([
-            "-c:v",
-            "libx264",
-            "-g",
-            "25",
-            "-preset",
-            "ultrafast",
-            "-c:a",
-            "aac",
-        ])
-        .args(["-f", "hls", "-hls_segment_type", "fmp4", "-hls_time", "2"]);
-    command
-}
-
-/// Pushes the 6 s clip as three 2 s fMP4 segments to `ingest`.
-pub async fn push(ingest: &str) {
-    let out = hls_encoder()
-        .args(["-hls_playlist_type", "event", "-method", "PUT"])
-        .arg(format!("{ingest}index.m3u8"))
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-pub async fn playlist_text(app: &TestApp, url: &str) -> String {
-    app.http
-        .get(url)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-pub async fn uploaded(app: &TestApp, id: &str, n: i64) {
-    crate::queue::wait_for_count(
-        app,
-        &format!(
-            "SELECT count(*) AS n FROM recording_files WHERE recording_id = '{id}' AND state = 'uploaded'"
-        ),
-        n,
-        std::time::Duration::from_secs(20),
-    )
-    .await;
-}
-
 /// The seed's cases (2) and (6): a playback segment whose PUT fails stops the playlist
 /// before it until the sweeper lands it; an init that is not confirmed keeps playback
 /// closed while the segments upload, and its recovery releases all of them at once.
@@ -447,7 +370,7 @@ async fn a_failed_segment_stops_the_playlist_before_it_and_a_missing_init_keeps_
         let store = vidq::bench::sweeper::FaultStore::new(app.storage.clone());
         let failing_key = format!("live/{id}/{failing}");
         store.fail_puts_of(&failing_key);
-        let mut settings = crate::tus::woken_sweeper();
+        let mut settings = crate::support::sweeper::woken_sweeper();
         // Rows backing off are tried again at the next round: rounds come often here.
         settings.interval = std::time::Duration::from_millis(100);
         settings.backoff = vidq::domain::sweep::Backoff {
@@ -458,7 +381,7 @@ async fn a_failed_segment_stops_the_playlist_before_it_and_a_missing_init_keeps_
         push(recording["ingest_url"].as_str().unwrap()).await;
         uploaded(&app, &id, 3).await;
         // Its tries keep failing on the row meanwhile.
-        crate::queue::wait_for_count(
+        crate::support::wait::wait_for_count(
             &app,
             &format!("SELECT count(*) AS n FROM recording_files WHERE object_key = '{failing_key}' AND tries >= 2"),
             1,
@@ -507,13 +430,13 @@ async fn a_recording_with_nothing_arriving_ends_as_idle_and_is_final_after_its_c
                      WHERE id = '{id}' RETURNING 1) SELECT count(*) AS n FROM x"
     ))
     .await;
-    let mut settings = crate::tus::woken_sweeper();
+    let mut settings = crate::support::sweeper::woken_sweeper();
     settings.interval = std::time::Duration::from_millis(100);
     settings.live_grace = std::time::Duration::ZERO;
     app.start_sweeper(app.storage.clone(), settings).await;
     // Final past its cutoff, and with no init it can never play: it fails instead of
     // becoming a video.
-    crate::queue::wait_for_count(
+    crate::support::wait::wait_for_count(
         &app,
         &format!("SELECT count(*) AS n FROM recordings WHERE id = '{id}' AND state = 'failed'"),
         1,
@@ -554,7 +477,7 @@ async fn a_segment_no_playlist_named_is_excluded_at_the_cutoff_and_the_playlist_
         .await;
     assert_eq!(r.status(), StatusCode::ACCEPTED);
 
-    let mut settings = crate::tus::woken_sweeper();
+    let mut settings = crate::support::sweeper::woken_sweeper();
     settings.interval = std::time::Duration::from_millis(100);
     settings.live_grace = std::time::Duration::ZERO;
     app.count(&format!(
@@ -563,7 +486,7 @@ async fn a_segment_no_playlist_named_is_excluded_at_the_cutoff_and_the_playlist_
     ))
     .await;
     app.start_sweeper(app.storage.clone(), settings).await;
-    crate::queue::wait_for_count(
+    crate::support::wait::wait_for_count(
         &app,
         &format!("SELECT count(*) AS n FROM recordings WHERE id = '{id}' AND state = 'ended'"),
         1,

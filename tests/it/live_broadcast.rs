@@ -7,9 +7,12 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::clips;
-use crate::harness::{SPOOL_NODE, TEST_BUCKET, TestApp, free_port, vidq_child};
-use crate::live_recovery::{LiveRig, played_seconds};
+use crate::support::app::TestApp;
+use crate::support::clips;
+use crate::support::live::{answering, api_command, playable, read_live};
+use crate::support::live_rig::LiveRig;
+use crate::support::playback::played_seconds;
+use crate::support::process::free_port;
 
 /// FFmpeg pushing `clip` in real time as fMP4 HLS with 4 s segments to `ingest`, the way
 /// the README tells an encoder to (a keyframe every 2 s, so every segment is 4 s). IO
@@ -25,40 +28,6 @@ fn pusher(clip: &std::path::Path, ingest: &str) -> tokio::process::Command {
         .arg(format!("{ingest}index.m3u8"))
         .kill_on_drop(true);
     command
-}
-
-/// Waits until the live playlist at `playback` lists a segment.
-pub async fn playable(app: &TestApp, playback: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = crate::live::playlist_text(app, playback).await;
-        if text.contains("#EXTINF") {
-            return;
-        }
-        assert!(Instant::now() < deadline, "nothing became playable: {text}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// A player reading the live playlist from its start with FFmpeg's HLS reader into `copy`,
-/// until the playlist ends (within `within`).
-pub async fn read_live(playback: &str, copy: &std::path::Path, within: Duration) {
-    let reader = tokio::process::Command::new("ffmpeg")
-        .args(["-nostdin", "-v", "error", "-live_start_index", "0", "-i"])
-        .arg(playback)
-        .args(["-c", "copy", "-f", "mp4"])
-        .arg(copy)
-        .kill_on_drop(true)
-        .output();
-    let read = tokio::time::timeout(within, reader)
-        .await
-        .expect("the reader stops at the end")
-        .unwrap();
-    assert!(
-        read.status.success(),
-        "{}",
-        String::from_utf8_lossy(&read.stderr)
-    );
 }
 
 async fn finished(child: tokio::process::Child) {
@@ -145,49 +114,6 @@ fn api_process(
     api_command(app, http, ingest, log).spawn().unwrap()
 }
 
-/// The command [`api_process`] runs, to add settings to.
-pub fn api_command(
-    app: &TestApp,
-    http: u16,
-    ingest: u16,
-    log: &std::path::Path,
-) -> tokio::process::Command {
-    let mut command = vidq_child("api", log);
-    command
-        .env("DATABASE_URL", &app.db.url)
-        .env("VIDQ_NO_MIGRATE", "true")
-        .env("VIDQ_HTTP_ADDR", format!("127.0.0.1:{http}"))
-        .env("VIDQ_INGEST_ADDR", format!("127.0.0.1:{ingest}"))
-        .env("VIDQ_SPOOL_DIR", app.spool.path())
-        .env("VIDQ_NODE_ID", SPOOL_NODE)
-        .env("VIDQ_LIVE_GRACE_SECS", "1")
-        .env("VIDQ_PLAYBACK_SECRET", "7".repeat(64))
-        .env("VIDQ_S3_ENDPOINT", app.s3.as_ref().unwrap().endpoint())
-        .env("VIDQ_S3_BUCKET", TEST_BUCKET)
-        .env("VIDQ_S3_FORCE_PATH_STYLE", "true")
-        .env("AWS_ACCESS_KEY_ID", "test-access")
-        .env("AWS_SECRET_ACCESS_KEY", "test-secret");
-    command
-}
-
-pub async fn answering(app: &TestApp, base: &str, log: &std::path::Path) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while app
-        .http
-        .get(format!("{base}/healthz"))
-        .send()
-        .await
-        .is_err()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_sigkill_of_the_ingesting_api_mid_broadcast_loses_nothing_and_puts_nothing_twice() {
     let app = TestApp::spawn().await;
@@ -221,7 +147,7 @@ async fn a_sigkill_of_the_ingesting_api_mid_broadcast_loses_nothing_and_puts_not
     let segments = format!(
         "SELECT count(*) AS n FROM recording_files WHERE recording_id = '{id}' AND axis = 'segment'"
     );
-    crate::queue::wait_for_count(&app, &segments, 2, Duration::from_secs(30)).await;
+    crate::support::wait::wait_for_count(&app, &segments, 2, Duration::from_secs(30)).await;
     let pid = api.id().unwrap();
     let killed = std::process::Command::new("kill")
         .args(["-KILL", &pid.to_string()])
@@ -249,7 +175,7 @@ async fn a_sigkill_of_the_ingesting_api_mid_broadcast_loses_nothing_and_puts_not
     // PUT, so the endlist can be registered a few milliseconds before that segment's row:
     // the end is the endlist AND the segment it names last.
     finished(push).await;
-    crate::queue::wait_for_count(
+    crate::support::wait::wait_for_count(
         &app,
         &format!(
             "SELECT count(*) AS n FROM recordings r
@@ -293,14 +219,14 @@ async fn a_sigkill_of_the_ingesting_api_mid_broadcast_loses_nothing_and_puts_not
     // The node's sweeper lands what the killed process had spooled and the rest, each file
     // once under its one key; a worker makes the video.
     let store = vidq::bench::sweeper::FaultStore::new(app.storage.clone());
-    let mut settings = crate::tus::woken_sweeper();
+    let mut settings = crate::support::sweeper::woken_sweeper();
     settings.interval = Duration::from_millis(100);
     settings.live_grace = Duration::from_secs(1);
     app.start_sweeper(store.clone(), settings).await;
     let work = tempfile::tempdir().unwrap();
-    let s3 = crate::s3_faults::S3Faults::start(&app.s3.as_ref().unwrap().endpoint()).await;
-    let worker = crate::live_recovery::repackager(&app, &s3, work.path()).await;
-    crate::queue::wait_for_count(
+    let s3 = crate::support::s3_faults::S3Faults::start(&app.s3.as_ref().unwrap().endpoint()).await;
+    let worker = crate::support::live_rig::repackager(&app, &s3, work.path()).await;
+    crate::support::wait::wait_for_count(
         &app,
         &format!(
             "SELECT count(*) AS n FROM videos WHERE recording_id = '{id}' AND status = 'ready'"
@@ -319,14 +245,14 @@ async fn a_sigkill_of_the_ingesting_api_mid_broadcast_loses_nothing_and_puts_not
         kept + 1,
         "the init and the segments (the worker puts the original itself): {puts:?}"
     );
-    let status = crate::live::recording_status(&app, &key, &id).await;
+    let status = crate::support::live::recording_status(&app, &key, &id).await;
     let video = app.video(&key, &status["video_id"].as_str().unwrap()).await;
     if whole {
         let seconds = played_seconds(video["playback"]["hls_url"].as_str().unwrap()).await;
         assert!((seconds - 20.0).abs() < 0.5, "{seconds} s");
     }
-    crate::reconcile::expect(
-        &crate::reconcile::reconcile(&app, &["--grace-secs", "0"]).await,
+    crate::support::reconcile::expect(
+        &crate::support::reconcile::reconcile(&app, &["--grace-secs", "0"]).await,
         0,
     );
 }

@@ -173,7 +173,7 @@ async fn a_stream_numbered_from_100_plays_live_and_keeps_the_encoders_target_dur
     assert!(last.ends_with("#EXT-X-ENDLIST\n"), "{last}");
     assert!(!last.contains("DISCONTINUITY"), "100 on is one run: {last}");
     // A player reads it whole: 8 s.
-    let played = crate::playback::played_seconds(&playback).await;
+    let played = crate::support::playback::played_seconds_by_stream(&playback).await;
     assert!(
         played.iter().all(|s| (s - 8.0).abs() < 0.5),
         "played {played:?} of 8 s"

@@ -80,7 +80,7 @@ async fn a_recording_with_a_gap_ends_and_its_playlist_says_so() {
         "a watching player stops polling: {text}"
     );
     // A player reads it to its end: the four segments that arrived, 8 s.
-    let seconds = crate::live_recovery::played_seconds(&playback).await;
+    let seconds = crate::support::playback::played_seconds(&playback).await;
     assert!((seconds - 8.0).abs() < 0.5, "{seconds} s");
     // The final recording's spool directory is gone.
     let spool = d.node_dir(API_NODE).join("spool/live").join(&id);

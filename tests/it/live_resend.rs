@@ -235,8 +235,13 @@ async fn a_file_sent_again_is_replaced_until_it_lands_and_final_after_both_order
             .await
             .unwrap();
     }
-    let report = crate::reconcile::expect(
-        &crate::reconcile::reconcile_at(&d.db.url, &d.s3.endpoint(), &["--grace-secs", "0"]).await,
+    let report = crate::support::reconcile::expect(
+        &crate::support::reconcile::reconcile_at(
+            &d.db.url,
+            &d.s3.endpoint(),
+            &["--grace-secs", "0"],
+        )
+        .await,
         1,
     );
     assert!(report.contains("digest_mismatch: 2"), "{report}");

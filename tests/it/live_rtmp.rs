@@ -11,12 +11,15 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
-use crate::clips;
-use crate::harness::{TestApp, free_port};
-use crate::live_broadcast::{answering, playable, read_live};
-use crate::live_recovery::{played_seconds, repackager};
-use crate::queue::{Worker, wait_for_count};
-use crate::s3_faults::S3Faults;
+use crate::support::app::TestApp;
+use crate::support::clips;
+use crate::support::live::{answering, playable, read_live};
+use crate::support::live_rig::repackager;
+use crate::support::playback::played_seconds;
+use crate::support::process::free_port;
+use crate::support::queue::Worker;
+use crate::support::s3_faults::S3Faults;
+use crate::support::wait::wait_for_count;
 
 /// A test app (database, S3, its node's sweeper, a worker) and a `vidq api` process holding
 /// the RTMP listener, spooling as the test node.
@@ -57,7 +60,7 @@ impl Rig {
         let base = format!("http://127.0.0.1:{http}");
         let api = api_process(&app, http, rtmp_port, &log);
         answering(&app, &base, &log).await;
-        let mut settings = crate::tus::woken_sweeper();
+        let mut settings = crate::support::sweeper::woken_sweeper();
         settings.interval = Duration::from_millis(100);
         settings.live_idle = Duration::from_secs(idle_secs);
         settings.live_grace = Duration::from_secs(1);
@@ -127,7 +130,7 @@ impl Rig {
             within,
         )
         .await;
-        let status = crate::live::recording_status(&self.app, &self.key, id).await;
+        let status = crate::support::live::recording_status(&self.app, &self.key, id).await;
         self.app
             .video(&self.key, &status["video_id"].as_str().unwrap())
             .await
@@ -166,7 +169,7 @@ impl Rig {
 /// `vidq api` with its RTMP listener on `rtmp`, spooling into the test app's spool as the test
 /// node.
 fn api_process(app: &TestApp, http: u16, rtmp: u16, log: &Path) -> tokio::process::Child {
-    crate::live_broadcast::api_command(app, http, free_port(), log)
+    crate::support::live::api_command(app, http, free_port(), log)
         .env("VIDQ_RTMP_ADDR", format!("127.0.0.1:{rtmp}"))
         .spawn()
         .unwrap()
@@ -246,7 +249,7 @@ async fn a_30_second_rtmp_broadcast_is_read_live_and_becomes_a_30_second_video()
 
     // A player joins while it is live and reads from the start until the playlist ends.
     playable(&rig.app, &recording.playback).await;
-    let state = crate::live::recording_status(&rig.app, &rig.key, &recording.id).await;
+    let state = crate::support::live::recording_status(&rig.app, &rig.key, &recording.id).await;
     assert_eq!(state["state"], "live");
     let copy = rig.dir.path().join("read.mp4");
     let ((), pushed) = tokio::join!(
@@ -266,7 +269,7 @@ async fn a_30_second_rtmp_broadcast_is_read_live_and_becomes_a_30_second_video()
         let seconds = played_seconds(url.as_str().unwrap()).await;
         assert!((seconds - 30.0).abs() <= 0.5, "{url}: {seconds} s");
     }
-    let status = crate::live::recording_status(&rig.app, &rig.key, &recording.id).await;
+    let status = crate::support::live::recording_status(&rig.app, &rig.key, &recording.id).await;
     assert_eq!(status["end_reason"], "idle");
     let numbers = rig.segment_numbers(&recording).await;
     assert_eq!(
@@ -275,8 +278,8 @@ async fn a_30_second_rtmp_broadcast_is_read_live_and_becomes_a_30_second_video()
         "segments numbered from 0 without a gap"
     );
     assert!(numbers.len() >= 14, "2 s segments: {numbers:?}");
-    crate::reconcile::expect(
-        &crate::reconcile::reconcile(&rig.app, &["--grace-secs", "0"]).await,
+    crate::support::reconcile::expect(
+        &crate::support::reconcile::reconcile(&rig.app, &["--grace-secs", "0"]).await,
         0,
     );
     let log = rig.log_text();
@@ -329,7 +332,7 @@ async fn a_wrong_key_or_a_codec_vidq_does_not_take_is_refused_before_any_file_an
         0,
         "no file of either was written"
     );
-    let status = crate::live::recording_status(&rig.app, &rig.key, &recording.id).await;
+    let status = crate::support::live::recording_status(&rig.app, &rig.key, &recording.id).await;
     assert_eq!(status["state"], "waiting");
     let incoming = rig.app.spool.path().join("live");
     let files = walk(&incoming);
@@ -463,7 +466,7 @@ async fn a_sigkill_of_the_api_holding_an_rtmp_stream_lands_what_arrived_as_a_vid
     // The node's sweeper lands what was spooled; the recording ends idle and becomes a video
     // of what arrived.
     let video = rig.ready_video(&recording, Duration::from_secs(60)).await;
-    let status = crate::live::recording_status(&rig.app, &rig.key, &recording.id).await;
+    let status = crate::support::live::recording_status(&rig.app, &rig.key, &recording.id).await;
     assert_eq!(status["end_reason"], "idle");
     let arrived = rig.count(&segments).await;
     assert!(arrived >= 3, "{arrived}");
@@ -474,8 +477,8 @@ async fn a_sigkill_of_the_api_holding_an_rtmp_stream_lands_what_arrived_as_a_vid
         "the video ({seconds} s) is what arrived ({listed} s)"
     );
     assert!(seconds < 29.0, "{seconds} s: the stream was cut");
-    crate::reconcile::expect(
-        &crate::reconcile::reconcile(&rig.app, &["--grace-secs", "0"]).await,
+    crate::support::reconcile::expect(
+        &crate::support::reconcile::reconcile(&rig.app, &["--grace-secs", "0"]).await,
         0,
     );
     rig.stop().await;

@@ -7,7 +7,8 @@ use tokio_util::sync::CancellationToken;
 use vidq::adapters::ffmpeg::{MediaConfig, encode, probe};
 use vidq::domain::media::{FailureClass, MediaLimits};
 
-use crate::clips;
+use crate::support::clips;
+use crate::support::media::{probe_image, processes_mentioning, video_stream};
 
 fn config() -> MediaConfig {
     MediaConfig::default()
@@ -118,6 +119,8 @@ impl Tripwire {
 
     /// Whether anything opened the file; releases the writer thread either way.
     fn was_opened(mut self) -> bool {
+        // An open by a reader would already have released the writer thread; nothing marks
+        // that none came, so the thread gets a moment to record one.
         std::thread::sleep(Duration::from_millis(100));
         let opened = self.opened.load(std::sync::atomic::Ordering::SeqCst);
         // Open it ourselves, non-blocking (O_NONBLOCK on Linux), so a writer still blocked in
@@ -223,7 +226,7 @@ async fn encode_writes_hls_fmp4_an_mp4_with_moov_first_and_a_thumbnail() {
     }
     let mp4 = std::fs::read(&files.mp4).unwrap();
     assert!(
-        crate::mp4::moov_before_mdat(&mp4),
+        crate::support::mp4::moov_before_mdat(&mp4),
         "faststart: moov precedes mdat"
     );
     let thumb = probe_image(&files.thumbnail).await;
@@ -238,37 +241,6 @@ async fn encode_clip(config: &MediaConfig, clip: &Path, out: &Path) -> encode::E
     encode::encode(config, &info, clip, out, &CancellationToken::new())
         .await
         .unwrap()
-}
-
-/// ffprobe's facts about the first video stream of `path`.
-pub async fn video_stream(path: &Path) -> serde_json::Value {
-    let out = tokio::process::Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-select_streams",
-            "v:0",
-            "-show_streams",
-            "-of",
-            "json",
-        ])
-        .arg(path)
-        .output()
-        .await
-        .unwrap();
-    assert!(out.status.success(), "{} decodes", path.display());
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    json["streams"][0].clone()
-}
-
-/// ffprobe's view of an image: (width, height); asserts it is a JPEG.
-pub async fn probe_image(path: &Path) -> (i64, i64) {
-    let stream = video_stream(path).await;
-    assert_eq!(stream["codec_name"], "mjpeg");
-    (
-        stream["width"].as_i64().unwrap(),
-        stream["height"].as_i64().unwrap(),
-    )
 }
 
 #[tokio::test]
@@ -323,6 +295,7 @@ async fn a_cancelled_encode_is_killed_at_once() {
     let cancel = CancellationToken::new();
     let stopper = cancel.clone();
     let cancelled_at = tokio::spawn(async move {
+        // The cancel comes mid-encode, as a stop would.
         tokio::time::sleep(Duration::from_millis(100)).await;
         stopper.cancel();
         std::time::Instant::now()
@@ -349,30 +322,6 @@ async fn a_missing_ffmpeg_is_said_plainly_and_is_retryable() {
     assert_eq!(err.code, "ffmpeg_missing");
     assert!(err.message.contains("not found"), "{}", err.message);
     assert_eq!(err.class, FailureClass::Retryable);
-}
-
-/// Pids of live processes whose command line mentions `marker`.
-pub fn processes_mentioning(marker: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if pid == std::process::id() {
-            continue;
-        }
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        if String::from_utf8_lossy(&cmdline).contains(marker) {
-            let state = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-            // A zombie is dead; only running processes count.
-            if !state.contains(") Z ") {
-                found.push(pid);
-            }
-        }
-    }
-    found
 }
 
 #[tokio::test]

@@ -4,27 +4,10 @@
 
 use std::time::Duration;
 
-use crate::harness::{TestApp, free_port, vidq_child};
-use crate::worker_process::probe_until;
-
-/// The value of the first sample line starting with `series ` in `text`.
-pub fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
-
-/// One scrape of the API's `/metrics`, checked to be Prometheus text.
-pub async fn scrape(app: &TestApp) -> String {
-    let response = reqwest::get(app.url("/metrics")).await.unwrap();
-    assert_eq!(response.status(), 200);
-    assert!(
-        response.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/plain; version=0.0.4")
-    );
-    response.text().await.unwrap()
-}
+use crate::support::app::TestApp;
+use crate::support::metrics::{sample, scrape};
+use crate::support::process::{free_port, vidq_child};
+use crate::support::worker::probe_until;
 
 #[tokio::test]
 async fn the_api_counts_requests_by_route_and_reads_the_queue_outbox_and_sweepers_at_scrape_time() {
@@ -102,7 +85,7 @@ async fn the_relays_listener_reports_its_backlog_and_deliveries() {
     let key = app.create_user("alice").await;
     // A receiver that is down: the delivery fails and waits for its next try.
     let closed = format!("http://127.0.0.1:{}/hooks", free_port());
-    crate::relay::register(&app, &key, &closed).await;
+    crate::support::relay::register(&app, &key, &closed).await;
     app.uploaded_video(&key).await;
     let logs = tempfile::tempdir().unwrap();
     let port = free_port();

@@ -7,20 +7,20 @@ use std::time::Duration;
 
 use vidq::adapters::nats::NatsSink;
 
-use crate::harness::TestApp;
-use crate::queue::wait_for_count;
-use crate::relay::{RelayRun, produce, relay_args, user_id};
+use crate::support::app::TestApp;
+use crate::support::relay::{RelayRun, produce, relay_args, user_id};
+use crate::support::wait::wait_for_count;
 
 /// The server the tests publish to.
 fn nats_url() -> &'static str {
     static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     URL.get_or_init(|| {
-        if crate::harness::answers("127.0.0.1:4222") {
+        if crate::support::process::answers("127.0.0.1:4222") {
             return "nats://127.0.0.1:4222".to_owned();
         }
-        let port = crate::harness::free_port().to_string();
+        let port = crate::support::process::free_port().to_string();
         let store = tempfile::tempdir().unwrap().keep();
-        crate::harness::run_while_tests_run(
+        crate::support::process::run_while_tests_run(
             "nats-server",
             &[
                 "-js",
@@ -35,7 +35,7 @@ fn nats_url() -> &'static str {
         );
         let addr = format!("127.0.0.1:{port}");
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !crate::harness::answers(&addr) {
+        while !crate::support::process::answers(&addr) {
             assert!(
                 std::time::Instant::now() < deadline,
                 "nothing answers on 127.0.0.1:4222 and nats-server (-js) did not start; install it"

@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, TestDb, free_port, vidq_child};
+use crate::support::app::TestApp;
+use crate::support::db::TestDb;
+use crate::support::openapi::document;
+use crate::support::process::{free_port, vidq_child};
 
 /// Every path `routes::configure` registers, read from its source: the `scope("...")` and
 /// `resource("...")` / `resource(["...", ...])` calls, a resource under every scope whose
@@ -108,18 +111,6 @@ const METHODS: [&str; 8] = [
 /// Both ways of sending bytes to vidq check a checksum and answer 460 when it fails (tus's
 /// `Upload-Checksum`, the single PUT's contract `checksum`); a client generated from the
 /// document must know that answer on both.
-/// The document `app` serves.
-pub async fn document(app: &TestApp) -> Value {
-    app.http
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn both_routes_that_check_a_checksum_document_its_460() {
     let app = TestApp::spawn().await;
@@ -278,12 +269,16 @@ impl Dev {
 
     /// `vidq user create`: the key it prints.
     async fn user_key(&self, name: &str) -> String {
-        let out = crate::cli::vidq(
+        let out = crate::support::cli::vidq(
             &["user", "create", "--name", name],
             &[("DATABASE_URL", &self.db.url)],
         )
         .await;
-        assert!(out.status.success(), "{}", crate::cli::stderr(&out));
+        assert!(
+            out.status.success(),
+            "{}",
+            crate::support::cli::stderr(&out)
+        );
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
     }
 
@@ -370,7 +365,11 @@ async fn schemathesis_finds_no_server_errors_or_schema_mismatches() {
     // has events answers at once instead of waiting out its `wait`.
     let http = reqwest::Client::new();
     let ready = dev
-        .upload(&http, &key, std::fs::read(crate::clips::small()).unwrap())
+        .upload(
+            &http,
+            &key,
+            std::fs::read(crate::support::clips::small()).unwrap(),
+        )
         .await;
     let failed = dev.upload(&http, &key, b"not a video".to_vec()).await;
     assert_eq!(dev.settled(&http, &key, &ready).await, "ready");

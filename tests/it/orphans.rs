@@ -12,15 +12,15 @@ use tokio_util::sync::CancellationToken;
 use vidq::adapters::spool::SpoolRoot;
 use vidq::sweeper::{OrphanPass, Sweeper, SweeperSettings};
 
-use crate::harness::TestApp;
-use crate::reconcile::{expect, reconcile};
+use crate::support::app::TestApp;
+use crate::support::reconcile::{expect, reconcile};
 
 fn settings() -> SweeperSettings {
     SweeperSettings {
         orphans_every: None,
         // Everything in this test is old enough; what is owned must survive anyway.
         orphan_grace: Duration::ZERO,
-        ..crate::tus::woken_sweeper()
+        ..crate::support::sweeper::woken_sweeper()
     }
 }
 

@@ -1,42 +1,18 @@
 //! One encoding attempt end to end against the real S3 protocol and the artifact ledger.
 
-use reqwest::StatusCode;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use vidq::adapters::ffmpeg::MediaConfig;
 use vidq::pipeline::{AttemptPlan, Pipeline};
 
-use crate::clips;
-use crate::harness::TestApp;
-
-/// Uploads and confirms a real clip; returns the video JSON.
-pub async fn upload_clip(app: &TestApp, key: &str, clip: &std::path::Path) -> Value {
-    let bytes = std::fs::read(clip).unwrap();
-    let upload = app.create_upload(key, bytes.len()).await;
-    assert!(app.put_to(&upload, bytes).await.status().is_success());
-    let response = app
-        .confirm(key, upload["upload_id"].as_str().unwrap())
-        .await;
-    assert_eq!(response.status(), StatusCode::ACCEPTED);
-    response.json().await.unwrap()
-}
-
-pub fn pipeline(app: &TestApp, work_root: &std::path::Path) -> Pipeline {
-    Pipeline {
-        storage: app.storage.clone(),
-        db: app.pool.clone(),
-        media: MediaConfig::default(),
-        work_root: work_root.to_owned(),
-        waits: Default::default(),
-    }
-}
+use crate::support::app::TestApp;
+use crate::support::clips;
+use crate::support::pipeline::{pipeline, upload_clip};
 
 /// [`pipeline`], reaching S3 through a fault proxy the test controls.
 async fn behind_s3_faults(
     app: &TestApp,
     work_root: &std::path::Path,
-) -> (Pipeline, crate::s3_faults::S3Faults) {
-    let s3 = crate::s3_faults::S3Faults::start(&app.s3.as_ref().unwrap().endpoint()).await;
+) -> (Pipeline, crate::support::s3_faults::S3Faults) {
+    let s3 = crate::support::s3_faults::S3Faults::start(&app.s3.as_ref().unwrap().endpoint()).await;
     let mut body = pipeline(app, work_root);
     body.storage = app.storage_at(&s3.endpoint()).await;
     (body, s3)
@@ -45,7 +21,9 @@ async fn behind_s3_faults(
 /// The plan of the attempt that now holds `video`'s job (the attempt's ledger writes are
 /// fenced on its claim).
 async fn claimed(app: &TestApp, video: vidq::domain::ids::VideoId) -> AttemptPlan {
-    let claim = crate::queue::claim(app, "node", 60.0).await.unwrap();
+    let claim = crate::support::queue::claim(app, "node", 60.0)
+        .await
+        .unwrap();
     assert_eq!(claim.video, video);
     claim.plan()
 }
@@ -55,11 +33,13 @@ async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let video = upload_clip(&app, &key, &clips::small()).await;
-    let video_id = crate::queue::video_id(&video);
+    let video_id = crate::support::queue::video_id(&video);
     let work = tempfile::tempdir().unwrap();
     // The second attempt: the first claim's lease runs out unused.
-    crate::queue::claim(&app, "first", 0.05).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let first = crate::support::queue::claim(&app, "first", 30.0)
+        .await
+        .unwrap();
+    crate::support::queue::expire_lease(&app, &first).await;
     let plan = claimed(&app, video_id).await;
     assert_eq!(plan.attempt, 2);
     let output = pipeline(&app, work.path())
@@ -109,7 +89,7 @@ async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
         .await
         .unwrap()
         .unwrap();
-    assert!(crate::mp4::moov_before_mdat(&mp4));
+    assert!(crate::support::mp4::moov_before_mdat(&mp4));
     let thumb = work.path().join("thumb-check.jpg");
     std::fs::write(
         &thumb,
@@ -120,7 +100,7 @@ async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
             .unwrap(),
     )
     .unwrap();
-    let (w, _) = crate::media::probe_image(&thumb).await;
+    let (w, _) = crate::support::media::probe_image(&thumb).await;
     assert!(w <= 640);
 
     // The ledger: every object uploaded with the size S3 holds, the playlist confirmed last.
@@ -172,7 +152,7 @@ async fn a_hostile_original_fails_permanently_and_writes_nothing() {
     )
     .unwrap();
     let video = upload_clip(&app, &key, &hostile).await;
-    let video_id = crate::queue::video_id(&video);
+    let video_id = crate::support::queue::video_id(&video);
     let plan = claimed(&app, video_id).await;
     let err = pipeline(&app, dir.path())
         .run(&plan, &CancellationToken::new())
@@ -235,7 +215,7 @@ async fn a_ladder_puts_every_rendition_up_and_the_master_playlist_last() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let video = upload_clip(&app, &key, &clips::small()).await;
-    let video_id = crate::queue::video_id(&video);
+    let video_id = crate::support::queue::video_id(&video);
     let work = tempfile::tempdir().unwrap();
     let mut pipeline = pipeline(&app, work.path());
     pipeline.media.ladder = vec![240, 120];
@@ -313,7 +293,7 @@ async fn an_attempt_waits_through_a_short_s3_outage_and_gives_up_on_a_long_one()
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let video = upload_clip(&app, &key, &clips::small()).await;
-    let video_id = crate::queue::video_id(&video);
+    let video_id = crate::support::queue::video_id(&video);
     let work = tempfile::tempdir().unwrap();
     let (mut body, s3) = behind_s3_faults(&app, work.path()).await;
 
@@ -339,6 +319,7 @@ async fn an_attempt_waits_through_a_short_s3_outage_and_gives_up_on_a_long_one()
         let s3_up = std::sync::Arc::new(s3);
         let s3 = s3_up.clone();
         async move {
+            // The outage's length is the scenario: shorter than the attempt's wait.
             tokio::time::sleep(std::time::Duration::from_secs(2)).await;
             s3.set_down(false);
             s3_up
@@ -366,7 +347,7 @@ async fn no_transaction_is_open_while_an_attempt_runs_ffmpeg_or_transfers() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let video = upload_clip(&app, &key, &clips::small()).await;
-    let video_id = crate::queue::video_id(&video);
+    let video_id = crate::support::queue::video_id(&video);
     let work = tempfile::tempdir().unwrap();
     let (body, s3) = behind_s3_faults(&app, work.path()).await;
     let plan = claimed(&app, video_id).await;
@@ -403,6 +384,7 @@ async fn no_transaction_is_open_while_an_attempt_runs_ffmpeg_or_transfers() {
     });
     s3.set_down(true);
     let back = tokio::spawn(async move {
+        // A 2 s outage the attempt waits out while the watcher samples (the scenario).
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         s3.set_down(false);
         s3

@@ -9,7 +9,9 @@ use diesel::sql_types::BigInt;
 use diesel_async::RunQueryDsl;
 use vidq::db::pipelined::PipelinedTx;
 
-use crate::harness::{TestApp, TestDb, UsersHeld};
+use crate::support::app::TestApp;
+use crate::support::db::{TestDb, UsersHeld};
+use crate::support::wait::wait_for_lock_waits;
 
 #[derive(QueryableByName)]
 struct Count {
@@ -199,7 +201,7 @@ async fn a_finalize_carries_its_slots_next_claim_in_the_same_round_trip() {
     for _ in 0..3 {
         app.uploaded_video(&key).await;
     }
-    let proxy = crate::proxy::Delayed::in_front_of(&app.db.url, DELAY).await;
+    let proxy = crate::support::proxy::Delayed::in_front_of(&app.db.url, DELAY).await;
     let pool = vidq::db::connect(&proxy.url_for(&app.db.url), 1)
         .await
         .unwrap();
@@ -275,7 +277,9 @@ async fn a_slots_next_claim_answers_while_its_finalize_still_waits_to_commit() {
     let claimed = job_row(&app.db.url, next.job_id).await;
     assert_eq!(claimed.status, "PROCESSING");
     assert_eq!(claimed.claim_token, Some(next.token));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its transaction is blocked behind the held row (`pg_stat_activity` shows it waiting
+    // for the lock), so it cannot have committed.
+    wait_for_lock_waits(&app, 1).await;
     assert!(
         !ahead.finalized.is_finished(),
         "the finalize waits for the uploader's row"
@@ -391,7 +395,7 @@ async fn a_confirm_alone_commits_in_one_round_trip_and_a_fence_that_matches_noth
             upload["upload_id"].as_str().unwrap().parse().unwrap(),
         ));
     }
-    let proxy = crate::proxy::Delayed::in_front_of(&app.db.url, DELAY).await;
+    let proxy = crate::support::proxy::Delayed::in_front_of(&app.db.url, DELAY).await;
     let pool = vidq::db::connect(&proxy.url_for(&app.db.url), 1)
         .await
         .unwrap();

@@ -13,10 +13,12 @@ use vidq::adapters::ffmpeg::MediaConfig;
 use vidq::adapters::storage::Storage;
 use vidq::pipeline::Pipeline;
 
-use crate::clips;
-use crate::harness::{TEST_BUCKET, TestApp, TestAppOptions, assert_error};
-use crate::pipeline::upload_clip;
-use crate::queue::{Worker, fast_settings, video_id, wait_for_count};
+use crate::support::app::{TEST_BUCKET, TestApp, TestAppOptions, assert_error};
+use crate::support::clips;
+use crate::support::pipeline::upload_clip;
+use crate::support::playback::played_seconds_by_stream;
+use crate::support::queue::{Worker, fast_settings, video_id};
+use crate::support::wait::wait_for_count;
 
 /// Uploads the small clip and runs a real worker on it until the video is READY; returns
 /// the video as `GET /v1/videos/{id}` shows it.
@@ -43,48 +45,10 @@ async fn ready_video(app: &TestApp, key: &str, media: MediaConfig) -> Value {
     app.video(key, &id).await
 }
 
-/// How many seconds of each video stream a player reads from `url` (last packet's end minus
-/// first packet's start), reading every packet of every variant. Panics with FFmpeg's own
-/// words if it cannot play.
-pub async fn played_seconds(url: &str) -> Vec<f64> {
-    let out = tokio::process::Command::new("ffprobe")
-        .args(["-v", "error", "-of", "json", "-show_entries"])
-        .arg("stream=index,codec_type:packet=stream_index,pts_time,duration_time")
-        .arg(url)
-        .output()
-        .await
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stderr.trim().is_empty(),
-        "ffprobe {url} failed: {stderr}"
-    );
-    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let number = |v: &Value| v.as_str().and_then(|s| s.parse::<f64>().ok());
-    json["streams"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["codec_type"] == "video")
-        .map(|stream| {
-            let (mut first, mut end) = (f64::MAX, f64::MIN);
-            for p in json["packets"].as_array().unwrap() {
-                if p["stream_index"] == stream["index"]
-                    && let Some(pts) = number(&p["pts_time"])
-                {
-                    first = first.min(pts);
-                    end = end.max(pts + number(&p["duration_time"]).unwrap_or(0.0));
-                }
-            }
-            end - first
-        })
-        .collect()
-}
-
 /// Asserts that `url` plays every one of `variants` video streams for the clip's whole length.
 async fn assert_plays_whole_clip(url: &str, variants: usize) {
-    let source = played_seconds(clips::small().to_str().unwrap()).await[0];
-    let played = played_seconds(url).await;
+    let source = played_seconds_by_stream(clips::small().to_str().unwrap()).await[0];
+    let played = played_seconds_by_stream(url).await;
     assert_eq!(played.len(), variants, "{played:?}");
     for seconds in played {
         // One frame (40 ms at 25 fps) of slack for rounding at the ends.
@@ -260,7 +224,7 @@ async fn expired_foreign_altered_and_missing_tokens_are_refused_and_leak_nothing
 
     // This video's token on another of the same owner's videos, and on an unknown id: the
     // token is refused before anything is looked up, so neither says whether it exists.
-    let other = crate::pipeline::upload_clip(&app, &key, &clips::small()).await;
+    let other = crate::support::pipeline::upload_clip(&app, &key, &clips::small()).await;
     let other_id = video_id(&other);
     for path in [
         format!("/v1/videos/{other_id}/hls.m3u8?token={token}"),
@@ -347,7 +311,7 @@ async fn with_a_public_base_url_playback_urls_are_plain_and_play() {
 
 #[tokio::test]
 async fn api_help_explains_the_playback_settings_and_a_short_secret_is_refused() {
-    let help = crate::cli::vidq(&["api", "--help"], &[]).await;
+    let help = crate::support::cli::vidq(&["api", "--help"], &[]).await;
     let text = String::from_utf8_lossy(&help.stdout);
     for variable in ["VIDQ_PLAYBACK_SECRET", "VIDQ_PUBLIC_BASE_URL"] {
         assert!(
@@ -369,9 +333,9 @@ async fn api_help_explains_the_playback_settings_and_a_short_secret_is_refused()
     ] {
         let mut env = env.to_vec();
         env.push((name, value));
-        let out = crate::cli::vidq(&["api"], &env).await;
+        let out = crate::support::cli::vidq(&["api"], &env).await;
         assert!(!out.status.success());
-        let said = crate::cli::stderr(&out);
+        let said = crate::support::cli::stderr(&out);
         assert!(said.contains(name), "{said}");
         if name == "VIDQ_PLAYBACK_SECRET" {
             assert!(!said.contains(value), "the secret is never printed: {said}");

@@ -1,7 +1,7 @@
 //! The queue's guarantees with in-process workers and scripted job bodies: each job finishes
-//! once (I2, I4), a NOTIFY wakes an idle worker, and the claim's plan; with the helpers the
-//! other queue tests share. Fencing (I3), failures (I6, dead jobs) and an attempt's life
-//! (release, heartbeat) are in the submodules.
+//! once (I2, I4), a NOTIFY wakes an idle worker, and the claim's plan. Fencing (I3),
+//! failures (I6, dead jobs) and an attempt's life (release, heartbeat) are in the
+//! submodules; the helpers they share are in `support::queue`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,95 +9,18 @@ use std::time::Duration;
 
 use diesel::QueryableByName;
 use diesel_async::RunQueryDsl;
-use tokio_util::sync::CancellationToken;
-use vidq::domain::ids::VideoId;
-use vidq::queue::Claim;
-use vidq::queue::JobBody;
-use vidq::queue::runner::{ClaimObserver, Runner, WorkerSettings};
+use vidq::queue::runner::ClaimObserver;
 
-use crate::harness::TestApp;
-use crate::scripted::{Scripted, Step};
+use crate::support::app::TestApp;
+use crate::support::queue::{Worker, each_job_ran_once_and_announced_once, fast_settings};
+use crate::support::scripted::{Scripted, Step};
+use crate::support::wait::wait_for_count;
 
 mod attempt_log;
 mod batch;
 mod failures;
 mod fencing;
 mod lifecycle;
-
-pub fn fast_settings(node: &str) -> WorkerSettings {
-    WorkerSettings {
-        node_id: node.to_owned(),
-        slots: 1,
-        poll: Duration::from_millis(50),
-        lease: Duration::from_secs(2),
-        heartbeat: Some(Duration::from_millis(400)),
-        deadline: Duration::from_secs(60),
-        retry_delay: Duration::from_millis(50),
-        listeners: vidq::queue::line::Listeners::HeadOfLine,
-        tool_failures: 3,
-        tool_recheck: Duration::from_secs(60),
-    }
-}
-
-pub struct Worker {
-    pub stop: CancellationToken,
-    pub handle: tokio::task::JoinHandle<()>,
-}
-
-impl Worker {
-    pub async fn start<B: JobBody>(url: &str, body: Arc<B>, settings: WorkerSettings) -> Self {
-        Self::observed(url, body, settings, None).await
-    }
-
-    /// Like [`Worker::start`], calling `on_claim` after every claim statement.
-    pub async fn observed<B: JobBody>(
-        url: &str,
-        body: Arc<B>,
-        settings: WorkerSettings,
-        on_claim: Option<ClaimObserver>,
-    ) -> Self {
-        let pool = vidq::db::connect(url, 2).await.unwrap();
-        let runner = Arc::new(Runner {
-            pool,
-            database_url: url.to_owned(),
-            body,
-            settings,
-            on_claim,
-            health: Default::default(),
-        });
-        let stop = CancellationToken::new();
-        let handle = tokio::spawn(runner.run(stop.clone()));
-        Self { stop, handle }
-    }
-
-    pub async fn stop(self) {
-        self.stop.cancel();
-        tokio::time::timeout(Duration::from_secs(40), self.handle)
-            .await
-            .unwrap()
-            .unwrap();
-    }
-}
-
-/// Polls `sql` (a `count(*) AS n` query) until it returns `want`.
-pub async fn wait_for_count(app: &TestApp, sql: &str, want: i64, within: Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let n = app.count(sql).await;
-        if n == want {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {sql} = {want} (last {n})"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-pub fn video_id(video: &serde_json::Value) -> VideoId {
-    video["id"].as_str().unwrap().parse().unwrap()
-}
 
 #[tokio::test]
 async fn many_workers_finish_every_job_exactly_once() {
@@ -154,52 +77,6 @@ async fn many_workers_finish_every_job_exactly_once() {
         (ready["status"].as_str(), ready["attempts"].as_i64()),
         (Some("ready"), Some(1))
     );
-}
-
-/// After `n` jobs ran with `body`: no two attempts of a job overlapped (I2), each ran once,
-/// on its first attempt, its video is READY, and it made exactly one terminal event (I4).
-pub async fn each_job_ran_once_and_announced_once(app: &TestApp, body: &Scripted, n: i64) {
-    assert_eq!(
-        *body.max_overlap.lock().unwrap(),
-        1,
-        "no two live claims of one job overlap (I2)"
-    );
-    let started = i64::try_from(body.started.lock().unwrap().len()).unwrap();
-    assert_eq!(started, n, "each job ran once");
-    assert_eq!(
-        app.count("SELECT count(*) AS n FROM video_encoding_jobs WHERE attempt_count <> 1")
-            .await,
-        0
-    );
-    assert_eq!(
-        app.count("SELECT count(*) AS n FROM videos WHERE status = 'ready'")
-            .await,
-        n
-    );
-    // I4: exactly one terminal event per video.
-    assert_eq!(
-        app.count(
-            "SELECT count(*) AS n FROM (SELECT video_id FROM notification_outbox
-               WHERE event_type IN ('video.ready', 'video.failed') GROUP BY video_id HAVING count(*) = 1) once"
-        )
-        .await,
-        n
-    );
-    assert_eq!(
-        app.count(
-            "SELECT count(*) AS n FROM notification_outbox WHERE event_type <> 'video.accepted'"
-        )
-        .await,
-        n
-    );
-}
-
-pub async fn claim(app: &TestApp, node: &str, lease_secs: f64) -> Option<Claim> {
-    let conn = app.pool.get().await.unwrap();
-    vidq::db::jobs::claim(&conn, node, lease_secs)
-        .await
-        .unwrap()
-        .map(Claim::from)
 }
 
 #[tokio::test]

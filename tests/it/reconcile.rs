@@ -4,7 +4,6 @@
 //! a deleted video's prefix are orphans only past the grace period; `--fix` deletes them and
 //! re-drives an upload through vidq from its spool file.
 
-use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,51 +11,13 @@ use vidq::db;
 use vidq::domain::ids::{UploadId, VideoId};
 use vidq::domain::keys;
 
-use crate::cli::{stderr, vidq};
-use crate::clips;
-use crate::harness::{TEST_BUCKET, TestApp};
-use crate::pipeline::{pipeline, upload_clip};
-use crate::queue::{Worker, fast_settings, video_id, wait_for_count};
-
-/// Runs `vidq reconcile ARGS` against the test's database and bucket.
-pub async fn reconcile(app: &TestApp, args: &[&str]) -> Output {
-    let endpoint = app.s3.as_ref().unwrap().endpoint();
-    reconcile_at(&app.db.url, &endpoint, args).await
-}
-
-/// Runs `vidq reconcile ARGS` against `database_url` and the test bucket at `endpoint`.
-pub async fn reconcile_at(database_url: &str, endpoint: &str, args: &[&str]) -> Output {
-    let mut all = vec!["reconcile"];
-    all.extend_from_slice(args);
-    vidq(
-        &all,
-        &[
-            ("DATABASE_URL", database_url),
-            ("VIDQ_S3_ENDPOINT", endpoint),
-            ("VIDQ_S3_BUCKET", TEST_BUCKET),
-            ("VIDQ_S3_FORCE_PATH_STYLE", "true"),
-            ("AWS_ACCESS_KEY_ID", "test-access"),
-            ("AWS_SECRET_ACCESS_KEY", "test-secret"),
-        ],
-    )
-    .await
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// Asserts the exit status and returns stdout.
-pub fn expect(output: &Output, code: i32) -> String {
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "stdout:\n{}\nstderr:\n{}",
-        stdout(output),
-        stderr(output)
-    );
-    stdout(output)
-}
+use crate::support::app::TestApp;
+use crate::support::cli::stderr;
+use crate::support::clips;
+use crate::support::pipeline::{pipeline, upload_clip};
+use crate::support::queue::{Worker, fast_settings, video_id};
+use crate::support::reconcile::{expect, reconcile};
+use crate::support::wait::wait_for_count;
 
 /// The report line naming `key`, which must say `kind`.
 fn line_of<'a>(report: &'a str, kind: &str, key: &str) -> &'a str {

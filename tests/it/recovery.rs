@@ -21,10 +21,11 @@ use tokio::process::Child;
 use vidq::db;
 use vidq::domain::ids::{UploadId, UserId};
 
-use crate::harness::{SPOOL_NODE, TEST_BUCKET, TestApp, vidq_child};
-use crate::reconcile::{expect, reconcile};
-use crate::s3_faults::{Fault, S3Faults};
-use crate::tus::{bytes, wait_for_state};
+use crate::support::app::{SPOOL_NODE, TEST_BUCKET, TestApp};
+use crate::support::process::vidq_child;
+use crate::support::reconcile::{expect, reconcile};
+use crate::support::s3_faults::{Fault, S3Faults};
+use crate::support::tus::{bytes, wait_for_state};
 
 const REPETITIONS: usize = 5;
 
@@ -413,7 +414,7 @@ async fn s3_down_for_30_seconds_under_200_pending_uploads_opens_the_breaker_and_
     .await
     .unwrap();
     case.faults.set_down(true);
-    let mut settings = crate::tus::woken_sweeper();
+    let mut settings = crate::support::sweeper::woken_sweeper();
     settings.interval = Duration::from_millis(200);
     settings.workers = 4;
     settings.breaker = vidq::domain::sweep::BreakerSettings {
@@ -424,6 +425,7 @@ async fn s3_down_for_30_seconds_under_200_pending_uploads_opens_the_breaker_and_
         .app
         .start_sweeper(storage_through(&case.faults).await, settings)
         .await;
+    // The outage itself: S3 stays down 30 s (the scenario) while the sweeper works on.
     tokio::time::sleep(Duration::from_secs(30)).await;
     let confirmed = "SELECT count(*) AS n FROM uploads WHERE state = 'confirmed'";
     assert_eq!(case.app.count(confirmed).await, 0, "S3 was down");
@@ -440,7 +442,7 @@ async fn s3_down_for_30_seconds_under_200_pending_uploads_opens_the_breaker_and_
 
     case.faults.set_down(false);
     let back = tokio::time::Instant::now();
-    crate::queue::wait_for_count(&case.app, confirmed, 200, Duration::from_secs(120)).await;
+    crate::support::wait::wait_for_count(&case.app, confirmed, 200, Duration::from_secs(120)).await;
     let took = back.elapsed();
     eprintln!(
         "S3 down 30 s with 200 pending: {failed} failed tries and {held} rows held by the \
@@ -477,7 +479,7 @@ async fn puts_s3_refuses_back_off_their_rows_without_opening_the_breaker_for_the
     )
     .await
     .unwrap();
-    let mut settings = crate::tus::woken_sweeper();
+    let mut settings = crate::support::sweeper::woken_sweeper();
     settings.interval = Duration::from_millis(100);
     settings.breaker = vidq::domain::sweep::BreakerSettings {
         failures_to_open: 5,
@@ -487,7 +489,7 @@ async fn puts_s3_refuses_back_off_their_rows_without_opening_the_breaker_for_the
         .app
         .start_sweeper(storage_through(&case.faults).await, settings)
         .await;
-    crate::queue::wait_for_count(
+    crate::support::wait::wait_for_count(
         &case.app,
         "SELECT count(*) AS n FROM uploads WHERE state = 'confirmed'",
         20,

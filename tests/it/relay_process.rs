@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use tokio::process::Child;
 
-use crate::harness::{TestApp, vidq_child};
-use crate::queue::wait_for_count;
-use crate::receiver::{Receiver, Reply};
-use crate::relay::{produce, register, user_id};
+use crate::support::app::TestApp;
+use crate::support::process::vidq_child;
+use crate::support::receiver::{Receiver, Reply};
+use crate::support::relay::{produce, register, user_id};
+use crate::support::wait::wait_for_count;
 
 fn spawn_relay(app: &TestApp, log: &std::path::Path) -> Child {
     vidq_child("relay", log)

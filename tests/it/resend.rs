@@ -6,10 +6,10 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, assert_error};
-use crate::queue::wait_for_count;
-use crate::receiver::Receiver;
-use crate::relay::{RelayRun, produce, register, register_for, relay_args, user_id};
+use crate::support::app::{TestApp, assert_error};
+use crate::support::receiver::Receiver;
+use crate::support::relay::{RelayRun, produce, register, register_for, relay_args, user_id};
+use crate::support::wait::wait_for_count;
 use vidq::app::webhooks::MAX_RESENDS_PER_MINUTE;
 
 async fn resend(app: &TestApp, key: &str, endpoint: &str, event: &str) -> reqwest::Response {

@@ -3,20 +3,21 @@
 //! objects are gone once the new run is READY.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use vidq::domain::media::MediaError;
 use vidq::pipeline::{AttemptOutput, AttemptPlan, Pipeline};
 use vidq::queue::JobBody;
 
-use crate::cli::{stderr, vidq};
-use crate::clips;
-use crate::harness::TestApp;
-use crate::pipeline::{pipeline, upload_clip};
-use crate::queue::{Worker, fast_settings, video_id, wait_for_count};
+use crate::support::app::TestApp;
+use crate::support::cli::{stderr, vidq};
+use crate::support::clips;
+use crate::support::feed::feed;
+use crate::support::pipeline::{pipeline, upload_clip};
+use crate::support::queue::{Worker, fast_settings, video_id};
+use crate::support::wait::wait_for_count;
 
 /// The real pipeline (every output encoded, stored and confirmed), then a failure, as when
 /// storage fails the step after the last PUT: each attempt leaves all its objects behind.
@@ -35,26 +36,6 @@ impl JobBody for FailsAfterStoring {
                 "injected once every output was stored",
             ))
         })
-    }
-}
-
-/// The owner's feed (`GET /v1/events`) once it shows at least `want` events.
-pub async fn feed(app: &TestApp, key: &str, want: usize) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let response = app.get(key, "/v1/events?limit=100").await;
-        assert!(response.status().is_success());
-        let body: Value = response.json().await.unwrap();
-        let events = body["events"].as_array().unwrap().clone();
-        if events.len() >= want {
-            return events;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the feed shows {} events, want {want}",
-            events.len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

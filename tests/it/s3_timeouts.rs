@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use vidq::adapters::storage::Storage;
 use vidq::config::S3Timeouts;
 
-use crate::harness::{TestApp, assert_error};
+use crate::support::app::{TestApp, assert_error};
 
 /// Short bounds, so a hang shows as a failed test within seconds.
 const SHORT: S3Timeouts = S3Timeouts {
@@ -43,7 +43,7 @@ async fn silent_storage(endpoint: &str) -> Storage {
 }
 
 async fn silent_storage_with(endpoint: &str, timeouts: S3Timeouts) -> Storage {
-    crate::harness::storage_client(endpoint, timeouts).await
+    crate::support::app::storage_client(endpoint, timeouts).await
 }
 
 /// Runs `call`, failing the test if it takes longer than [`PROMPT`].

@@ -2,7 +2,7 @@
 
 use diesel_async::RunQueryDsl;
 
-use crate::harness::TestApp;
+use crate::support::app::TestApp;
 
 async fn exec(app: &TestApp, sql: &str) -> Result<usize, diesel::result::Error> {
     let mut conn = app.pool.get().await.unwrap();

@@ -7,8 +7,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::receiver::Receiver;
 use crate::support::deployment::{Deployment, broadcast};
+use crate::support::receiver::Receiver;
 
 /// The value of query parameter `name` in `url`.
 fn query_value(url: &str, name: &str) -> String {
@@ -47,7 +47,7 @@ async fn no_secret_used_in_a_run_appears_in_any_roles_log() {
     let webhook_secret = hook["secret"].as_str().unwrap().to_owned();
 
     // A presigned upload, confirmed, made READY, and played with its token.
-    let bytes = std::fs::read(crate::clips::small()).unwrap();
+    let bytes = std::fs::read(crate::support::clips::small()).unwrap();
     let contract: Value = d
         .post(
             &key,
@@ -59,7 +59,7 @@ async fn no_secret_used_in_a_run_appears_in_any_roles_log() {
         .await
         .unwrap();
     let signature = query_value(contract["upload_url"].as_str().unwrap(), "X-Amz-Signature");
-    let put = crate::harness::put_presigned(&d.http, &contract, bytes).await;
+    let put = crate::support::app::put_presigned(&d.http, &contract, bytes).await;
     assert!(put.status().is_success());
     let id = contract["upload_id"].as_str().unwrap();
     let confirm = d
@@ -111,7 +111,7 @@ async fn no_secret_used_in_a_run_appears_in_any_roles_log() {
     // Every event reached the receiver (so the relay signed with the secret).
     receiver
         .wait_until(Duration::from_secs(60), |arrivals| {
-            crate::receiver::delivered(arrivals).len() >= 4
+            crate::support::receiver::delivered(arrivals).len() >= 4
         })
         .await;
     relay.start_kill().unwrap();

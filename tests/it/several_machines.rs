@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::s3_faults::S3Faults;
 use crate::support::deployment::{Deployment, WORKER_NODE, broadcast};
+use crate::support::s3_faults::S3Faults;
 use crate::support::s3_switch::{Mode, Switch};
 
 /// The recording's video once READY, as its owner reads it.
@@ -80,7 +80,8 @@ async fn a_live_recording_becomes_a_video(d: &Deployment, key: &str, s3: Option<
             Duration::from_secs(30),
         )
         .await;
-        // A few sweeper rounds into the outage.
+        // A few sweeper rounds into the outage: S3 stays down a while (the scenario), and
+        // nothing marks the moment a video that must not be made would have been.
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(
             d.count(&format!(
@@ -114,7 +115,8 @@ async fn a_live_recording_becomes_a_video(d: &Deployment, key: &str, s3: Option<
         1
     );
     let seconds =
-        crate::live_recovery::played_seconds(video["playback"]["hls_url"].as_str().unwrap()).await;
+        crate::support::playback::played_seconds(video["playback"]["hls_url"].as_str().unwrap())
+            .await;
     assert!((seconds - 12.0).abs() <= 0.5, "the video plays {seconds} s");
 }
 
@@ -184,8 +186,8 @@ async fn cold_start_without_s3(mode: Mode) {
     }
 
     // tus through a real client, into the spool.
-    let clip = crate::clips::small();
-    let tus = crate::tus_clients::run_client(
+    let clip = crate::support::clips::small();
+    let tus = crate::support::clients::run_client(
         "python3",
         "tus_upload.py",
         &format!("{}/v1/tus/", d.api),
@@ -241,7 +243,7 @@ async fn cold_start_without_s3(mode: Mode) {
     let confirm = d
         .post(&key, &format!("/v1/uploads/{id}/confirm"), &json!({}))
         .await;
-    crate::harness::assert_error(
+    crate::support::app::assert_error(
         confirm,
         StatusCode::SERVICE_UNAVAILABLE,
         "storage_unavailable",
@@ -263,7 +265,7 @@ async fn cold_start_without_s3(mode: Mode) {
     )
     .await;
     // With S3 back, the presigned contract is filled and confirmed like any other.
-    let put = crate::harness::put_presigned(&d.http, &presigned, bytes).await;
+    let put = crate::support::app::put_presigned(&d.http, &presigned, bytes).await;
     assert!(put.status().is_success(), "{}", put.status());
     let confirm = d
         .post(&key, &format!("/v1/uploads/{id}/confirm"), &json!({}))

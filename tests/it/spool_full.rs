@@ -10,8 +10,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::harness::{TestApp, TestAppOptions};
-use crate::tus;
+use crate::support::app::{TestApp, TestAppOptions};
+use crate::support::tus;
 
 const MIB: usize = 1024 * 1024;
 
@@ -142,7 +142,7 @@ async fn a_full_spool_answers_507_keeps_what_was_counted_and_takes_bytes_again_o
     // A single PUT and a live segment are refused the same way, nothing kept.
     let (_, second_url) = app.vidq_contract(&key, MIB).await;
     expect_507(put(&app, &key, &second_url, bytes(MIB, 3)).await).await;
-    let recording = crate::live::create_recording(&app, &key).await;
+    let recording = crate::support::live::create_recording(&app, &key).await;
     let ingest = recording["ingest_url"].as_str().unwrap();
     let segment = app
         .http
@@ -159,8 +159,11 @@ async fn a_full_spool_answers_507_keeps_what_was_counted_and_takes_bytes_again_o
 
     // The sweeper lands the finished upload and removes its spool file: the tus upload
     // goes on from its offset to its end.
-    app.start_sweeper(app.storage.clone(), crate::tus::woken_sweeper())
-        .await;
+    app.start_sweeper(
+        app.storage.clone(),
+        crate::support::sweeper::woken_sweeper(),
+    )
+    .await;
     assert_eq!(landed(&app, &first).await, first_bytes);
     // Its spool file goes a moment after the object lands: a client retries a 507 later.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

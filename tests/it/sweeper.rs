@@ -20,7 +20,7 @@ use vidq::domain::keys;
 use vidq::domain::sweep::{Backoff, BreakerSettings};
 use vidq::sweeper::{Sweeper, SweeperSettings};
 
-use crate::harness::{TestApp, assert_error};
+use crate::support::app::{TestApp, assert_error};
 
 const NODE: &str = "node-a";
 

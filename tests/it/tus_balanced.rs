@@ -12,11 +12,11 @@ use futures_util::StreamExt;
 use reqwest::StatusCode;
 use tokio::process::Child;
 
-use crate::harness::free_port;
+use crate::support::clients::run_client_with;
 use crate::support::deployment::Deployment;
 use crate::support::haproxy::Haproxy;
-use crate::tus::upload_id;
-use crate::tus_clients::run_client_with;
+use crate::support::process::free_port;
+use crate::support::tus::upload_id;
 
 const CHUNK: usize = 256 * 1024;
 const NODES: usize = 3;
@@ -151,7 +151,7 @@ async fn wait_until_up(d: &Deployment, ports: &[u16], n: usize) {
 /// Clips of 4 to 4 + n - 1 seconds at 640x360 (about 1-2 MiB: 4 to 8 chunks each).
 fn clips(n: u32) -> Vec<PathBuf> {
     (0..n)
-        .map(|i| crate::clips::video(4 + i, 640, 360))
+        .map(|i| crate::support::clips::video(4 + i, 640, 360))
         .collect()
 }
 
@@ -235,6 +235,7 @@ async fn uploads_complete_while_one_api_node_is_killed_and_down_for_10_seconds()
             .d
             .count("SELECT (extract(epoch FROM now()) * 1000)::int8 AS n")
             .await;
+        // The node stays down 10 s (the scenario) while the uploads go on without it.
         tokio::time::sleep(Duration::from_secs(10)).await;
         killed_at
     };
@@ -270,7 +271,7 @@ async fn uploads_complete_while_one_api_node_is_killed_and_down_for_10_seconds()
 async fn two_patches_of_one_upload_through_two_nodes_at_once_one_wins() {
     let farm = Farm::start().await;
     let key = farm.d.user("alice").await;
-    let file = bytes::Bytes::from(crate::tus::bytes(6 * 1024 * 1024 + 5));
+    let file = bytes::Bytes::from(crate::support::tus::bytes(6 * 1024 * 1024 + 5));
     for round in 0..5 {
         let created = farm
             .d
@@ -281,7 +282,7 @@ async fn two_patches_of_one_upload_through_two_nodes_at_once_one_wins() {
             .header("Upload-Length", file.len().to_string())
             .header(
                 "Upload-Metadata",
-                crate::tus::metadata("x.mp4", "video/mp4"),
+                crate::support::tus::metadata("x.mp4", "video/mp4"),
             )
             .send()
             .await

@@ -3,67 +3,20 @@
 //! (HEAD, then PATCH from the offset vidq holds), and the clip ends READY without the client
 //! doing anything more. `.ci/run` installs both (`tests/clients/`).
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
 use vidq::adapters::ffmpeg::MediaConfig;
 use vidq::pipeline::Pipeline;
 
-use crate::clips;
-use crate::harness::TestApp;
-use crate::proxy::CutOnce;
-use crate::queue::{Worker, fast_settings, wait_for_count};
-use crate::tus::{wait_for_state, woken_sweeper};
-
-pub fn clients_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
-}
-
-/// Runs one client against `endpoint`; returns its JSON line.
-pub async fn run_client(
-    program: &str,
-    script: &str,
-    endpoint: &str,
-    key: &str,
-    file: &Path,
-) -> Value {
-    run_client_with(program, script, endpoint, key, file, (65_536, 5, 0.2)).await
-}
-
-/// [`run_client`] with its chunk size, retries and delay between them (seconds).
-pub async fn run_client_with(
-    program: &str,
-    script: &str,
-    endpoint: &str,
-    key: &str,
-    file: &Path,
-    (chunk, retries, delay): (usize, u32, f64),
-) -> Value {
-    let script = clients_dir().join(script);
-    let out = tokio::process::Command::new(program)
-        .arg(&script)
-        .args(["--endpoint", endpoint, "--token", key])
-        .arg("--file")
-        .arg(file)
-        .args(["--chunk-size", &chunk.to_string()])
-        .args(["--retries", &retries.to_string()])
-        .args(["--retry-delay", &delay.to_string()])
-        .kill_on_drop(true)
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("{program} could not start: {e}"));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{} failed (install the clients: npm ci --prefix tests/clients; \
-         python3 -m pip install -r tests/clients/requirements.txt):\n{stderr}",
-        script.display()
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{}: not one JSON line ({e}): {stderr}", script.display()))
-}
+use crate::support::app::TestApp;
+use crate::support::clients::run_client;
+use crate::support::clips;
+use crate::support::proxy::CutOnce;
+use crate::support::queue::{Worker, fast_settings};
+use crate::support::sweeper::woken_sweeper;
+use crate::support::tus::wait_for_state;
+use crate::support::wait::wait_for_count;
 
 async fn a_real_client_resumes_after_a_cut_and_the_clip_ends_ready(program: &str, script: &str) {
     let app = TestApp::spawn().await;

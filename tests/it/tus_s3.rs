@@ -6,9 +6,11 @@
 
 use reqwest::StatusCode;
 
-use crate::harness::{TestApp, TestAppOptions};
-use crate::reconcile::{expect, reconcile_at};
-use crate::tus::{bytes, create, offset_of, patch, sha1_header, sha256_header, tus, upload_id};
+use crate::support::app::{TestApp, TestAppOptions};
+use crate::support::reconcile::{expect, reconcile_at};
+use crate::support::tus::{
+    bytes, create, offset_of, patch, sha1_header, sha256_header, tus, upload_id,
+};
 
 const MIB: usize = 1024 * 1024;
 /// The smallest part S3 takes, so a few MiB make several parts.

@@ -3,7 +3,7 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, TestAppOptions, assert_error};
+use crate::support::app::{TestApp, TestAppOptions, assert_error};
 
 #[tokio::test]
 async fn every_v1_route_needs_a_valid_key() {

@@ -4,8 +4,8 @@
 use diesel_async::SimpleAsyncConnection;
 use vidq::app::users::{DELETE_PAGE, delete_user};
 
-use crate::harness::TestApp;
-use crate::relay::user_id;
+use crate::support::app::TestApp;
+use crate::support::relay::user_id;
 
 const VIDEOS: i64 = 3_000;
 

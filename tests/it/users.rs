@@ -3,7 +3,7 @@
 
 use reqwest::StatusCode;
 
-use crate::harness::TestApp;
+use crate::support::app::TestApp;
 
 async fn owned_rows(app: &TestApp) -> [i64; 4] {
     [

@@ -3,7 +3,7 @@
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::harness::{TestApp, assert_error};
+use crate::support::app::{TestApp, assert_error};
 
 #[tokio::test]
 async fn status_shows_a_queued_video_to_its_owner_only() {

@@ -6,14 +6,14 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use vidq::app::webhooks::MAX_ENDPOINTS;
 
-use crate::harness::TestApp;
+use crate::support::app::TestApp;
 
 #[tokio::test]
 async fn concurrent_registrations_at_the_cap_let_exactly_one_in() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     for n in 1..MAX_ENDPOINTS {
-        crate::relay::register(&app, &key, &format!("http://127.0.0.1:9/hooks/{n}")).await;
+        crate::support::relay::register(&app, &key, &format!("http://127.0.0.1:9/hooks/{n}")).await;
     }
     // Each insert takes a while, which widens the window between a registration's count and
     // its commit: registrations that counted apart would all see 19 and all fit.

@@ -5,16 +5,18 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use vidq::adapters::ffmpeg::MediaConfig;
 use vidq::pipeline::Pipeline;
 use vidq::queue::runner::WorkerSettings;
 
-use crate::clips;
-use crate::harness::{TEST_BUCKET, TestApp, vidq_child};
-use crate::media::processes_mentioning;
-use crate::pipeline::upload_clip;
-use crate::queue::{Worker, video_id, wait_for_count};
+use crate::support::app::TestApp;
+use crate::support::clips;
+use crate::support::media::processes_mentioning;
+use crate::support::pipeline::upload_clip;
+use crate::support::queue::{Worker, video_id};
+use crate::support::wait::wait_for_count;
+use crate::support::worker::{probe_until, worker_command};
 
 /// A clip whose single-threaded encode takes several seconds, so a test can act mid-encode.
 fn long_clip() -> std::path::PathBuf {
@@ -25,26 +27,6 @@ fn spawn_worker(app: &TestApp, node: &str, work_dir: &Path, threads: &str) -> Ch
     worker_command(app, node, work_dir, threads)
         .spawn()
         .unwrap()
-}
-
-/// `vidq worker` against the test's database, S3 and a short lease; the log goes next to
-/// `work_dir`.
-pub fn worker_command(app: &TestApp, node: &str, work_dir: &Path, threads: &str) -> Command {
-    let mut command = vidq_child("worker", &work_dir.with_extension("log"));
-    command
-        .env("DATABASE_URL", &app.db.url)
-        .env("VIDQ_S3_ENDPOINT", app.s3.as_ref().unwrap().endpoint())
-        .env("VIDQ_S3_BUCKET", TEST_BUCKET)
-        .env("VIDQ_S3_FORCE_PATH_STYLE", "true")
-        .env("AWS_ACCESS_KEY_ID", "test-access")
-        .env("AWS_SECRET_ACCESS_KEY", "test-secret")
-        .env("VIDQ_NODE_ID", node)
-        .env("VIDQ_LEASE_SECS", "2")
-        .env("VIDQ_HEARTBEAT_SECS", "1")
-        .env("VIDQ_POLL_MS", "100")
-        .env("VIDQ_FFMPEG_THREADS", threads)
-        .env("VIDQ_WORK_DIR", work_dir);
-    command
 }
 
 /// Waits until an FFmpeg encode (the tee output) runs with a command line under `dir`.
@@ -255,7 +237,7 @@ async fn a_worker_cut_off_from_its_database_kills_ffmpeg_and_drops_the_result() 
     let video = upload_clip(&app, &key, &long_clip()).await;
     let id = video_id(&video);
     let work = tempfile::tempdir().unwrap();
-    let proxy = crate::proxy::Proxy::in_front_of(&app.db.url).await;
+    let proxy = crate::support::proxy::Proxy::in_front_of(&app.db.url).await;
     let media = MediaConfig {
         threads: 1,
         ..MediaConfig::default()
@@ -360,39 +342,12 @@ async fn a_worker_cut_off_from_its_database_kills_ffmpeg_and_drops_the_result() 
     let _ = tokio::time::timeout(Duration::from_secs(40), worker.handle).await;
 }
 
-/// GETs `path` from a worker's health listener: status and body.
-async fn probe(port: u16, path: &str) -> Option<(u16, String)> {
-    let response = reqwest::get(format!("http://127.0.0.1:{port}{path}"))
-        .await
-        .ok()?;
-    let status = response.status().as_u16();
-    Some((status, response.text().await.ok()?))
-}
-
-/// Polls `path` until it answers `status`; returns the body.
-pub async fn probe_until(port: u16, path: &str, status: u16, within: Duration) -> String {
-    let deadline = Instant::now() + within;
-    loop {
-        let got = probe(port, path).await;
-        if let Some((s, body)) = &got
-            && *s == status
-        {
-            return body.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{path} did not answer {status} within {within:?}: {got:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test]
 async fn the_health_listener_reports_work_done_and_a_lost_database() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let work = tempfile::tempdir().unwrap();
-    let proxy = crate::proxy::Proxy::in_front_of(&app.db.url).await;
+    let proxy = crate::support::proxy::Proxy::in_front_of(&app.db.url).await;
     let port = {
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         free.local_addr().unwrap().port()

@@ -7,9 +7,9 @@ use std::time::Duration;
 use vidq::domain::media::MediaError;
 use vidq::queue::complete;
 
-use super::claim;
-use crate::harness::TestApp;
-use crate::scripted::output;
+use crate::support::app::TestApp;
+use crate::support::queue::{claim, expire_lease};
+use crate::support::scripted::output;
 
 /// `(attempt, node, outcome, error code)` of each attempt of `job`, in the order they started.
 async fn attempts(app: &TestApp, job: i64) -> Vec<(i32, String, Option<String>, Option<String>)> {
@@ -99,7 +99,7 @@ async fn each_attempt_that_ends_otherwise_is_logged_once_with_the_claims_node_an
 
     // A worker that lost its claim logs it; the claim that takes over the expired lease then
     // finds it logged and keeps that row.
-    let zombie = claim(&app, "zombie", 0.3).await.unwrap();
+    let zombie = claim(&app, "zombie", 30.0).await.unwrap();
     let job = zombie.job_id;
     let micros = |at: &str| format!("(extract(epoch FROM {at}) * 1000000)::bigint");
     let zombie_started = app
@@ -111,7 +111,7 @@ async fn each_attempt_that_ends_otherwise_is_logged_once_with_the_claims_node_an
     complete::record_lost(&app.pool, &zombie, "heartbeat fence matched nothing")
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    expire_lease(&app, &zombie).await;
     let winner = claim(&app, "winner", 30.0).await.unwrap();
     assert_eq!((winner.job_id, winner.attempt), (job, 2));
 
@@ -172,8 +172,8 @@ async fn a_claim_that_takes_over_an_expired_lease_logs_the_attempt_it_supersedes
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     app.uploaded_video(&key).await;
-    let crashed = claim(&app, "crashed", 0.3).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let crashed = claim(&app, "crashed", 30.0).await.unwrap();
+    expire_lease(&app, &crashed).await;
     let next = claim(&app, "next", 30.0).await.unwrap();
     assert_eq!(next.job_id, crashed.job_id);
     assert_eq!(

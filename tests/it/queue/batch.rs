@@ -8,12 +8,14 @@ use std::time::Duration;
 use vidq::queue::complete::{self, EarlyAnswer, ReadyAttempt, finalize_ready_all};
 use vidq::queue::{Claim, JobError, NextClaim};
 
-use super::{
-    Worker, claim, each_job_ran_once_and_announced_once, fast_settings, video_id, wait_for_count,
+use crate::support::app::TestApp;
+use crate::support::db::{UsersHeld, plans_of};
+use crate::support::proxy::{FailOnce, Failure};
+use crate::support::queue::{
+    Worker, claim, each_job_ran_once_and_announced_once, expire_lease, fast_settings, video_id,
 };
-use crate::harness::{TestApp, UsersHeld, plans_of};
-use crate::proxy::{FailOnce, Failure};
-use crate::scripted::{Scripted, Step, output};
+use crate::support::scripted::{Scripted, Step, output};
+use crate::support::wait::{wait_for_count, wait_for_lock_waits};
 
 async fn claim_some(app: &TestApp, node: &str, lease_secs: f64, most: usize) -> Vec<Claim> {
     let conn = app.pool.get().await.unwrap();
@@ -288,7 +290,9 @@ async fn slots_hear_their_next_claims_before_their_batch_commits() {
         next_jobs.push(job.job_id);
     }
     assert_ne!(next_jobs[0], next_jobs[1]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its transaction is blocked behind the held row (`pg_stat_activity` shows it waiting
+    // for the lock), so it cannot have committed.
+    wait_for_lock_waits(&app, 1).await;
     assert!(
         !committing.is_finished(),
         "the batch waits for the uploader's row"
@@ -330,13 +334,13 @@ async fn a_lost_fence_in_a_batch_rolls_the_batch_back_and_costs_only_its_own_fin
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let lost_video = app.uploaded_video(&key).await;
-    let zombie = claim(&app, "zombie", 0.3).await.unwrap();
+    let zombie = claim(&app, "zombie", 30.0).await.unwrap();
     assert_eq!(zombie.video, video_id(&lost_video));
     for _ in 0..2 {
         app.uploaded_video(&key).await;
     }
     let held = claim_some(&app, "node-a", 30.0, 2).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    expire_lease(&app, &zombie).await;
     let winner = claim(&app, "winner", 30.0).await.unwrap();
     assert_eq!(
         winner.job_id, zombie.job_id,
@@ -401,7 +405,7 @@ async fn a_finalize_retried_after_its_batch_failed_finds_the_batch_committed_or_
     let app = TestApp::spawn().await;
     queued_jobs(&app, 3).await;
     let mut claimed = claim_some(&app, "node-a", 30.0, 2).await;
-    claimed.push(claim(&app, "node-a", 0.3).await.unwrap());
+    claimed.push(claim(&app, "node-a", 30.0).await.unwrap());
     // A batch that committed, though its answer never reached the worker.
     let batch = [ready(&claimed[0], false), ready(&claimed[1], false)];
     for (finalized, _) in finalize_ready_all(&app.pool, &batch, next()).await {
@@ -420,7 +424,7 @@ async fn a_finalize_retried_after_its_batch_failed_finds_the_batch_committed_or_
         "nothing was written twice"
     );
     // A claim that was lost meanwhile is lost, not taken for committed.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    expire_lease(&app, &claimed[2]).await;
     let winner = claim(&app, "winner", 30.0).await.unwrap();
     assert_eq!(winner.job_id, claimed[2].job_id);
     let plan = claimed[2].plan();

@@ -6,9 +6,10 @@ use std::time::Duration;
 use diesel_async::RunQueryDsl;
 use vidq::domain::media::MediaError;
 
-use super::{Worker, claim, fast_settings, video_id, wait_for_count};
-use crate::harness::TestApp;
-use crate::scripted::{Scripted, Step};
+use crate::support::app::TestApp;
+use crate::support::queue::{Worker, claim, expire_lease, fast_settings, video_id};
+use crate::support::scripted::{Scripted, Step};
+use crate::support::wait::wait_for_count;
 
 #[tokio::test]
 async fn three_retryable_failures_fail_the_video_with_one_event() {
@@ -110,9 +111,9 @@ async fn a_job_that_dies_in_its_last_attempt_becomes_dead_and_its_video_failed()
     let key = app.create_user("alice").await;
     let video = app.uploaded_video(&key).await;
     for attempt in 1..=3 {
-        let claimed = claim(&app, "doomed", 0.1).await.unwrap();
+        let claimed = claim(&app, "doomed", 30.0).await.unwrap();
         assert_eq!(claimed.attempt, attempt);
-        tokio::time::sleep(Duration::from_millis(150)).await; // the node "dies": no heartbeat
+        expire_lease(&app, &claimed).await; // the node "dies": no heartbeat
     }
     assert!(
         claim(&app, "next", 30.0).await.is_none(),
@@ -155,8 +156,8 @@ async fn a_worker_reaps_dead_jobs_on_its_tick() {
     let key = app.create_user("alice").await;
     app.uploaded_video(&key).await;
     for _ in 1..=3 {
-        claim(&app, "doomed", 0.05).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(80)).await;
+        let claimed = claim(&app, "doomed", 30.0).await.unwrap();
+        expire_lease(&app, &claimed).await;
     }
     let worker = Worker::start(
         &app.db.url,

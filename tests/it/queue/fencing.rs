@@ -7,17 +7,17 @@ use vidq::domain::media::MediaError;
 use vidq::queue::JobError;
 use vidq::queue::complete;
 
-use super::{claim, video_id};
-use crate::harness::TestApp;
-use crate::scripted::output;
+use crate::support::app::TestApp;
+use crate::support::queue::{claim, expire_lease, video_id};
+use crate::support::scripted::output;
 
 #[tokio::test]
 async fn a_late_result_after_the_lease_expired_and_another_node_reclaimed_changes_nothing() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let video = app.uploaded_video(&key).await;
-    let zombie = claim(&app, "zombie", 0.3).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let zombie = claim(&app, "zombie", 30.0).await.unwrap();
+    expire_lease(&app, &zombie).await;
     let winner = claim(&app, "winner", 30.0).await.unwrap();
     assert_eq!(
         (zombie.job_id, zombie.attempt, winner.attempt),
@@ -204,7 +204,8 @@ async fn lose_the_claim(app: &TestApp, claim: &vidq::queue::Claim) {
 async fn a_claim_lost_with_a_database_crash_writes_nothing_and_the_next_claim_takes_its_number() {
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
-    let video = crate::pipeline::upload_clip(&app, &key, &crate::clips::small()).await;
+    let video =
+        crate::support::pipeline::upload_clip(&app, &key, &crate::support::clips::small()).await;
     let id = video_id(&video);
     let lost = claim(&app, "crashed", 60.0).await.unwrap();
     lose_the_claim(&app, &lost).await;
@@ -219,7 +220,7 @@ async fn a_claim_lost_with_a_database_crash_writes_nothing_and_the_next_claim_ta
     // The worker answered with the lost claim encodes, and then stops at its first write:
     // no artifact row, no object.
     let work = tempfile::tempdir().unwrap();
-    let pipeline = crate::pipeline::pipeline(&app, work.path());
+    let pipeline = crate::support::pipeline::pipeline(&app, work.path());
     let stopped = pipeline
         .run(&lost.plan(), &tokio_util::sync::CancellationToken::new())
         .await

@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
-use super::{Worker, fast_settings, video_id, wait_for_count};
-use crate::harness::{TestApp, UsersHeld};
-use crate::scripted::{Scripted, Step};
+use crate::support::app::TestApp;
+use crate::support::db::UsersHeld;
+use crate::support::queue::{Worker, fast_settings, video_id};
+use crate::support::scripted::{Scripted, Step};
+use crate::support::wait::{wait_for_count, wait_for_lock_waits};
 
 #[tokio::test]
 async fn on_shutdown_a_worker_hands_its_claim_back_with_the_attempt_restored() {
@@ -140,6 +142,10 @@ async fn a_worker_stopped_while_a_finalize_commits_waits_for_it() {
         Duration::from_secs(10),
     )
     .await;
+    // The first job's finalize is blocked behind the held row...
+    wait_for_lock_waits(&app, 1).await;
+    // ...and a worker that did not wait for it would have returned right after handing the
+    // second job back. Nothing marks the moment it would have, so it is given a fixed while.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         !worker.handle.is_finished(),

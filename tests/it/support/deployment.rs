@@ -13,8 +13,10 @@ use vidq::adapters::s3_server::EmbeddedS3;
 use vidq::adapters::storage::Storage;
 use vidq::db::DbPool;
 
-use crate::harness::{TEST_BUCKET, TestDb, free_port, vidq_child};
-use crate::reconcile::{expect, reconcile_at};
+use crate::support::app::TEST_BUCKET;
+use crate::support::db::TestDb;
+use crate::support::process::{free_port, vidq_child};
+use crate::support::reconcile::{expect, reconcile_at};
 
 /// The API node's name; its sweeper runs under the same one.
 pub const API_NODE: &str = "api-1";
@@ -57,7 +59,7 @@ impl Deployment {
         let s3 = EmbeddedS3::start(s3_dir.path(), listener, "test-access", "test-secret").unwrap();
         let root = tempfile::tempdir().unwrap();
         let deployment = Self {
-            storage: crate::harness::storage_client(&s3.endpoint(), Default::default()).await,
+            storage: crate::support::app::storage_client(&s3.endpoint(), Default::default()).await,
             db,
             pool,
             s3,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::process::Child;
 
-use crate::harness::free_port;
+use crate::support::process::free_port;
 
 /// A running HAProxy.
 pub struct Haproxy {

@@ -1,5 +1,33 @@
-//! Helpers the test modules share.
+//! Everything the test modules share; a test module imports from here and from no other
+//! test module.
 
+pub mod app;
+pub mod cli;
+pub mod clients;
+pub mod clips;
+pub mod db;
 pub mod deployment;
+pub mod fake_encode;
+pub mod feed;
 pub mod haproxy;
+pub mod live;
+pub mod live_rig;
+pub mod media;
+pub mod metrics;
+pub mod mp4;
+pub mod openapi;
+pub mod pipeline;
+pub mod playback;
+pub mod process;
+pub mod proxy;
+pub mod queue;
+pub mod receiver;
+pub mod reconcile;
+pub mod relay;
+pub mod s3_faults;
 pub mod s3_switch;
+pub mod scripted;
+pub mod sweeper;
+pub mod tus;
+pub mod wait;
+pub mod worker;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::free_port;
+use crate::support::process::free_port;
 
 /// How the S3 behind a [`Switch`] behaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -73,6 +73,7 @@ impl JobBody for Scripted {
                 vidq::domain::failure::FailureCode::Cancelled, "stopped")),
                                 },
                 Step::Fail(error) => {
+                    // An attempt takes a moment even to fail.
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     Err(error)
                 }

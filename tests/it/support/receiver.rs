@@ -192,6 +192,7 @@ async fn receive(state: web::Data<State>, request: HttpRequest, body: web::Bytes
                 .finish()
         }
         Reply::Slow(delay) => {
+            // The slow receiver the test scripted.
             tokio::time::sleep(delay).await;
             HttpResponse::Ok().finish()
         }

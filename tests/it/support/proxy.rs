@@ -149,6 +149,7 @@ impl Delayed {
                 };
                 let release = async {
                     while let Some((due, bytes)) = held_rx.recv().await {
+                        // The delay this proxy exists to add.
                         tokio::time::sleep_until(due).await;
                         if client_tx.write_all(&bytes).await.is_err() {
                             return;
