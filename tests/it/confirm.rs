@@ -281,7 +281,7 @@ async fn a_rejected_upload_cannot_be_confirmed() {
     let id = upload["upload_id"].as_str().unwrap();
     assert!(app.put_to(&upload, vec![1; 10]).await.status().is_success());
     app.count(&format!(
-        "WITH r AS (UPDATE uploads SET state = 'rejected', reject_reason = 'test' WHERE id = '{id}' RETURNING 1)
+        "WITH r AS (UPDATE uploads SET state = 'rejected', reject_reason = 'spool_missing' WHERE id = '{id}' RETURNING 1)
          SELECT count(*) AS n FROM r"
     ))
     .await;
