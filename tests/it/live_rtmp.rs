@@ -243,7 +243,10 @@ async fn listed_seconds(rig: &Rig, recording: &Recording) -> f64 {
 
 #[tokio::test]
 async fn a_30_second_rtmp_broadcast_is_read_live_and_becomes_a_30_second_video() {
-    let rig = Rig::start(3).await;
+    // Idle for 6 s: once the encoder leaves, its FFmpeg child's last segment and playlist
+    // must land before the recording ends idle; with 3 s the last segment was sometimes
+    // missing while the whole suite shared two cores.
+    let rig = Rig::start(6).await;
     let recording = rig.create().await;
     let push = publish(30, &recording);
 
@@ -375,7 +378,8 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 
 #[tokio::test]
 async fn an_encoder_killed_and_started_again_within_the_idle_window_continues_one_recording() {
-    let rig = Rig::start(8).await;
+    // A window wide enough for the second encoder's last segment to land on busy cores.
+    let rig = Rig::start(12).await;
     let recording = rig.create().await;
     let first = publish(30, &recording);
     let segments = segments_of(&recording);
