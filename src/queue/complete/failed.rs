@@ -15,10 +15,10 @@ use crate::queue::{Claim, JobError};
 /// How long a retried job waits before it can be claimed again (5 s).
 pub const RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// FAILED, in one transaction shaped like [`finalize_ready`]: the error on the video,
-/// `video.failed`, the fenced COMPLETED update last, tried again like it. The video, its event
-/// and the attempt get the code and its public message only; the detail (tool and scratch
-/// paths, stderr) is the log's.
+/// FAILED, in one transaction shaped like [`super::ready::finalize_ready`]: the error on the
+/// video, `video.failed`, the fenced COMPLETED update last, tried again like it. The video,
+/// its event and the attempt get the code and its public message only; the detail (tool and
+/// scratch paths, stderr) is the log's.
 #[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, run = claim.run, attempt = claim.attempt))]
 pub async fn finalize_failed(
     pool: &DbPool,
