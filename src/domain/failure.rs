@@ -3,88 +3,53 @@
 //! `invalid_media` adds the tool's reason, with every filesystem path taken out. The full text
 //! (tool paths, scratch paths, stderr) is for the node's log.
 
-spelled_states! {
-    /// Each failure code vidq writes on a video or an attempt. A code the database holds
-    /// that is not here is an error where the row is read, never a default.
-    pub enum FailureCode {
-        /// "the file is not a video that can be read"
-        InvalidMedia = "invalid_media",
-        /// "the file has no video stream"
-        NoVideoStream = "no_video_stream",
-        /// "the video codec is not supported"
-        UnsupportedCodec = "unsupported_codec",
-        /// "the video is longer than the accepted maximum"
-        TooLong = "too_long",
-        /// "the video frame is larger than the accepted maximum"
-        TooLargeDimensions = "too_large_dimensions",
-        /// "the video frame rate is higher than the accepted maximum"
-        TooHighFrameRate = "too_high_frame_rate",
-        /// "the uploaded original is no longer in storage"
-        OriginalMissing = "original_missing",
-        /// "the media tools are not available on the processing node"
-        FfmpegMissing = "ffmpeg_missing",
-        /// "the media tools could not run on the processing node"
-        ToolFailed = "tool_failed",
-        /// "the processing node could not use its local disk"
-        IoError = "io_error",
-        /// "reading the video took too long"
-        ProbeTimeout = "probe_timeout",
-        /// "encoding the video took too long"
-        EncodeTimeout = "encode_timeout",
-        /// "the encoder could not process the video"
-        EncodeFailed = "encode_failed",
-        /// "object storage or the database failed while storing the outputs"
-        StorageError = "storage_error",
-        /// "the live recording's files are not all in storage"
-        RecordingIncomplete = "recording_incomplete",
-        /// "the joined live recording is not in storage yet"
-        OriginalPending = "original_pending",
-        /// "the encoding attempt ran out of time"
-        DeadlineExceeded = "deadline_exceeded",
-        /// "every encoding attempt stopped without finishing"
-        AttemptsExhausted = "attempts_exhausted",
-        /// "the encoding was cancelled"
-        Cancelled = "cancelled",
-        /// "the processing node stopped answering during the attempt"
-        LeaseExpired = "lease_expired",
-        /// "the processing node stopped the attempt on an internal error"
-        InternalError = "internal_error",
-        /// "the live recording's files were still arriving in storage"
-        RecordingPending = "recording_pending",
-        /// "the processing node lost its claim on the job"
-        ClaimLost = "claim_lost",
-    }
+/// Declares [`FailureCode`]: each code's spelling and the one sentence a client reads for
+/// it, written once (the sentence is also the variant's documentation).
+macro_rules! failure_codes {
+    ($($variant:ident = $spelling:literal => $sentence:literal,)+) => {
+        spelled_states! {
+            /// Each failure code vidq writes on a video or an attempt. A code the database
+            /// holds that is not here is an error where the row is read, never a default.
+            pub enum FailureCode {
+                $( #[doc = $sentence] $variant = $spelling, )+
+            }
+        }
+
+        impl FailureCode {
+            /// The one sentence a client reads for this code.
+            pub fn sentence(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $sentence,)+
+                }
+            }
+        }
+    };
 }
 
-impl FailureCode {
-    /// The one sentence a client reads for this code.
-    pub fn sentence(self) -> &'static str {
-        match self {
-            Self::InvalidMedia => "the file is not a video that can be read",
-            Self::NoVideoStream => "the file has no video stream",
-            Self::UnsupportedCodec => "the video codec is not supported",
-            Self::TooLong => "the video is longer than the accepted maximum",
-            Self::TooLargeDimensions => "the video frame is larger than the accepted maximum",
-            Self::TooHighFrameRate => "the video frame rate is higher than the accepted maximum",
-            Self::OriginalMissing => "the uploaded original is no longer in storage",
-            Self::FfmpegMissing => "the media tools are not available on the processing node",
-            Self::ToolFailed => "the media tools could not run on the processing node",
-            Self::IoError => "the processing node could not use its local disk",
-            Self::ProbeTimeout => "reading the video took too long",
-            Self::EncodeTimeout => "encoding the video took too long",
-            Self::EncodeFailed => "the encoder could not process the video",
-            Self::StorageError => "object storage or the database failed while storing the outputs",
-            Self::RecordingIncomplete => "the live recording's files are not all in storage",
-            Self::OriginalPending => "the joined live recording is not in storage yet",
-            Self::DeadlineExceeded => "the encoding attempt ran out of time",
-            Self::AttemptsExhausted => "every encoding attempt stopped without finishing",
-            Self::Cancelled => "the encoding was cancelled",
-            Self::LeaseExpired => "the processing node stopped answering during the attempt",
-            Self::InternalError => "the processing node stopped the attempt on an internal error",
-            Self::RecordingPending => "the live recording's files were still arriving in storage",
-            Self::ClaimLost => "the processing node lost its claim on the job",
-        }
-    }
+failure_codes! {
+    InvalidMedia = "invalid_media" => "the file is not a video that can be read",
+    NoVideoStream = "no_video_stream" => "the file has no video stream",
+    UnsupportedCodec = "unsupported_codec" => "the video codec is not supported",
+    TooLong = "too_long" => "the video is longer than the accepted maximum",
+    TooLargeDimensions = "too_large_dimensions" => "the video frame is larger than the accepted maximum",
+    TooHighFrameRate = "too_high_frame_rate" => "the video frame rate is higher than the accepted maximum",
+    OriginalMissing = "original_missing" => "the uploaded original is no longer in storage",
+    FfmpegMissing = "ffmpeg_missing" => "the media tools are not available on the processing node",
+    ToolFailed = "tool_failed" => "the media tools could not run on the processing node",
+    IoError = "io_error" => "the processing node could not use its local disk",
+    ProbeTimeout = "probe_timeout" => "reading the video took too long",
+    EncodeTimeout = "encode_timeout" => "encoding the video took too long",
+    EncodeFailed = "encode_failed" => "the encoder could not process the video",
+    StorageError = "storage_error" => "object storage or the database failed while storing the outputs",
+    RecordingIncomplete = "recording_incomplete" => "the live recording's files are not all in storage",
+    OriginalPending = "original_pending" => "the joined live recording is not in storage yet",
+    DeadlineExceeded = "deadline_exceeded" => "the encoding attempt ran out of time",
+    AttemptsExhausted = "attempts_exhausted" => "every encoding attempt stopped without finishing",
+    Cancelled = "cancelled" => "the encoding was cancelled",
+    LeaseExpired = "lease_expired" => "the processing node stopped answering during the attempt",
+    InternalError = "internal_error" => "the processing node stopped the attempt on an internal error",
+    RecordingPending = "recording_pending" => "the live recording's files were still arriving in storage",
+    ClaimLost = "claim_lost" => "the processing node lost its claim on the job",
 }
 
 /// What a path becomes in a reason.

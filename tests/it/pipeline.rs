@@ -369,8 +369,8 @@ async fn no_transaction_is_open_while_an_attempt_runs_ffmpeg_or_transfers() {
                     // Idle in a transaction for longer than a loaded round trip: a
                     // transaction held across an FFmpeg run or a transfer (the 2 s outage
                     // below) sits there for seconds, while the gap between a short
-                    // transaction's statements, which two busy cores can stretch to tens of
-                    // milliseconds, is not what this test is about.
+                    // transaction's statements, which the 20 ms sampler caught once when the
+                    // whole suite shared two cores, is not what this test is about.
                     diesel::sql_query(
                         "SELECT count(*) AS n FROM pg_stat_activity
                           WHERE datname = $1 AND state LIKE 'idle in transaction%'

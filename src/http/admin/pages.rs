@@ -150,10 +150,10 @@ fn job_button(job_id: &i64, action: &str, csrf: &str) -> String {
 
 impl JobRow {
     fn from(line: view::JobLine) -> Self {
-        let status = Some(line.status);
-        let retryable = status == Some(JobStatus::Dead)
-            || (status == Some(JobStatus::Completed) && line.video_status == VideoStatus::Failed);
-        let cancellable = matches!(status, Some(JobStatus::Pending | JobStatus::Processing));
+        let status = line.status;
+        let retryable = status == JobStatus::Dead
+            || (status == JobStatus::Completed && line.video_status == VideoStatus::Failed);
+        let cancellable = matches!(status, JobStatus::Pending | JobStatus::Processing);
         Self {
             job_id: line.job_id,
             video_id: line.video_id.to_string(),
