@@ -1,7 +1,8 @@
 //! The domain's state and kind enums as `text` columns: a row reads a state straight into
 //! its enum, and a spelling the enum does not know is an error at the boundary
-//! ([`crate::domain::upload::UnknownState`]), never a default. The schema's CHECK
-//! constraints spell the same values (a test holds the two together).
+//! ([`crate::domain::upload::UnknownState`]), never a default. On the way in, the schema's
+//! CHECK constraints refuse what they do not list (`tests/it/schema.rs`); failure codes
+//! have no CHECK, so reading is where an unknown one is caught.
 
 use diesel::deserialize::{self, FromSql, Queryable};
 use diesel::pg::{Pg, PgValue};
