@@ -1,18 +1,21 @@
 //! An S3-compatible server inside the process (s3s over a local directory), for `vidq dev`
 //! on a laptop and for the tests. It speaks the real protocol, SigV4 and presigned URLs
-//! included, so the same aws-sdk-s3 code paths run against it as against AWS.
+//! included, so the same aws-sdk-s3 code paths run against it as against AWS; over plain
+//! HTTP, or over HTTPS with a self-signed certificate (the tests and benchmarks of TLS).
 
 use std::net::SocketAddr;
 use std::path::Path;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use s3s::auth::SimpleAuth;
 use s3s::dto;
 use s3s::service::S3ServiceBuilder;
 use s3s::{S3, S3Request, S3Response, S3Result};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 /// s3s-fs, which keeps the state of multipart uploads in progress but cannot list them, and
@@ -153,6 +156,8 @@ impl S3 for WithUploadListing {
 /// A running embedded S3 server; stops when dropped or when [`EmbeddedS3::stop`] is called.
 pub struct EmbeddedS3 {
     addr: SocketAddr,
+    /// The certificate it presents, PEM, when it speaks HTTPS.
+    certificate_pem: Option<String>,
     stop: CancellationToken,
     task: Option<JoinHandle<()>>,
 }
@@ -167,13 +172,39 @@ pub struct EmbeddedS3Error {
 }
 
 impl EmbeddedS3 {
-    /// Serves the objects under `root` (one directory per bucket) on `listener`, accepting
-    /// requests signed with this key pair only.
+    /// Serves the objects under `root` (one directory per bucket) on `listener` over plain
+    /// HTTP, accepting requests signed with this key pair only.
     pub fn start(
         root: &Path,
         listener: TcpListener,
         access_key: &str,
         secret_key: &str,
+    ) -> Result<Self, EmbeddedS3Error> {
+        Self::serve(root, listener, access_key, secret_key, None)
+    }
+
+    /// The same over HTTPS, with a self-signed certificate for `127.0.0.1` and `localhost`
+    /// made now: a client trusts it by [`EmbeddedS3::certificate_pem`] (`VIDQ_S3_CA_FILE`).
+    /// S3 in production is reached over TLS, and the SDK sends bodies differently there.
+    pub fn start_tls(
+        root: &Path,
+        listener: TcpListener,
+        access_key: &str,
+        secret_key: &str,
+    ) -> Result<Self, EmbeddedS3Error> {
+        let tls = self_signed().map_err(|source| EmbeddedS3Error {
+            root: root.display().to_string(),
+            source,
+        })?;
+        Self::serve(root, listener, access_key, secret_key, Some(tls))
+    }
+
+    fn serve(
+        root: &Path,
+        listener: TcpListener,
+        access_key: &str,
+        secret_key: &str,
+        tls: Option<(String, TlsAcceptor)>,
     ) -> Result<Self, EmbeddedS3Error> {
         let err = |source: Box<dyn std::error::Error + Send + Sync>| EmbeddedS3Error {
             root: root.display().to_string(),
@@ -186,6 +217,10 @@ impl EmbeddedS3 {
         builder.set_auth(SimpleAuth::from_single(access_key, secret_key));
         let service = builder.build();
         let addr = listener.local_addr().map_err(|e| err(Box::new(e)))?;
+        let (certificate_pem, acceptor) = match tls {
+            Some((pem, acceptor)) => (Some(pem), Some(acceptor)),
+            None => (None, None),
+        };
         let stop = CancellationToken::new();
         let stopped = stop.clone();
         let task = tokio::spawn(async move {
@@ -201,13 +236,29 @@ impl EmbeddedS3 {
                         }
                     },
                 };
-                let conn = http
-                    .serve_connection(TokioIo::new(socket), service.clone())
-                    .into_owned();
-                let stopped = stopped.clone();
+                let (http, service, stopped) = (http.clone(), service.clone(), stopped.clone());
+                let acceptor = acceptor.clone();
+                // Each connection on its own task, the TLS handshake included, so a slow
+                // handshake does not hold the accept loop.
                 tokio::spawn(async move {
+                    let served = async {
+                        match acceptor {
+                            None => {
+                                let _ = http.serve_connection(TokioIo::new(socket), service).await;
+                            }
+                            Some(acceptor) => match acceptor.accept(socket).await {
+                                Ok(stream) => {
+                                    let _ =
+                                        http.serve_connection(TokioIo::new(stream), service).await;
+                                }
+                                Err(error) => {
+                                    tracing::debug!(%error, "embedded S3: a TLS handshake failed");
+                                }
+                            },
+                        }
+                    };
                     tokio::select! {
-                        _ = conn => {}
+                        () = served => {}
                         () = stopped.cancelled() => {}
                     }
                 });
@@ -215,6 +266,7 @@ impl EmbeddedS3 {
         });
         Ok(Self {
             addr,
+            certificate_pem,
             stop,
             task: Some(task),
         })
@@ -225,9 +277,18 @@ impl EmbeddedS3 {
         self.addr
     }
 
-    /// `http://ip:port`, for `VIDQ_S3_ENDPOINT`.
+    /// `http://ip:port` (or `https://`), for `VIDQ_S3_ENDPOINT`.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = match self.certificate_pem {
+            Some(_) => "https",
+            None => "http",
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The certificate it presents over HTTPS (PEM), for a client to trust; `None` over HTTP.
+    pub fn certificate_pem(&self) -> Option<&str> {
+        self.certificate_pem.as_deref()
     }
 
     /// Stops accepting and closes open connections.
@@ -237,6 +298,24 @@ impl EmbeddedS3 {
             let _ = task.await;
         }
     }
+}
+
+/// A self-signed certificate for the loopback names, and the acceptor that presents it.
+fn self_signed() -> Result<(String, TlsAcceptor), Box<dyn std::error::Error + Send + Sync>> {
+    let made =
+        rcgen::generate_simple_self_signed(["127.0.0.1".to_owned(), "localhost".to_owned()])?;
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(made.signing_key.serialize_der()));
+    // Named, not taken from the process default: more than one provider is linked in.
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(vec![made.cert.der().clone()], key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok((
+        made.cert.pem(),
+        TlsAcceptor::from(std::sync::Arc::new(config)),
+    ))
 }
 
 impl Drop for EmbeddedS3 {

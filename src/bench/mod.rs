@@ -119,6 +119,8 @@ pub struct BenchS3 {
     pub server: crate::adapters::s3_server::EmbeddedS3,
     /// A client of it.
     pub storage: crate::adapters::storage::Storage,
+    /// The certificate to trust, written out, when it speaks HTTPS.
+    ca_file: Option<std::path::PathBuf>,
     _dir: tempfile::TempDir,
 }
 
@@ -126,15 +128,38 @@ pub struct BenchS3 {
 pub const BENCH_BUCKET: &str = "vidq-bench";
 
 impl BenchS3 {
-    /// Starts it on a free loopback port.
+    /// Starts it on a free loopback port, over plain HTTP.
     pub async fn start() -> anyhow::Result<Self> {
+        Self::launch(false).await
+    }
+
+    /// Starts it over HTTPS (a self-signed certificate its clients are told to trust), as S3
+    /// is reached in production.
+    pub async fn start_tls() -> anyhow::Result<Self> {
+        Self::launch(true).await
+    }
+
+    async fn launch(tls: bool) -> anyhow::Result<Self> {
+        use crate::adapters::s3_server::EmbeddedS3;
         let dir = tempfile::tempdir()?;
-        let server = crate::adapters::s3_server::EmbeddedS3::start(
-            dir.path(),
-            tokio::net::TcpListener::bind("127.0.0.1:0").await?,
-            "bench",
-            "bench-secret",
-        )?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let objects = dir.path().join("objects");
+        let server = if tls {
+            EmbeddedS3::start_tls(&objects, listener, "bench", "bench-secret")?
+        } else {
+            EmbeddedS3::start(&objects, listener, "bench", "bench-secret")?
+        };
+        let ca = match server.certificate_pem() {
+            Some(pem) => {
+                let path = dir.path().join("ca.pem");
+                std::fs::write(&path, pem)?;
+                Some((
+                    path,
+                    crate::config::CaCertificates::from_pem(pem).map_err(anyhow::Error::msg)?,
+                ))
+            }
+            None => None,
+        };
         let storage = crate::adapters::storage::Storage::connect(
             &crate::config::StorageConfig {
                 endpoint: Some(server.endpoint().parse()?),
@@ -142,6 +167,7 @@ impl BenchS3 {
                 bucket: BENCH_BUCKET.to_owned(),
                 region: "us-east-1".to_owned(),
                 force_path_style: true,
+                ca: ca.as_ref().map(|(_, certificates)| certificates.clone()),
                 timeouts: Default::default(),
             },
             Some(crate::adapters::storage::StaticCredentials {
@@ -154,6 +180,7 @@ impl BenchS3 {
         Ok(Self {
             server,
             storage,
+            ca_file: ca.map(|(path, _)| path),
             _dir: dir,
         })
     }
@@ -164,14 +191,18 @@ impl BenchS3 {
     }
 
     /// The settings a `vidq` child process needs to use it.
-    pub fn env(&self) -> [(&'static str, String); 5] {
-        [
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        let mut env = vec![
             ("VIDQ_S3_ENDPOINT", self.server.endpoint()),
             ("VIDQ_S3_BUCKET", BENCH_BUCKET.to_owned()),
             ("VIDQ_S3_FORCE_PATH_STYLE", "true".to_owned()),
             ("AWS_ACCESS_KEY_ID", "bench".to_owned()),
             ("AWS_SECRET_ACCESS_KEY", "bench-secret".to_owned()),
-        ]
+        ];
+        if let Some(path) = &self.ca_file {
+            env.push(("VIDQ_S3_CA_FILE", path.display().to_string()));
+        }
+        env
     }
 }
 

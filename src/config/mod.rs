@@ -21,8 +21,8 @@ pub use dev::{DevConfig, DevPostgres};
 pub use ingest::{IngestArgs, LiveArgs, RtmpArgs, RtmpListen, SpoolArgs};
 pub use relay::{RelayArgs, RelayConfig};
 pub use shared::{
-    DatabaseConfig, DatabaseUrl, LogArgs, LogFormat, S3Timeouts, Secret, StorageConfig,
-    loopback_addr,
+    CaCertificates, DatabaseConfig, DatabaseUrl, LogArgs, LogFormat, S3Timeouts, Secret,
+    StorageConfig, loopback_addr,
 };
 pub use sweeper::{ReconcileConfig, SweeperArgs, SweeperConfig};
 pub use worker::{MediaArgs, QueueArgs, WorkerConfig};

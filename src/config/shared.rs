@@ -118,6 +118,16 @@ pub struct StorageConfig {
     )]
     pub force_path_style: bool,
 
+    /// PEM file of CA certificates to trust for the S3 endpoint besides the system's (an
+    /// S3-compatible server whose certificate a private CA signed). Read at start-up.
+    #[arg(
+        long = "s3-ca-file",
+        env = "VIDQ_S3_CA_FILE",
+        value_name = "PATH",
+        value_parser = parse_ca_file
+    )]
+    pub ca: Option<CaCertificates>,
+
     #[command(flatten)]
     #[allow(missing_docs)]
     pub timeouts: S3Timeouts,
@@ -219,6 +229,51 @@ fn parse_bucket(name: &str) -> Result<String, String> {
     }
 }
 
+/// CA certificates (PEM) trusted for S3, read from `VIDQ_S3_CA_FILE`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CaCertificates {
+    /// The file's PEM text: one or more `CERTIFICATE` blocks.
+    pub pem: String,
+    /// How many certificates it holds.
+    pub count: usize,
+}
+
+impl fmt::Debug for CaCertificates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CaCertificates({} certificate(s))", self.count)
+    }
+}
+
+impl CaCertificates {
+    /// Takes PEM text holding at least one certificate, each of which parses.
+    pub fn from_pem(pem: &str) -> Result<Self, String> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject as _;
+        let mut count = 0;
+        // Each must also make a trust anchor: the SDK's client takes them without asking.
+        let mut anchors = rustls::RootCertStore::empty();
+        for certificate in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            let certificate = certificate.map_err(|e| format!("not a PEM certificate: {e}"))?;
+            anchors
+                .add(certificate)
+                .map_err(|e| format!("holds a certificate that does not parse: {e}"))?;
+            count += 1;
+        }
+        if count == 0 {
+            return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".to_owned());
+        }
+        Ok(Self {
+            pem: pem.to_owned(),
+            count,
+        })
+    }
+}
+
+fn parse_ca_file(path: &str) -> Result<CaCertificates, String> {
+    let pem = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    CaCertificates::from_pem(&pem).map_err(|e| format!("{path} {e}"))
+}
+
 /// Parses a `--health-listen` address, refusing anything but loopback.
 pub fn loopback_addr(text: &str) -> Result<SocketAddr, String> {
     let addr: SocketAddr = text
@@ -235,6 +290,32 @@ pub fn loopback_addr(text: &str) -> Result<SocketAddr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ca_file_is_taken_only_when_every_certificate_in_it_parses() {
+        let one = rcgen::generate_simple_self_signed(["localhost".to_owned()])
+            .unwrap()
+            .cert
+            .pem();
+        let two = rcgen::generate_simple_self_signed(["127.0.0.1".to_owned()])
+            .unwrap()
+            .cert
+            .pem();
+        assert_eq!(CaCertificates::from_pem(&one).unwrap().count, 1);
+        let bundle = format!("{one}{two}");
+        assert_eq!(CaCertificates::from_pem(&bundle).unwrap().count, 2);
+        // A PEM block of the right kind whose bytes are no certificate.
+        let garbage = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        let refused = CaCertificates::from_pem(garbage).unwrap_err();
+        assert!(refused.contains("does not parse"), "{refused}");
+        assert!(CaCertificates::from_pem(&format!("{one}{garbage}")).is_err());
+        let refused = CaCertificates::from_pem("").unwrap_err();
+        assert!(refused.contains("no PEM certificate"), "{refused}");
+        assert_eq!(
+            format!("{:?}", CaCertificates::from_pem(&bundle).unwrap()),
+            "CaCertificates(2 certificate(s))"
+        );
+    }
 
     #[test]
     fn bucket_names_follow_s3_rules() {

@@ -188,6 +188,7 @@ async fn start_s3(config: &DevConfig) -> anyhow::Result<(EmbeddedS3, StorageConf
         bucket: DEV_BUCKET.to_owned(),
         region: "us-east-1".to_owned(),
         force_path_style: true,
+        ca: None,
         timeouts: Default::default(),
     };
     Ok((s3, storage))

@@ -68,6 +68,7 @@ async fn an_attempt_stopped_mid_upload_aborts_its_multipart_upload() {
             bucket: TEST_BUCKET.to_owned(),
             region: "us-east-1".to_owned(),
             force_path_style: true,
+            ca: None,
             timeouts: Default::default(),
         },
         Some(StaticCredentials {

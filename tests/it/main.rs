@@ -45,6 +45,7 @@ mod relay_process;
 mod resend;
 mod runs;
 mod s3_timeouts;
+mod s3_tls;
 mod schema;
 mod secrets_in_logs;
 mod several_machines;

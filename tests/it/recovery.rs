@@ -386,6 +386,7 @@ async fn storage_through(faults: &S3Faults) -> vidq::adapters::storage::Storage 
             bucket: TEST_BUCKET.to_owned(),
             region: "us-east-1".to_owned(),
             force_path_style: true,
+            ca: None,
             timeouts: Default::default(),
         },
         Some(vidq::adapters::storage::StaticCredentials {

@@ -15,7 +15,7 @@ use aws_sdk_s3::config::{
 };
 use url::Url;
 
-use crate::config::{S3Timeouts, StorageConfig};
+use crate::config::{CaCertificates, S3Timeouts, StorageConfig};
 
 mod bucket;
 mod error;
@@ -115,6 +115,27 @@ fn transfer_timeouts(t: &S3Timeouts) -> TimeoutConfig {
         .build()
 }
 
+/// The SDK's own HTTPS client (rustls), trusting `ca` besides the system's roots. The
+/// certificates were parsed when the setting was read, so building cannot fail on them.
+fn https_client_trusting(ca: &CaCertificates) -> aws_sdk_s3::config::SharedHttpClient {
+    use aws_smithy_http_client::tls;
+    // The system's roots too, when it has any (the SDK insists on some if asked for them).
+    let system_roots = !rustls_native_certs::load_native_certs().certs.is_empty();
+    let trust = tls::TrustStore::empty()
+        .with_native_roots(system_roots)
+        .with_pem_certificate(ca.pem.as_bytes());
+    let context = tls::TlsContext::builder()
+        .with_trust_store(trust)
+        .build()
+        .expect("CA certificates are checked when the setting is read");
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::AwsLc,
+        ))
+        .tls_context(context)
+        .build_https()
+}
+
 impl Storage {
     /// Builds the clients. Credentials come from the standard AWS chain unless given.
     pub async fn connect(config: &StorageConfig, credentials: Option<StaticCredentials>) -> Self {
@@ -127,6 +148,9 @@ impl Storage {
                     .grace_period(Duration::from_secs(t.stall_secs))
                     .build(),
             );
+        if let Some(ca) = &config.ca {
+            loader = loader.http_client(https_client_trusting(ca));
+        }
         if let Some(creds) = credentials {
             loader = loader.credentials_provider(Credentials::new(
                 creds.access_key_id,

@@ -42,12 +42,22 @@ fn init_test_logging() {
 
 /// A client of the test bucket at `endpoint` with the test credentials and `timeouts`.
 pub async fn storage_client(endpoint: &str, timeouts: vidq::config::S3Timeouts) -> Storage {
+    storage_client_trusting(endpoint, timeouts, None).await
+}
+
+/// [`storage_client`] that also trusts `ca` (an HTTPS endpoint's certificate).
+pub async fn storage_client_trusting(
+    endpoint: &str,
+    timeouts: vidq::config::S3Timeouts,
+    ca: Option<vidq::config::CaCertificates>,
+) -> Storage {
     let config = StorageConfig {
         endpoint: Some(endpoint.parse().unwrap()),
         public_endpoint: None,
         bucket: TEST_BUCKET.to_owned(),
         region: "us-east-1".to_owned(),
         force_path_style: true,
+        ca,
         timeouts,
     };
     let credentials = StaticCredentials {
@@ -140,6 +150,7 @@ impl TestApp {
             bucket: TEST_BUCKET.to_owned(),
             region: "us-east-1".to_owned(),
             force_path_style: true,
+            ca: None,
             timeouts: Default::default(),
         };
         let database = DatabaseConfig {

@@ -38,6 +38,8 @@ pub struct Deployment {
     pub processes: Vec<Child>,
     /// How the API was started, to start it again after a kill.
     api_start: Option<ApiStart>,
+    /// The certificate every process trusts (`VIDQ_S3_CA_FILE`), when S3 speaks HTTPS.
+    pub ca_file: Option<PathBuf>,
     _s3_dir: tempfile::TempDir,
 }
 
@@ -52,14 +54,40 @@ struct ApiStart {
 impl Deployment {
     /// The database and the embedded S3 (with its bucket); no process yet.
     pub async fn prepare() -> Self {
+        Self::prepare_s3(false).await
+    }
+
+    /// [`Deployment::prepare`] with the S3 over HTTPS, its self-signed certificate written
+    /// to a file every process is given as `VIDQ_S3_CA_FILE`.
+    pub async fn prepare_tls() -> Self {
+        Self::prepare_s3(true).await
+    }
+
+    async fn prepare_s3(tls: bool) -> Self {
         let db = TestDb::new().await;
         let pool = vidq::db::connect(&db.url, 4).await.unwrap();
         let s3_dir = tempfile::tempdir().unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let s3 = EmbeddedS3::start(s3_dir.path(), listener, "test-access", "test-secret").unwrap();
+        let s3 = if tls {
+            EmbeddedS3::start_tls(s3_dir.path(), listener, "test-access", "test-secret")
+        } else {
+            EmbeddedS3::start(s3_dir.path(), listener, "test-access", "test-secret")
+        }
+        .unwrap();
         let root = tempfile::tempdir().unwrap();
+        let ca = s3
+            .certificate_pem()
+            .map(|pem| vidq::config::CaCertificates::from_pem(pem).unwrap());
+        let ca_file = s3.certificate_pem().map(|pem| {
+            let path = root.path().join("s3-ca.pem");
+            std::fs::write(&path, pem).unwrap();
+            path
+        });
+        let storage =
+            crate::support::app::storage_client_trusting(&s3.endpoint(), Default::default(), ca)
+                .await;
         let deployment = Self {
-            storage: crate::support::app::storage_client(&s3.endpoint(), Default::default()).await,
+            storage,
             db,
             pool,
             s3,
@@ -71,6 +99,7 @@ impl Deployment {
             root,
             processes: Vec::new(),
             api_start: None,
+            ca_file,
             _s3_dir: s3_dir,
         };
         deployment.storage.ensure_bucket().await.unwrap();
@@ -137,6 +166,9 @@ impl Deployment {
             .env("VIDQ_S3_READ_TIMEOUT_SECS", "2")
             .env("VIDQ_S3_OPERATION_TIMEOUT_SECS", "3")
             .env("VIDQ_S3_TRANSFER_TIMEOUT_SECS", "10");
+        if let Some(ca) = &self.ca_file {
+            command.env("VIDQ_S3_CA_FILE", ca);
+        }
         command
     }
 
