@@ -4,7 +4,7 @@
 //! clients at once sending the same total; medians of `--rounds`. The limit: for `spool`,
 //! `dd if=/dev/zero bs=1M count=1024 conv=fsync` onto the spool's directory; for `s3`, the
 //! same bytes sent by aws-sdk-s3's own multipart upload (parts of `--part-mib`, from memory)
-//! to the same S3, by one client and by `--clients` at once. Then a fresh API process takes
+//! to the same S3 (plain HTTP, or HTTPS with `--s3-tls`), by one client and by `--clients` at once. Then a fresh API process takes
 //! `--clients` uploads of `--rss-gib` GiB at once and its peak RSS (`VmHWM`) is reported:
 //! neither store's memory grows with the uploads.
 
@@ -50,6 +50,11 @@ pub struct TusBenchArgs {
     /// SDK's own upload alike.
     #[arg(long = "part-mib", default_value_t = 8)]
     pub part_mib: u64,
+    /// With `--store s3`: reach the S3 over HTTPS (a self-signed certificate), as S3 is
+    /// reached in production, instead of plain HTTP. Over HTTPS the SDK sends a streamed body
+    /// with a CRC32 trailer only; over plain HTTP it also signs every 64 KiB of it (SHA-256).
+    #[arg(long = "s3-tls")]
+    pub s3_tls: bool,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub server: super::ServerArgs,
@@ -181,7 +186,11 @@ pub async fn run(args: TusBenchArgs) -> anyhow::Result<()> {
 }
 
 async fn measure(args: &TusBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
-    let s3 = super::BenchS3::start().await?;
+    let s3 = if args.s3_tls {
+        super::BenchS3::start_tls().await?
+    } else {
+        super::BenchS3::start().await?
+    };
     let pool = crate::db::connect(&scratch.url, 2).await?;
     let (_, key) = crate::app::users::create_user(&pool, "bench").await?;
     empty(&args.spool_dir)?;
@@ -222,7 +231,11 @@ async fn measure(args: &TusBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
         args.store,
         args.chunk_mib,
         if in_s3 {
-            format!(", {} MiB parts", args.part_mib)
+            format!(
+                ", {} MiB parts, S3 over {}",
+                args.part_mib,
+                if args.s3_tls { "HTTPS" } else { "plain HTTP" }
+            )
         } else {
             format!(", spool {}", spool.display())
         },
