@@ -92,6 +92,8 @@ enum Claimed {
     Failed,
     /// None was made: this node's media tools fail.
     ToolsBroken,
+    /// None was made: the worker is stopping.
+    Stopping,
 }
 
 impl<B: JobBody> Runner<B> {
@@ -141,7 +143,10 @@ impl<B: JobBody> Runner<B> {
             };
             // A node that claims nothing because its tools fail leaves the idle line: a
             // notification there would wake it instead of a node that can do the job.
-            let found_nothing = !matches!(claimed, Claimed::Full | Claimed::ToolsBroken);
+            let found_nothing = !matches!(
+                claimed,
+                Claimed::Full | Claimed::ToolsBroken | Claimed::Stopping
+            );
             idle.send_if_modified(|was| std::mem::replace(was, found_nothing) != found_nothing);
             // A failed claim may have used up the only wake-up this process will get (a
             // notification while it heads the idle line, or the line's catch-up after a
@@ -149,7 +154,9 @@ impl<B: JobBody> Runner<B> {
             // look again soon rather than at the next poll.
             let pause = match claimed {
                 Claimed::Failed => self.settings.poll.min(CLAIM_RETRY),
-                Claimed::Full | Claimed::Nothing | Claimed::ToolsBroken => self.settings.poll,
+                Claimed::Full | Claimed::Nothing | Claimed::ToolsBroken | Claimed::Stopping => {
+                    self.settings.poll
+                }
             };
             tokio::select! {
                 () = shutdown.cancelled() => {}
@@ -254,6 +261,13 @@ impl<B: JobBody> Runner<B> {
             let free = slots.available_permits();
             if free == 0 {
                 return Claimed::Full;
+            }
+            // A slot handing its claim back because the worker stops frees its permit while
+            // this round may still run (it began before the stop, in a reap or a claim):
+            // that permit must not claim again. The check comes after the count, so a permit
+            // freed that way is always seen with the stop.
+            if shutdown.is_cancelled() {
+                return Claimed::Stopping;
             }
             let claimed = match self.claim_up_to(free).await {
                 Ok(claimed) => claimed,
