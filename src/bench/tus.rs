@@ -4,9 +4,9 @@
 //! clients at once sending the same total; medians of `--rounds`. The limit: for `spool`,
 //! `dd if=/dev/zero bs=1M count=1024 conv=fsync` onto the spool's directory; for `s3`, the
 //! same bytes sent by aws-sdk-s3's own multipart upload (parts of `--part-mib`, from memory)
-//! to the same S3 (plain HTTP, or HTTPS with `--s3-tls`), by one client and by `--clients` at once. Then a fresh API process takes
-//! `--clients` uploads of `--rss-gib` GiB at once and its peak RSS (`VmHWM`) is reported:
-//! neither store's memory grows with the uploads.
+//! to the same S3 (plain HTTP, or HTTPS with `--s3-tls`), by one client and by `--clients`
+//! at once. Then a fresh API process takes `--clients` uploads of `--rss-gib` GiB at once
+//! and its peak RSS (`VmHWM`) is reported: neither store's memory grows with the uploads.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
