@@ -119,11 +119,9 @@ fn transfer_timeouts(t: &S3Timeouts) -> TimeoutConfig {
 /// certificates were parsed when the setting was read, so building cannot fail on them.
 fn https_client_trusting(ca: &CaCertificates) -> aws_sdk_s3::config::SharedHttpClient {
     use aws_smithy_http_client::tls;
-    // The system's roots too, when it has any (the SDK insists on some if asked for them).
-    let system_roots = !rustls_native_certs::load_native_certs().certs.is_empty();
-    let trust = tls::TrustStore::empty()
-        .with_native_roots(system_roots)
-        .with_pem_certificate(ca.pem.as_bytes());
+    // The system's roots stay trusted (the SDK reads them once per process; a system
+    // without any is warned about in its log).
+    let trust = tls::TrustStore::default().with_pem_certificate(ca.pem.as_bytes());
     let context = tls::TlsContext::builder()
         .with_trust_store(trust)
         .build()
