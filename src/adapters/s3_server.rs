@@ -18,6 +18,8 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::CaCertificates;
+
 /// s3s-fs, which keeps the state of multipart uploads in progress but cannot list them, and
 /// the listing (`ListMultipartUploads`): vidq's `s3` tus store and its tests ask S3 which
 /// multipart uploads are still open.
@@ -156,8 +158,8 @@ impl S3 for WithUploadListing {
 /// A running embedded S3 server; stops when dropped or when [`EmbeddedS3::stop`] is called.
 pub struct EmbeddedS3 {
     addr: SocketAddr,
-    /// The certificate it presents, PEM, when it speaks HTTPS.
-    certificate_pem: Option<String>,
+    /// The certificate it presents, when it speaks HTTPS.
+    certificate: Option<CaCertificates>,
     stop: CancellationToken,
     task: Option<JoinHandle<()>>,
 }
@@ -184,7 +186,7 @@ impl EmbeddedS3 {
     }
 
     /// The same over HTTPS, with a self-signed certificate for `127.0.0.1` and `localhost`
-    /// made now: a client trusts it by [`EmbeddedS3::certificate_pem`] (`VIDQ_S3_CA_FILE`).
+    /// made now: a client trusts it by [`EmbeddedS3::certificate`] (`VIDQ_S3_CA_FILE`).
     /// S3 in production is reached over TLS, and the SDK sends bodies differently there.
     pub fn start_tls(
         root: &Path,
@@ -204,7 +206,7 @@ impl EmbeddedS3 {
         listener: TcpListener,
         access_key: &str,
         secret_key: &str,
-        tls: Option<(String, TlsAcceptor)>,
+        tls: Option<(CaCertificates, TlsAcceptor)>,
     ) -> Result<Self, EmbeddedS3Error> {
         let err = |source: Box<dyn std::error::Error + Send + Sync>| EmbeddedS3Error {
             root: root.display().to_string(),
@@ -217,8 +219,8 @@ impl EmbeddedS3 {
         builder.set_auth(SimpleAuth::from_single(access_key, secret_key));
         let service = builder.build();
         let addr = listener.local_addr().map_err(|e| err(Box::new(e)))?;
-        let (certificate_pem, acceptor) = match tls {
-            Some((pem, acceptor)) => (Some(pem), Some(acceptor)),
+        let (certificate, acceptor) = match tls {
+            Some((certificate, acceptor)) => (Some(certificate), Some(acceptor)),
             None => (None, None),
         };
         let stop = CancellationToken::new();
@@ -266,7 +268,7 @@ impl EmbeddedS3 {
         });
         Ok(Self {
             addr,
-            certificate_pem,
+            certificate,
             stop,
             task: Some(task),
         })
@@ -279,16 +281,17 @@ impl EmbeddedS3 {
 
     /// `http://ip:port` (or `https://`), for `VIDQ_S3_ENDPOINT`.
     pub fn endpoint(&self) -> String {
-        let scheme = match self.certificate_pem {
+        let scheme = match self.certificate {
             Some(_) => "https",
             None => "http",
         };
         format!("{scheme}://{}", self.addr)
     }
 
-    /// The certificate it presents over HTTPS (PEM), for a client to trust; `None` over HTTP.
-    pub fn certificate_pem(&self) -> Option<&str> {
-        self.certificate_pem.as_deref()
+    /// The certificate it presents over HTTPS, for a client to trust (its `pem` is what a
+    /// `VIDQ_S3_CA_FILE` holds); `None` over HTTP.
+    pub fn certificate(&self) -> Option<&CaCertificates> {
+        self.certificate.as_ref()
     }
 
     /// Stops accepting and closes open connections.
@@ -301,7 +304,8 @@ impl EmbeddedS3 {
 }
 
 /// A self-signed certificate for the loopback names, and the acceptor that presents it.
-fn self_signed() -> Result<(String, TlsAcceptor), Box<dyn std::error::Error + Send + Sync>> {
+fn self_signed() -> Result<(CaCertificates, TlsAcceptor), Box<dyn std::error::Error + Send + Sync>>
+{
     let made =
         rcgen::generate_simple_self_signed(["127.0.0.1".to_owned(), "localhost".to_owned()])?;
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(made.signing_key.serialize_der()));
@@ -313,7 +317,7 @@ fn self_signed() -> Result<(String, TlsAcceptor), Box<dyn std::error::Error + Se
         .with_single_cert(vec![made.cert.der().clone()], key)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok((
-        made.cert.pem(),
+        CaCertificates::from_pem(&made.cert.pem())?,
         TlsAcceptor::from(std::sync::Arc::new(config)),
     ))
 }

@@ -149,14 +149,11 @@ impl BenchS3 {
         } else {
             EmbeddedS3::start(&objects, listener, "bench", "bench-secret")?
         };
-        let ca = match server.certificate_pem() {
-            Some(pem) => {
+        let ca_file = match server.certificate() {
+            Some(certificate) => {
                 let path = dir.path().join("ca.pem");
-                std::fs::write(&path, pem)?;
-                Some((
-                    path,
-                    crate::config::CaCertificates::from_pem(pem).map_err(anyhow::Error::msg)?,
-                ))
+                std::fs::write(&path, &certificate.pem)?;
+                Some(path)
             }
             None => None,
         };
@@ -167,7 +164,7 @@ impl BenchS3 {
                 bucket: BENCH_BUCKET.to_owned(),
                 region: "us-east-1".to_owned(),
                 force_path_style: true,
-                ca: ca.as_ref().map(|(_, certificates)| certificates.clone()),
+                ca: server.certificate().cloned(),
                 timeouts: Default::default(),
             },
             Some(crate::adapters::storage::StaticCredentials {
@@ -180,7 +177,7 @@ impl BenchS3 {
         Ok(Self {
             server,
             storage,
-            ca_file: ca.map(|(path, _)| path),
+            ca_file,
             _dir: dir,
         })
     }

@@ -75,17 +75,17 @@ impl Deployment {
         }
         .unwrap();
         let root = tempfile::tempdir().unwrap();
-        let ca = s3
-            .certificate_pem()
-            .map(|pem| vidq::config::CaCertificates::from_pem(pem).unwrap());
-        let ca_file = s3.certificate_pem().map(|pem| {
+        let ca_file = s3.certificate().map(|certificate| {
             let path = root.path().join("s3-ca.pem");
-            std::fs::write(&path, pem).unwrap();
+            std::fs::write(&path, &certificate.pem).unwrap();
             path
         });
-        let storage =
-            crate::support::app::storage_client_trusting(&s3.endpoint(), Default::default(), ca)
-                .await;
+        let storage = crate::support::app::storage_client_trusting(
+            &s3.endpoint(),
+            Default::default(),
+            s3.certificate().cloned(),
+        )
+        .await;
         let deployment = Self {
             storage,
             db,
