@@ -399,21 +399,10 @@ async fn client_errors_are_not_logged_as_errors_and_probes_are_quiet() {
         .env("AWS_SECRET_ACCESS_KEY", "test-secret");
     let mut child = command.spawn().unwrap();
     let base = format!("http://{addr}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while app
-        .http
-        .get(format!("{base}/healthz"))
-        .send()
-        .await
-        .is_err()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            std::fs::read_to_string(&log).unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::support::process::answering(&app.http, &base, || {
+        std::fs::read_to_string(&log).unwrap_or_default()
+    })
+    .await;
     for _ in 0..20 {
         let response = app
             .http

@@ -9,10 +9,10 @@ use serde_json::Value;
 
 use crate::support::app::TestApp;
 use crate::support::clips;
-use crate::support::live::{answering, api_command, playable, read_live};
+use crate::support::live::{api_command, playable, read_live};
 use crate::support::live_rig::LiveRig;
 use crate::support::playback::played_seconds;
-use crate::support::process::free_port;
+use crate::support::process::{answering, free_port};
 
 /// FFmpeg pushing `clip` in real time as fMP4 HLS with 4 s segments to `ingest`, the way
 /// the README tells an encoder to (a keyframe every 2 s, so every segment is 4 s). IO
@@ -123,7 +123,10 @@ async fn a_sigkill_of_the_ingesting_api_mid_broadcast_loses_nothing_and_puts_not
     let log = dir.path().join("api.log");
     let base = format!("http://127.0.0.1:{http}");
     let mut api = api_process(&app, http, ingest_port, &log);
-    answering(&app, &base, &log).await;
+    answering(&app.http, &base, || {
+        std::fs::read_to_string(&log).unwrap_or_default()
+    })
+    .await;
     let created = app
         .http
         .post(format!("{base}/v1/live"))
@@ -167,7 +170,10 @@ async fn a_sigkill_of_the_ingesting_api_mid_broadcast_loses_nothing_and_puts_not
     let log2 = dir.path().join("api-2.log");
     let restarting = Instant::now();
     let _api = api_process(&app, http, ingest_port, &log2);
-    answering(&app, &base, &log2).await;
+    answering(&app.http, &base, || {
+        std::fs::read_to_string(&log2).unwrap_or_default()
+    })
+    .await;
     let restart = restarting.elapsed();
 
     // The encoder's next files reach the new process; the recording goes on to its end.

@@ -13,10 +13,10 @@ use tokio::io::AsyncReadExt;
 
 use crate::support::app::TestApp;
 use crate::support::clips;
-use crate::support::live::{answering, playable, read_live};
+use crate::support::live::{playable, read_live};
 use crate::support::live_rig::repackager;
 use crate::support::playback::played_seconds;
-use crate::support::process::free_port;
+use crate::support::process::{answering, free_port};
 use crate::support::queue::Worker;
 use crate::support::s3_faults::S3Faults;
 use crate::support::wait::wait_for_count;
@@ -59,7 +59,10 @@ impl Rig {
         let (http, rtmp_port) = (free_port(), free_port());
         let base = format!("http://127.0.0.1:{http}");
         let api = api_process(&app, http, rtmp_port, &log);
-        answering(&app, &base, &log).await;
+        answering(&app.http, &base, || {
+            std::fs::read_to_string(&log).unwrap_or_default()
+        })
+        .await;
         let mut settings = crate::support::sweeper::woken_sweeper();
         settings.interval = Duration::from_millis(100);
         settings.live_idle = Duration::from_secs(idle_secs);

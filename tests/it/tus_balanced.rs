@@ -6,7 +6,7 @@
 //! and stays down for 10 s. Two PATCHes of one upload through two nodes at once: one wins.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use reqwest::StatusCode;
@@ -129,23 +129,8 @@ fn spawn_api(d: &Deployment, ports: &[u16], n: usize) -> Child {
 
 /// Returns once API node `n` answers `/healthz` on its own port.
 async fn wait_until_up(d: &Deployment, ports: &[u16], n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let url = format!("http://127.0.0.1:{}/healthz", ports[n]);
-    while !d
-        .http
-        .get(&url)
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        assert!(
-            Instant::now() < deadline,
-            "api-{} did not start:\n{}",
-            n + 1,
-            d.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let base = format!("http://127.0.0.1:{}", ports[n]);
+    crate::support::process::answering(&d.http, &base, || d.logs()).await;
 }
 
 /// Clips of 4 to 4 + n - 1 seconds at 640x360 (about 1-2 MiB: 4 to 8 chunks each).

@@ -148,21 +148,3 @@ pub fn api_command(
         .env("AWS_SECRET_ACCESS_KEY", "test-secret");
     command
 }
-
-pub async fn answering(app: &TestApp, base: &str, log: &std::path::Path) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while app
-        .http
-        .get(format!("{base}/healthz"))
-        .send()
-        .await
-        .is_err()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}

@@ -1,6 +1,7 @@
 //! Processes and ports: loopback ports for child processes, `vidq` roles run as children,
-//! servers the whole run shares, where every process records the routes it answered, and
-//! whether a server has read what a loopback connection sent it.
+//! servers the whole run shares, where every process records the routes it answered,
+//! whether a server has read what a loopback connection sent it, and waiting until a started
+//! process answers.
 
 use std::time::Duration;
 
@@ -131,4 +132,23 @@ fn socket_queues(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> O
             u64::from_str_radix(rx, 16).ok()?,
         ))
     })
+}
+
+/// Returns once the process at `base` (`http://127.0.0.1:PORT`) answers `GET /healthz` with a
+/// success; after 30 s, panics with `logs()` (the process's log, say).
+pub async fn answering(http: &reqwest::Client, base: &str, logs: impl Fn() -> String) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !http
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{base} did not answer:\n{}",
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
