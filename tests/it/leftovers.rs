@@ -7,10 +7,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use vidq::adapters::storage::{StaticCredentials, Storage};
-use vidq::config::{Secret, StorageConfig};
 
-use crate::support::app::{TEST_BUCKET, TestApp};
+use crate::support::app::TestApp;
 use crate::support::fake_encode::FakeEncode;
 use crate::support::queue::{Worker, fast_settings};
 
@@ -61,22 +59,8 @@ async fn an_attempt_stopped_mid_upload_aborts_its_multipart_upload() {
     let key = app.create_user("alice").await;
     app.uploaded_video(&key).await;
     let proxy = slow_uplink(app.s3.as_ref().unwrap().addr()).await;
-    let storage = Storage::connect(
-        &StorageConfig {
-            endpoint: Some(format!("http://{proxy}").parse().unwrap()),
-            public_endpoint: None,
-            bucket: TEST_BUCKET.to_owned(),
-            region: "us-east-1".to_owned(),
-            force_path_style: true,
-            ca: None,
-            timeouts: Default::default(),
-        },
-        Some(StaticCredentials {
-            access_key_id: "test-access".to_owned(),
-            secret_access_key: Secret::new("test-secret"),
-        }),
-    )
-    .await;
+    let storage =
+        crate::support::app::storage_client(&format!("http://{proxy}"), Default::default()).await;
     let scratch = tempfile::tempdir().unwrap();
     let body = Arc::new(FakeEncode {
         storage,

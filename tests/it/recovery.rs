@@ -379,22 +379,7 @@ async fn wait_rejected(app: &TestApp, id: UploadId) -> db::ledger::LedgerEntry {
 
 /// The in-process sweeper's S3 client, through the fault proxy.
 async fn storage_through(faults: &S3Faults) -> vidq::adapters::storage::Storage {
-    vidq::adapters::storage::Storage::connect(
-        &vidq::config::StorageConfig {
-            endpoint: Some(faults.endpoint().parse().unwrap()),
-            public_endpoint: None,
-            bucket: TEST_BUCKET.to_owned(),
-            region: "us-east-1".to_owned(),
-            force_path_style: true,
-            ca: None,
-            timeouts: Default::default(),
-        },
-        Some(vidq::adapters::storage::StaticCredentials {
-            access_key_id: "test-access".to_owned(),
-            secret_access_key: vidq::config::Secret::new("test-secret"),
-        }),
-    )
-    .await
+    crate::support::app::storage_client(&faults.endpoint(), Default::default()).await
 }
 
 #[tokio::test]
