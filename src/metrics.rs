@@ -97,6 +97,15 @@ pub static HEARTBEAT_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("a valid counter")
 });
 
+/// Split videos whose stitch could not pass its checks and that were encoded whole instead.
+pub static STITCH_FALLBACKS: LazyLock<IntCounter> = LazyLock::new(|| {
+    IntCounter::new(
+        "vidq_worker_stitch_fallbacks_total",
+        "Split videos whose stitch failed its checks; each is encoded again as one job.",
+    )
+    .expect("a valid counter")
+});
+
 /// Claims found gone (by a heartbeat, or by a fence at the attempt's end).
 pub static CLAIMS_LOST: LazyLock<IntCounterVec> = LazyLock::new(|| {
     let family = counter_vec(

@@ -30,8 +30,9 @@ pub struct MediaArgs {
     #[arg(long = "ffmpeg-timeout-secs", env = "VIDQ_FFMPEG_TIMEOUT_SECS", value_name = "SECS", default_value_t = 600,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub ffmpeg_timeout_secs: u64,
-    /// Longest accepted video, in seconds.
-    #[arg(long = "max-duration-secs", env = "VIDQ_MAX_DURATION_SECS", value_name = "SECS", default_value_t = 600,
+    /// Longest accepted video, in seconds (default 4 h; a long video is split into chunks that
+    /// every idle worker encodes, so no single FFmpeg call runs for its whole length).
+    #[arg(long = "max-duration-secs", env = "VIDQ_MAX_DURATION_SECS", value_name = "SECS", default_value_t = 14_400,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub max_duration_secs: u64,
     /// Widest accepted frame (the long side, for portrait videos too).
@@ -59,6 +60,15 @@ pub struct MediaArgs {
     #[arg(long = "segment-secs", env = "VIDQ_SEGMENT_SECS", value_name = "SECS", default_value_t = 4,
           value_parser = clap::value_parser!(u32).range(1..=60))]
     pub segment_secs: u32,
+    /// Sources longer than this are split into chunk jobs that any idle worker encodes, and
+    /// stitched back together exactly; 0 never splits.
+    #[arg(long = "chunk-min-source-secs", env = "VIDQ_CHUNK_MIN_SOURCE_SECS", value_name = "SECS",
+          default_value_t = 120, value_parser = clap::value_parser!(u32).range(0..=86_400))]
+    pub chunk_min_source_secs: u32,
+    /// Length of one chunk of a split video, in seconds: a multiple of VIDQ_SEGMENT_SECS.
+    #[arg(long = "chunk-secs", env = "VIDQ_CHUNK_SECS", value_name = "SECS", default_value_t = 48,
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub chunk_secs: u32,
     /// Encoder threads per FFmpeg call (0 lets FFmpeg choose; 1 per core pinned).
     #[arg(
         long = "ffmpeg-threads",

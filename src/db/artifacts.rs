@@ -36,6 +36,8 @@ pub struct ArtifactRow {
     pub uploaded_at: Option<DateTime<Utc>>,
     /// Run whose prefix holds it.
     pub run: i32,
+    /// The part of a split video whose attempt wrote it (`None`: the video's own job).
+    pub part: Option<i32>,
 }
 
 /// An object about to be uploaded.
@@ -56,6 +58,8 @@ pub struct NewArtifact<'a> {
     pub object_key: &'a str,
     /// Size of the local file.
     pub size_bytes: i64,
+    /// The part of a split video whose attempt writes it (`None`: the video's own job).
+    pub part: Option<i32>,
 }
 
 /// Registers one attempt's objects as `pending` before any PUT, in place of whatever that
@@ -77,15 +81,15 @@ pub async fn register_pending(
     use super::schema::video_encoding_jobs as jobs;
     use diesel::upsert::excluded;
     conn.transaction(async |conn| {
-        let mut attempts: Vec<(Uuid, i32, i32)> = rows
+        let mut attempts: Vec<(Uuid, i32, i32, Option<i32>)> = rows
             .iter()
-            .map(|r| (r.video_id, r.run, r.attempt))
+            .map(|r| (r.video_id, r.run, r.attempt, r.part))
             .collect();
         attempts.sort_unstable();
         attempts.dedup();
         // The video row first (lock order, `db`): a video deletion locks it `FOR UPDATE` and
         // then cascades to these rows, so taking the artifact rows first could deadlock.
-        let mut owners: Vec<Uuid> = attempts.iter().map(|(video, _, _)| *video).collect();
+        let mut owners: Vec<Uuid> = attempts.iter().map(|(video, ..)| *video).collect();
         owners.dedup();
         super::schema::videos::table
             .filter(super::schema::videos::id.eq_any(&owners))
@@ -104,13 +108,14 @@ pub async fn register_pending(
         if held == 0 {
             return Ok(None);
         }
-        for (video, run, attempt) in attempts {
+        for (video, run, attempt, part) in attempts {
             diesel::delete(
                 video_artifacts::table.filter(
                     video_artifacts::video_id
                         .eq(video)
                         .and(video_artifacts::run.eq(run))
-                        .and(video_artifacts::attempt.eq(attempt)),
+                        .and(video_artifacts::attempt.eq(attempt))
+                        .and(video_artifacts::part.is_not_distinct_from(part)),
                 ),
             )
             .execute(conn)
@@ -140,12 +145,14 @@ pub async fn forget_superseded(
     live_run: i32,
     live_attempt: i32,
 ) -> QueryResult<usize> {
+    // A split video's parts are intermediates: once READY, every part's rows go too.
     diesel::delete(
         video_artifacts::table.filter(
             video_artifacts::video_id.eq(video).and(
                 video_artifacts::run
                     .ne(live_run)
-                    .or(video_artifacts::attempt.ne(live_attempt)),
+                    .or(video_artifacts::attempt.ne(live_attempt))
+                    .or(video_artifacts::part.is_not_null()),
             ),
         ),
     )
@@ -226,7 +233,8 @@ pub async fn forget_dead_pending(
             AND NOT EXISTS (
                 SELECT 1 FROM video_encoding_jobs j
                  WHERE j.video_id = a.video_id AND j.status = '{processing}'
-                   AND j.run = a.run AND j.attempt_count = a.attempt)",
+                   AND j.run = a.run AND j.attempt_count = a.attempt
+                   AND j.part IS NOT DISTINCT FROM a.part)",
         pending = ArtifactState::Pending.as_str(),
         processing = crate::domain::job::JobStatus::Processing.as_str(),
     ))

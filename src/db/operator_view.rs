@@ -181,7 +181,7 @@ pub async fn needing_attention(
          WHERE j.id IN (
              (SELECT id FROM video_encoding_jobs WHERE status = 'DEAD' ORDER BY id DESC LIMIT $1)
              UNION ALL
-             (SELECT fj.id FROM videos fv JOIN video_encoding_jobs fj ON fj.video_id = fv.id
+             (SELECT fj.id FROM videos fv JOIN video_encoding_jobs fj ON fj.video_id = fv.id AND fj.parent_id IS NULL
               WHERE fv.failed_at IS NOT NULL AND fj.status = 'COMPLETED'
               ORDER BY fv.failed_at DESC LIMIT $1)
          )
@@ -470,7 +470,7 @@ pub async fn time_to_ready(conn: &mut AsyncPgConnection) -> diesel::QueryResult<
              SELECT v.ready_at, extract(epoch FROM v.ready_at - v.created_at) AS secs
              FROM video_encoding_jobs j JOIN videos v ON v.id = j.video_id
              WHERE j.status = 'COMPLETED' AND j.completed_at > now() - interval '1 hour'
-               AND v.status = 'ready'
+               AND v.status = 'ready' AND j.parent_id IS NULL
          )
          SELECT (60 - 5 * s.i)::int4 AS minutes_ago, count(r.ready_at) AS ready,
             percentile_cont(0.5) WITHIN GROUP (ORDER BY r.secs) AS p50_secs,

@@ -147,7 +147,8 @@ pub async fn snapshot(conn: &mut AsyncPgConnection) -> diesel::QueryResult<Ledge
             let videos = diesel::sql_query(
                 "SELECT v.id, v.status, v.live_run, v.live_attempt,
                             j.run AS job_run, j.attempt_count AS job_attempt
-                       FROM videos v LEFT JOIN video_encoding_jobs j ON j.video_id = v.id
+                       FROM videos v LEFT JOIN video_encoding_jobs j
+                            ON j.video_id = v.id AND j.parent_id IS NULL
                       ORDER BY v.id",
             )
             .load(conn)

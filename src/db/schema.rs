@@ -215,6 +215,7 @@ diesel::table! {
         created_at -> Timestamptz,
         uploaded_at -> Nullable<Timestamptz>,
         run -> Int4,
+        part -> Nullable<Int4>,
     }
 }
 
@@ -235,6 +236,10 @@ diesel::table! {
         run -> Int4,
         kind -> Text,
         claimed_at -> Nullable<Timestamptz>,
+        parent_id -> Nullable<Int8>,
+        part -> Nullable<Int4>,
+        plan -> Nullable<Jsonb>,
+        whole -> Bool,
     }
 }
 

@@ -56,6 +56,26 @@ pub struct VideoRow {
 /// A video with its job's attempt count and queue status, as the status API shows it.
 pub type VideoWithAttempts = (VideoRow, Option<i32>, Option<String>);
 
+/// The video's own job, joined to its row: a split video's parts are jobs of the video too,
+/// and never stand for it.
+macro_rules! own_job {
+    () => {
+        video_encoding_jobs::table.on(video_encoding_jobs::video_id
+            .eq(videos::id)
+            .and(video_encoding_jobs::parent_id.is_null()))
+    };
+}
+
+/// The queue status the status API derives from: a split video's job waiting for its parts
+/// counts as `PROCESSING`, as its parts are being encoded.
+fn job_status()
+-> diesel::expression::SqlLiteral<diesel::sql_types::Nullable<diesel::sql_types::Text>> {
+    diesel::dsl::sql(
+        "CASE WHEN video_encoding_jobs.kind = 'stitch' AND video_encoding_jobs.status = 'PENDING'
+              THEN 'PROCESSING' ELSE video_encoding_jobs.status::text END",
+    )
+}
+
 /// Inserts a queued video.
 pub async fn insert(
     mut conn: &AsyncPgConnection,
@@ -119,7 +139,7 @@ pub async fn find_by_upload(
     upload: Uuid,
 ) -> QueryResult<Option<VideoWithAttempts>> {
     videos::table
-        .left_join(video_encoding_jobs::table)
+        .left_join(own_job!())
         .filter(videos::upload_id.eq(upload))
         .select(with_job())
         .first(conn)
@@ -131,14 +151,14 @@ pub async fn find_by_upload(
 type WithJob = (
     diesel::dsl::AsSelect<VideoRow, diesel::pg::Pg>,
     diesel::dsl::Nullable<video_encoding_jobs::attempt_count>,
-    diesel::dsl::Nullable<video_encoding_jobs::status>,
+    diesel::expression::SqlLiteral<diesel::sql_types::Nullable<diesel::sql_types::Text>>,
 );
 
 fn with_job() -> WithJob {
     (
         VideoRow::as_select(),
         video_encoding_jobs::attempt_count.nullable(),
-        video_encoding_jobs::status.nullable(),
+        job_status(),
     )
 }
 
@@ -149,7 +169,7 @@ pub async fn find_owned(
     id: Uuid,
 ) -> QueryResult<Option<VideoWithAttempts>> {
     videos::table
-        .left_join(video_encoding_jobs::table)
+        .left_join(own_job!())
         .filter(videos::id.eq(id).and(videos::owner_id.eq(owner)))
         .select(with_job())
         .first(conn)
@@ -167,7 +187,7 @@ pub async fn find_by_key_hash(
     use super::schema::users;
     videos::table
         .inner_join(users::table)
-        .left_join(video_encoding_jobs::table)
+        .left_join(own_job!())
         .filter(videos::id.eq(id).and(users::api_key_hash.eq(key_hash)))
         .select(with_job())
         .first(conn)
@@ -185,12 +205,12 @@ pub async fn find_many_with_key_hash(
     use super::schema::users;
     videos::table
         .inner_join(users::table)
-        .left_join(video_encoding_jobs::table)
+        .left_join(own_job!())
         .filter(videos::id.eq_any(ids))
         .select((
             VideoRow::as_select(),
             video_encoding_jobs::attempt_count.nullable(),
-            video_encoding_jobs::status.nullable(),
+            job_status(),
             users::api_key_hash,
         ))
         .load::<(VideoRow, Option<i32>, Option<String>, Vec<u8>)>(conn)
@@ -212,7 +232,7 @@ pub async fn list_owned(
     limit: i64,
 ) -> QueryResult<Vec<VideoWithAttempts>> {
     let mut query = videos::table
-        .left_join(video_encoding_jobs::table)
+        .left_join(own_job!())
         .filter(videos::owner_id.eq(owner))
         .select(with_job())
         .order(videos::id.desc())
@@ -220,7 +240,7 @@ pub async fn list_owned(
         .into_boxed();
     // A video is `processing` while its job is claimed; the row itself says `queued` until
     // the finalize, so that a claim never has to write (and lock) the video row.
-    let claimed = video_encoding_jobs::status.nullable().eq("PROCESSING");
+    let claimed = job_status().eq("PROCESSING");
     match status {
         Some("processing") => query = query.filter(videos::status.eq("queued").and(claimed)),
         Some("queued") => {

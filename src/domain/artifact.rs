@@ -16,6 +16,11 @@ spelled_states! {
         Thumbnail = "thumbnail",
         /// Progressive MP4.
         Mp4 = "mp4",
+        /// One rendition of a split video's chunk: video-only MPEG-TS, an intermediate the
+        /// stitch reads (removed once the video is READY).
+        Chunk = "chunk",
+        /// A split video's whole audio track: an intermediate the stitch reads.
+        Audio = "audio",
     }
 }
 
@@ -27,6 +32,7 @@ impl Axis {
             Self::Segment => "video/iso.segment",
             Self::Playlist => "application/vnd.apple.mpegurl",
             Self::Thumbnail => "image/jpeg",
+            Self::Chunk | Self::Audio => "video/mp2t",
         }
     }
 }

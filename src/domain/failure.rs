@@ -50,6 +50,7 @@ failure_codes! {
     InternalError = "internal_error" => "the processing node stopped the attempt on an internal error",
     RecordingPending = "recording_pending" => "the live recording's files were still arriving in storage",
     ClaimLost = "claim_lost" => "the processing node lost its claim on the job",
+    StitchFailed = "stitch_failed" => "the video's encoded chunks could not be joined exactly",
 }
 
 /// What a path becomes in a reason.

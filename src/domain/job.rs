@@ -34,6 +34,13 @@ spelled_states! {
         /// Join a finished live recording's segments without re-encoding into its original
         /// axis (one MP4), then write its VOD outputs from that.
         Repackage = "repackage",
+        /// One frame range of a split video, every rendition from one decode (a part).
+        Chunk = "chunk",
+        /// The whole audio of a split video, encoded once (a part).
+        Audio = "audio",
+        /// A split video's own job once planned: waits (unclaimable) until its last part
+        /// completes, then joins the parts into the playback outputs and finalizes READY.
+        Stitch = "stitch",
     }
 }
 
@@ -52,6 +59,15 @@ spelled_states! {
         Released = "released",
         /// Died in the last attempt; the reaper closed it.
         Dead = "dead",
+        /// Split the video into parts; the job waits for them as its stitch.
+        Planned = "planned",
+    }
+}
+
+impl JobKind {
+    /// Whether a job of this kind is a part of a split video (it has a head job).
+    pub fn is_part(self) -> bool {
+        matches!(self, Self::Chunk | Self::Audio)
     }
 }
 

@@ -30,6 +30,18 @@ pub fn attempt_object(video: VideoId, run: i32, attempt: i32, name: &str) -> Str
     format!("{}{name}", attempt_prefix(video, run, attempt))
 }
 
+/// The prefix of one attempt of one part (a chunk or the audio) of a split video, inside its
+/// run: the stitch reads it, and once the video is READY it is removed with the run's other
+/// intermediates.
+pub fn part_attempt_prefix(video: VideoId, run: i32, part: i32, attempt: i32) -> String {
+    format!("{}p{part}/a{attempt}/", run_prefix(video, run))
+}
+
+/// One intermediate object of a part's attempt.
+pub fn part_object(video: VideoId, run: i32, part: i32, attempt: i32, name: &str) -> String {
+    format!("{}{name}", part_attempt_prefix(video, run, part, attempt))
+}
+
 /// Names of the outputs under an attempt prefix.
 pub mod outputs {
     /// HLS playlist (uploaded last: it is what makes the others reachable).
@@ -63,6 +75,10 @@ mod tests {
         // Attempt 1 of run 2 is not attempt 1 of run 1, nor a prefix of run 12's keys.
         assert_ne!(attempt_prefix(video, 2, 1), attempt_prefix(video, 1, 1));
         assert!(!attempt_prefix(video, 12, 1).starts_with(&run_prefix(video, 1)));
+        let part = part_attempt_prefix(video, 3, 7, 2);
+        assert_eq!(part, format!("videos/{video}/r3/p7/a2/"));
+        assert!(part.starts_with(&run_prefix(video, 3)));
+        assert!(!part.starts_with(&attempt_prefix(video, 3, 2)));
         let upload = UploadId::new();
         assert_eq!(original(upload), format!("originals/{upload}"));
     }

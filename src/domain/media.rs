@@ -48,7 +48,7 @@ pub struct MediaLimits {
 impl Default for MediaLimits {
     fn default() -> Self {
         Self {
-            max_duration_ms: 10 * 60 * 1000,
+            max_duration_ms: 4 * 60 * 60 * 1000,
             max_width: 3840,
             max_height: 2160,
             max_fps: 120.0,
@@ -226,7 +226,10 @@ mod tests {
             code(info(7680, 4320, 1000, 30.0, "h264")).code,
             "too_large_dimensions"
         );
-        assert_eq!(code(info(640, 480, 600_001, 30.0, "h264")).code, "too_long");
+        assert_eq!(
+            code(info(640, 480, 4 * 3600 * 1000 + 1, 30.0, "h264")).code,
+            "too_long"
+        );
         assert_eq!(
             code(info(640, 480, 1000, 240.0, "h264")).code,
             "too_high_frame_rate"

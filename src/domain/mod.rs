@@ -77,6 +77,7 @@ pub mod recording;
 pub mod retry;
 pub mod signature;
 pub mod sink;
+pub mod split;
 pub mod sweep;
 pub mod tus;
 pub mod upload;

@@ -338,6 +338,18 @@ fn video_orphan(rest: &str, videos: &HashMap<Uuid, &VideoRecord>) -> Option<Stri
     let Some(video) = videos.get(&id) else {
         return Some(format!("video {id} does not exist"));
     };
+    if let Some(run) = part_run_of(rest) {
+        // A split video's parts: its stitch reads them until the video is READY.
+        let current_run = video.current.map(|(run, _)| run);
+        return match (video.status, current_run) {
+            (VideoStatus::Ready, _) => Some("a part of a video that is ready".to_owned()),
+            (_, Some(current)) if current == run => None,
+            _ => Some(format!(
+                "a part of run r{run}, not the job's current run ({} video)",
+                video.status.as_str()
+            )),
+        };
+    }
     let Some(attempt) = attempt_of(rest) else {
         return Some("not under an attempt prefix (videos/{id}/r{run}/a{attempt}/)".to_owned());
     };
@@ -359,6 +371,16 @@ fn video_orphan(rest: &str, videos: &HashMap<Uuid, &VideoRecord>) -> Option<Stri
         )),
         None => Some(format!("{} video without a job", video.status.as_str())),
     }
+}
+
+/// The run of a part's object, `r{run}/p{part}/a{attempt}/...`.
+fn part_run_of(rest: &str) -> Option<i32> {
+    let mut parts = rest.splitn(4, '/');
+    let run = parts.next()?.strip_prefix('r')?.parse().ok()?;
+    parts.next()?.strip_prefix('p')?.parse::<i32>().ok()?;
+    parts.next()?.strip_prefix('a')?.parse::<i32>().ok()?;
+    parts.next()?;
+    Some(run)
 }
 
 /// `(run, attempt)` of `r{run}/a{attempt}/...`.
@@ -441,6 +463,10 @@ mod tests {
             object(&format!("videos/{queued}/r2/a1/hls/init.mp4"), 7, 9999),
             object(&format!("videos/{queued}/r1/a3/hls/init.mp4"), 7, 9999),
             object(&format!("videos/{gone}/r1/a1/video.mp4"), 7, 9999),
+            // A split video's parts: its current run's are the stitch's to read.
+            object(&format!("videos/{queued}/r2/p3/a1/v0.ts"), 7, 9999),
+            object(&format!("videos/{queued}/r1/p3/a1/v0.ts"), 7, 9999),
+            object(&format!("videos/{ready}/r1/p0/a2/v0.ts"), 7, 9999),
             object("elsewhere/file", 1, 9999),
         ];
         let report = compare(
@@ -462,6 +488,8 @@ mod tests {
             format!("videos/{queued}/r1/a3/hls/init.mp4"),
             format!("videos/{ready}/r1/a1/thumb.jpg"),
             format!("videos/{gone}/r1/a1/video.mp4"),
+            format!("videos/{queued}/r1/p3/a1/v0.ts"),
+            format!("videos/{ready}/r1/p0/a2/v0.ts"),
         ];
         orphans.sort();
         let mut want = vec![
@@ -481,7 +509,7 @@ mod tests {
             Utc::now(),
             0,
         );
-        assert_eq!(zero.count(Kind::Orphan), 5);
+        assert_eq!(zero.count(Kind::Orphan), 7);
     }
 
     #[test]

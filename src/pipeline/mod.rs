@@ -8,6 +8,7 @@ pub mod outage;
 pub mod outputs;
 pub mod repackage;
 pub mod scratch;
+pub mod split;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,6 +26,10 @@ use crate::domain::media::{MediaError, MediaInfo};
 /// What an attempt works on.
 #[derive(Clone, Debug)]
 pub struct AttemptPlan {
+    /// The job.
+    pub job_id: i64,
+    /// A part's head job and its number (`None`: the video's own job).
+    pub part_of: Option<(i64, i32)>,
     /// The video.
     pub video: VideoId,
     /// The run (1, then one more per operator retry): with the attempt, it names the prefix.
@@ -87,6 +92,42 @@ impl AttemptOutput {
     }
 }
 
+/// How an attempt that did its work ended: what the queue records for it.
+#[derive(Clone, Debug)]
+pub enum Attempted {
+    /// Playable outputs are stored: finalize READY.
+    Ready(AttemptOutput),
+    /// The video's work goes on in other jobs of a split video.
+    Handed(Handed),
+}
+
+/// How a split video's attempt hands its work on.
+#[derive(Clone, Debug)]
+pub enum Handed {
+    /// A long source was planned as parts: enqueue them, and park the job as their stitch.
+    Planned(Box<crate::domain::split::SplitPlan>),
+    /// A part's outputs are stored: record it (the last part wakes the stitch).
+    PartStored,
+    /// The stitched output failed a check: encode the video whole instead.
+    Unstitchable(String),
+}
+
+impl Attempted {
+    /// The playable outputs, if the attempt made them (`None`: it handed its work on).
+    pub fn ready(self) -> Option<AttemptOutput> {
+        match self {
+            Self::Ready(output) => Some(output),
+            Self::Handed(_) => None,
+        }
+    }
+}
+
+impl From<AttemptOutput> for Attempted {
+    fn from(output: AttemptOutput) -> Self {
+        Self::Ready(output)
+    }
+}
+
 /// How long an attempt waits for what it reads before it counts as failed.
 #[derive(Clone, Copy, Debug)]
 pub struct AttemptWaits {
@@ -136,20 +177,26 @@ impl Pipeline {
         &self,
         plan: &AttemptPlan,
         cancel: &CancellationToken,
-    ) -> Result<AttemptOutput, MediaError> {
+    ) -> Result<Attempted, MediaError> {
         let scratch = scratch::Scratch::create(&self.work_root).map_err(|e| {
             MediaError::retryable(
                 crate::domain::failure::FailureCode::IoError,
                 format!("cannot create a scratch directory: {e}"),
             )
         })?;
-        let original = scratch.path().join("original");
         match plan.kind {
-            JobKind::Encode => self.download_original(plan, &original, cancel).await?,
-            JobKind::Repackage => {
-                self.live_original(plan.video.0, scratch.path(), &original, cancel)
-                    .await?
+            JobKind::Chunk | JobKind::Audio => {
+                return self.run_part(plan, scratch.path(), cancel).await;
             }
+            JobKind::Stitch => return self.run_stitch(plan, scratch.path(), cancel).await,
+            JobKind::Encode | JobKind::Repackage => {}
+        }
+        let original = scratch.path().join("original");
+        if plan.kind == JobKind::Repackage {
+            self.live_original(plan.video.0, scratch.path(), &original, cancel)
+                .await?;
+        } else {
+            self.download_original(plan, &original, cancel).await?;
         }
         let media = probe::probe(&self.media, &original, cancel).await?;
         tracing::info!(
@@ -158,13 +205,19 @@ impl Pipeline {
             height = media.height,
             "probed"
         );
+        if plan.kind == JobKind::Encode
+            && let Some(split) = self
+                .plan_split(plan, &media, &original, scratch.path(), cancel)
+                .await?
+        {
+            return Ok(Attempted::Handed(Handed::Planned(Box::new(split))));
+        }
         let out = scratch.path().join("out");
-        let files = match plan.kind {
-            JobKind::Encode => encode::encode(&self.media, &media, &original, &out, cancel).await?,
+        let files = if plan.kind == JobKind::Repackage {
             // The recording is H.264/AAC already: its segments are cut again, not re-encoded.
-            JobKind::Repackage => {
-                repackage_files::vod(&self.media, &media, &original, &out, cancel).await?
-            }
+            repackage_files::vod(&self.media, &media, &original, &out, cancel).await?
+        } else {
+            encode::encode(&self.media, &media, &original, &out, cancel).await?
         };
         tracing::info!(renditions = files.renditions.len(), "encoded");
         // Not dropped on a stop: it stops itself, so a multipart upload is aborted first.
@@ -181,7 +234,7 @@ impl Pipeline {
             cancel,
         )
         .await?;
-        Ok(AttemptOutput { media, keys })
+        Ok(Attempted::Ready(AttemptOutput { media, keys }))
     }
 }
 

@@ -67,8 +67,23 @@ pub async fn upload(
     })
 }
 
+/// Uploads the intermediates of a part's attempt (a chunk's renditions, the audio), each
+/// `(axis, sequence, key, file)`, with the same ledger discipline as [`upload`]: registered
+/// `pending` (fenced on the claim) before any PUT, confirmed by a CAS on the size S3 reports.
+pub async fn upload_part(
+    storage: &Storage,
+    pool: &DbPool,
+    plan: &AttemptPlan,
+    files: Vec<Planned>,
+    patience: std::time::Duration,
+    cancel: &CancellationToken,
+) -> Result<(), MediaError> {
+    let all = super::until_cancelled(cancel, register(pool, plan, files)).await??;
+    put_in_order(storage, pool, &all, &[], &Outage::new(patience), cancel).await
+}
+
 /// An output before its size is known: axis, sequence, key, local file.
-type Planned = (Axis, i32, String, PathBuf);
+pub type Planned = (Axis, i32, String, PathBuf);
 
 /// Every output with its key, in upload order, and where the playlists start (rendition
 /// playlists after every segment, the top playlist, master or single, last).
@@ -165,6 +180,7 @@ async fn register(
             sequence: o.sequence,
             object_key: &o.key,
             size_bytes: o.size,
+            part: plan.part_of.map(|(_, part)| part),
         })
         .collect();
     let registered = db::retrying::while_unavailable("registering the outputs", || async {

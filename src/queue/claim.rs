@@ -30,6 +30,8 @@ pub struct Claim {
     pub original_key: String,
     /// What the attempt does.
     pub kind: JobKind,
+    /// A part's head job and its number (`None`: the video's own job).
+    pub part_of: Option<(i64, i32)>,
     /// Time to READY so far: the wait from enqueueing (the confirm, or an operator's retry)
     /// to the claim by the database's clock, plus this node's monotonic time since the
     /// claim; no two clocks are ever subtracted.
@@ -60,6 +62,7 @@ impl From<db::jobs::ClaimedJob> for Claim {
             attempt: job.attempt_count,
             original_key: job.original_s3_key,
             kind: job.kind,
+            part_of: job.parent_id.zip(job.part),
             waited: TimeSince {
                 before_claim: std::time::Duration::try_from_secs_f64(job.queued_secs)
                     .unwrap_or_default(),
@@ -73,6 +76,8 @@ impl Claim {
     /// What the claimed attempt works on.
     pub fn plan(&self) -> AttemptPlan {
         AttemptPlan {
+            job_id: self.job_id,
+            part_of: self.part_of,
             video: self.video,
             run: self.run,
             attempt: self.attempt,

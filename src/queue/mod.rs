@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::ids::VideoId;
 use crate::domain::media::MediaError;
-use crate::pipeline::{AttemptOutput, AttemptPlan, Pipeline};
+use crate::pipeline::{AttemptPlan, Attempted, Pipeline};
 
 /// The work one attempt does between its claim and its finalize. The real body is the media
 /// [`Pipeline`]; queue tests and the queue benchmark plug in bodies that block, fail or
@@ -34,7 +34,7 @@ pub trait JobBody: Send + Sync + 'static {
         &'a self,
         plan: &'a AttemptPlan,
         cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>>;
+    ) -> BoxFuture<'a, Result<Attempted, MediaError>>;
 
     /// Whether this node's media tools work now (tried again while they count as broken).
     fn check_tools(&self) -> BoxFuture<'_, Result<(), String>> {
@@ -57,7 +57,7 @@ impl JobBody for Pipeline {
         &'a self,
         plan: &'a AttemptPlan,
         cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>> {
+    ) -> BoxFuture<'a, Result<Attempted, MediaError>> {
         Box::pin(Pipeline::run(self, plan, cancel))
     }
 

@@ -32,6 +32,14 @@ pub enum OperatorError {
         /// What the command needs.
         hint: &'static str,
     },
+    /// The job is a part of a split video: retry and cancel act on the whole video.
+    #[error("job {id} is a part of a split video; retry or cancel its video's job {head}")]
+    PartOfVideo {
+        /// The part's job id.
+        id: i64,
+        /// The video's own job.
+        head: i64,
+    },
     /// The database failed.
     #[error(transparent)]
     Database(#[from] JobError),
@@ -74,9 +82,12 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
         // A live recording's row follows its video below: locked now, before the job (lock
         // order).
         db::live_videos::lock_recording_of(conn, video.0).await?;
-        let (status, run) = db::jobs::lock_status(conn, id)
+        let (status, run, parent) = db::jobs::lock_status(conn, id)
             .await?
             .ok_or(OperatorError::NotFound(id))?;
+        if let Some(head) = parent {
+            return Err(OperatorError::PartOfVideo { id, head });
+        }
         let status: JobStatus = status
             .parse()
             .map_err(|e| JobError::from(DbError::from(e)))?;
@@ -98,6 +109,8 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
                 }
                 db::videos::requeue(conn, video.0).await?;
                 db::live_videos::follow_video(conn, video.0, RecordingState::Ended).await?;
+                // A split video starts over whole: a new run plans its parts anew.
+                db::jobs::parts::delete_parts(conn, id).await?;
                 let changed = db::jobs::requeue(conn, id, status.as_str()).await?;
                 db::jobs::notify_claimable(conn).await?;
                 changed
@@ -112,7 +125,10 @@ pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<
                 db::live_videos::follow_video(conn, video.0, RecordingState::Failed).await?;
                 let event = Event::video_failed(video, run, at, code, message);
                 db::outbox::insert(conn, owner, &event).await?;
-                db::jobs::cancel(conn, id, status.as_str()).await?
+                let changed = db::jobs::cancel(conn, id, status.as_str()).await?;
+                // A split video's parts stop with it.
+                db::jobs::parts::close_family(conn, id).await?;
+                changed
             }
         };
         if changed == 0 {

@@ -30,13 +30,24 @@ pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
                     .await
                     .map_err(video_gone)?;
                 db::live_videos::follow_video(conn, video.0, RecordingState::Failed).await?;
+                // A part that died takes its video with it: its head and the other parts are
+                // closed under the head's lock (after the video, by lock order).
+                if let Some(head) = job.parent_id {
+                    db::jobs::parts::lock_head(conn, head)
+                        .await?
+                        .ok_or(JobError::ClaimLost)?;
+                }
                 let event = Event::video_failed(video, job.run, at, code, message);
                 db::outbox::insert(conn, owner, &event).await?;
                 let ended = AttemptEnd {
                     outcome: Outcome::Dead,
                     error: Some((FailureCode::LeaseExpired.as_str(), message)),
                 };
-                fenced(db::jobs::mark_dead(conn, job.id, job.claim_token, ended).await?)
+                fenced(db::jobs::mark_dead(conn, job.id, job.claim_token, ended).await?)?;
+                if let Some(head) = job.parent_id {
+                    db::jobs::parts::close_family(conn, head).await?;
+                }
+                Ok(())
             })
             .await;
         match closed {

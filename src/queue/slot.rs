@@ -126,7 +126,7 @@ impl<B: JobBody> Runner<B> {
     async fn conclude(
         self: &Arc<Self>,
         claim: Claim,
-        result: Result<crate::pipeline::AttemptOutput, MediaError>,
+        result: Result<crate::pipeline::Attempted, MediaError>,
         why: Option<StopReason>,
         worked: Duration,
         completer: &Completer,
@@ -137,7 +137,7 @@ impl<B: JobBody> Runner<B> {
             // A finished result is always offered to the fenced finalize, even when the
             // heartbeat gave up (a renewal that timed out may still have committed): the
             // fence, not this node's guess, decides whether the claim is still ours.
-            Ok(output) => {
+            Ok(crate::pipeline::Attempted::Ready(output)) => {
                 let (finalizing, next) =
                     self.finalize_ready(&claim, &output, completer, carry).await;
                 if let Finalizing::Running(_) = finalizing {
@@ -154,6 +154,13 @@ impl<B: JobBody> Runner<B> {
                 }
                 (self.ready(&claim, finalizing.answer().await).await, next)
             }
+            Ok(crate::pipeline::Attempted::Handed(handed)) => (
+                completer.hand_on(&claim, handed).await.map(|()| {
+                    self.health.tools_ran();
+                    Ended::Handed
+                }),
+                Next::NotAsked,
+            ),
             Err(error) => (
                 self.not_ready(&claim, error, why, completer).await,
                 Next::NotAsked,

@@ -87,6 +87,10 @@ pub async fn run_with(
 ) -> anyhow::Result<()> {
     let settings = queue.settings()?;
     let media = crate::adapters::ffmpeg::MediaConfig::from(media);
+    media
+        .split
+        .check()
+        .map_err(|reason| anyhow::anyhow!("this worker cannot split long videos: {reason}"))?;
     // Both job kinds (encode, repackage) need the same tools, scratch space and S3; a worker
     // that lacks one says so now, in one sentence, rather than failing each job it claims.
     media.check_tools().await.context(

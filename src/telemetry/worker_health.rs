@@ -23,16 +23,20 @@ pub enum Ended {
     Released,
     /// The end could not be recorded; the lease will expire.
     Unrecorded,
+    /// Its work goes on in other jobs of a split video: the head's plan made its parts, a
+    /// part's outputs are stored for the stitch, or a stitch sent the video to a whole encode.
+    Handed,
 }
 
 impl Ended {
-    const ALL: [Ended; 6] = [
+    const ALL: [Ended; 7] = [
         Ended::Ready,
         Ended::Retry,
         Ended::Failed,
         Ended::Lost,
         Ended::Released,
         Ended::Unrecorded,
+        Ended::Handed,
     ];
 
     pub(crate) fn label(self) -> &'static str {
@@ -43,6 +47,7 @@ impl Ended {
             Ended::Lost => "lost",
             Ended::Released => "released",
             Ended::Unrecorded => "unrecorded",
+            Ended::Handed => "handed",
         }
     }
 }
@@ -236,6 +241,7 @@ impl WorkerHealth {
             .family(&*metrics::ATTEMPT_SECONDS)
             .family(&*metrics::TIME_TO_READY_SECONDS)
             .family(&*metrics::HEARTBEAT_FAILURES)
+            .family(&*metrics::STITCH_FALLBACKS)
             .family(&*metrics::CLAIMS_LOST)
             .family(&*metrics::FINALIZE_BATCH_SIZE);
         exposition.render()

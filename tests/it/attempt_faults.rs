@@ -9,7 +9,7 @@ use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use vidq::domain::media::MediaError;
-use vidq::pipeline::{AttemptOutput, AttemptPlan};
+use vidq::pipeline::AttemptPlan;
 use vidq::queue::JobBody;
 use vidq::queue::runner::Runner;
 
@@ -27,10 +27,10 @@ impl JobBody for PanicsFirst {
         &'a self,
         plan: &'a AttemptPlan,
         _cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>> {
+    ) -> BoxFuture<'a, Result<vidq::pipeline::Attempted, MediaError>> {
         Box::pin(async move {
             assert!(plan.attempt > 1, "a bug in the first attempt");
-            Ok(output(plan))
+            Ok(output(plan).into())
         })
     }
 }

@@ -45,6 +45,8 @@ async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
     let output = pipeline(&app, work.path())
         .run(&plan, &CancellationToken::new())
         .await
+        .unwrap()
+        .ready()
         .unwrap();
     let prefix = format!("videos/{video_id}/r1/a2/");
     assert_eq!(output.keys.hls, format!("{prefix}hls/index.m3u8"));
@@ -223,6 +225,8 @@ async fn a_ladder_puts_every_rendition_up_and_the_master_playlist_last() {
     let output = pipeline
         .run(&plan, &CancellationToken::new())
         .await
+        .unwrap()
+        .ready()
         .unwrap();
     let hls = format!("videos/{video_id}/r1/a1/hls/");
     let master = String::from_utf8(
@@ -325,7 +329,12 @@ async fn an_attempt_waits_through_a_short_s3_outage_and_gives_up_on_a_long_one()
             s3_up
         }
     });
-    let output = body.run(&plan, &CancellationToken::new()).await.unwrap();
+    let output = body
+        .run(&plan, &CancellationToken::new())
+        .await
+        .unwrap()
+        .ready()
+        .unwrap();
     assert!(
         back.await.unwrap().puts_seen() > 0,
         "the outputs went through S3"
@@ -395,7 +404,12 @@ async fn no_transaction_is_open_while_an_attempt_runs_ffmpeg_or_transfers() {
         s3.set_down(false);
         s3
     });
-    let output = body.run(&plan, &CancellationToken::new()).await.unwrap();
+    let output = body
+        .run(&plan, &CancellationToken::new())
+        .await
+        .unwrap()
+        .ready()
+        .unwrap();
     stop.cancel();
     let (samples, worst) = watcher.await.unwrap();
     assert!(

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use vidq::domain::media::MediaError;
-use vidq::pipeline::{AttemptOutput, AttemptPlan, Pipeline};
+use vidq::pipeline::{AttemptPlan, Pipeline};
 use vidq::queue::JobBody;
 
 use crate::support::app::TestApp;
@@ -28,7 +28,7 @@ impl JobBody for FailsAfterStoring {
         &'a self,
         plan: &'a AttemptPlan,
         cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>> {
+    ) -> BoxFuture<'a, Result<vidq::pipeline::Attempted, MediaError>> {
         Box::pin(async move {
             self.0.run(plan, cancel).await?;
             Err(MediaError::retryable(

@@ -373,7 +373,10 @@ pub(super) async fn thumbnail(
 }
 
 /// The master playlist of a ladder: each rendition with its average bandwidth and size.
-async fn master_playlist(renditions: &[Rendition], duration_ms: i64) -> std::io::Result<String> {
+pub(super) async fn master_playlist(
+    renditions: &[Rendition],
+    duration_ms: i64,
+) -> std::io::Result<String> {
     let seconds = (duration_ms as f64 / 1000.0).max(0.001);
     let mut text = String::from("#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-INDEPENDENT-SEGMENTS\n");
     for r in renditions {

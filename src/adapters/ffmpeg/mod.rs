@@ -7,6 +7,7 @@ pub mod encode;
 pub mod probe;
 pub mod process;
 pub mod repackage;
+pub mod split;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -38,6 +39,8 @@ pub struct MediaConfig {
     pub segment_seconds: u32,
     /// Encoder threads (0 = FFmpeg's choice).
     pub threads: u32,
+    /// Which sources are split into chunks, and how long a chunk is.
+    pub split: crate::domain::split::SplitSettings,
 }
 
 impl From<&crate::config::MediaArgs> for MediaConfig {
@@ -55,6 +58,11 @@ impl From<&crate::config::MediaArgs> for MediaConfig {
             ladder: args.ladder.clone(),
             segment_seconds: args.segment_secs,
             threads: args.ffmpeg_threads,
+            split: crate::domain::split::SplitSettings {
+                min_source_secs: args.chunk_min_source_secs,
+                chunk_secs: args.chunk_secs,
+                segment_secs: args.segment_secs,
+            },
         }
     }
 }
@@ -69,6 +77,7 @@ impl Default for MediaConfig {
             ladder: vec![720],
             segment_seconds: 4,
             threads: 0,
+            split: crate::domain::split::SplitSettings::DEFAULT,
         }
     }
 }

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::db;
 use crate::domain::ids::VideoId;
 use crate::domain::media::MediaError;
-use crate::pipeline::{AttemptOutput, AttemptPlan};
+use crate::pipeline::{AttemptOutput, AttemptPlan, Attempted};
 use crate::queue::JobBody;
 use crate::queue::line::Listeners;
 use crate::queue::runner::{ClaimObserver, Runner, WorkerSettings};
@@ -29,8 +29,8 @@ impl JobBody for Noop {
         &'a self,
         plan: &'a AttemptPlan,
         _: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>> {
-        Box::pin(async move { Ok(AttemptOutput::placeholder(plan)) })
+    ) -> BoxFuture<'a, Result<Attempted, MediaError>> {
+        Box::pin(async move { Ok(AttemptOutput::placeholder(plan).into()) })
     }
 
     fn after_ready(&self, _: VideoId, _: i32, _: i32) -> BoxFuture<'_, ()> {

@@ -32,6 +32,12 @@ pub struct ClaimedJob {
     /// Seconds from the job's enqueueing to this claim, both by the database's clock.
     #[diesel(sql_type = diesel::sql_types::Double)]
     pub queued_secs: f64,
+    /// A part's head job (`None`: the video's own job).
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    pub parent_id: Option<i64>,
+    /// A part's number.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
+    pub part: Option<i32>,
 }
 
 /// The claim: one statement (one row, fixed order, `FOR UPDATE OF j SKIP
@@ -81,7 +87,7 @@ WITH clock AS (
     FROM candidate, clock c
     WHERE j.id = candidate.id
     RETURNING j.id, j.video_id, j.original_s3_key, j.kind, j.claim_token, j.attempt_count, j.run,
-              extract(epoch FROM c.now - j.enqueued_at)::float8 AS queued_secs
+              extract(epoch FROM c.now - j.enqueued_at)::float8 AS queued_secs, j.parent_id, j.part
 ), superseded AS (
     INSERT INTO job_attempt_log (job_id, run, attempt, claim_token, node_id, started_at, ended_at,
                                  outcome, error_code)
@@ -91,7 +97,8 @@ WITH clock AS (
     WHERE was = 'PROCESSING'
     ON CONFLICT (claim_token) DO NOTHING
 )
-SELECT id, video_id, original_s3_key, kind, claim_token, attempt_count, run, queued_secs FROM claimed";
+SELECT id, video_id, original_s3_key, kind, claim_token, attempt_count, run, queued_secs, parent_id, part
+  FROM claimed";
 
 /// Claims the next job for `node` with a lease of `lease_secs`; commits at once. Takes a
 /// shared connection so that it can also be sent behind another transaction's `COMMIT`, in

@@ -2,7 +2,8 @@
 //!
 //! The statements are grouped by who runs them: the confirm that enqueues (`enqueue`), the
 //! worker that claims (`claim`) and ends its attempt (`finalize`), the reaper and the
-//! operators (`operator`), and the operators' reads (`views`). Callers use the names
+//! operators (`operator`), the operators' reads (`views`), and a split video's head and parts
+//! (`parts`). Callers use the names
 //! re-exported here.
 //!
 //! Every comparison of `attempt_count` in these statements spells the attempt budget as a
@@ -30,6 +31,7 @@ mod claim;
 mod enqueue;
 mod finalize;
 mod operator;
+pub mod parts;
 mod views;
 
 pub use claim::{CLAIM_SQL, ClaimedJob, claim, claim_some, claim_some_sql, heartbeat};
@@ -47,8 +49,9 @@ mod tests {
     use crate::domain::job::MAX_ATTEMPTS;
 
     /// Every file of this module that holds statements.
-    const SOURCES: [&str; 5] = [
+    const SOURCES: [&str; 6] = [
         include_str!("claim.rs"),
+        include_str!("parts.rs"),
         include_str!("enqueue.rs"),
         include_str!("finalize.rs"),
         include_str!("operator.rs"),

@@ -42,6 +42,9 @@ pub struct DeadCandidate {
     /// The run it died in.
     #[diesel(sql_type = diesel::sql_types::Integer)]
     pub run: i32,
+    /// A part's head job (`None`: the video's own job).
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    pub parent_id: Option<i64>,
 }
 
 /// Up to `limit` jobs that died in their last attempt (served by the last-attempt index).
@@ -50,7 +53,7 @@ pub async fn dead_candidates(
     limit: i64,
 ) -> QueryResult<Vec<DeadCandidate>> {
     crate::db::prepared::prepared(
-        "SELECT j.id, j.video_id, j.claim_token, j.run
+        "SELECT j.id, j.video_id, j.claim_token, j.run, j.parent_id
            FROM video_encoding_jobs j
           WHERE j.status = 'PROCESSING' AND j.attempt_count >= 3 AND j.lease_until <= statement_timestamp()
           ORDER BY j.lease_until
@@ -61,14 +64,19 @@ pub async fn dead_candidates(
     .await
 }
 
-/// Locks one job `FOR UPDATE` (after its video, by lock order); returns its status and run.
+/// Locks one job `FOR UPDATE` (after its video, by lock order); returns its status, run and,
+/// for a part of a split video, its head job.
 pub async fn lock_status(
     conn: &mut AsyncPgConnection,
     id: i64,
-) -> QueryResult<Option<(String, i32)>> {
+) -> QueryResult<Option<(String, i32, Option<i64>)>> {
     video_encoding_jobs::table
         .filter(video_encoding_jobs::id.eq(id))
-        .select((video_encoding_jobs::status, video_encoding_jobs::run))
+        .select((
+            video_encoding_jobs::status,
+            video_encoding_jobs::run,
+            video_encoding_jobs::parent_id,
+        ))
         .for_update()
         .first(conn)
         .await
@@ -86,8 +94,9 @@ pub async fn requeue(conn: &mut AsyncPgConnection, id: i64, expected: &str) -> Q
         "UPDATE video_encoding_jobs
             SET status = 'PENDING', run = run + 1, attempt_count = 0, available_at = statement_timestamp(),
                 enqueued_at = statement_timestamp(), completed_at = NULL, claim_token = NULL,
-                claimed_by = NULL, claimed_at = NULL, lease_until = NULL, last_error = NULL
-          WHERE id = $1 AND status = $2",
+                claimed_by = NULL, claimed_at = NULL, lease_until = NULL, last_error = NULL,
+                kind = CASE WHEN kind = 'stitch' THEN 'encode' ELSE kind END, plan = NULL
+          WHERE id = $1 AND status = $2 AND parent_id IS NULL",
     )
     .bind::<diesel::sql_types::BigInt, _>(id)
     .bind::<diesel::sql_types::Text, _>(expected)

@@ -35,9 +35,9 @@ pub struct JobSummary {
     /// Lease end of the current claim.
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
     pub lease_until: Option<chrono::DateTime<chrono::Utc>>,
-    /// When it may be claimed.
-    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
-    pub available_at: chrono::DateTime<chrono::Utc>,
+    /// When it may be claimed (`None`: a split video's stitch, waiting for its parts).
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+    pub available_at: Option<chrono::DateTime<chrono::Utc>>,
     /// Enqueued.
     #[diesel(sql_type = diesel::sql_types::Timestamptz)]
     pub enqueued_at: chrono::DateTime<chrono::Utc>,
@@ -51,7 +51,7 @@ pub struct JobSummary {
 
 const SUMMARY_SELECT: &str =
     "SELECT j.id, j.video_id, v.owner_id, j.status, v.status AS video_status, j.run, j.attempt_count,
-        j.claimed_by, j.lease_until, j.available_at, j.enqueued_at, j.completed_at, j.last_error
+        j.claimed_by, j.lease_until, nullif(j.available_at, 'infinity') AS available_at, j.enqueued_at, j.completed_at, j.last_error
    FROM video_encoding_jobs j JOIN videos v ON v.id = j.video_id";
 
 /// Newest jobs first, optionally in one status.

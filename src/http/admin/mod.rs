@@ -315,7 +315,9 @@ async fn job_action(
             (StatusCode::OK, format!("job {id}: {done}"))
         }
         Err(OperatorError::NotFound(_)) => (StatusCode::NOT_FOUND, format!("no job {id}")),
-        Err(error @ OperatorError::WrongState { .. }) => (StatusCode::CONFLICT, error.to_string()),
+        Err(error @ (OperatorError::WrongState { .. } | OperatorError::PartOfVideo { .. })) => {
+            (StatusCode::CONFLICT, error.to_string())
+        }
         Err(error) => {
             tracing::error!(job_id = id, error = %crate::telemetry::error_chain(&error), "operator action failed");
             (

@@ -41,6 +41,9 @@ async fn finalize_failed_once(
     claim: &Claim,
     error: &MediaError,
 ) -> Result<(), JobError> {
+    if let Some((head, _)) = claim.part_of {
+        return finalize_part_failed_once(pool, claim, error, head).await;
+    }
     let message = error.public_message();
     let mut conn = pool.get().await?;
     let tx = db::pipelined::PipelinedTx::new(&mut conn);
@@ -79,6 +82,42 @@ async fn finalize_failed_once(
             },
         )?;
         fenced(completed)
+    })
+    .await
+}
+
+/// A part that fails its video: the video FAILED with one `video.failed` as for any job, and
+/// in the same transaction, under the head's lock, every other open job of the video (its
+/// head, the other parts) closed, so the stitch never runs and a part still encoding finds
+/// its claim gone. A second part failing later finds its own fence gone and writes nothing.
+async fn finalize_part_failed_once(
+    pool: &DbPool,
+    claim: &Claim,
+    error: &MediaError,
+    head: i64,
+) -> Result<(), JobError> {
+    let message = error.public_message();
+    let mut conn = pool.get().await?;
+    conn.transaction::<_, JobError, _>(async |conn| {
+        lock_owner(conn, claim.video).await?;
+        db::videos::set_failed(conn, claim.video.0, error.code.as_str(), &message)
+            .await
+            .map_err(video_gone)?;
+        db::jobs::parts::lock_head(conn, head)
+            .await?
+            .ok_or(JobError::ClaimLost)?;
+        let ended = end(Outcome::Failed, Some((error.code.as_str(), &message)));
+        fenced(db::jobs::complete(&*conn, claim.job_id, claim.token, ended).await?)?;
+        db::jobs::parts::close_family(conn, head).await?;
+        let event = Event::video_failed(
+            claim.video,
+            claim.run,
+            chrono::Utc::now(), // replaced by the video's updated_at (insert_stamped)
+            error.code.as_str(),
+            &message,
+        );
+        db::outbox::insert_stamped(&*conn, &event).await?;
+        Ok(())
     })
     .await
 }

@@ -19,6 +19,7 @@
 pub mod ahead;
 pub mod batch;
 pub mod failed;
+pub mod parts;
 pub mod ready;
 mod retry;
 
@@ -32,7 +33,7 @@ use tracing::Instrument;
 use crate::batching::{Groups, Unanswered, Waiting};
 use crate::db::DbPool;
 use crate::domain::media::MediaError;
-use crate::pipeline::AttemptOutput;
+use crate::pipeline::{AttemptOutput, Handed};
 use crate::queue::{CarriedClaim, Claim, JobError, NextClaim};
 
 /// Batches in flight at once. One committer leaves all of a worker's finalizes to one
@@ -163,6 +164,16 @@ impl Completer {
     /// Hands `claim` back with its attempt restored (shutdown, or this node's tools fail).
     pub async fn release(&self, claim: &Claim) -> Result<(), JobError> {
         release(self.pool(), claim).await
+    }
+
+    /// Records an attempt whose work goes on in other jobs of a split video (see [`parts`]).
+    pub async fn hand_on(&self, claim: &Claim, handed: Handed) -> Result<(), JobError> {
+        let pool = self.pool();
+        match handed {
+            Handed::Planned(plan) => parts::record_plan(pool, claim, &plan).await,
+            Handed::PartStored => parts::record_part_stored(pool, claim).await,
+            Handed::Unstitchable(reason) => parts::encode_whole_instead(pool, claim, &reason).await,
+        }
     }
 
     /// Records that this node lost `claim`, and why (best effort).

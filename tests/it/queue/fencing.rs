@@ -237,6 +237,8 @@ async fn a_claim_lost_with_a_database_crash_writes_nothing_and_the_next_claim_ta
     let made = pipeline
         .run(&next.plan(), &tokio_util::sync::CancellationToken::new())
         .await
+        .unwrap()
+        .ready()
         .unwrap();
     complete::finalize_ready(&app.pool, &next, &made)
         .await

@@ -59,7 +59,7 @@ impl JobBody for FakeEncode {
         &'a self,
         plan: &'a AttemptPlan,
         cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>> {
+    ) -> BoxFuture<'a, Result<vidq::pipeline::Attempted, MediaError>> {
         Box::pin(async move {
             let files = self.files(plan).await;
             let keys = vidq::pipeline::outputs::upload(
@@ -75,7 +75,8 @@ impl JobBody for FakeEncode {
             Ok(AttemptOutput {
                 keys,
                 ..output(plan)
-            })
+            }
+            .into())
         })
     }
 }

@@ -53,7 +53,7 @@ impl JobBody for Scripted {
         &'a self,
         plan: &'a AttemptPlan,
         cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<AttemptOutput, MediaError>> {
+    ) -> BoxFuture<'a, Result<vidq::pipeline::Attempted, MediaError>> {
         Box::pin(async move {
             {
                 let mut active = self.active.lock().unwrap();
@@ -86,7 +86,7 @@ impl JobBody for Scripted {
                 }
             };
             *self.active.lock().unwrap().get_mut(&plan.video).unwrap() -= 1;
-            result
+            result.map(Into::into)
         })
     }
 }

@@ -1,0 +1,913 @@
+//! The FFmpeg calls of a split video (docs/architecture.md, "One long video on every
+//! worker"): the timing probe that plans it, a chunk (exactly its frames of the grid, every
+//! rendition from one decode, video-only MPEG-TS), the audio (the whole track once, on the
+//! video's clock), and the stitch (the chunks joined byte for byte and muxed once with the
+//! audio into the usual HLS renditions, MP4 and thumbnail), with the checks that gate READY.
+//!
+//! Timestamps are never computed by concatenation: every chunk carries the grid's own
+//! timestamps (frame index x frame duration, shifted by [`TS_OFFSET_SECS`] so B-frames never
+//! need a negative decode time), and the stitch shifts them back once.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use super::encode::{EncodedFiles, classify_encode, collect, hardened_input, master_playlist};
+use super::probe::classify;
+use super::{MediaConfig, PROTOCOL_ALLOW_LIST, process};
+use crate::domain::failure::FailureCode;
+use crate::domain::keys::outputs;
+use crate::domain::media::MediaError;
+use crate::domain::split::{ChunkRange, Rate, SplitPlan, StreamTiming};
+
+/// Seconds added to every intermediate's timestamps (and taken off at the stitch): a chunk's
+/// first frames are B-frame references decoded before they are shown, so their decode times
+/// come before the chunk's first presentation time, which is 0 for the first chunk.
+pub const TS_OFFSET_SECS: u32 = 10;
+
+/// How far before a chunk's first frame its decode starts: the seek lands on the keyframe at
+/// or before that point, and the frames in between are decoded and dropped.
+const SEEK_PREROLL_SECS: f64 = 3.0;
+
+/// The audio every split video gets: AAC stereo 128 kb/s at 48 kHz, as a whole encode's.
+const AUDIO_RATE: i64 = 48_000;
+
+/// Samples in one AAC frame: the audio may end up to one of these away from the video.
+const AAC_FRAME_SAMPLES: i64 = 1024;
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> MediaError + '_ {
+    move |e| MediaError::retryable(FailureCode::IoError, format!("{what}: {e}"))
+}
+
+/// ffprobe's view of the first video stream's timing: rates, start, rotation, and each
+/// packet's time (written to `listing`, a scratch file: a long video's list is megabytes).
+pub fn timing_args(input: &Path, listing: &Path) -> Vec<OsString> {
+    let mut args: Vec<OsString> = [
+        "-v",
+        "error",
+        "-hide_banner",
+        "-protocol_whitelist",
+        PROTOCOL_ALLOW_LIST,
+        "-format_whitelist",
+        super::DEMUXER_ALLOW_LIST,
+        "-select_streams",
+        "v:0",
+        "-show_entries",
+        "stream=r_frame_rate,avg_frame_rate,start_time:stream_side_data=rotation:packet=pts_time,duration_time",
+        "-of",
+        "json=c=1",
+        "-o",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    args.push(listing.into());
+    args.push(input.into());
+    args
+}
+
+#[derive(Deserialize)]
+struct TimingProbe {
+    #[serde(default)]
+    packets: Vec<PacketTime>,
+    #[serde(default)]
+    streams: Vec<TimingStream>,
+}
+
+#[derive(Deserialize)]
+struct PacketTime {
+    pts_time: Option<String>,
+    duration_time: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct TimingStream {
+    r_frame_rate: Option<String>,
+    avg_frame_rate: Option<String>,
+    start_time: Option<String>,
+    #[serde(default)]
+    side_data_list: Vec<SideData>,
+}
+
+#[derive(Deserialize)]
+struct SideData {
+    rotation: Option<f64>,
+}
+
+/// Reads the timing of `input`'s first video stream (one demux pass, nothing decoded).
+pub async fn timing(
+    config: &MediaConfig,
+    input: &Path,
+    scratch: &Path,
+    cancel: &CancellationToken,
+) -> Result<StreamTiming, MediaError> {
+    let listing = scratch.join("timing.json");
+    process::run(
+        &config.ffprobe,
+        &timing_args(input, &listing),
+        config.call_timeout,
+        cancel,
+    )
+    .await
+    .map_err(|err| classify(err, input, FailureCode::ProbeTimeout))?;
+    let json = tokio::fs::read(&listing)
+        .await
+        .map_err(io("reading the timing probe"))?;
+    let _ = tokio::fs::remove_file(&listing).await;
+    parse_timing(&json)
+}
+
+/// Parses [`timing_args`]' output.
+pub fn parse_timing(json: &[u8]) -> Result<StreamTiming, MediaError> {
+    let probe: TimingProbe = serde_json::from_slice(json).map_err(|e| {
+        MediaError::permanent(
+            FailureCode::InvalidMedia,
+            format!("unreadable timing probe: {e}"),
+        )
+    })?;
+    let stream = probe.streams.first().ok_or_else(|| {
+        MediaError::permanent(FailureCode::NoVideoStream, "the file has no video stream")
+    })?;
+    let number = |s: &Option<String>| s.as_deref().and_then(|s| s.parse::<f64>().ok());
+    let start_secs = number(&stream.start_time)
+        .filter(|s| s.is_finite())
+        .unwrap_or(0.0);
+    let end_secs = probe
+        .packets
+        .iter()
+        .filter_map(|p| Some(number(&p.pts_time)? + number(&p.duration_time).unwrap_or(0.0)))
+        .filter(|end| end.is_finite())
+        .fold(None, |most: Option<f64>, end| {
+            Some(most.map_or(end, |m| m.max(end)))
+        });
+    let rotation = stream
+        .side_data_list
+        .iter()
+        .find_map(|d| d.rotation)
+        .map_or(0, |r| r.round() as i32);
+    Ok(StreamTiming {
+        base_rate: stream.r_frame_rate.as_deref().and_then(Rate::parse),
+        average_rate: stream.avg_frame_rate.as_deref().and_then(Rate::parse),
+        start_secs,
+        end_secs,
+        rotation,
+    })
+}
+
+/// x264 settings every chunk and every rendition share, so that chunks encoded on different
+/// nodes join into one valid stream: closed GOPs, no scene-cut keyframes (keyframes only where
+/// forced, on the segment grid), and `stitchable` headers.
+fn x264(config: &MediaConfig) -> Vec<String> {
+    [
+        "-c:v",
+        "libx264",
+        "-preset",
+        "veryfast",
+        "-crf",
+        "23",
+        "-profile:v",
+        "high",
+        "-pix_fmt",
+        "yuv420p",
+        "-flags",
+        "+cgop",
+        "-sc_threshold",
+        "0",
+        "-x264-params",
+        "stitchable=1",
+        "-threads",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain(std::iter::once(config.threads.to_string()))
+    .collect()
+}
+
+/// An intermediate's muxer: MPEG-TS with no added delay, timestamps shifted by
+/// [`TS_OFFSET_SECS`].
+fn ts_muxer() -> Vec<String> {
+    [
+        "-f",
+        "mpegts",
+        "-muxdelay",
+        "0",
+        "-muxpreload",
+        "0",
+        "-mpegts_flags",
+        "+initial_discontinuity",
+        "-output_ts_offset",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain(std::iter::once(TS_OFFSET_SECS.to_string()))
+    .collect()
+}
+
+/// The filter graph of chunk `range`: the source put on the grid (origin moved to 0, the
+/// `fps` filter making it constant-rate, the last frame held so the grid's last frames
+/// exist), exactly the range's frames kept, then one scale per rendition from one decode.
+fn chunk_graph(plan: &SplitPlan, range: ChunkRange) -> String {
+    let outputs = plan.short_sides.len();
+    let mut graph = format!(
+        "[0:v:0]setpts=PTS-{origin:.6}/TB,fps={rate},tpad=stop_mode=clone:stop_duration=2,\
+         trim=start_pts={first}:end_pts={end},format=yuv420p,split={outputs}",
+        origin = plan.origin_secs,
+        rate = plan.rate.ffmpeg(),
+        first = range.first,
+        end = range.end,
+    );
+    for n in 0..outputs {
+        graph.push_str(&format!("[s{n}]"));
+    }
+    for (n, side) in plan.short_sides.iter().enumerate() {
+        graph.push_str(&format!(
+            ";[s{n}]scale=w='if(gte(iw,ih),-2,min({side},iw))':h='if(gte(iw,ih),min({side},ih),-2)'[v{n}]"
+        ));
+    }
+    graph
+}
+
+/// The times of the keyframes a chunk forces: each segment start in it, half a frame early so
+/// that the frame on the grid point is the first at or after it.
+fn keyframe_times(plan: &SplitPlan, range: ChunkRange) -> String {
+    plan.segment_starts_in(range)
+        .iter()
+        .map(|&frame| {
+            let t = plan.rate.time_of(frame) - plan.rate.time_of(1) / 2.0;
+            format!("{:.6}", t.max(0.0))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// One chunk's command line: `outputs[n]` gets rendition `n` (`plan.short_sides[n]`).
+pub fn chunk_args(
+    config: &MediaConfig,
+    plan: &SplitPlan,
+    range: ChunkRange,
+    input: &Path,
+    outputs: &[PathBuf],
+) -> Vec<OsString> {
+    let seek = (plan.origin_secs + plan.rate.time_of(range.first) - SEEK_PREROLL_SECS).max(0.0);
+    let mut args = hardened_input(config, input, Some(seek));
+    // The source's own timestamps through the seek: the graph puts them on the grid.
+    let at_input = args.len() - 2;
+    args.insert(at_input, "-copyts".into());
+    args.push("-filter_complex".into());
+    args.push(chunk_graph(plan, range).into());
+    let keyframes = keyframe_times(plan, range);
+    for (n, out) in outputs.iter().enumerate() {
+        let mut output: Vec<String> = vec!["-map".into(), format!("[v{n}]")];
+        output.extend(x264(config));
+        output.extend(
+            [
+                "-force_key_frames",
+                &keyframes,
+                "-fps_mode",
+                "passthrough",
+                "-an",
+                "-sn",
+                "-dn",
+            ]
+            .map(str::to_owned),
+        );
+        output.extend(ts_muxer());
+        args.extend(output.into_iter().map(OsString::from));
+        args.push(out.into());
+    }
+    args
+}
+
+/// Encodes chunk `range` of `input` into one TS per rendition under `out`; their paths,
+/// rendition order. Each is checked: exactly the range's frames, the first a keyframe.
+pub async fn encode_chunk(
+    config: &MediaConfig,
+    plan: &SplitPlan,
+    range: ChunkRange,
+    input: &Path,
+    out: &Path,
+    cancel: &CancellationToken,
+) -> Result<Vec<PathBuf>, MediaError> {
+    tokio::fs::create_dir_all(out)
+        .await
+        .map_err(io("local disk"))?;
+    let outputs: Vec<PathBuf> = (0..plan.short_sides.len())
+        .map(|n| out.join(format!("v{n}.ts")))
+        .collect();
+    process::run(
+        &config.ffmpeg,
+        &chunk_args(config, plan, range, input, &outputs),
+        config.call_timeout,
+        cancel,
+    )
+    .await
+    .map_err(|err| classify_encode(err, input))?;
+    let expected = range.end - range.first;
+    for path in &outputs {
+        let frames = video_packets(config, path, out, cancel).await?;
+        let wrong = if frames.len() as i64 != expected {
+            Some(format!("{} frames where {expected} were due", frames.len()))
+        } else if !frames.first().is_some_and(|p| p.key) {
+            Some("it does not start with a keyframe".to_owned())
+        } else {
+            None
+        };
+        if let Some(wrong) = wrong {
+            // Encoded again by the chunk's next attempt.
+            return Err(MediaError::retryable(
+                FailureCode::EncodeFailed,
+                format!("chunk {} ({}): {wrong}", range.part, path.display()),
+            ));
+        }
+    }
+    Ok(outputs)
+}
+
+/// The audio's command line: the first audio stream on the video's clock (its origin moved
+/// to 0, a late start filled with silence), padded or cut to the grid's length, as AAC in TS.
+pub fn audio_args(
+    config: &MediaConfig,
+    plan: &SplitPlan,
+    input: &Path,
+    out: &Path,
+) -> Vec<OsString> {
+    let samples = audio_samples(plan);
+    let mut args = hardened_input(config, input, None);
+    let at_input = args.len() - 2;
+    args.insert(at_input, "-copyts".into());
+    let filter = format!(
+        "asetpts=PTS-{origin:.6}/TB,aresample={AUDIO_RATE}:async=1:first_pts=0,\
+         aformat=sample_fmts=fltp:sample_rates={AUDIO_RATE}:channel_layouts=stereo,\
+         apad=whole_len={samples},atrim=end_sample={samples}",
+        origin = plan.origin_secs,
+    );
+    let mut output: Vec<String> = ["-map", "0:a:0", "-vn", "-sn", "-dn", "-af"]
+        .map(str::to_owned)
+        .to_vec();
+    output.push(filter);
+    output.extend(
+        [
+            "-c:a", "aac", "-b:a", "128k", "-ar", "48000", "-ac", "2", "-threads",
+        ]
+        .map(str::to_owned),
+    );
+    output.push(config.threads.to_string());
+    output.extend(ts_muxer());
+    args.extend(output.into_iter().map(OsString::from));
+    args.push(out.into());
+    args
+}
+
+/// Samples of audio the whole video has: its frames' duration at 48 kHz.
+fn audio_samples(plan: &SplitPlan) -> i64 {
+    (plan.rate.time_of(plan.frames) * AUDIO_RATE as f64).round() as i64
+}
+
+/// Encodes the whole audio of `input` into `out` (one TS).
+pub async fn encode_audio(
+    config: &MediaConfig,
+    plan: &SplitPlan,
+    input: &Path,
+    out: &Path,
+    cancel: &CancellationToken,
+) -> Result<(), MediaError> {
+    process::run(
+        &config.ffmpeg,
+        &audio_args(config, plan, input, out),
+        config.call_timeout,
+        cancel,
+    )
+    .await
+    .map_err(|err| classify_encode(err, input))?;
+    if !tokio::fs::try_exists(out).await.unwrap_or(false) {
+        return Err(super::encode::missing("audio"));
+    }
+    Ok(())
+}
+
+/// The stitch of one rendition: its chunks joined byte for byte (`concat:` reads them as one
+/// stream, so no timestamp is recomputed), the audio beside them, stream-copied into the
+/// rendition's fMP4 HLS and, for the top rendition, the MP4 with `moov` first.
+pub fn stitch_args(
+    config: &MediaConfig,
+    chunks: &[PathBuf],
+    audio: Option<&Path>,
+    hls_dir: &Path,
+    mp4: Option<&Path>,
+) -> Vec<OsString> {
+    let joined = chunks
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join("|");
+    let mut args: Vec<OsString> = Vec::new();
+    let input = |args: &mut Vec<OsString>, url: String| {
+        for s in [
+            "-protocol_whitelist",
+            "concat,file",
+            "-format_whitelist",
+            "mpegts",
+            "-copyts",
+            "-i",
+        ] {
+            args.push(s.into());
+        }
+        args.push(url.into());
+    };
+    for s in ["-nostdin", "-hide_banner", "-loglevel", "error", "-y"] {
+        args.push(s.into());
+    }
+    input(&mut args, format!("concat:{joined}"));
+    if let Some(audio) = audio {
+        input(&mut args, audio.to_string_lossy().into_owned());
+    }
+    let maps = |args: &mut Vec<OsString>| {
+        args.extend(["-map", "0:v:0"].map(OsString::from));
+        if audio.is_some() {
+            args.extend(["-map", "1:a:0", "-bsf:a", "aac_adtstoasc"].map(OsString::from));
+        }
+        args.extend(["-c", "copy", "-map_metadata", "-1", "-output_ts_offset"].map(OsString::from));
+        args.push(format!("-{TS_OFFSET_SECS}").into());
+    };
+    maps(&mut args);
+    let segment = config.segment_seconds.max(1).to_string();
+    for s in [
+        "-f",
+        "hls",
+        "-hls_time",
+        &segment,
+        "-hls_playlist_type",
+        "vod",
+        "-hls_segment_type",
+        "fmp4",
+        "-hls_fmp4_init_filename",
+        "init.mp4",
+        "-hls_flags",
+        "independent_segments",
+        "-hls_segment_filename",
+    ] {
+        args.push(s.into());
+    }
+    args.push(hls_dir.join("seg_%05d.m4s").into());
+    args.push(hls_dir.join("index.m3u8").into());
+    if let Some(mp4) = mp4 {
+        maps(&mut args);
+        args.extend(["-movflags", "+faststart", "-f", "mp4"].map(OsString::from));
+        args.push(mp4.into());
+    }
+    args
+}
+
+/// Stitches the chunks (`chunks[rendition][part]`) and the audio into `out`: every rendition's
+/// HLS, the MP4 (top rendition), the master playlist of a ladder and the thumbnail, laid out as
+/// a whole encode lays them out.
+pub async fn stitch(
+    config: &MediaConfig,
+    plan: &SplitPlan,
+    chunks: &[Vec<PathBuf>],
+    audio: Option<&Path>,
+    out: &Path,
+    cancel: &CancellationToken,
+) -> Result<EncodedFiles, MediaError> {
+    let ladder = chunks.len() > 1;
+    let mp4 = out.join(outputs::MP4);
+    let mut renditions = Vec::with_capacity(chunks.len());
+    for (n, files) in chunks.iter().enumerate() {
+        let prefix = if ladder {
+            format!("v{n}/")
+        } else {
+            String::new()
+        };
+        let dir = out.join("hls").join(&prefix);
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(io("local disk"))?;
+        let top = (n == 0).then_some(mp4.as_path());
+        process::run(
+            &config.ffmpeg,
+            &stitch_args(config, files, audio, &dir, top),
+            config.call_timeout,
+            cancel,
+        )
+        .await
+        .map_err(|err| classify_encode(err, &dir))?;
+        let (width, height) = frame_size(config, &files[0], cancel).await?;
+        renditions.push(collect(&dir, &prefix, width, height).await?);
+    }
+    let media = crate::domain::media::MediaInfo::from(&plan.media);
+    let thumbnail = super::encode::thumbnail(config, &media, &mp4, out, cancel).await?;
+    let playlist = out.join(outputs::PLAYLIST);
+    if ladder {
+        let master = master_playlist(&renditions, plan.media.duration_ms)
+            .await
+            .map_err(io("local disk"))?;
+        tokio::fs::write(&playlist, master)
+            .await
+            .map_err(io("local disk"))?;
+    }
+    Ok(EncodedFiles {
+        dir: out.to_owned(),
+        playlist,
+        renditions,
+        mp4,
+        thumbnail,
+    })
+}
+
+/// A rendition's frame size, read from its first chunk.
+async fn frame_size(
+    config: &MediaConfig,
+    chunk: &Path,
+    cancel: &CancellationToken,
+) -> Result<(i32, i32), MediaError> {
+    #[derive(Deserialize)]
+    struct Size {
+        streams: Vec<Dims>,
+    }
+    #[derive(Deserialize)]
+    struct Dims {
+        width: i32,
+        height: i32,
+    }
+    let mut args = intermediate_probe(chunk);
+    args.splice(
+        args.len() - 1..args.len() - 1,
+        ["-show_entries", "stream=width,height", "-of", "json"].map(OsString::from),
+    );
+    let json = process::run(&config.ffprobe, &args, config.call_timeout, cancel)
+        .await
+        .map_err(|err| classify_encode(err, chunk))?;
+    let size: Size = serde_json::from_slice(&json).map_err(|e| {
+        MediaError::retryable(FailureCode::EncodeFailed, format!("chunk size: {e}"))
+    })?;
+    let dims = size
+        .streams
+        .first()
+        .ok_or_else(|| super::encode::missing("video stream in a chunk"))?;
+    Ok((dims.width, dims.height))
+}
+
+/// ffprobe on an intermediate vidq wrote (TS or MP4): local file, first video stream; the
+/// caller adds what to show before the last argument (the file).
+fn intermediate_probe(file: &Path) -> Vec<OsString> {
+    let mut args: Vec<OsString> = [
+        "-v",
+        "error",
+        "-hide_banner",
+        "-protocol_whitelist",
+        "file",
+        "-format_whitelist",
+        "mpegts,mov,mp4,m4a,3gp,3g2,mj2",
+        "-select_streams",
+        "v:0",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    args.push(file.into());
+    args
+}
+
+/// One video packet: its presentation time (in the stream's time base) and keyframe flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Packet {
+    /// Presentation timestamp.
+    pub pts: i64,
+    /// Whether it is a keyframe.
+    pub key: bool,
+}
+
+/// The video packets of `file` in presentation order, and its time base (listed by ffprobe
+/// into a file under `scratch`; nothing is decoded).
+async fn packets_with_time_base(
+    config: &MediaConfig,
+    file: &Path,
+    scratch: &Path,
+    cancel: &CancellationToken,
+) -> Result<(Vec<Packet>, Rate), MediaError> {
+    let listing = scratch.join(format!(
+        "packets-{}.csv",
+        file.file_name().unwrap_or_default().to_string_lossy()
+    ));
+    let mut args = intermediate_probe(file);
+    let show: Vec<OsString> = [
+        "-show_entries",
+        "stream=time_base:packet=pts,flags",
+        "-of",
+        "csv=p=0",
+        "-o",
+    ]
+    .iter()
+    .map(OsString::from)
+    .chain(std::iter::once(listing.clone().into_os_string()))
+    .collect();
+    args.splice(args.len() - 1..args.len() - 1, show);
+    process::run(&config.ffprobe, &args, config.call_timeout, cancel)
+        .await
+        .map_err(|err| classify_encode(err, file))?;
+    let text = tokio::fs::read_to_string(&listing)
+        .await
+        .map_err(io("reading a packet list"))?;
+    let _ = tokio::fs::remove_file(&listing).await;
+    parse_packets(&text).ok_or_else(|| {
+        MediaError::retryable(
+            FailureCode::EncodeFailed,
+            format!("unreadable packet list of {}", file.display()),
+        )
+    })
+}
+
+/// Parses `pts,flags` lines and one `num/den` time base line, in any order.
+fn parse_packets(text: &str) -> Option<(Vec<Packet>, Rate)> {
+    let mut packets = Vec::new();
+    let mut time_base = None;
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(rate) = Rate::parse(line) {
+            time_base = Some(rate);
+            continue;
+        }
+        let (pts, flags) = line.split_once(',')?;
+        packets.push(Packet {
+            pts: pts.parse().ok()?,
+            key: flags.contains('K'),
+        });
+    }
+    packets.sort_by_key(|p| p.pts);
+    Some((packets, time_base?))
+}
+
+/// The video packets of an intermediate, in presentation order.
+async fn video_packets(
+    config: &MediaConfig,
+    file: &Path,
+    scratch: &Path,
+    cancel: &CancellationToken,
+) -> Result<Vec<Packet>, MediaError> {
+    Ok(packets_with_time_base(config, file, scratch, cancel)
+        .await?
+        .0)
+}
+
+/// What a stitched video's checks found wrong: the video is not let READY with it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum StitchFault {
+    /// Its frame count is not the source's on the grid.
+    #[error("{got} frames where the source has {want}")]
+    FrameCount {
+        /// Frames in the output.
+        got: usize,
+        /// Frames on the source's grid.
+        want: i64,
+    },
+    /// Frames missing or doubled between two timestamps.
+    #[error("a gap of {frames:.2} frames at frame {at}")]
+    Gap {
+        /// Where (frame index).
+        at: usize,
+        /// How wide, in frames (0 or less: an overlap).
+        frames: f64,
+    },
+    /// A segment (or a chunk) does not start with a keyframe.
+    #[error("no keyframe at frame {0}, where a segment starts")]
+    NoKeyframe(i64),
+    /// The audio is longer or shorter than the video by more than one AAC and one video frame.
+    #[error("audio and video durations differ by {0:.4} s")]
+    AudioDrift(f64),
+}
+
+/// Checks the stitched top rendition's MP4 against the plan: every frame of the grid once, in
+/// order, with continuous timestamps, a keyframe where each segment (and so each chunk)
+/// starts, and audio as long as the video.
+pub async fn check_stitched(
+    config: &MediaConfig,
+    plan: &SplitPlan,
+    mp4: &Path,
+    scratch: &Path,
+    cancel: &CancellationToken,
+) -> Result<Result<(), StitchFault>, MediaError> {
+    let (packets, time_base) = packets_with_time_base(config, mp4, scratch, cancel).await?;
+    let audio = if plan.has_audio {
+        Some(durations(config, mp4, cancel).await?)
+    } else {
+        None
+    };
+    Ok(judge(plan, &packets, time_base, audio))
+}
+
+/// The checks of [`check_stitched`] on what ffprobe listed (pure). `audio`: the video's and
+/// the audio's stream durations, in seconds.
+pub fn judge(
+    plan: &SplitPlan,
+    packets: &[Packet],
+    time_base: Rate,
+    audio: Option<(f64, f64)>,
+) -> Result<(), StitchFault> {
+    if packets.len() as i64 != plan.frames {
+        return Err(StitchFault::FrameCount {
+            got: packets.len(),
+            want: plan.frames,
+        });
+    }
+    // A packet's frame index on the grid: pts x time base x rate.
+    let index = |p: &Packet| {
+        p.pts as f64 * time_base.num as f64 / time_base.den as f64 * plan.rate.per_second()
+    };
+    let first = packets.first().map_or(0.0, index);
+    if first.abs() > 0.5 {
+        return Err(StitchFault::Gap {
+            at: 0,
+            frames: first,
+        });
+    }
+    for (at, pair) in packets.windows(2).enumerate() {
+        let step = index(&pair[1]) - index(&pair[0]);
+        if !(0.5..=1.5).contains(&step) {
+            return Err(StitchFault::Gap {
+                at: at + 1,
+                frames: step,
+            });
+        }
+    }
+    let keyframes: std::collections::HashSet<i64> = packets
+        .iter()
+        .filter(|p| p.key)
+        .map(|p| index(p).round() as i64)
+        .collect();
+    let whole = ChunkRange {
+        part: 0,
+        first: 0,
+        end: plan.frames,
+    };
+    if let Some(missing) = plan
+        .segment_starts_in(whole)
+        .into_iter()
+        .find(|frame| !keyframes.contains(frame))
+    {
+        return Err(StitchFault::NoKeyframe(missing));
+    }
+    if let Some((video, audio)) = audio {
+        let tolerance = AAC_FRAME_SAMPLES as f64 / AUDIO_RATE as f64 + plan.rate.time_of(1);
+        if (video - audio).abs() > tolerance {
+            return Err(StitchFault::AudioDrift(video - audio));
+        }
+    }
+    Ok(())
+}
+
+/// The video's and the audio's stream durations in `mp4`, in seconds.
+async fn durations(
+    config: &MediaConfig,
+    mp4: &Path,
+    cancel: &CancellationToken,
+) -> Result<(f64, f64), MediaError> {
+    let mut args = intermediate_probe(mp4);
+    // Both streams: the selection above is for the packet lists.
+    let select = args
+        .iter()
+        .position(|a| a == "-select_streams")
+        .expect("the probe selects a stream");
+    args.drain(select..select + 2);
+    args.splice(
+        args.len() - 1..args.len() - 1,
+        [
+            "-show_entries",
+            "stream=codec_type,duration",
+            "-of",
+            "csv=p=0",
+        ]
+        .map(OsString::from),
+    );
+    let text = process::run(&config.ffprobe, &args, config.call_timeout, cancel)
+        .await
+        .map_err(|err| classify_encode(err, mp4))?;
+    let text = String::from_utf8_lossy(&text);
+    let mut video = None;
+    let mut audio = None;
+    for line in text.lines() {
+        match line.trim().split_once(',') {
+            Some(("video", d)) => video = d.parse::<f64>().ok(),
+            Some(("audio", d)) => audio = d.parse::<f64>().ok(),
+            _ => {}
+        }
+    }
+    video
+        .zip(audio)
+        .ok_or_else(|| super::encode::missing("audio or video duration in the stitched MP4"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::split::PlannedMedia;
+
+    fn plan(frames: i64) -> SplitPlan {
+        SplitPlan {
+            rate: Rate { num: 30, den: 1 },
+            origin_secs: 0.0,
+            frames,
+            chunk_starts: vec![0, 240],
+            segment_secs: 4,
+            short_sides: vec![360, 180],
+            has_audio: true,
+            media: PlannedMedia {
+                container: "mov,mp4,m4a,3gp,3g2,mj2".into(),
+                duration_ms: frames * 1000 / 30,
+                video_codec: "h264".into(),
+                width: 640,
+                height: 360,
+                fps: 30.0,
+                audio_codec: Some("aac".into()),
+            },
+        }
+    }
+
+    /// Packets of a clean stitched stream in a 1/15360 time base (512 per frame at 30 fps).
+    fn clean(frames: i64) -> Vec<Packet> {
+        (0..frames)
+            .map(|i| Packet {
+                pts: i * 512,
+                key: i % 120 == 0,
+            })
+            .collect()
+    }
+
+    const TB: Rate = Rate { num: 1, den: 15360 };
+
+    #[test]
+    fn a_clean_stitch_passes_and_each_fault_is_named() {
+        let plan = plan(300);
+        assert_eq!(judge(&plan, &clean(300), TB, Some((10.0, 10.01))), Ok(()));
+        assert_eq!(
+            judge(&plan, &clean(299), TB, None),
+            Err(StitchFault::FrameCount {
+                got: 299,
+                want: 300
+            })
+        );
+        let mut gap = clean(301);
+        gap.remove(150);
+        assert!(matches!(
+            judge(&plan, &gap, TB, None),
+            Err(StitchFault::Gap { at: 150, .. })
+        ));
+        let mut unkeyed = clean(300);
+        unkeyed[240].key = false;
+        assert_eq!(
+            judge(&plan, &unkeyed, TB, None),
+            Err(StitchFault::NoKeyframe(240))
+        );
+        assert!(matches!(
+            judge(&plan, &clean(300), TB, Some((10.0, 10.1))),
+            Err(StitchFault::AudioDrift(_))
+        ));
+    }
+
+    #[test]
+    fn a_chunk_keeps_exactly_its_frames_with_keyframes_on_the_segment_grid() {
+        let plan = plan(300);
+        let range = plan.chunk(1).unwrap();
+        let args = chunk_args(
+            &MediaConfig::default(),
+            &plan,
+            range,
+            Path::new("/in/orig"),
+            &[PathBuf::from("/out/v0.ts"), PathBuf::from("/out/v1.ts")],
+        );
+        let line = args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(line.contains("-ss 5.000 -copyts -i /in/orig"), "{line}");
+        assert!(line.contains("trim=start_pts=240:end_pts=300"), "{line}");
+        assert!(line.contains("split=2[s0][s1]"), "{line}");
+        assert!(line.contains("-force_key_frames 7.983333 "), "{line}");
+        assert_eq!(line.matches("-map [v").count(), 2, "{line}");
+        assert!(line.ends_with("-output_ts_offset 10 /out/v1.ts"), "{line}");
+    }
+
+    #[test]
+    fn the_timing_probe_finds_the_grid_and_the_rotation() {
+        let json = br#"{"packets":[{"pts_time":"0.000000","duration_time":"0.033333"},
+            {"pts_time":"0.100000","duration_time":"0.033333"},{"pts_time":"0.033333","duration_time":"0.033333"}],
+            "streams":[{"r_frame_rate":"30/1","avg_frame_rate":"30/1","start_time":"0.000000",
+            "side_data_list":[{"rotation":-90}]}]}"#;
+        let timing = parse_timing(json).unwrap();
+        assert_eq!(timing.base_rate, Some(Rate { num: 30, den: 1 }));
+        assert_eq!(timing.rotation, -90);
+        assert!((timing.end_secs.unwrap() - 0.133333).abs() < 1e-6);
+    }
+
+    #[test]
+    fn packet_lists_are_read_in_presentation_order() {
+        let (packets, tb) = parse_packets("1/90000\n3000,K_\n9000,__\n6000,__\n").unwrap();
+        assert_eq!(tb, Rate { num: 1, den: 90000 });
+        assert_eq!(
+            packets.iter().map(|p| p.pts).collect::<Vec<_>>(),
+            [3000, 6000, 9000]
+        );
+        assert!(packets[0].key && !packets[1].key);
+    }
+}

@@ -1,0 +1,131 @@
+//! The ends of a split video's attempts that READY and FAILED do not cover: the head's plan
+//! (its parts enqueued, the head parked as their stitch), a part stored (and, by the last
+//! part, the stitch woken), and a stitch that could not pass its checks (the video encoded
+//! whole instead). Each is one transaction fenced on the attempt's claim, like every other end.
+
+use diesel_async::AsyncConnection;
+
+use super::retry::{FirstTry, retry_transient};
+use crate::db::{self, DbPool};
+use crate::domain::failure::FailureCode;
+use crate::domain::job::{JobKind, Outcome};
+use crate::domain::split::SplitPlan;
+use crate::queue::error::{end, fenced, lock_owner};
+use crate::queue::{Claim, JobError};
+
+/// The head's plan: its parts enqueued (every chunk, then the audio) and the head parked as
+/// their stitch, in one transaction; the planning attempt is logged as `planned`.
+#[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, run = claim.run, attempt = claim.attempt))]
+pub async fn record_plan(pool: &DbPool, claim: &Claim, plan: &SplitPlan) -> Result<(), JobError> {
+    let json = serde_json::to_value(plan).expect("a plan is plain data");
+    let mut parts: Vec<(JobKind, i32)> = (0..plan.chunks()).map(|n| (JobKind::Chunk, n)).collect();
+    if let Some(audio) = plan.audio_part() {
+        parts.push((JobKind::Audio, audio));
+    }
+    let once = || async {
+        let mut conn = pool.get().await?;
+        conn.transaction::<_, JobError, _>(async |conn| {
+            lock_owner(conn, claim.video).await?;
+            let planned = end(Outcome::Planned, None);
+            fenced(
+                db::jobs::parts::plan_parts(
+                    conn,
+                    claim.job_id,
+                    claim.token,
+                    &json,
+                    &parts,
+                    planned,
+                )
+                .await?,
+            )?;
+            db::jobs::notify_claimable(conn).await?;
+            Ok(())
+        })
+        .await
+    };
+    let first = once().await;
+    retry_transient(
+        pool,
+        claim,
+        Outcome::Planned,
+        FirstTry::Answered(first),
+        once,
+    )
+    .await
+}
+
+/// A part whose outputs are stored: COMPLETED (fenced, under its head's lock), and if it was
+/// the last open part of its run, its head's stitch made claimable in the same transaction.
+#[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, run = claim.run, attempt = claim.attempt))]
+pub async fn record_part_stored(pool: &DbPool, claim: &Claim) -> Result<(), JobError> {
+    let Some((head, part)) = claim.part_of else {
+        return Err(JobError::ClaimLost);
+    };
+    let once = || async {
+        let mut conn = pool.get().await?;
+        conn.transaction::<_, JobError, _>(async |conn| {
+            lock_owner(conn, claim.video).await?;
+            // The head first: parts completing at once take turns here, and the last one
+            // sees every other's completion.
+            db::jobs::parts::lock_head(conn, head)
+                .await?
+                .ok_or(JobError::ClaimLost)?;
+            fenced(
+                db::jobs::complete(
+                    conn,
+                    claim.job_id,
+                    claim.token,
+                    end(Outcome::Completed, None),
+                )
+                .await?,
+            )?;
+            if db::jobs::parts::wake_stitch(conn, head).await? > 0 {
+                tracing::info!(part, "last part stored; the stitch is claimable");
+                db::jobs::notify_claimable(conn).await?;
+            }
+            Ok(())
+        })
+        .await
+    };
+    let first = once().await;
+    retry_transient(
+        pool,
+        claim,
+        Outcome::Completed,
+        FirstTry::Answered(first),
+        once,
+    )
+    .await
+}
+
+/// A stitch whose output failed a check that re-encoding its chunks cannot fix: the head
+/// becomes an `encode` of the whole video (never split again), its parts deleted, claimable
+/// at once; fenced on the stitch's claim. Logged and counted.
+#[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, run = claim.run, attempt = claim.attempt))]
+pub async fn encode_whole_instead(
+    pool: &DbPool,
+    claim: &Claim,
+    reason: &str,
+) -> Result<(), JobError> {
+    tracing::error!(%reason, "the stitched video failed its checks; encoding it whole instead");
+    let code = FailureCode::StitchFailed;
+    let once = || async {
+        let mut conn = pool.get().await?;
+        conn.transaction::<_, JobError, _>(async |conn| {
+            lock_owner(conn, claim.video).await?;
+            db::jobs::parts::lock_head(conn, claim.job_id)
+                .await?
+                .ok_or(JobError::ClaimLost)?;
+            db::jobs::parts::delete_parts(conn, claim.job_id).await?;
+            let ended = end(Outcome::Retry, Some((code.as_str(), code.sentence())));
+            fenced(db::jobs::parts::encode_whole(conn, claim.job_id, claim.token, ended).await?)?;
+            db::jobs::notify_claimable(conn).await?;
+            Ok(())
+        })
+        .await
+    };
+    let first = once().await;
+    retry_transient(pool, claim, Outcome::Retry, FirstTry::Answered(first), once).await?;
+    crate::metrics::STITCH_FALLBACKS.inc();
+    Ok(())
+}
