@@ -49,6 +49,7 @@ mod s3_tls;
 mod schema;
 mod secrets_in_logs;
 mod several_machines;
+mod split;
 mod spool_full;
 mod support;
 mod sweeper;

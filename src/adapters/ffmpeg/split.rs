@@ -229,15 +229,14 @@ fn chunk_graph(plan: &SplitPlan, range: ChunkRange) -> String {
     graph
 }
 
-/// The times of the keyframes a chunk forces: each segment start in it, half a frame early so
-/// that the frame on the grid point is the first at or after it.
+/// The times of the keyframes a chunk forces: each segment start in it. FFmpeg turns each
+/// time into a frame of the encoder's time base (one frame, the grid's) by rounding to the
+/// nearest, so the exact time of the frame names that frame; a time half a frame early would
+/// round to the frame before it.
 fn keyframe_times(plan: &SplitPlan, range: ChunkRange) -> String {
     plan.segment_starts_in(range)
         .iter()
-        .map(|&frame| {
-            let t = plan.rate.time_of(frame) - plan.rate.time_of(1) / 2.0;
-            format!("{:.6}", t.max(0.0))
-        })
+        .map(|&frame| format!("{:.6}", plan.rate.time_of(frame)))
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -883,7 +882,7 @@ mod tests {
         assert!(line.contains("-ss 5.000 -copyts -i /in/orig"), "{line}");
         assert!(line.contains("trim=start_pts=240:end_pts=300"), "{line}");
         assert!(line.contains("split=2[s0][s1]"), "{line}");
-        assert!(line.contains("-force_key_frames 7.983333 "), "{line}");
+        assert!(line.contains("-force_key_frames 8.000000 "), "{line}");
         assert_eq!(line.matches("-map [v").count(), 2, "{line}");
         assert!(line.ends_with("-output_ts_offset 10 /out/v1.ts"), "{line}");
     }

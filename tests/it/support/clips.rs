@@ -118,3 +118,162 @@ pub fn truncated() -> PathBuf {
     }
     path
 }
+
+/// The sources split-and-stitch must join exactly (`tests/it/split`): each about 20 s of
+/// 320x240 with a 440 Hz sine unless its kind says otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SplitSource {
+    /// H.264 with up to 8 B-frames in a row, 25 fps.
+    BFrameHeavy,
+    /// Variable frame rate as phones write it: 30 fps, then 24 fps, timestamps kept (MKV).
+    VariableRate,
+    /// Shot rotated: 90° in the display matrix, at 30000/1001 fps.
+    Rotated,
+    /// HEVC with open GOPs (leading frames before each CRA), in MKV, starting at 1.5 s.
+    OpenGopHevc,
+    /// The audio starts 2 s after the video.
+    LateAudio,
+    /// No audio track.
+    NoAudio,
+    /// 17 s: with 8 s chunks and 4 s segments the last chunk is 1 s, shorter than a segment.
+    ShortLastChunk,
+}
+
+/// One of the [`SplitSource`]s.
+pub fn split_source(kind: SplitSource) -> PathBuf {
+    let pattern =
+        |rate: &str, seconds: u32| format!("testsrc2=size=320x240:rate={rate}:duration={seconds}");
+    let sine = |seconds: u32| format!("sine=frequency=440:duration={seconds}");
+    let x264 = [
+        "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p",
+    ];
+    let aac = ["-c:a", "aac", "-shortest"];
+    match kind {
+        SplitSource::BFrameHeavy => {
+            let (v, a) = (pattern("25", 20), sine(20));
+            let mut args = vec!["-f", "lavfi", "-i", &v, "-f", "lavfi", "-i", &a];
+            args.extend(x264);
+            args.extend(["-bf", "8", "-b_strategy", "2"]);
+            args.extend(aac);
+            args.extend(["-f", "mp4"]);
+            make("split_bframes.mp4", &args)
+        }
+        SplitSource::VariableRate => {
+            let (first, second, a) = (pattern("30", 10), pattern("24", 10), sine(20));
+            let mut args = vec![
+                "-f",
+                "lavfi",
+                "-i",
+                &first,
+                "-f",
+                "lavfi",
+                "-i",
+                &second,
+                "-f",
+                "lavfi",
+                "-i",
+                &a,
+                "-filter_complex",
+                "[0:v][1:v]concat=n=2:v=1:a=0[v]",
+                "-map",
+                "[v]",
+                "-map",
+                "2:a",
+                "-fps_mode",
+                "vfr",
+            ];
+            args.extend(x264);
+            args.extend(aac);
+            args.extend(["-f", "matroska"]);
+            make("split_vfr.mkv", &args)
+        }
+        SplitSource::Rotated => {
+            let upright = {
+                let (v, a) = (pattern("30000/1001", 20), sine(20));
+                let mut args = vec!["-f", "lavfi", "-i", &v, "-f", "lavfi", "-i", &a];
+                args.extend(x264);
+                args.extend(aac);
+                args.extend(["-f", "mp4"]);
+                make("split_upright.mp4", &args)
+            };
+            let upright = upright.to_string_lossy().into_owned();
+            make(
+                "split_rotated.mp4",
+                &[
+                    "-i",
+                    &upright,
+                    "-c",
+                    "copy",
+                    "-metadata:s:v:0",
+                    "rotate=90",
+                    "-f",
+                    "mp4",
+                ],
+            )
+        }
+        SplitSource::OpenGopHevc => {
+            let (v, a) = (pattern("25", 20), sine(20));
+            make(
+                "split_hevc.mkv",
+                &[
+                    "-f",
+                    "lavfi",
+                    "-i",
+                    &v,
+                    "-f",
+                    "lavfi",
+                    "-i",
+                    &a,
+                    "-c:v",
+                    "libx265",
+                    "-preset",
+                    "ultrafast",
+                    "-x265-params",
+                    "open-gop=1:keyint=50:log-level=error",
+                    "-pix_fmt",
+                    "yuv420p",
+                    "-c:a",
+                    "aac",
+                    "-shortest",
+                    "-output_ts_offset",
+                    "1.5",
+                    "-f",
+                    "matroska",
+                ],
+            )
+        }
+        SplitSource::LateAudio => {
+            let (v, a) = (pattern("25", 20), sine(18));
+            let mut args = vec![
+                "-f",
+                "lavfi",
+                "-i",
+                &v,
+                "-itsoffset",
+                "2",
+                "-f",
+                "lavfi",
+                "-i",
+                &a,
+            ];
+            args.extend(x264);
+            args.extend(["-c:a", "aac", "-f", "mp4"]);
+            make("split_late_audio.mp4", &args)
+        }
+        SplitSource::NoAudio => {
+            let v = pattern("25", 20);
+            let mut args = vec!["-f", "lavfi", "-i", &v];
+            args.extend(x264);
+            args.extend(["-f", "mp4"]);
+            make("split_no_audio.mp4", &args)
+        }
+        SplitSource::ShortLastChunk => {
+            let (v, a) = (pattern("25", 17), sine(17));
+            let mut args = vec!["-f", "lavfi", "-i", &v, "-f", "lavfi", "-i", &a];
+            args.extend(x264);
+            args.extend(aac);
+            args.extend(["-f", "mov"]);
+            make("split_short_last.mov", &args)
+        }
+    }
+}
