@@ -81,6 +81,8 @@ pub struct VideoView {
     pub attempts: i32,
     /// Present once ready.
     pub playback: Option<Playback>,
+    /// A split video's parts done and its parts and stitch in all, while it encodes.
+    pub progress: Option<(i64, i64)>,
 }
 
 /// Builds the owner's view of a video, with its playback URLs once it is ready.
@@ -103,11 +105,22 @@ pub async fn view(
     } else {
         None
     };
+    // Only a video being encoded can be split and under way; the read is one indexed lookup.
+    let progress = if status == VideoStatus::Processing {
+        let mut conn = ctx.db.get().await?;
+        db::jobs::parts::progress_of(&mut conn, &[video.id])
+            .await?
+            .first()
+            .map(|p| (p.done, p.total))
+    } else {
+        None
+    };
     Ok(VideoView {
         video: video.into(),
         status,
         attempts: attempts.unwrap_or(0),
         playback,
+        progress,
     })
 }
 

@@ -27,8 +27,12 @@ const CLIPS: [f64; 3] = [10.08, 15.08, 19.10];
 #[derive(Debug, Args)]
 pub struct E2eBenchArgs {
     /// Worker-process counts to measure (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    #[arg(long, alias = "workers", value_delimiter = ',', default_value = "1,2")]
     pub nodes: Vec<u32>,
+    /// Instead of the three clips: one upload this many seconds long, encoded as one job on one
+    /// worker, then split into chunks on each worker count (`--workers`).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..=14_400))]
+    pub long: Option<u32>,
     /// Rounds per node count (each round confirms the three clips together).
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
@@ -118,6 +122,9 @@ struct Sample {
 
 /// Runs the benchmark and prints its tables.
 pub async fn run(args: E2eBenchArgs) -> anyhow::Result<()> {
+    if let Some(seconds) = args.long {
+        return super::long::run(&args, seconds).await;
+    }
     let clips: Vec<PathBuf> = CLIPS
         .iter()
         .map(|s| clip(&args.clips, *s))
@@ -192,51 +199,19 @@ async fn run_nodes(
 ) -> anyhow::Result<Vec<Sample>> {
     let scratch = Scratch::create(&args.server.database_url, &format!("e2e{nodes}")).await?;
     let s3 = super::BenchS3::start().await?;
-    let db = crate::db::connect(&scratch.url, 4).await?;
-    let upload = UploadConfig {
-        max_upload_bytes: 1 << 30,
-        upload_url_ttl_secs: 600,
-        playback_url_ttl_secs: 600,
-        confirm_batch_max: 64,
-        confirm_committers: 2,
-        max_open_uploads_per_user: 1000,
-        max_open_recordings_per_user: 20,
-    };
-    let ctx = AppContext {
-        confirms: app::confirm_batch::ConfirmBatcher::start(db.clone(), (&upload).into()),
-        status_reads: app::status_reads::StatusReads::start(db.clone()),
-        db,
-        storage: s3.storage.clone(),
-        upload,
-        webhooks: crate::config::WebhookArgs::default(),
-        events: app::events::EventSignal::default(),
-        playback: app::playback::PlaybackSettings::generated(),
-        ingest: None,
-        operators: Default::default(),
-        in_process_worker: None,
-        ready_requires_storage: false,
-    };
-    ctx.storage.ensure_bucket().await?;
+    let ctx = client_context(&scratch.url, &s3).await?;
     let (owner, _) = app::users::create_user(&ctx.db, "bench").await?;
     let work = tempfile::tempdir()?;
     let mut workers = Vec::new();
     for n in 0..nodes {
-        let core = n as usize % cores;
-        let child = tokio::process::Command::new("taskset")
-            .arg("-c")
-            .arg(core.to_string())
-            .arg(std::env::current_exe()?)
-            .arg("worker")
-            .env("DATABASE_URL", &scratch.url)
-            .envs(s3.env())
-            .env("VIDQ_NODE_ID", format!("node-{n}"))
-            .env("VIDQ_FFMPEG_THREADS", "1")
-            .env("VIDQ_WORK_DIR", work.path())
-            .env("RUST_LOG", "warn")
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting a worker (is taskset installed?)")?;
-        workers.push(child);
+        workers.push(pinned_worker(
+            n,
+            cores,
+            &scratch.url,
+            &s3,
+            work.path(),
+            &[],
+        )?);
     }
     tokio::time::sleep(Duration::from_secs(1)).await; // workers connected and listening
     let idle: Vec<String> = workers.iter().map(|w| rss(w.id(), "VmRSS")).collect();
@@ -317,6 +292,65 @@ async fn run_nodes(
     s3.stop().await;
     scratch.drop_now().await;
     Ok(samples)
+}
+
+/// The API's use-cases over `url` and `s3`, as the benchmark's client calls them (no HTTP
+/// server: the workers are what is measured); the bucket created.
+pub(super) async fn client_context(url: &str, s3: &super::BenchS3) -> anyhow::Result<AppContext> {
+    let db = crate::db::connect(url, 4).await?;
+    let upload = UploadConfig {
+        max_upload_bytes: 1 << 30,
+        upload_url_ttl_secs: 600,
+        playback_url_ttl_secs: 600,
+        confirm_batch_max: 64,
+        confirm_committers: 2,
+        max_open_uploads_per_user: 1000,
+        max_open_recordings_per_user: 20,
+    };
+    let ctx = AppContext {
+        confirms: app::confirm_batch::ConfirmBatcher::start(db.clone(), (&upload).into()),
+        status_reads: app::status_reads::StatusReads::start(db.clone()),
+        db,
+        storage: s3.storage.clone(),
+        upload,
+        webhooks: crate::config::WebhookArgs::default(),
+        events: app::events::EventSignal::default(),
+        playback: app::playback::PlaybackSettings::generated(),
+        ingest: None,
+        operators: Default::default(),
+        in_process_worker: None,
+        ready_requires_storage: false,
+    };
+    ctx.storage.ensure_bucket().await?;
+    Ok(ctx)
+}
+
+/// `vidq worker` number `n`, pinned to its own core (`n` modulo `cores`) with one FFmpeg
+/// thread, standing in for a one-core machine; `env` adds settings.
+pub(super) fn pinned_worker(
+    n: u32,
+    cores: usize,
+    url: &str,
+    s3: &super::BenchS3,
+    work: &Path,
+    env: &[(&str, &str)],
+) -> anyhow::Result<tokio::process::Child> {
+    let core = n as usize % cores;
+    tokio::process::Command::new("taskset")
+        .arg("-c")
+        .arg(core.to_string())
+        .arg(std::env::current_exe()?)
+        .arg("worker")
+        .env("DATABASE_URL", url)
+        .envs(s3.env())
+        .env("VIDQ_NODE_ID", format!("node-{n}"))
+        .env("VIDQ_FFMPEG_THREADS", "1")
+        .env("VIDQ_WORK_DIR", work)
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting a worker (is taskset installed?)")
 }
 
 async fn check(ctx: &AppContext) -> anyhow::Result<String> {

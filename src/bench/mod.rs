@@ -6,6 +6,7 @@ pub mod api;
 pub mod chaos;
 pub mod e2e;
 pub mod live;
+pub mod long;
 pub mod queue;
 pub mod relay;
 pub mod s3_faults;
@@ -23,7 +24,8 @@ pub enum BenchCommand {
     /// the real fenced finalize (outbox included).
     Queue(queue::QueueBenchArgs),
     /// The end-to-end protocol: three 720p clips confirmed in parallel, polled until
-    /// READY, with 1 and 2 worker processes.
+    /// READY, with 1 and 2 worker processes; with `--long SECONDS`, one long upload encoded
+    /// whole and then split into chunks across the workers.
     E2e(e2e::E2eBenchArgs),
     /// Commit-to-delivery latency to a local webhook receiver, and sustained deliveries per
     /// relay process to webhooks and to NATS JetStream.

@@ -50,7 +50,7 @@ pub async fn timing(conn: &mut AsyncPgConnection, video: Uuid) -> QueryResult<Ti
     diesel::sql_query(
         "SELECT extract(epoch FROM a.started_at - v.created_at)::float8 AS wait,
                 extract(epoch FROM v.ready_at - a.started_at)::float8 AS processing
-           FROM videos v JOIN video_encoding_jobs j ON j.video_id = v.id
+           FROM videos v JOIN video_encoding_jobs j ON j.video_id = v.id AND j.parent_id IS NULL
            JOIN job_attempts a ON a.job_id = j.id AND a.outcome = 'completed'
           WHERE v.id = $1",
     )
@@ -83,7 +83,8 @@ pub struct Checks {
 pub async fn checks(conn: &mut AsyncPgConnection) -> QueryResult<Checks> {
     diesel::sql_query(
         "SELECT (SELECT count(*) FROM videos) AS videos,
-                (SELECT count(*) FROM videos v JOIN video_encoding_jobs j ON j.video_id = v.id
+                (SELECT count(*) FROM videos v JOIN video_encoding_jobs j
+                     ON j.video_id = v.id AND j.parent_id IS NULL
                   WHERE v.status = 'ready' AND j.status = 'COMPLETED') AS ready_and_completed,
                 (SELECT count(*) FROM video_encoding_jobs WHERE status <> 'COMPLETED') AS unfinished,
                 (SELECT count(*) FROM (SELECT video_id FROM notification_outbox WHERE event_type = 'video.ready'

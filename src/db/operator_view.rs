@@ -95,6 +95,9 @@ pub struct RunningAttempt {
     /// Seconds until the lease runs out (negative: expired, a reclaim is due).
     #[diesel(sql_type = Double)]
     pub lease_left_secs: f64,
+    /// A split video's part number (`None`: the video's own job).
+    #[diesel(sql_type = Nullable<Integer>)]
+    pub part: Option<i32>,
 }
 
 /// Every PROCESSING job with its open attempt (which lives on the job row), oldest claim
@@ -107,7 +110,7 @@ pub async fn running_attempts(
         "SELECT j.id AS job_id, j.video_id, j.kind, j.run, j.attempt_count AS attempt,
                 coalesce(j.claimed_by, '') AS node_id,
                 extract(epoch FROM now() - coalesce(j.claimed_at, now()))::float8 AS running_secs,
-                extract(epoch FROM j.lease_until - now())::float8 AS lease_left_secs
+                extract(epoch FROM j.lease_until - now())::float8 AS lease_left_secs, j.part
          FROM video_encoding_jobs j
          WHERE j.status = 'PROCESSING'
          ORDER BY j.claimed_at NULLS LAST, j.id
@@ -154,16 +157,30 @@ pub struct JobLine {
     /// When the job was enqueued.
     #[diesel(sql_type = Timestamptz)]
     pub enqueued_at: DateTime<Utc>,
+    /// A split video's part number (`None`: the video's own job).
+    #[diesel(sql_type = Nullable<Integer>)]
+    pub part: Option<i32>,
+    /// A split video's own job: its parts done and in all, in its run.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub parts_done: Option<i64>,
+    /// See `parts_done`.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub parts: Option<i64>,
 }
 
 const JOB_LINE: &str = "SELECT j.id AS job_id, j.video_id, u.name AS owner, j.kind, j.status,
         v.status AS video_status, j.run, j.attempt_count AS attempts,
         coalesce(v.error_code, last.error_code) AS error_code,
         coalesce(v.error_message, last.error_message, j.last_error) AS error_message,
-        j.enqueued_at
+        j.enqueued_at, j.part, split.done AS parts_done, split.total AS parts
  FROM video_encoding_jobs j
  JOIN videos v ON v.id = j.video_id
  JOIN users u ON u.id = v.owner_id
+ LEFT JOIN LATERAL (
+     SELECT count(*) FILTER (WHERE p.status = 'COMPLETED') AS done, count(*) AS total
+     FROM video_encoding_jobs p WHERE p.parent_id = j.id AND p.run = j.run
+     HAVING count(*) > 0
+ ) split ON true
  LEFT JOIN LATERAL (
      SELECT a.error_code, a.error_message FROM job_attempt_log a
      WHERE a.job_id = j.id AND a.error_code IS NOT NULL

@@ -7,7 +7,7 @@ use askama::Template;
 
 use crate::app::operators::Overview;
 use crate::db::operator_view as view;
-use crate::domain::job::JobStatus;
+use crate::domain::job::{JobKind, JobStatus};
 use crate::domain::video::VideoStatus;
 
 /// The login form.
@@ -148,17 +148,30 @@ fn job_button(job_id: &i64, action: &str, csrf: &str) -> String {
     )
 }
 
+/// A job's kind as the dashboard names it: a part with its number (`chunk 3`), a split
+/// video's own job with its parts done (`stitch, 4/14 parts`).
+fn kind_shown(kind: JobKind, part: Option<i32>, parts: Option<(i64, i64)>) -> String {
+    match (part, parts) {
+        (Some(part), _) => format!("{kind} {part}"),
+        (None, Some((done, total))) => format!("{kind}, {done}/{total} parts"),
+        (None, None) => kind.to_string(),
+    }
+}
+
 impl JobRow {
     fn from(line: view::JobLine) -> Self {
         let status = line.status;
-        let retryable = status == JobStatus::Dead
-            || (status == JobStatus::Completed && line.video_status == VideoStatus::Failed);
-        let cancellable = matches!(status, JobStatus::Pending | JobStatus::Processing);
+        // Retry and cancel act on a whole video, through its own job, never on a part.
+        let whole = line.part.is_none();
+        let retryable = whole
+            && (status == JobStatus::Dead
+                || (status == JobStatus::Completed && line.video_status == VideoStatus::Failed));
+        let cancellable = whole && matches!(status, JobStatus::Pending | JobStatus::Processing);
         Self {
             job_id: line.job_id,
             video_id: line.video_id.to_string(),
             owner: line.owner,
-            kind: line.kind.to_string(),
+            kind: kind_shown(line.kind, line.part, line.parts_done.zip(line.parts)),
             status: line.status.to_string(),
             video_status: line.video_status.to_string(),
             run: line.run,
@@ -279,7 +292,7 @@ impl Panels {
                 .map(|r| RunningLine {
                     job_id: r.job_id,
                     video_id: r.video_id.to_string(),
-                    kind: r.kind.to_string(),
+                    kind: kind_shown(r.kind, r.part, None),
                     run: r.run,
                     attempt: r.attempt,
                     node_id: r.node_id,
@@ -350,6 +363,16 @@ fn describe_detail(detail: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_split_videos_jobs_name_their_part_and_progress() {
+        assert_eq!(kind_shown(JobKind::Chunk, Some(3), None), "chunk 3");
+        assert_eq!(
+            kind_shown(JobKind::Stitch, None, Some((4, 14))),
+            "stitch, 4/14 parts"
+        );
+        assert_eq!(kind_shown(JobKind::Encode, None, None), "encode");
+    }
 
     #[test]
     fn ages_read_as_words_at_every_scale() {

@@ -19,7 +19,9 @@ pub use uploads::{
     CreateUploadRequest, CreateUploadResponse, CreateVidqUploadResponse, CreatedUploadDto,
     UploadStatusDto,
 };
-pub use videos::{ListVideosQuery, PlaybackDto, VideoDto, VideoErrorDto, VideoListDto};
+pub use videos::{
+    ListVideosQuery, PlaybackDto, ProgressDto, VideoDto, VideoErrorDto, VideoListDto,
+};
 pub use webhooks::{
     CreateWebhookRequest, DeliveriesQuery, DeliveryDto, DeliveryListDto, DeliveryTryDto, ResendDto,
     WebhookDto, WebhookListDto,
@@ -86,6 +88,7 @@ mod tests {
             status: VideoStatus::Queued,
             attempts: 0,
             playback: None,
+            progress: None,
         };
         assert_eq!(
             keys(&VideoDto::new(view, "http://vidq.test")),

@@ -30,6 +30,15 @@ pub struct VideoErrorDto {
     pub message: String,
 }
 
+/// How far a long video's encoding is, while its chunks are encoded on the workers.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProgressDto {
+    /// Parts encoded (chunks and the audio).
+    pub done: i64,
+    /// Every part and the stitch that joins them.
+    pub total: i64,
+}
+
 /// A video's status.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct VideoDto {
@@ -62,6 +71,9 @@ pub struct VideoDto {
     pub playback: Option<PlaybackDto>,
     /// Present once failed.
     pub error: Option<VideoErrorDto>,
+    /// Present while a long video, split into chunks, is being encoded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressDto>,
 }
 
 impl VideoDto {
@@ -95,6 +107,9 @@ impl VideoDto {
                 thumbnail_url: p.thumbnail_url,
             }),
             error,
+            progress: view
+                .progress
+                .map(|(done, total)| ProgressDto { done, total }),
         }
     }
 }

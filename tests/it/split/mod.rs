@@ -6,6 +6,7 @@
 
 mod processes;
 mod quality;
+mod whole_video;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -107,6 +107,11 @@ async fn a_worker_sigkilled_mid_chunk_costs_that_chunk_one_attempt_and_nothing_e
     };
     a.start_kill().unwrap(); // SIGKILL: no shutdown hook runs
     a.wait().await.unwrap();
+    // Meanwhile its owner sees it encoding, with how far: 3 chunks, the audio, the stitch.
+    let seen = app.video(&key, &id).await;
+    assert_eq!(seen["status"], "processing", "{seen}");
+    assert_eq!(seen["progress"]["total"], 5, "{seen}");
+    assert!(seen["progress"]["done"].as_i64().unwrap() < 4, "{seen}");
 
     let mut b = split_worker(&app, "enc-b", &dirs.path().join("b"), "720");
     wait_ready(&app, &id).await;

@@ -1,0 +1,245 @@
+//! What acts on a split video acts on all of it: a part that fails fails the video once and
+//! stops its other parts; an operator's cancel and retry take its own job and every part; a
+//! delete takes everything; and a stitch that cannot pass its checks encodes the video whole
+//! instead, still with one `video.ready`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+use vidq::domain::failure::FailureCode;
+use vidq::domain::ids::VideoId;
+use vidq::domain::job::JobKind;
+use vidq::domain::media::MediaError;
+use vidq::pipeline::{AttemptPlan, Attempted, Handed, Pipeline};
+use vidq::queue::JobBody;
+use vidq::queue::complete::{RETRY_DELAY, fail_or_retry, parts};
+use vidq::queue::operator::{OperatorAction, OperatorError, operator};
+
+use super::split_media;
+use crate::support::app::TestApp;
+use crate::support::clips::{self, SplitSource};
+use crate::support::pipeline::upload_clip;
+use crate::support::queue::{Worker, claim, fast_settings, video_id};
+use crate::support::wait::wait_for_count;
+
+fn pipeline(app: &TestApp, work: &std::path::Path) -> Pipeline {
+    Pipeline {
+        storage: app.storage.clone(),
+        db: app.pool.clone(),
+        media: split_media(),
+        work_root: work.to_owned(),
+        waits: Default::default(),
+    }
+}
+
+/// A 20 s upload whose own job has been claimed, probed and planned by hand: its four parts
+/// (three chunks, the audio) wait in the queue. Returns the app, alice's key, the video and
+/// its own job's id.
+async fn planned() -> (TestApp, String, VideoId, i64, tempfile::TempDir) {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let clip = clips::split_source(SplitSource::BFrameHeavy);
+    let id = video_id(&upload_clip(&app, &key, &clip).await);
+    let work = tempfile::tempdir().unwrap();
+    let head = claim(&app, "planner", 60.0).await.unwrap();
+    let Attempted::Handed(Handed::Planned(plan)) = pipeline(&app, work.path())
+        .run(&head.plan(), &CancellationToken::new())
+        .await
+        .unwrap()
+    else {
+        panic!("a 20 s source is split");
+    };
+    parts::record_plan(&app.pool, &head, &plan).await.unwrap();
+    let waiting = format!(
+        "SELECT count(*) AS n FROM video_encoding_jobs
+          WHERE parent_id = {} AND status = 'PENDING'",
+        head.job_id
+    );
+    assert_eq!(app.count(&waiting).await, 4);
+    (app, key, id, head.job_id, work)
+}
+
+fn events(id: VideoId, kind: &str) -> String {
+    format!(
+        "SELECT count(*) AS n FROM notification_outbox WHERE video_id = '{id}' AND event_type = '{kind}'"
+    )
+}
+
+fn open_jobs(id: VideoId) -> String {
+    format!(
+        "SELECT count(*) AS n FROM video_encoding_jobs
+          WHERE video_id = '{id}' AND status IN ('PENDING', 'PROCESSING')"
+    )
+}
+
+#[tokio::test]
+async fn a_part_that_fails_fails_the_video_once_and_closes_every_other_part() {
+    let (app, key, id, _, _work) = planned().await;
+    let first = claim(&app, "enc-a", 60.0).await.unwrap();
+    let second = claim(&app, "enc-b", 60.0).await.unwrap();
+    assert_eq!((first.kind, second.kind), (JobKind::Chunk, JobKind::Chunk));
+    let broken = MediaError::permanent(FailureCode::InvalidMedia, "injected: unreadable");
+    let retried = fail_or_retry(&app.pool, &first, &broken, RETRY_DELAY)
+        .await
+        .unwrap();
+    assert!(!retried);
+    let video = app.video(&key, &id).await;
+    assert_eq!(video["status"], "failed", "{video}");
+    assert_eq!(app.count(&events(id, "video.failed")).await, 1);
+    assert_eq!(app.count(&open_jobs(id)).await, 0, "head and parts closed");
+    // The part another worker still holds finds its claim gone, and writes nothing.
+    let late = parts::record_part_stored(&app.pool, &second).await;
+    assert!(
+        matches!(late, Err(vidq::queue::JobError::ClaimLost)),
+        "{late:?}"
+    );
+    // A second failing part announces nothing more.
+    let again = fail_or_retry(&app.pool, &second, &broken, RETRY_DELAY).await;
+    assert!(
+        matches!(again, Err(vidq::queue::JobError::ClaimLost)),
+        "{again:?}"
+    );
+    assert_eq!(app.count(&events(id, "video.failed")).await, 1);
+    assert!(
+        claim(&app, "enc-c", 60.0).await.is_none(),
+        "nothing left to claim"
+    );
+}
+
+#[tokio::test]
+async fn cancel_and_retry_act_on_the_whole_split_video() {
+    let (app, key, id, head, work) = planned().await;
+    // A part is not the video: an operator acts on the video's own job.
+    let part: i64 = app
+        .count(&format!(
+            "SELECT min(id) AS n FROM video_encoding_jobs WHERE parent_id = {head}"
+        ))
+        .await;
+    let refused = operator(&app.pool, part, OperatorAction::Cancel).await;
+    assert!(
+        matches!(refused, Err(OperatorError::PartOfVideo { head: h, .. }) if h == head),
+        "{refused:?}"
+    );
+
+    operator(&app.pool, head, OperatorAction::Cancel)
+        .await
+        .unwrap();
+    let video = app.video(&key, &id).await;
+    assert_eq!(video["error"]["code"], "cancelled", "{video}");
+    assert_eq!(app.count(&open_jobs(id)).await, 0, "every part stopped");
+    assert_eq!(app.count(&events(id, "video.failed")).await, 1);
+
+    // The retry is a new run of all of it: the old parts go, the new run plans its own.
+    operator(&app.pool, head, OperatorAction::Retry)
+        .await
+        .unwrap();
+    let old_parts =
+        format!("SELECT count(*) AS n FROM video_encoding_jobs WHERE parent_id = {head}");
+    assert_eq!(app.count(&old_parts).await, 0);
+    let body = Arc::new(pipeline(&app, work.path()));
+    let worker = Worker::start(&app.db.url, body, fast_settings("enc-a")).await;
+    wait_for_count(
+        &app,
+        &format!("SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready'"),
+        1,
+        Duration::from_secs(120),
+    )
+    .await;
+    worker.stop().await;
+    let run_two = format!(
+        "SELECT count(*) AS n FROM video_encoding_jobs
+          WHERE parent_id = {head} AND run = 2 AND status = 'COMPLETED'"
+    );
+    assert_eq!(app.count(&run_two).await, 4);
+    let ready = format!(
+        "SELECT count(*) AS n FROM notification_outbox WHERE video_id = '{id}'
+           AND event_type = 'video.ready' AND payload->'data'->>'run' = '2'"
+    );
+    assert_eq!(app.count(&ready).await, 1);
+}
+
+#[tokio::test]
+async fn deleting_a_split_video_takes_its_parts_with_it() {
+    let (app, key, id, _, _work) = planned().await;
+    let chunk = claim(&app, "enc-a", 60.0).await.unwrap();
+    let response = app.delete(&key, &format!("/v1/videos/{id}")).await;
+    assert!(response.status().is_success(), "{:?}", response.status());
+    let jobs = format!("SELECT count(*) AS n FROM video_encoding_jobs WHERE video_id = '{id}'");
+    assert_eq!(app.count(&jobs).await, 0);
+    let late = parts::record_part_stored(&app.pool, &chunk).await;
+    assert!(
+        matches!(late, Err(vidq::queue::JobError::ClaimLost)),
+        "{late:?}"
+    );
+}
+
+/// The real pipeline, except that before a stitch runs it stores chunk 0's first rendition
+/// over chunk 1's: the joined stream then shows chunk 0's frames twice, which the stitch's
+/// checks must catch.
+struct CorruptsChunkOne(Pipeline);
+
+impl JobBody for CorruptsChunkOne {
+    fn run<'a>(
+        &'a self,
+        plan: &'a AttemptPlan,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Attempted, MediaError>> {
+        Box::pin(async move {
+            if plan.kind == JobKind::Stitch {
+                let key =
+                    |part| vidq::domain::keys::part_object(plan.video, plan.run, part, 1, "v0.ts");
+                let bytes = self.0.storage.get_bytes(&key(0)).await.unwrap().unwrap();
+                self.0
+                    .storage
+                    .put_bytes(&key(1), bytes, "video/mp2t")
+                    .await
+                    .unwrap();
+            }
+            self.0.run(plan, cancel).await
+        })
+    }
+
+    fn after_ready(&self, video: VideoId, run: i32, attempt: i32) -> BoxFuture<'_, ()> {
+        self.0.after_ready(video, run, attempt)
+    }
+}
+
+#[tokio::test]
+async fn a_stitch_that_fails_its_checks_falls_back_to_a_whole_encode() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let clip = clips::split_source(SplitSource::BFrameHeavy);
+    let id = video_id(&upload_clip(&app, &key, &clip).await);
+    let work = tempfile::tempdir().unwrap();
+    let body = Arc::new(CorruptsChunkOne(pipeline(&app, work.path())));
+    let worker = Worker::start(&app.db.url, body, fast_settings("enc-a")).await;
+    wait_for_count(
+        &app,
+        &format!("SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready'"),
+        1,
+        Duration::from_secs(120),
+    )
+    .await;
+    worker.stop().await;
+    // Encoded whole: the job is an `encode` that may never be split again, its parts gone,
+    // and the failed stitch is in its attempt log.
+    let whole = format!(
+        "SELECT count(*) AS n FROM video_encoding_jobs
+          WHERE video_id = '{id}' AND parent_id IS NULL AND kind = 'encode' AND whole
+            AND status = 'COMPLETED'"
+    );
+    assert_eq!(app.count(&whole).await, 1);
+    let jobs = format!("SELECT count(*) AS n FROM video_encoding_jobs WHERE video_id = '{id}'");
+    assert_eq!(app.count(&jobs).await, 1);
+    let logged = format!(
+        "SELECT count(*) AS n FROM job_attempt_log l JOIN video_encoding_jobs j ON j.id = l.job_id
+          WHERE j.video_id = '{id}' AND l.error_code = 'stitch_failed'"
+    );
+    assert_eq!(app.count(&logged).await, 1);
+    assert_eq!(app.count(&events(id, "video.ready")).await, 1);
+    let out = super::download_outputs(&app, id, 2).await;
+    let source = super::quality::frame_count(&clip).await;
+    assert_eq!(super::quality::frame_count(&out.mp4).await, source);
+}
