@@ -86,13 +86,14 @@ async fn plain_ffmpeg_seconds(clip: &Path) -> anyhow::Result<f64> {
     let out = tempfile::tempdir()?;
     std::fs::create_dir_all(out.path().join("hls"))?;
     let mut steps = vec![(&config.ffprobe, probe::args(clip))];
-    for rung in encode::rungs(&config, &info) {
+    let rungs = encode::rungs(&config, &info);
+    for rung in &rungs {
         std::fs::create_dir_all(out.path().join("hls").join(&rung.prefix))?;
-        steps.push((
-            &config.ffmpeg,
-            encode::encode_args(&config, &info, clip, out.path(), &rung),
-        ));
     }
+    steps.push((
+        &config.ffmpeg,
+        encode::encode_args(&config, &info, clip, out.path(), &rungs),
+    ));
     steps.push((
         &config.ffmpeg,
         encode::thumbnail_args(&config, &info, clip, out.path()),
@@ -326,7 +327,8 @@ pub(super) async fn client_context(url: &str, s3: &super::BenchS3) -> anyhow::Re
 }
 
 /// `vidq worker` number `n`, pinned to its own core (`n` modulo `cores`) with one FFmpeg
-/// thread, standing in for a one-core machine; `env` adds settings.
+/// thread and a work directory of its own under `work`, standing in for a one-core machine;
+/// `env` adds settings.
 pub(super) fn pinned_worker(
     n: u32,
     cores: usize,
@@ -345,7 +347,7 @@ pub(super) fn pinned_worker(
         .envs(s3.env())
         .env("VIDQ_NODE_ID", format!("node-{n}"))
         .env("VIDQ_FFMPEG_THREADS", "1")
-        .env("VIDQ_WORK_DIR", work)
+        .env("VIDQ_WORK_DIR", work.join(format!("node-{n}")))
         .env("RUST_LOG", "warn")
         .envs(env.iter().copied())
         .kill_on_drop(true)

@@ -84,7 +84,7 @@ pub async fn run(args: &E2eBenchArgs, seconds: u32) -> anyhow::Result<()> {
         let ssim = mean_ssim(&m.mp4, &source).await?;
         let per_chunked = chunked_one.map_or("-".to_owned(), |c| format!("{:.2}", took / c));
         println!(
-            "{:>8} | {:>7} | {:>21.1}s | {:>16.2} | {:>17} | {:>9.5}",
+            "{:>8} | {:>7} | {:>21.1}s | {:>16.2} | {:>17} | {:>9.6}",
             m.label,
             m.workers,
             took,

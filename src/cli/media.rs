@@ -69,10 +69,11 @@ pub async fn encode(args: EncodeArgs) -> anyhow::Result<()> {
         }
         let commands = json!({
             "probe": command(&config.ffprobe, &probe::args(&args.file)),
-            "encode": encode::rungs(&config, &info)
-                .iter()
-                .map(|rung| command(&config.ffmpeg, &encode::encode_args(&config, &info, &args.file, &args.out, rung)))
-                .collect::<Vec<_>>(),
+            // One call for the whole ladder (one decode); a list, as callers read it.
+            "encode": [command(
+                &config.ffmpeg,
+                &encode::encode_args(&config, &info, &args.file, &args.out, &encode::rungs(&config, &info)),
+            )],
             "thumbnail": command(&config.ffmpeg, &encode::thumbnail_args(&config, &info, &args.file, &args.out)),
         });
         println!("{}", serde_json::to_string_pretty(&commands)?);

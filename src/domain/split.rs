@@ -111,7 +111,7 @@ impl SplitSettings {
         if self.segment_secs == 0 || self.chunk_secs == 0 {
             return Err("the chunk and segment lengths must be at least 1 s".into());
         }
-        if self.chunk_secs % self.segment_secs != 0 {
+        if !self.chunk_secs.is_multiple_of(self.segment_secs) {
             return Err(format!(
                 "VIDQ_CHUNK_SECS ({}) must be a multiple of VIDQ_SEGMENT_SECS ({})",
                 self.chunk_secs, self.segment_secs

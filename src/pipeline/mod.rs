@@ -4,6 +4,7 @@
 //! under the attempt's own S3 prefix with every object in the artifact ledger. No transaction is open while any of this runs (invariant I7); each
 //! ledger write is its own short statement.
 
+pub mod originals;
 pub mod outage;
 pub mod outputs;
 pub mod repackage;
@@ -210,6 +211,8 @@ impl Pipeline {
                 .plan_split(plan, &media, &original, scratch.path(), cancel)
                 .await?
         {
+            // Its parts read it again: this worker keeps a copy for those it takes.
+            originals::Originals::new(&self.work_root).keep(&plan.original_key, &original);
             return Ok(Attempted::Handed(Handed::Planned(Box::new(split))));
         }
         let out = scratch.path().join("out");
@@ -239,13 +242,18 @@ impl Pipeline {
 }
 
 impl Pipeline {
-    /// An upload's original, from S3.
+    /// An upload's original: this worker's kept copy of it, if it has one (see
+    /// [`originals`]), else from S3.
     async fn download_original(
         &self,
         plan: &AttemptPlan,
         original: &std::path::Path,
         cancel: &CancellationToken,
     ) -> Result<(), MediaError> {
+        if originals::Originals::new(&self.work_root).take(&plan.original_key, original) {
+            tracing::debug!("the original from this worker's copy");
+            return Ok(());
+        }
         let downloaded = self
             .download_patiently(&plan.original_key, original, cancel)
             .await?;

@@ -126,6 +126,8 @@ impl Pipeline {
         let split = self.split_plan(head, cancel).await?;
         let original = scratch.join("original");
         self.download_original(plan, &original, cancel).await?;
+        // The video's other parts read it too: kept for those this worker takes.
+        super::originals::Originals::new(&self.work_root).keep(&plan.original_key, &original);
         let out = scratch.join("out");
         let key = |name: &str| keys::part_object(plan.video, plan.run, part, plan.attempt, name);
         let files: Vec<outputs::Planned> = match plan.kind {

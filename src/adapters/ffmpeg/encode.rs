@@ -1,7 +1,8 @@
-//! The encode: per rung of the ladder one FFmpeg call that writes the rung's HLS rendition
-//! (fMP4 segments, VOD playlist); the top rung's call also writes the progressive MP4 (`moov`
-//! first) from the same encode through the tee muxer. With more than one rung a master
-//! playlist lists them. One more call makes the thumbnail.
+//! The encode: one FFmpeg call decodes the source once and writes every rung of the ladder
+//! (a `split` filter, one scale per rung), each rung's HLS rendition (fMP4 segments, VOD
+//! playlist) through the tee muxer, the top rung's also the progressive MP4 (`moov` first)
+//! from the same encode. With more than one rung a master playlist lists them. One more call
+//! makes the thumbnail.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -139,36 +140,71 @@ pub(super) fn hardened_input(
     args
 }
 
-/// One rung's command line: the hardened input, then `stream_selection`, `video_encoding`,
-/// `audio_encoding`, and the tee muxer writing the rung's `tee_outputs`.
+/// The encode's one command line: the hardened input decoded once, a `split` filter feeding
+/// one scale per rung, then per rung its outputs: that rung's video and the audio, the
+/// encoders (`video_encoding`, `audio_encoding`), and the tee muxer writing the rung's
+/// `tee_outputs`. One decode serves the whole ladder.
 pub fn encode_args(
     config: &MediaConfig,
     info: &MediaInfo,
     input: &Path,
     out: &Path,
-    rung: &Rung,
+    rungs: &[Rung],
 ) -> Vec<OsString> {
     let segment = config.segment_seconds.max(1);
     let mut args = hardened_input(config, input, None);
-    for part in [
-        stream_selection(),
-        video_encoding(info, rung.short_side, segment),
-        audio_encoding(),
-    ] {
-        args.extend(part.into_iter().map(OsString::from));
+    args.push("-filter_complex".into());
+    args.push(ladder_graph(rungs).into());
+    for (n, rung) in rungs.iter().enumerate() {
+        let mut output: Vec<String> = ["-map".to_owned(), format!("[v{n}]")].to_vec();
+        output.extend(
+            [
+                "-map",
+                "0:a:0?",
+                "-map_metadata",
+                "-1",
+                "-map_chapters",
+                "-1",
+            ]
+            .map(str::to_owned),
+        );
+        output.extend(video_encoding(info, segment));
+        output.extend(audio_encoding());
+        // Both outputs of the tee share the encoders, so the codec headers must be global.
+        output.extend([
+            "-flags".to_owned(),
+            "+global_header".to_owned(),
+            "-threads".to_owned(),
+            config.threads.to_string(),
+            "-f".to_owned(),
+            "tee".to_owned(),
+            tee_outputs(out, rung, segment),
+        ]);
+        args.extend(output.into_iter().map(OsString::from));
     }
-    // Both outputs of the tee share the encoders, so the codec headers must be global.
-    let muxer = [
-        "-flags".to_owned(),
-        "+global_header".to_owned(),
-        "-threads".to_owned(),
-        config.threads.to_string(),
-        "-f".to_owned(),
-        "tee".to_owned(),
-        tee_outputs(out, rung, segment),
-    ];
-    args.extend(muxer.into_iter().map(OsString::from));
     args
+}
+
+/// The ladder's filter graph: the first video stream split into one branch per rung, each
+/// scaled to at most its short side (landscape: the height; portrait: the width; -2 keeps the
+/// aspect ratio with an even size, which yuv420p needs), labelled `[v0]`, `[v1]`...
+fn ladder_graph(rungs: &[Rung]) -> String {
+    let scale = |side: i32| {
+        format!(
+            "scale=w='if(gte(iw,ih),-2,min({side},iw))':h='if(gte(iw,ih),min({side},ih),-2)',format=yuv420p"
+        )
+    };
+    if let [rung] = rungs {
+        return format!("[0:v:0]{}[v0]", scale(rung.short_side));
+    }
+    let mut graph = format!("[0:v:0]split={}", rungs.len());
+    for n in 0..rungs.len() {
+        graph.push_str(&format!("[s{n}]"));
+    }
+    for (n, rung) in rungs.iter().enumerate() {
+        graph.push_str(&format!(";[s{n}]{}[v{n}]", scale(rung.short_side)));
+    }
+    graph
 }
 
 /// The first video stream and the first audio stream if there is one; no metadata,
@@ -190,22 +226,15 @@ pub(super) fn stream_selection() -> Vec<String> {
     .to_vec()
 }
 
-/// H.264 high/yuv420p CRF 23 veryfast, at most `short_side`, with a keyframe on every
-/// segment boundary (fixed GOP, no scene-cut keyframes) so each HLS segment starts with one.
-fn video_encoding(info: &MediaInfo, short_side: i32, segment: u32) -> Vec<String> {
+/// H.264 high/yuv420p CRF 23 veryfast, with a keyframe on every segment boundary (fixed GOP,
+/// no scene-cut keyframes) so each HLS segment starts with one.
+fn video_encoding(info: &MediaInfo, segment: u32) -> Vec<String> {
     let gop = if info.fps > 0.0 {
         ((info.fps * f64::from(segment)).round() as i64).max(1)
     } else {
         250
     };
-    // Landscape: cap the height; portrait: cap the width. -2 keeps the aspect ratio with an
-    // even size, which yuv420p needs.
-    let scale = format!(
-        "scale=w='if(gte(iw,ih),-2,min({short_side},iw))':h='if(gte(iw,ih),min({short_side},ih),-2)',format=yuv420p"
-    );
     vec![
-        "-vf".to_owned(),
-        scale,
         "-c:v".to_owned(),
         "libx264".to_owned(),
         "-preset".to_owned(),
@@ -309,18 +338,21 @@ pub async fn encode(
         )
     };
     let rungs = rungs(config, info);
-    let mut renditions = Vec::with_capacity(rungs.len());
     for rung in &rungs {
         let dir = out.join("hls").join(&rung.prefix);
         tokio::fs::create_dir_all(&dir).await.map_err(io)?;
-        process::run(
-            &config.ffmpeg,
-            &encode_args(config, info, input, out, rung),
-            config.call_timeout,
-            cancel,
-        )
-        .await
-        .map_err(|err| classify_encode(err, input))?;
+    }
+    process::run(
+        &config.ffmpeg,
+        &encode_args(config, info, input, out, &rungs),
+        config.call_timeout,
+        cancel,
+    )
+    .await
+    .map_err(|err| classify_encode(err, input))?;
+    let mut renditions = Vec::with_capacity(rungs.len());
+    for rung in &rungs {
+        let dir = out.join("hls").join(&rung.prefix);
         let (width, height) = scaled(info, rung.short_side);
         renditions.push(collect(&dir, &rung.prefix, width, height).await?);
     }
@@ -480,34 +512,32 @@ mod tests {
             .join(" ")
     }
 
-    /// The whole command line of a top rung and of a lower one, as FFmpeg receives it (the
-    /// parts are built separately; their order and content must not drift).
+    /// The whole command line of one rung and of a ladder, as FFmpeg receives it (the parts
+    /// are built separately; their order and content must not drift).
     #[test]
-    fn a_rung_command_line_is_input_streams_video_audio_then_the_tee_outputs() {
+    fn an_encode_command_line_is_input_one_decode_then_each_rungs_encoders_and_tee_outputs() {
         let config = MediaConfig::default();
-        let top = Rung {
-            short_side: 720,
-            prefix: String::new(),
-            with_mp4: true,
+        let rung = |short_side: i32, prefix: &str, with_mp4: bool| Rung {
+            short_side,
+            prefix: prefix.into(),
+            with_mp4,
         };
-        let lower = Rung {
-            short_side: 720,
-            prefix: "v1/".into(),
-            with_mp4: false,
-        };
-        let run = |rung: &Rung| {
+        let run = |rungs: &[Rung]| {
             line(&encode_args(
                 &config,
                 &info(),
                 Path::new("/in/orig"),
                 Path::new("/out"),
-                rung,
+                rungs,
             ))
         };
-        assert_eq!(run(&top), TOP);
-        assert_eq!(run(&lower), LOWER);
+        assert_eq!(run(&[rung(720, "", true)]), ONE);
+        assert_eq!(
+            run(&[rung(720, "v0/", true), rung(360, "v1/", false)]),
+            LADDER
+        );
     }
 
-    const TOP: &str = r#"-nostdin -hide_banner -loglevel error -y -protocol_whitelist file -format_whitelist mov,mp4,m4a,3gp,3g2,mj2,matroska,webm -max_pixels 8294400 -i /in/orig -map 0:v:0 -map 0:a:0? -map_metadata -1 -map_chapters -1 -sn -dn -vf scale=w='if(gte(iw,ih),-2,min(720,iw))':h='if(gte(iw,ih),min(720,ih),-2)',format=yuv420p -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/index.m3u8|[f=mp4:movflags=+faststart]/out/video.mp4"#;
-    const LOWER: &str = r#"-nostdin -hide_banner -loglevel error -y -protocol_whitelist file -format_whitelist mov,mp4,m4a,3gp,3g2,mj2,matroska,webm -max_pixels 8294400 -i /in/orig -map 0:v:0 -map 0:a:0? -map_metadata -1 -map_chapters -1 -sn -dn -vf scale=w='if(gte(iw,ih),-2,min(720,iw))':h='if(gte(iw,ih),min(720,ih),-2)',format=yuv420p -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/v1/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/v1/index.m3u8"#;
+    const ONE: &str = r#"-nostdin -hide_banner -loglevel error -y -protocol_whitelist file -format_whitelist mov,mp4,m4a,3gp,3g2,mj2,matroska,webm -max_pixels 8294400 -i /in/orig -filter_complex [0:v:0]scale=w='if(gte(iw,ih),-2,min(720,iw))':h='if(gte(iw,ih),min(720,ih),-2)',format=yuv420p[v0] -map [v0] -map 0:a:0? -map_metadata -1 -map_chapters -1 -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/index.m3u8|[f=mp4:movflags=+faststart]/out/video.mp4"#;
+    const LADDER: &str = r#"-nostdin -hide_banner -loglevel error -y -protocol_whitelist file -format_whitelist mov,mp4,m4a,3gp,3g2,mj2,matroska,webm -max_pixels 8294400 -i /in/orig -filter_complex [0:v:0]split=2[s0][s1];[s0]scale=w='if(gte(iw,ih),-2,min(720,iw))':h='if(gte(iw,ih),min(720,ih),-2)',format=yuv420p[v0];[s1]scale=w='if(gte(iw,ih),-2,min(360,iw))':h='if(gte(iw,ih),min(360,ih),-2)',format=yuv420p[v1] -map [v0] -map 0:a:0? -map_metadata -1 -map_chapters -1 -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/v0/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/v0/index.m3u8|[f=mp4:movflags=+faststart]/out/video.mp4 -map [v1] -map 0:a:0? -map_metadata -1 -map_chapters -1 -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/v1/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/v1/index.m3u8"#;
 }

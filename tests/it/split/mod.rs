@@ -209,3 +209,56 @@ async fn a_short_upload_is_encoded_whole() {
     let jobs = format!("SELECT count(*) AS n FROM video_encoding_jobs WHERE video_id = '{id}'");
     assert_eq!(app.count(&jobs).await, 1, "6 s is not split");
 }
+
+#[tokio::test]
+async fn a_one_hour_upload_is_ready_with_default_settings() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let clip = clips::one_hour();
+    let id = video_id(&upload_clip(&app, &key, &clip).await);
+    let work = tempfile::tempdir().unwrap();
+    let body = Arc::new(Pipeline {
+        storage: app.storage.clone(),
+        db: app.pool.clone(),
+        media: MediaConfig::default(),
+        work_root: work.path().to_owned(),
+        waits: Default::default(),
+    });
+    // The default attempt deadline too: the audio part encodes the whole hour's audio.
+    let settings = vidq::queue::runner::WorkerSettings {
+        slots: 2,
+        deadline: Duration::from_secs(2100),
+        ..fast_settings("enc-hour")
+    };
+    let worker = Worker::start(&app.db.url, body, settings).await;
+    wait_for_count(
+        &app,
+        &format!(
+            "SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status IN ('ready', 'failed')"
+        ),
+        1,
+        Duration::from_secs(600),
+    )
+    .await;
+    worker.stop().await;
+    let video = app.video(&key, &id).await;
+    assert_eq!(video["status"], "ready", "{video}");
+    assert!(
+        (video["duration_ms"].as_i64().unwrap() - 3_600_000).abs() <= 1000,
+        "{video}"
+    );
+    // 3600 s in 48 s chunks: 75 chunks and the audio.
+    let parts = format!(
+        "SELECT count(*) AS n FROM video_encoding_jobs
+          WHERE video_id = '{id}' AND parent_id IS NOT NULL AND status = 'COMPLETED'"
+    );
+    assert_eq!(app.count(&parts).await, 76);
+    let out = download_outputs(&app, id, 0).await;
+    assert_eq!(quality::frame_count(&out.mp4).await, 3600);
+    let url = video["playback"]["hls_url"].as_str().unwrap();
+    let played = crate::support::playback::played_seconds_by_stream(url).await;
+    assert!(
+        (played[0] - 3600.0).abs() <= 1.0,
+        "played {played:?} s of an hour"
+    );
+}

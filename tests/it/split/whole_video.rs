@@ -243,3 +243,61 @@ async fn a_stitch_that_fails_its_checks_falls_back_to_a_whole_encode() {
     let source = super::quality::frame_count(&clip).await;
     assert_eq!(super::quality::frame_count(&out.mp4).await, source);
 }
+
+#[tokio::test]
+async fn the_last_two_parts_stored_at_once_make_the_stitch_claimable() {
+    let (app, _key, id, head, _work) = planned().await;
+    let mut parts_held = Vec::new();
+    for node in ["enc-a", "enc-b", "enc-c", "enc-d"] {
+        parts_held.push(claim(&app, node, 60.0).await.unwrap());
+    }
+    for part in &parts_held[..2] {
+        parts::record_part_stored(&app.pool, part).await.unwrap();
+    }
+    // The head's row held elsewhere: both last parts' transactions queue behind it (seen in
+    // pg_stat_activity), then run one after the other once it is let go.
+    let pool = vidq::db::connect(&app.db.url, 1).await.unwrap();
+    let mut holder = pool.get_owned().await.unwrap();
+    {
+        use diesel_async::RunQueryDsl;
+        for sql in [
+            "BEGIN".to_owned(),
+            format!("SELECT id FROM video_encoding_jobs WHERE id = {head} FOR UPDATE"),
+        ] {
+            diesel::sql_query(sql).execute(&mut holder).await.unwrap();
+        }
+    }
+    let (third, fourth) = (parts_held[2].clone(), parts_held[3].clone());
+    let both = tokio::spawn({
+        let pool = app.pool.clone();
+        async move {
+            tokio::join!(
+                parts::record_part_stored(&pool, &third),
+                parts::record_part_stored(&pool, &fourth)
+            )
+        }
+    });
+    crate::support::wait::wait_for_lock_waits(&app, 2).await;
+    {
+        use diesel_async::RunQueryDsl;
+        diesel::sql_query("ROLLBACK")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+    }
+    let (a, b) = both.await.unwrap();
+    assert!(a.is_ok() && b.is_ok(), "{a:?} {b:?}");
+    let claimable = format!(
+        "SELECT count(*) AS n FROM video_encoding_jobs
+          WHERE id = {head} AND kind = 'stitch' AND status = 'PENDING'
+            AND available_at <= statement_timestamp()"
+    );
+    assert_eq!(
+        app.count(&claimable).await,
+        1,
+        "the stitch waits for nothing more"
+    );
+    let stitch = claim(&app, "enc-e", 60.0).await.unwrap();
+    assert_eq!((stitch.job_id, stitch.kind), (head, JobKind::Stitch));
+    assert_eq!(app.count(&open_jobs(id)).await, 1, "only the stitch runs");
+}

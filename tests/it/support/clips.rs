@@ -277,3 +277,36 @@ pub fn split_source(kind: SplitSource) -> PathBuf {
         }
     }
 }
+
+/// An hour of a small, low-rate picture (160x90 at 1 fps) with a quiet mono track: long enough
+/// to need splitting everywhere, cheap enough to encode in a test.
+pub fn one_hour() -> PathBuf {
+    make(
+        "one_hour_160x90.mp4",
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc2=size=160x90:rate=1:duration=3600",
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=440:sample_rate=8000:duration=3600",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-pix_fmt",
+            "yuv420p",
+            "-c:a",
+            "aac",
+            "-ac",
+            "1",
+            "-b:a",
+            "16k",
+            "-shortest",
+            "-f",
+            "mp4",
+        ],
+    )
+}

@@ -8,6 +8,13 @@
 //! timestamps (frame index x frame duration, shifted by [`TS_OFFSET_SECS`] so B-frames never
 //! need a negative decode time), and the stitch shifts them back once.
 
+mod check;
+mod timing;
+
+pub use check::{Packet, StitchFault, check_stitched, judge};
+use check::{intermediate_probe, video_packets};
+pub use timing::{parse_timing, timing, timing_args};
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -15,12 +22,11 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::encode::{EncodedFiles, classify_encode, collect, hardened_input, master_playlist};
-use super::probe::classify;
-use super::{MediaConfig, PROTOCOL_ALLOW_LIST, process};
+use super::{MediaConfig, process};
 use crate::domain::failure::FailureCode;
 use crate::domain::keys::outputs;
 use crate::domain::media::MediaError;
-use crate::domain::split::{ChunkRange, Rate, SplitPlan, StreamTiming};
+use crate::domain::split::{ChunkRange, SplitPlan};
 
 /// Seconds added to every intermediate's timestamps (and taken off at the stitch): a chunk's
 /// first frames are B-frame references decoded before they are shown, so their decode times
@@ -39,121 +45,6 @@ const AAC_FRAME_SAMPLES: i64 = 1024;
 
 fn io(what: &str) -> impl Fn(std::io::Error) -> MediaError + '_ {
     move |e| MediaError::retryable(FailureCode::IoError, format!("{what}: {e}"))
-}
-
-/// ffprobe's view of the first video stream's timing: rates, start, rotation, and each
-/// packet's time (written to `listing`, a scratch file: a long video's list is megabytes).
-pub fn timing_args(input: &Path, listing: &Path) -> Vec<OsString> {
-    let mut args: Vec<OsString> = [
-        "-v",
-        "error",
-        "-hide_banner",
-        "-protocol_whitelist",
-        PROTOCOL_ALLOW_LIST,
-        "-format_whitelist",
-        super::DEMUXER_ALLOW_LIST,
-        "-select_streams",
-        "v:0",
-        "-show_entries",
-        "stream=r_frame_rate,avg_frame_rate,start_time:stream_side_data=rotation:packet=pts_time,duration_time",
-        "-of",
-        "json=c=1",
-        "-o",
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
-    args.push(listing.into());
-    args.push(input.into());
-    args
-}
-
-#[derive(Deserialize)]
-struct TimingProbe {
-    #[serde(default)]
-    packets: Vec<PacketTime>,
-    #[serde(default)]
-    streams: Vec<TimingStream>,
-}
-
-#[derive(Deserialize)]
-struct PacketTime {
-    pts_time: Option<String>,
-    duration_time: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct TimingStream {
-    r_frame_rate: Option<String>,
-    avg_frame_rate: Option<String>,
-    start_time: Option<String>,
-    #[serde(default)]
-    side_data_list: Vec<SideData>,
-}
-
-#[derive(Deserialize)]
-struct SideData {
-    rotation: Option<f64>,
-}
-
-/// Reads the timing of `input`'s first video stream (one demux pass, nothing decoded).
-pub async fn timing(
-    config: &MediaConfig,
-    input: &Path,
-    scratch: &Path,
-    cancel: &CancellationToken,
-) -> Result<StreamTiming, MediaError> {
-    let listing = scratch.join("timing.json");
-    process::run(
-        &config.ffprobe,
-        &timing_args(input, &listing),
-        config.call_timeout,
-        cancel,
-    )
-    .await
-    .map_err(|err| classify(err, input, FailureCode::ProbeTimeout))?;
-    let json = tokio::fs::read(&listing)
-        .await
-        .map_err(io("reading the timing probe"))?;
-    let _ = tokio::fs::remove_file(&listing).await;
-    parse_timing(&json)
-}
-
-/// Parses [`timing_args`]' output.
-pub fn parse_timing(json: &[u8]) -> Result<StreamTiming, MediaError> {
-    let probe: TimingProbe = serde_json::from_slice(json).map_err(|e| {
-        MediaError::permanent(
-            FailureCode::InvalidMedia,
-            format!("unreadable timing probe: {e}"),
-        )
-    })?;
-    let stream = probe.streams.first().ok_or_else(|| {
-        MediaError::permanent(FailureCode::NoVideoStream, "the file has no video stream")
-    })?;
-    let number = |s: &Option<String>| s.as_deref().and_then(|s| s.parse::<f64>().ok());
-    let start_secs = number(&stream.start_time)
-        .filter(|s| s.is_finite())
-        .unwrap_or(0.0);
-    let end_secs = probe
-        .packets
-        .iter()
-        .filter_map(|p| Some(number(&p.pts_time)? + number(&p.duration_time).unwrap_or(0.0)))
-        .filter(|end| end.is_finite())
-        .fold(None, |most: Option<f64>, end| {
-            Some(most.map_or(end, |m| m.max(end)))
-        });
-    let rotation = stream
-        .side_data_list
-        .iter()
-        .find_map(|d| d.rotation)
-        .map_or(0, |r| r.round() as i32);
-    Ok(StreamTiming {
-        base_rate: stream.r_frame_rate.as_deref().and_then(Rate::parse),
-        average_rate: stream.avg_frame_rate.as_deref().and_then(Rate::parse),
-        start_secs,
-        end_secs,
-        rotation,
-    })
 }
 
 /// x264 settings every chunk and every rendition share, so that chunks encoded on different
@@ -390,7 +281,7 @@ pub async fn encode_audio(
 /// stream, so no timestamp is recomputed), the audio beside them, stream-copied into the
 /// rendition's fMP4 HLS and, for the top rendition, the MP4 with `moov` first.
 pub fn stitch_args(
-    config: &MediaConfig,
+    segment_secs: u32,
     chunks: &[PathBuf],
     audio: Option<&Path>,
     hls_dir: &Path,
@@ -431,7 +322,9 @@ pub fn stitch_args(
         args.push(format!("-{TS_OFFSET_SECS}").into());
     };
     maps(&mut args);
-    let segment = config.segment_seconds.max(1).to_string();
+    // The plan's segment length: the chunks' keyframes are on its grid, whatever this node's
+    // own setting says.
+    let segment = segment_secs.max(1).to_string();
     for s in [
         "-f",
         "hls",
@@ -486,7 +379,7 @@ pub async fn stitch(
         let top = (n == 0).then_some(mp4.as_path());
         process::run(
             &config.ffmpeg,
-            &stitch_args(config, files, audio, &dir, top),
+            &stitch_args(plan.segment_secs, files, audio, &dir, top),
             config.call_timeout,
             cancel,
         )
@@ -548,260 +441,13 @@ async fn frame_size(
     Ok((dims.width, dims.height))
 }
 
-/// ffprobe on an intermediate vidq wrote (TS or MP4): local file, first video stream; the
-/// caller adds what to show before the last argument (the file).
-fn intermediate_probe(file: &Path) -> Vec<OsString> {
-    let mut args: Vec<OsString> = [
-        "-v",
-        "error",
-        "-hide_banner",
-        "-protocol_whitelist",
-        "file",
-        "-format_whitelist",
-        "mpegts,mov,mp4,m4a,3gp,3g2,mj2",
-        "-select_streams",
-        "v:0",
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
-    args.push(file.into());
-    args
-}
-
-/// One video packet: its presentation time (in the stream's time base) and keyframe flag.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Packet {
-    /// Presentation timestamp.
-    pub pts: i64,
-    /// Whether it is a keyframe.
-    pub key: bool,
-}
-
-/// The video packets of `file` in presentation order, and its time base (listed by ffprobe
-/// into a file under `scratch`; nothing is decoded).
-async fn packets_with_time_base(
-    config: &MediaConfig,
-    file: &Path,
-    scratch: &Path,
-    cancel: &CancellationToken,
-) -> Result<(Vec<Packet>, Rate), MediaError> {
-    let listing = scratch.join(format!(
-        "packets-{}.csv",
-        file.file_name().unwrap_or_default().to_string_lossy()
-    ));
-    let mut args = intermediate_probe(file);
-    let show: Vec<OsString> = [
-        "-show_entries",
-        "stream=time_base:packet=pts,flags",
-        "-of",
-        "csv=p=0",
-        "-o",
-    ]
-    .iter()
-    .map(OsString::from)
-    .chain(std::iter::once(listing.clone().into_os_string()))
-    .collect();
-    args.splice(args.len() - 1..args.len() - 1, show);
-    process::run(&config.ffprobe, &args, config.call_timeout, cancel)
-        .await
-        .map_err(|err| classify_encode(err, file))?;
-    let text = tokio::fs::read_to_string(&listing)
-        .await
-        .map_err(io("reading a packet list"))?;
-    let _ = tokio::fs::remove_file(&listing).await;
-    parse_packets(&text).ok_or_else(|| {
-        MediaError::retryable(
-            FailureCode::EncodeFailed,
-            format!("unreadable packet list of {}", file.display()),
-        )
-    })
-}
-
-/// Parses `pts,flags` lines and one `num/den` time base line, in any order.
-fn parse_packets(text: &str) -> Option<(Vec<Packet>, Rate)> {
-    let mut packets = Vec::new();
-    let mut time_base = None;
-    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        if let Some(rate) = Rate::parse(line) {
-            time_base = Some(rate);
-            continue;
-        }
-        let (pts, flags) = line.split_once(',')?;
-        packets.push(Packet {
-            pts: pts.parse().ok()?,
-            key: flags.contains('K'),
-        });
-    }
-    packets.sort_by_key(|p| p.pts);
-    Some((packets, time_base?))
-}
-
-/// The video packets of an intermediate, in presentation order.
-async fn video_packets(
-    config: &MediaConfig,
-    file: &Path,
-    scratch: &Path,
-    cancel: &CancellationToken,
-) -> Result<Vec<Packet>, MediaError> {
-    Ok(packets_with_time_base(config, file, scratch, cancel)
-        .await?
-        .0)
-}
-
-/// What a stitched video's checks found wrong: the video is not let READY with it.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum StitchFault {
-    /// Its frame count is not the source's on the grid.
-    #[error("{got} frames where the source has {want}")]
-    FrameCount {
-        /// Frames in the output.
-        got: usize,
-        /// Frames on the source's grid.
-        want: i64,
-    },
-    /// Frames missing or doubled between two timestamps.
-    #[error("a gap of {frames:.2} frames at frame {at}")]
-    Gap {
-        /// Where (frame index).
-        at: usize,
-        /// How wide, in frames (0 or less: an overlap).
-        frames: f64,
-    },
-    /// A segment (or a chunk) does not start with a keyframe.
-    #[error("no keyframe at frame {0}, where a segment starts")]
-    NoKeyframe(i64),
-    /// The audio is longer or shorter than the video by more than one AAC and one video frame.
-    #[error("audio and video durations differ by {0:.4} s")]
-    AudioDrift(f64),
-}
-
-/// Checks the stitched top rendition's MP4 against the plan: every frame of the grid once, in
-/// order, with continuous timestamps, a keyframe where each segment (and so each chunk)
-/// starts, and audio as long as the video.
-pub async fn check_stitched(
-    config: &MediaConfig,
-    plan: &SplitPlan,
-    mp4: &Path,
-    scratch: &Path,
-    cancel: &CancellationToken,
-) -> Result<Result<(), StitchFault>, MediaError> {
-    let (packets, time_base) = packets_with_time_base(config, mp4, scratch, cancel).await?;
-    let audio = if plan.has_audio {
-        Some(durations(config, mp4, cancel).await?)
-    } else {
-        None
-    };
-    Ok(judge(plan, &packets, time_base, audio))
-}
-
-/// The checks of [`check_stitched`] on what ffprobe listed (pure). `audio`: the video's and
-/// the audio's stream durations, in seconds.
-pub fn judge(
-    plan: &SplitPlan,
-    packets: &[Packet],
-    time_base: Rate,
-    audio: Option<(f64, f64)>,
-) -> Result<(), StitchFault> {
-    if packets.len() as i64 != plan.frames {
-        return Err(StitchFault::FrameCount {
-            got: packets.len(),
-            want: plan.frames,
-        });
-    }
-    // A packet's frame index on the grid: pts x time base x rate.
-    let index = |p: &Packet| {
-        p.pts as f64 * time_base.num as f64 / time_base.den as f64 * plan.rate.per_second()
-    };
-    let first = packets.first().map_or(0.0, index);
-    if first.abs() > 0.5 {
-        return Err(StitchFault::Gap {
-            at: 0,
-            frames: first,
-        });
-    }
-    for (at, pair) in packets.windows(2).enumerate() {
-        let step = index(&pair[1]) - index(&pair[0]);
-        if !(0.5..=1.5).contains(&step) {
-            return Err(StitchFault::Gap {
-                at: at + 1,
-                frames: step,
-            });
-        }
-    }
-    let keyframes: std::collections::HashSet<i64> = packets
-        .iter()
-        .filter(|p| p.key)
-        .map(|p| index(p).round() as i64)
-        .collect();
-    let whole = ChunkRange {
-        part: 0,
-        first: 0,
-        end: plan.frames,
-    };
-    if let Some(missing) = plan
-        .segment_starts_in(whole)
-        .into_iter()
-        .find(|frame| !keyframes.contains(frame))
-    {
-        return Err(StitchFault::NoKeyframe(missing));
-    }
-    if let Some((video, audio)) = audio {
-        let tolerance = AAC_FRAME_SAMPLES as f64 / AUDIO_RATE as f64 + plan.rate.time_of(1);
-        if (video - audio).abs() > tolerance {
-            return Err(StitchFault::AudioDrift(video - audio));
-        }
-    }
-    Ok(())
-}
-
-/// The video's and the audio's stream durations in `mp4`, in seconds.
-async fn durations(
-    config: &MediaConfig,
-    mp4: &Path,
-    cancel: &CancellationToken,
-) -> Result<(f64, f64), MediaError> {
-    let mut args = intermediate_probe(mp4);
-    // Both streams: the selection above is for the packet lists.
-    let select = args
-        .iter()
-        .position(|a| a == "-select_streams")
-        .expect("the probe selects a stream");
-    args.drain(select..select + 2);
-    args.splice(
-        args.len() - 1..args.len() - 1,
-        [
-            "-show_entries",
-            "stream=codec_type,duration",
-            "-of",
-            "csv=p=0",
-        ]
-        .map(OsString::from),
-    );
-    let text = process::run(&config.ffprobe, &args, config.call_timeout, cancel)
-        .await
-        .map_err(|err| classify_encode(err, mp4))?;
-    let text = String::from_utf8_lossy(&text);
-    let mut video = None;
-    let mut audio = None;
-    for line in text.lines() {
-        match line.trim().split_once(',') {
-            Some(("video", d)) => video = d.parse::<f64>().ok(),
-            Some(("audio", d)) => audio = d.parse::<f64>().ok(),
-            _ => {}
-        }
-    }
-    video
-        .zip(audio)
-        .ok_or_else(|| super::encode::missing("audio or video duration in the stitched MP4"))
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::domain::split::PlannedMedia;
+    use crate::domain::split::{PlannedMedia, Rate};
 
-    fn plan(frames: i64) -> SplitPlan {
+    /// A 30 fps plan of `frames` frames in two chunks, with two renditions.
+    pub(crate) fn plan(frames: i64) -> SplitPlan {
         SplitPlan {
             rate: Rate { num: 30, den: 1 },
             origin_secs: 0.0,
@@ -820,47 +466,6 @@ mod tests {
                 audio_codec: Some("aac".into()),
             },
         }
-    }
-
-    /// Packets of a clean stitched stream in a 1/15360 time base (512 per frame at 30 fps).
-    fn clean(frames: i64) -> Vec<Packet> {
-        (0..frames)
-            .map(|i| Packet {
-                pts: i * 512,
-                key: i % 120 == 0,
-            })
-            .collect()
-    }
-
-    const TB: Rate = Rate { num: 1, den: 15360 };
-
-    #[test]
-    fn a_clean_stitch_passes_and_each_fault_is_named() {
-        let plan = plan(300);
-        assert_eq!(judge(&plan, &clean(300), TB, Some((10.0, 10.01))), Ok(()));
-        assert_eq!(
-            judge(&plan, &clean(299), TB, None),
-            Err(StitchFault::FrameCount {
-                got: 299,
-                want: 300
-            })
-        );
-        let mut gap = clean(301);
-        gap.remove(150);
-        assert!(matches!(
-            judge(&plan, &gap, TB, None),
-            Err(StitchFault::Gap { at: 150, .. })
-        ));
-        let mut unkeyed = clean(300);
-        unkeyed[240].key = false;
-        assert_eq!(
-            judge(&plan, &unkeyed, TB, None),
-            Err(StitchFault::NoKeyframe(240))
-        );
-        assert!(matches!(
-            judge(&plan, &clean(300), TB, Some((10.0, 10.1))),
-            Err(StitchFault::AudioDrift(_))
-        ));
     }
 
     #[test]
@@ -885,28 +490,5 @@ mod tests {
         assert!(line.contains("-force_key_frames 8.000000 "), "{line}");
         assert_eq!(line.matches("-map [v").count(), 2, "{line}");
         assert!(line.ends_with("-output_ts_offset 10 /out/v1.ts"), "{line}");
-    }
-
-    #[test]
-    fn the_timing_probe_finds_the_grid_and_the_rotation() {
-        let json = br#"{"packets":[{"pts_time":"0.000000","duration_time":"0.033333"},
-            {"pts_time":"0.100000","duration_time":"0.033333"},{"pts_time":"0.033333","duration_time":"0.033333"}],
-            "streams":[{"r_frame_rate":"30/1","avg_frame_rate":"30/1","start_time":"0.000000",
-            "side_data_list":[{"rotation":-90}]}]}"#;
-        let timing = parse_timing(json).unwrap();
-        assert_eq!(timing.base_rate, Some(Rate { num: 30, den: 1 }));
-        assert_eq!(timing.rotation, -90);
-        assert!((timing.end_secs.unwrap() - 0.133333).abs() < 1e-6);
-    }
-
-    #[test]
-    fn packet_lists_are_read_in_presentation_order() {
-        let (packets, tb) = parse_packets("1/90000\n3000,K_\n9000,__\n6000,__\n").unwrap();
-        assert_eq!(tb, Rate { num: 1, den: 90000 });
-        assert_eq!(
-            packets.iter().map(|p| p.pts).collect::<Vec<_>>(),
-            [3000, 6000, 9000]
-        );
-        assert!(packets[0].key && !packets[1].key);
     }
 }
