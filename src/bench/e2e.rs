@@ -275,17 +275,7 @@ async fn run_nodes(
         idle.join(", "),
         busy.join(", ")
     );
-    for worker in &workers {
-        if let Some(pid) = worker.id() {
-            let _ = tokio::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status()
-                .await;
-        }
-    }
-    for mut worker in workers {
-        let _ = tokio::time::timeout(Duration::from_secs(30), worker.wait()).await;
-    }
+    stop_workers(workers).await;
     let checks = check(&ctx).await?;
     println!();
     println!("nodes={nodes} checks: {checks}");
@@ -353,6 +343,22 @@ pub(super) fn pinned_worker(
         .kill_on_drop(true)
         .spawn()
         .context("starting a worker (is taskset installed?)")
+}
+
+/// Stops `workers` as an operator would (SIGTERM: each hands its claims back), waiting up to
+/// 30 s for each.
+pub(super) async fn stop_workers(workers: Vec<tokio::process::Child>) {
+    for worker in &workers {
+        if let Some(pid) = worker.id() {
+            let _ = tokio::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await;
+        }
+    }
+    for mut worker in workers {
+        let _ = tokio::time::timeout(Duration::from_secs(30), worker.wait()).await;
+    }
 }
 
 async fn check(ctx: &AppContext) -> anyhow::Result<String> {

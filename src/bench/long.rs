@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 
-use super::e2e::{E2eBenchArgs, client_context, pinned_worker};
+use super::e2e::{E2eBenchArgs, client_context, pinned_worker, stop_workers};
 use super::stats::median;
 use super::{BenchS3, Scratch};
 use crate::app::{self, uploads::Confirmed};
@@ -186,17 +186,7 @@ async fn measure(
         }
         drop(view);
     }
-    for child in &children {
-        if let Some(pid) = child.id() {
-            let _ = tokio::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status()
-                .await;
-        }
-    }
-    for mut child in children {
-        let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
-    }
+    stop_workers(children).await;
     drop(ctx);
     s3.stop().await;
     scratch.drop_now().await;

@@ -13,15 +13,19 @@ use crate::domain::split::SplitPlan;
 use crate::queue::error::{end, fenced, lock_owner};
 use crate::queue::{Claim, JobError};
 
-/// The head's plan: its parts enqueued (every chunk, then the audio) and the head parked as
+/// The head's plan: its parts enqueued (the audio, then every chunk) and the head parked as
 /// their stitch, in one transaction; the planning attempt is logged as `planned`.
 #[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, run = claim.run, attempt = claim.attempt))]
 pub async fn record_plan(pool: &DbPool, claim: &Claim, plan: &SplitPlan) -> Result<(), JobError> {
     let json = serde_json::to_value(plan).expect("a plan is plain data");
-    let mut parts: Vec<(JobKind, i32)> = (0..plan.chunks()).map(|n| (JobKind::Chunk, n)).collect();
-    if let Some(audio) = plan.audio_part() {
-        parts.push((JobKind::Audio, audio));
-    }
+    // The audio first: it is claimed first (ids follow this order) and runs beside the chunks
+    // instead of after the last of them.
+    let parts: Vec<(JobKind, i32)> = plan
+        .audio_part()
+        .map(|audio| (JobKind::Audio, audio))
+        .into_iter()
+        .chain((0..plan.chunks()).map(|n| (JobKind::Chunk, n)))
+        .collect();
     let once = || async {
         let mut conn = pool.get().await?;
         conn.transaction::<_, JobError, _>(async |conn| {
