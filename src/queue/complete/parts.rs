@@ -13,6 +13,22 @@ use crate::domain::split::SplitPlan;
 use crate::queue::error::{end, fenced, lock_owner};
 use crate::queue::{Claim, JobError};
 
+/// Runs the fenced transaction `once`, and again as [`retry_transient`] says (each end here
+/// is tried like a finalize).
+async fn tried<F, Fut>(
+    pool: &DbPool,
+    claim: &Claim,
+    outcome: Outcome,
+    mut once: F,
+) -> Result<(), JobError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), JobError>>,
+{
+    let first = once().await;
+    retry_transient(pool, claim, outcome, FirstTry::Answered(first), once).await
+}
+
 /// The head's plan: its parts enqueued (the audio, then every chunk) and the head parked as
 /// their stitch, in one transaction; the planning attempt is logged as `planned`.
 #[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, run = claim.run, attempt = claim.attempt))]
@@ -47,15 +63,7 @@ pub async fn record_plan(pool: &DbPool, claim: &Claim, plan: &SplitPlan) -> Resu
         })
         .await
     };
-    let first = once().await;
-    retry_transient(
-        pool,
-        claim,
-        Outcome::Planned,
-        FirstTry::Answered(first),
-        once,
-    )
-    .await
+    tried(pool, claim, Outcome::Planned, once).await
 }
 
 /// A part whose outputs are stored: COMPLETED (fenced, under its head's lock), and if it was
@@ -91,15 +99,7 @@ pub async fn record_part_stored(pool: &DbPool, claim: &Claim) -> Result<(), JobE
         })
         .await
     };
-    let first = once().await;
-    retry_transient(
-        pool,
-        claim,
-        Outcome::Completed,
-        FirstTry::Answered(first),
-        once,
-    )
-    .await
+    tried(pool, claim, Outcome::Completed, once).await
 }
 
 /// A stitch whose output failed a check that re-encoding its chunks cannot fix: the head
@@ -128,8 +128,7 @@ pub async fn encode_whole_instead(
         })
         .await
     };
-    let first = once().await;
-    retry_transient(pool, claim, Outcome::Retry, FirstTry::Answered(first), once).await?;
+    tried(pool, claim, Outcome::Retry, once).await?;
     crate::metrics::STITCH_FALLBACKS.inc();
     Ok(())
 }

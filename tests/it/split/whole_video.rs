@@ -301,3 +301,28 @@ async fn the_last_two_parts_stored_at_once_make_the_stitch_claimable() {
     assert_eq!((stitch.job_id, stitch.kind), (head, JobKind::Stitch));
     assert_eq!(app.count(&open_jobs(id)).await, 1, "only the stitch runs");
 }
+
+#[tokio::test]
+async fn a_part_that_dies_in_its_last_attempt_is_reaped_with_its_whole_video() {
+    let (app, key, id, _, _work) = planned().await;
+    // The first part's lease runs out three times; the third time the reaper buries it.
+    let mut part = claim(&app, "enc-a", 60.0).await.unwrap();
+    for _ in 1..vidq::domain::job::MAX_ATTEMPTS {
+        crate::support::queue::expire_lease(&app, &part).await;
+        let again = claim(&app, "enc-a", 60.0).await.unwrap();
+        assert_eq!(again.job_id, part.job_id);
+        part = again;
+    }
+    crate::support::queue::expire_lease(&app, &part).await;
+    let reaped = vidq::queue::reaper::reap_dead(&app.pool).await.unwrap();
+    assert_eq!(reaped, 1);
+    let video = app.video(&key, &id).await;
+    assert_eq!(video["error"]["code"], "attempts_exhausted", "{video}");
+    assert_eq!(app.count(&events(id, "video.failed")).await, 1);
+    assert_eq!(
+        app.count(&open_jobs(id)).await,
+        0,
+        "head and other parts closed"
+    );
+    assert!(claim(&app, "enc-b", 60.0).await.is_none());
+}
