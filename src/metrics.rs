@@ -106,6 +106,16 @@ pub static STITCH_FALLBACKS: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("a valid counter")
 });
 
+/// Live files that arrived whole and were lost: the database stayed away past
+/// `VIDQ_LIVE_DB_PATIENCE_SECS`, so their rows could not be written.
+pub static LIVE_FILES_LOST: LazyLock<IntCounter> = LazyLock::new(|| {
+    IntCounter::new(
+        "vidq_live_files_lost_total",
+        "Live files (segments, init segments) answered 503 because the database stayed away past VIDQ_LIVE_DB_PATIENCE_SECS.",
+    )
+    .expect("a valid counter")
+});
+
 /// Claims found gone (by a heartbeat, or by a fence at the attempt's end).
 pub static CLAIMS_LOST: LazyLock<IntCounterVec> = LazyLock::new(|| {
     let family = counter_vec(

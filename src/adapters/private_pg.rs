@@ -48,6 +48,8 @@ pub struct PrivatePostgres {
     data: PathBuf,
     pg_ctl: PathBuf,
     owner: Option<(u32, u32)>,
+    /// The server's options (its port, loopback only, no socket), to start it again.
+    options: String,
     /// `postgres://postgres@127.0.0.1:{port}/vidq`.
     pub url: String,
 }
@@ -107,10 +109,11 @@ impl PrivatePostgres {
             run("initdb", &initdb, &args, owner, &log).await?;
             tracing::info!(dir = %data.display(), "created a private PostgreSQL cluster");
         }
-        let server = Self {
+        let mut server = Self {
             data,
             pg_ctl,
             owner,
+            options: String::new(),
             url: String::new(),
         };
         // A server a killed `vidq dev` left running holds the cluster: stop it first.
@@ -121,6 +124,7 @@ impl PrivatePostgres {
             .port();
         let options =
             format!("-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''");
+        server.options = options.clone();
         // Inside the cluster's directory: the server's user can write there.
         let data_log = server.data.join("server.log");
         server
@@ -182,6 +186,28 @@ impl PrivatePostgres {
             &log,
         )
         .await
+    }
+
+    /// Stops the server (fast shutdown), leaves it down for `down`, and starts it again on
+    /// the same port: an outage as long as a slow restart or a failover. Returns once it
+    /// accepts connections again.
+    pub async fn restart_after(&self, down: std::time::Duration) -> Result<(), PrivatePgError> {
+        let log = self.data.with_file_name("pg.log");
+        self.ctl(&["stop", "-m", "fast", "-w"], &log).await?;
+        tokio::time::sleep(down).await;
+        let data_log = self.data.join("server.log");
+        let data_log = data_log.to_string_lossy();
+        let start = [
+            "start",
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            &data_log,
+            "-o",
+            &self.options,
+        ];
+        self.ctl(&start, &log).await
     }
 
     /// Leaves the server running past this handle and stops it once process `pid` has

@@ -4,10 +4,13 @@
 
 pub mod auth;
 pub mod confirm_batch;
+pub mod deployment_marker;
+pub mod doomed;
 pub mod events;
 pub mod ingest;
 pub mod ingest_s3;
 pub mod live;
+pub mod live_files;
 pub mod live_videos;
 pub mod login_throttle;
 pub mod open_work;
@@ -170,6 +173,9 @@ pub enum AppError {
         "this file has landed in storage with other bytes; a landed file does not change (send it under its own name, or the same bytes)"
     )]
     FileLanded,
+    /// A live broadcast's init segment has no video vidq can decode; its recording failed.
+    #[error("{0}; the recording has failed (no_video_stream)")]
+    NoVideoStream(crate::domain::init_segment::NoVideo),
     /// A live file with no bytes.
     #[error("a recording file must not be empty; nothing was kept")]
     EmptyFile,

@@ -3,56 +3,65 @@
 //! database and the spool with work it never finishes; past the cap a create answers 429,
 //! naming the limit, and the caller finishes (or lets expire) what it has open first.
 //!
-//! The count and the insert are not one statement: creates racing from one key may pass
-//! the cap by as many as run at once, which a cap against runaway clients allows.
+//! The cap holds under any concurrency: every create counts and inserts in one transaction
+//! under the user's lock ([`db::open_work::lock_and_has_room`]), and nothing outside the
+//! database (an S3 multipart upload) is opened before the count has admitted it. On one
+//! node, a user's creates also queue here for their turn before they take a database
+//! connection, so a burst from one key waits in memory instead of holding the pool.
 
-use crate::db::{self, DbPool};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use diesel_async::AsyncPgConnection;
+use tokio::sync::OwnedMutexGuard;
+
+use crate::db;
 use crate::domain::ids::UserId;
+pub use crate::domain::open_work::OpenWork;
 
 use super::AppError;
 
-/// What kind of open work hit its cap.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpenWork {
-    /// Uploads `receiving`, `pending` or `uploaded`.
-    Uploads,
-    /// Recordings `waiting`, `live` or `ending`.
-    Recordings,
-}
-
-impl OpenWork {
-    /// The setting that holds the cap.
-    pub fn setting(self) -> &'static str {
-        match self {
-            Self::Uploads => "VIDQ_MAX_OPEN_UPLOADS_PER_USER",
-            Self::Recordings => "VIDQ_MAX_OPEN_RECORDINGS_PER_USER",
-        }
-    }
-
-    /// What is open, in words.
-    pub fn noun(self) -> &'static str {
-        match self {
-            Self::Uploads => "unfinished uploads",
-            Self::Recordings => "open live recordings",
-        }
+/// Inside a create's transaction: takes the user's lock, counts, and refuses with
+/// [`AppError::TooManyOpen`] when `cap` items of `kind` are open already.
+pub async fn admit(
+    conn: &mut AsyncPgConnection,
+    owner: UserId,
+    kind: OpenWork,
+    cap: u32,
+) -> Result<(), AppError> {
+    if db::open_work::lock_and_has_room(conn, owner, kind, cap).await? {
+        Ok(())
+    } else {
+        Err(AppError::TooManyOpen { kind, cap })
     }
 }
 
-/// Passes when `owner` may start another upload ([`admit`] with the upload cap).
-pub async fn admit_upload(ctx: &super::AppContext, owner: UserId) -> Result<(), AppError> {
-    let cap = ctx.upload.max_open_uploads_per_user;
-    admit(&ctx.db, owner, OpenWork::Uploads, cap).await
-}
-
-/// Passes when `owner` has fewer than `cap` open items of `kind`.
-pub async fn admit(db: &DbPool, owner: UserId, kind: OpenWork, cap: u32) -> Result<(), AppError> {
-    let mut conn = db.get().await?;
-    let open = match kind {
-        OpenWork::Uploads => db::uploads::open_of_owner(&mut conn, owner.0, cap).await?,
-        OpenWork::Recordings => db::recordings::open_of_owner(&mut conn, owner.0, cap).await?,
+/// The user's turn to create work on this node: held across the create's transaction.
+pub async fn turn(owner: UserId, kind: OpenWork) -> OwnedMutexGuard<()> {
+    let lock = {
+        let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+        if turns.len() > SWEEP_ABOVE {
+            turns.retain(|_, lock| lock.strong_count() > 0);
+        }
+        let slot = turns.entry((owner, kind)).or_default();
+        match slot.upgrade() {
+            Some(lock) => lock,
+            None => {
+                let lock = Arc::new(tokio::sync::Mutex::new(()));
+                *slot = Arc::downgrade(&lock);
+                lock
+            }
+        }
     };
-    if open >= i64::from(cap) {
-        return Err(AppError::TooManyOpen { kind, cap });
-    }
-    Ok(())
+    lock.lock_owned().await
 }
+
+/// Entries kept before the table is swept of users with no create under way.
+const SWEEP_ABOVE: usize = 1_000;
+
+/// A user's turn lock, held while their create awaits or runs.
+type Turn = Weak<tokio::sync::Mutex<()>>;
+
+/// One process's turns, per user and kind (a lock lives while a create holds or awaits it).
+static TURNS: std::sync::LazyLock<Mutex<HashMap<(UserId, OpenWork), Turn>>> =
+    std::sync::LazyLock::new(Default::default);

@@ -79,7 +79,9 @@ impl OperatorAccess {
         }
         Ok(Self {
             token: args.admin_token.clone(),
-            logins: Default::default(),
+            logins: super::login_throttle::LoginThrottle {
+                trusted_proxies: args.trusted_proxies.clone(),
+            },
         })
     }
 

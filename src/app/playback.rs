@@ -90,14 +90,17 @@ pub async fn urls(ctx: &AppContext, video: &VideoRow) -> Result<Playback, AppErr
     let ttl = Duration::from_secs(ctx.upload.playback_url_ttl_secs);
     let plain_or_signed = async |key: &Option<String>| -> Result<Option<String>, AppError> {
         let Some(key) = key else { return Ok(None) };
-        match ctx.playback.public_url(key) {
+        match ctx.playback.public_url(&ctx.storage.at(key)) {
             Some(url) => Ok(Some(url)),
             None => Ok(Some(ctx.storage.presign_get(key, ttl).await?)),
         }
     };
     let hls_url = match (&video.hls_key, &ctx.playback.public_base) {
         (None, _) => None,
-        (Some(key), Some(_)) => ctx.playback.public_url(key).map(HlsUrl::Direct),
+        (Some(key), Some(_)) => ctx
+            .playback
+            .public_url(&ctx.storage.at(key))
+            .map(HlsUrl::Direct),
         (Some(_), None) => {
             let id = VideoId(video.id);
             let expires = Utc::now() + ttl;

@@ -5,10 +5,11 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::Utc;
-use diesel_async::AsyncPgConnection;
+use diesel_async::{AsyncConnection as _, AsyncPgConnection};
 use uuid::Uuid;
 
 use super::confirm_batch::{AcceptOutcome, Acceptance};
+use super::open_work::{self, OpenWork};
 use super::videos::{VideoView, view};
 use super::{AppContext, AppError};
 use crate::adapters::storage::PresignedPut;
@@ -54,7 +55,6 @@ pub async fn create_upload(
         size_bytes,
         ctx.upload.max_upload_bytes,
     )?;
-    super::open_work::admit_upload(ctx, owner).await?;
     let id = UploadId::new();
     let key = keys::original(id);
     let ttl = Duration::from_secs(ctx.upload.upload_url_ttl_secs);
@@ -66,22 +66,26 @@ pub async fn create_upload(
         .presign_put(&key, &request.content_type, size, ttl)
         .await?;
     let expires_at = Utc::now() + ttl;
+    let row = db::uploads::NewUploadRow {
+        id: id.0,
+        owner_id: owner.0,
+        object_key: &key,
+        filename: &request.filename,
+        content_type: &request.content_type,
+        declared_size: size,
+        expires_at,
+        checksum: None,
+        tus_metadata: None,
+    };
+    let cap = ctx.upload.max_open_uploads_per_user;
+    let _turn = open_work::turn(owner, OpenWork::Uploads).await;
     let mut conn = ctx.db.get().await?;
-    let upload = db::uploads::insert(
-        &mut conn,
-        &db::uploads::NewUploadRow {
-            id: id.0,
-            owner_id: owner.0,
-            object_key: &key,
-            filename: &request.filename,
-            content_type: &request.content_type,
-            declared_size: size,
-            expires_at,
-            checksum: None,
-            tus_metadata: None,
-        },
-    )
-    .await?;
+    let upload = conn
+        .transaction::<_, AppError, _>(async |conn| {
+            open_work::admit(conn, owner, OpenWork::Uploads, cap).await?;
+            Ok(db::uploads::insert(conn, &row).await?)
+        })
+        .await?;
     tracing::info!(upload_id = %id, size, "upload contract issued");
     let upload = IssuedUpload {
         id: upload.id,

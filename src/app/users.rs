@@ -3,8 +3,9 @@
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel_async::AsyncConnection;
 
-use super::videos::delete_objects;
+use super::doomed::{Debt, pay};
 use super::{AppContext, AppError};
+use crate::db::doomed_objects::Doomed;
 use crate::db::{self, DbPool};
 use crate::domain::api_key::ApiKey;
 use crate::domain::ids::{UserId, VideoId};
@@ -73,8 +74,8 @@ pub struct DeletedUser {
 /// 5. a last transaction locks the user `FOR UPDATE` and deletes it with its endpoints.
 ///
 /// A crash anywhere leaves a user without a key and with fewer rows, which a second
-/// `vidq user delete` finishes; objects whose rows are gone stay in the bucket
-/// (`vidq reconcile` will find them once it exists).
+/// `vidq user delete` finishes; the objects of the rows already gone were listed as owed in
+/// the same transactions, and a sweeper deletes whatever this run did not.
 #[tracing::instrument(skip_all, fields(user = name))]
 pub async fn delete_user(ctx: &AppContext, name: &str) -> Result<DeletedUser, AppError> {
     let user = {
@@ -92,26 +93,15 @@ pub async fn delete_user(ctx: &AppContext, name: &str) -> Result<DeletedUser, Ap
     // listing shows, so they are aborted while the rows still name them.
     deleted.objects += super::ingest_s3::abort_all_of(ctx, user).await?;
     for _ in 0..FINAL_TRIES {
-        while let Some((originals, videos)) = delete_upload_page(ctx, user).await? {
+        while let Some((videos, owed)) = delete_upload_page(ctx, user).await? {
             deleted.transactions += 1;
-            deleted.videos += videos.len();
-            deleted.objects += delete_objects(&ctx.storage, &originals, &videos).await;
+            deleted.videos += videos;
+            deleted.objects += pay(&ctx.storage, &ctx.db, owed).await;
         }
-        while let Some((recordings, videos)) = delete_recording_page(ctx, user).await? {
+        while let Some((videos, owed)) = delete_recording_page(ctx, user).await? {
             deleted.transactions += 1;
-            deleted.videos += videos.len();
-            deleted.objects += delete_objects(&ctx.storage, &[], &videos).await;
-            for recording in recordings {
-                match ctx
-                    .storage
-                    .delete_prefix(&crate::domain::recording::files_prefix(recording))
-                    .await
-                {
-                    Ok(n) => deleted.objects += n,
-                    Err(error) => tracing::error!(error = %crate::telemetry::error_chain(&error),
-                        "could not delete a recording's files; the orphan pass removes them"),
-                }
-            }
+            deleted.videos += videos;
+            deleted.objects += pay(&ctx.storage, &ctx.db, owed).await;
         }
         while delete_event_page(ctx, user).await? > 0 {
             deleted.transactions += 1;
@@ -132,12 +122,12 @@ pub async fn delete_user(ctx: &AppContext, name: &str) -> Result<DeletedUser, Ap
     ))
 }
 
-/// Deletes one page of the user's upload contracts with their videos and jobs; returns the
-/// page's original keys and video ids, or `None` when none is left.
+/// Deletes one page of the user's upload contracts with their videos and jobs, listing their
+/// objects as owed; returns how many videos and what is owed, or `None` when none is left.
 async fn delete_upload_page(
     ctx: &AppContext,
     user: Uuid,
-) -> Result<Option<(Vec<String>, Vec<VideoId>)>, AppError> {
+) -> Result<Option<(usize, Vec<Doomed>)>, AppError> {
     let mut conn = ctx.db.get().await?;
     conn.transaction::<_, AppError, _>(async |conn| {
         if db::users::lock_for_key_share(conn, user).await?.is_none() {
@@ -151,18 +141,20 @@ async fn delete_upload_page(
         let videos = db::videos::lock_for_uploads(conn, &uploads).await?;
         db::jobs::lock_for_videos(conn, &videos).await?;
         db::uploads::delete_many(conn, &uploads).await?;
-        Ok(Some((originals, videos.into_iter().map(VideoId).collect())))
+        let videos: Vec<VideoId> = videos.into_iter().map(VideoId).collect();
+        let owed = Debt::of(originals, &videos).owe(conn).await?;
+        Ok(Some((videos.len(), owed)))
     })
     .await
 }
 
 /// Deletes one page of the user's live recordings with their videos and jobs (lock order
-/// users -> videos -> recordings -> jobs); returns the page's recordings and videos, or
-/// `None` when none is left.
+/// users -> videos -> recordings -> jobs), listing their objects as owed; returns how many
+/// videos and what is owed, or `None` when none is left.
 async fn delete_recording_page(
     ctx: &AppContext,
     user: Uuid,
-) -> Result<Option<(Vec<Uuid>, Vec<VideoId>)>, AppError> {
+) -> Result<Option<(usize, Vec<Doomed>)>, AppError> {
     let mut conn = ctx.db.get().await?;
     conn.transaction::<_, AppError, _>(async |conn| {
         if db::users::lock_for_key_share(conn, user).await?.is_none() {
@@ -174,10 +166,14 @@ async fn delete_recording_page(
         }
         let videos = db::videos::lock_for_recordings(conn, &recordings).await?;
         db::live_videos::delete_recordings(conn, &recordings).await?;
-        Ok(Some((
-            recordings,
-            videos.into_iter().map(VideoId).collect(),
-        )))
+        let videos: Vec<VideoId> = videos.into_iter().map(VideoId).collect();
+        let mut debt = Debt::of(Vec::new(), &videos);
+        debt.prefixes.extend(
+            recordings
+                .iter()
+                .map(|r| crate::domain::recording::files_prefix(*r)),
+        );
+        Ok(Some((videos.len(), debt.owe(conn).await?)))
     })
     .await
 }

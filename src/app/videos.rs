@@ -2,8 +2,8 @@
 
 use diesel_async::AsyncConnection;
 
+use super::doomed::Debt;
 use super::{AppContext, AppError};
-use crate::adapters::storage::Storage;
 use crate::db::{
     self,
     videos::{VideoRow, VideoWithAttempts},
@@ -197,7 +197,7 @@ pub async fn list_videos(
 #[tracing::instrument(skip_all, fields(owner = %owner, video_id = %id))]
 pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Result<(), AppError> {
     let mut conn = ctx.db.get().await?;
-    let source: Source = conn
+    let owed = conn
         .transaction::<_, AppError, _>(async |conn| {
             if db::users::lock_for_key_share(conn, owner.0)
                 .await?
@@ -216,39 +216,27 @@ pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Resul
             }
             db::jobs::lock_for_videos(conn, &[id.0]).await?;
             db::videos::delete(conn, id.0).await?;
+            let mut debt = Debt::of(Vec::new(), &[id]);
             match (video.upload_id, video.recording_id) {
                 (Some(upload), _) => {
                     db::uploads::delete(conn, upload).await?;
-                    Ok(Source::Upload(UploadId(upload)))
+                    debt.keys.push(keys::original(UploadId(upload)));
                 }
-                (None, Some(recording)) => Ok(Source::Recording(recording)),
-                (None, None) => Ok(Source::None),
+                (None, Some(recording)) => debt
+                    .prefixes
+                    .push(crate::domain::recording::files_prefix(recording)),
+                (None, None) => {}
             }
+            // The bucket's debt commits with the rows' deletion.
+            Ok(debt.owe(conn).await?)
         })
         .await?;
-    let originals = match source {
-        Source::Upload(upload) => vec![keys::original(upload)],
-        _ => Vec::new(),
-    };
-    let recording_prefix = match source {
-        Source::Recording(recording) => Some(crate::domain::recording::files_prefix(recording)),
-        _ => None,
-    };
     drop(conn);
     // The objects go in a task of their own: an S3 that does not answer must not hold the
-    // client for the calls' whole timeouts. Past the budget the deletion goes on unwatched.
-    let storage = ctx.storage.clone();
-    let objects = tokio::spawn(async move {
-        let mut deleted = delete_objects(&storage, &originals, &[id]).await;
-        if let Some(prefix) = recording_prefix {
-            match storage.delete_prefix(&prefix).await {
-                Ok(n) => deleted += n,
-                Err(error) => tracing::error!(error = %crate::telemetry::error_chain(&error),
-                        "could not delete a recording's files; the orphan pass removes them"),
-            }
-        }
-        deleted
-    });
+    // client for the calls' whole timeouts. Past the budget the deletion goes on unwatched;
+    // whatever S3 refuses stays listed for a sweeper.
+    let (storage, pool) = (ctx.storage.clone(), ctx.db.clone());
+    let objects = tokio::spawn(async move { super::doomed::pay(&storage, &pool, owed).await });
     if tokio::time::timeout(OBJECT_DELETION_BUDGET, objects)
         .await
         .is_err()
@@ -261,38 +249,6 @@ pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Resul
     Ok(())
 }
 
-/// What a deleted video was made from.
-enum Source {
-    Upload(UploadId),
-    Recording(uuid::Uuid),
-    None,
-}
-
 /// How long `DELETE /v1/videos/{id}` waits for the video's objects to be deleted before it
 /// answers; the rows are already gone, so the answer does not depend on it.
 pub const OBJECT_DELETION_BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Deletes originals and every object under the videos' prefixes, after their rows are gone.
-/// A failure is logged and not returned: the rows are already deleted, and an object without
-/// a row is an orphan, never a live object without its bytes. Nothing removes orphans yet
-/// (the upload-recovery sweeper will); the log line names the key for an operator.
-pub async fn delete_objects(storage: &Storage, originals: &[String], videos: &[VideoId]) -> usize {
-    let mut deleted = 0;
-    for key in originals {
-        match storage.delete(key).await {
-            Ok(()) => deleted += 1,
-            Err(error) => {
-                tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete an original; it stays in the bucket")
-            }
-        }
-    }
-    for video in videos {
-        match storage.delete_prefix(&keys::video_prefix(*video)).await {
-            Ok(n) => deleted += n,
-            Err(error) => {
-                tracing::error!(error = %crate::telemetry::error_chain(&error), "could not delete a video's outputs; they stay in the bucket")
-            }
-        }
-    }
-    deleted
-}

@@ -164,6 +164,7 @@ impl BenchS3 {
                 endpoint: Some(server.endpoint().parse()?),
                 public_endpoint: None,
                 bucket: BENCH_BUCKET.to_owned(),
+                prefix: String::new(),
                 region: "us-east-1".to_owned(),
                 force_path_style: true,
                 ca: server.certificate().cloned(),

@@ -34,6 +34,10 @@ pub async fn run(config: ReconcileConfig) -> anyhow::Result<bool> {
     let pool = db::connect(config.database.url.expose(), 1)
         .await
         .context("connecting to the database (DATABASE_URL)")?;
+    // A namespace another deployment owns is not compared, let alone fixed.
+    crate::app::deployment_marker::claim(&storage, &pool)
+        .await
+        .context("checking the bucket's deployment marker")?;
     let mut conn = pool.get().await.context("connecting to the database")?;
     // The ledger first, then the listing: a row that claims its object was confirmed after
     // its PUT, so the later listing holds that object; an object written after the read

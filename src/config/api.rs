@@ -278,6 +278,19 @@ pub struct AdminArgs {
     )]
     // Checked at start-up, not by clap: clap's refusal would print the value.
     pub admin_token: Option<Secret>,
+    /// The load balancers and reverse proxies in front of the API, as CIDR blocks separated
+    /// by commas (e.g. `10.0.0.0/8,127.0.0.1`). A request from one of them is counted (failed
+    /// logins) under the right-most `X-Forwarded-For` address that is not one of them.
+    /// Unset, the header is ignored and the socket's peer counts: behind a proxy, every
+    /// client would then share its address, so set this there.
+    #[arg(
+        long = "trusted-proxies",
+        env = "VIDQ_TRUSTED_PROXIES",
+        value_name = "CIDRS",
+        value_delimiter = ',',
+        value_parser = clap::value_parser!(crate::domain::client_address::Cidr)
+    )]
+    pub trusted_proxies: Vec<crate::domain::client_address::Cidr>,
 }
 
 /// Settings of the `api` role.

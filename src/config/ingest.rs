@@ -44,6 +44,14 @@ pub struct LiveArgs {
     #[arg(long = "live-waiting-ttl-secs", env = "VIDQ_LIVE_WAITING_TTL_SECS", value_name = "SECS",
           default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..=30 * 86_400))]
     pub waiting_ttl_secs: u64,
+    /// How long the ingest listener waits for the database with a live file that has
+    /// arrived whole, in seconds. Encoders (and the RTMP listener's own FFmpeg) never send a
+    /// refused file again, so through a database restart the file waits in the spool and
+    /// its encoder waits for the answer; only past this is it answered 503 and counted lost
+    /// (`vidq_live_files_lost_total`, the recording's `segments.lost`, an ERROR line).
+    #[arg(long = "live-db-patience-secs", env = "VIDQ_LIVE_DB_PATIENCE_SECS", value_name = "SECS",
+          default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=600))]
+    pub db_patience_secs: u64,
 }
 
 impl Default for LiveArgs {
@@ -52,6 +60,7 @@ impl Default for LiveArgs {
             idle_secs: 30,
             grace_secs: 10,
             waiting_ttl_secs: 86_400,
+            db_patience_secs: 30,
         }
     }
 }

@@ -97,6 +97,16 @@ pub struct StorageConfig {
     #[arg(long = "s3-bucket", env = "VIDQ_S3_BUCKET", value_name = "BUCKET", value_parser = parse_bucket)]
     pub bucket: String,
 
+    /// Every key this deployment writes goes under this prefix (e.g. `prod/`; a `/` is
+    /// added when missing), and its reads, presigned URLs, orphan pass and `vidq reconcile`
+    /// see nothing outside it. Two deployments may share a bucket on different prefixes;
+    /// on one prefix, the second refuses to start (the marker object `{prefix}.vidq-deployment`
+    /// names the database that owns it). Default: none (the whole bucket is this
+    /// deployment's).
+    #[arg(long = "s3-prefix", env = "VIDQ_S3_PREFIX", value_name = "PREFIX",
+          default_value = "", value_parser = parse_prefix)]
+    pub prefix: String,
+
     /// S3 region.
     #[arg(
         long = "s3-region",
@@ -207,6 +217,31 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+fn parse_prefix(raw: &str) -> Result<String, String> {
+    if raw.is_empty() {
+        return Ok(String::new());
+    }
+    let safe = raw.len() <= 200
+        && !raw.starts_with('/')
+        && raw
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+        && !raw.split('/').any(|part| part == "." || part == "..")
+        && !raw.contains("//");
+    if !safe {
+        return Err(
+            "a prefix is up to 200 letters, digits, `-`, `_`, `.` and `/`, \
+             not starting with `/`, with no empty, `.` or `..` part"
+                .to_owned(),
+        );
+    }
+    Ok(if raw.ends_with('/') {
+        raw.to_owned()
+    } else {
+        format!("{raw}/")
+    })
 }
 
 fn parse_bucket(name: &str) -> Result<String, String> {

@@ -89,14 +89,18 @@ pub mod attempts;
 #[cfg(feature = "bench")]
 pub mod bench;
 pub mod deliveries;
+pub mod doomed_objects;
 pub mod events;
+pub mod identity;
 pub mod ingest;
 pub mod jobs;
 pub mod ledger;
 pub mod live_videos;
+pub mod login_tries;
 pub mod migrations;
 pub mod multiparts;
 pub mod nodes;
+pub mod open_work;
 pub mod operator_view;
 pub mod outbox;
 pub mod pipelined;
@@ -155,38 +159,6 @@ pub(crate) fn fence_answer(
         Err(diesel::result::Error::DatabaseError(_, info)) if info.message() == failure => Ok(0),
         Err(other) => Err(other),
     }
-}
-
-/// How many rows of `table` that `owner` owns are in one of `states`, counted up to `limit`
-/// at most: the per-user caps on open work, each served by a partial index on exactly those
-/// states.
-async fn count_open_of_owner(
-    conn: &mut diesel_async::AsyncPgConnection,
-    table: &'static str,
-    states: &[&'static str],
-    owner: uuid::Uuid,
-    limit: u32,
-) -> diesel::QueryResult<i64> {
-    use diesel_async::RunQueryDsl;
-    #[derive(diesel::QueryableByName)]
-    struct Open {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    let states = states
-        .iter()
-        .map(|s| format!("'{s}'"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let open: Open = diesel::sql_query(format!(
-        "SELECT count(*) AS n FROM (SELECT 1 FROM {table}
-          WHERE owner_id = $1 AND state IN ({states}) LIMIT $2) open"
-    ))
-    .bind::<diesel::sql_types::Uuid, _>(owner)
-    .bind::<diesel::sql_types::BigInt, _>(i64::from(limit))
-    .get_result(conn)
-    .await?;
-    Ok(open.n)
 }
 
 /// A database failure, with its cause kept for the log.

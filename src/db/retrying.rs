@@ -14,12 +14,25 @@ pub const PATIENCE: Duration = Duration::from_secs(15);
 
 /// Runs `once` until it succeeds, fails for another reason than the database's absence
 /// ([`DbError::is_unavailable`]), or [`PATIENCE`] has passed; `what` names it in the log.
-pub async fn while_unavailable<T, F, Fut>(what: &str, mut once: F) -> Result<T, DbError>
+pub async fn while_unavailable<T, F, Fut>(what: &str, once: F) -> Result<T, DbError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, DbError>>,
 {
-    let give_up = Instant::now() + PATIENCE;
+    while_unavailable_for(PATIENCE, what, once).await
+}
+
+/// [`while_unavailable`] for `patience` instead of [`PATIENCE`].
+pub async fn while_unavailable_for<T, F, Fut>(
+    patience: Duration,
+    what: &str,
+    mut once: F,
+) -> Result<T, DbError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, DbError>>,
+{
+    let give_up = Instant::now() + patience;
     let mut pause = Duration::from_millis(100);
     let mut failed = 0;
     loop {

@@ -131,6 +131,7 @@ diesel::table! {
         target_duration_secs -> Nullable<Int4>,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        lost_files -> Int4,
     }
 }
 

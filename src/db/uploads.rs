@@ -74,22 +74,6 @@ pub struct NewUploadRow<'a> {
     pub tus_metadata: Option<&'a str>,
 }
 
-/// How many uploads of `owner` are still open (`receiving`, `pending`, `uploaded`), counted
-/// up to `limit` at most (the partial index `uploads_open_owner_idx` holds only those rows).
-pub async fn open_of_owner(
-    conn: &mut AsyncPgConnection,
-    owner: Uuid,
-    limit: u32,
-) -> QueryResult<i64> {
-    let open = [
-        UploadState::Receiving,
-        UploadState::Pending,
-        UploadState::Uploaded,
-    ]
-    .map(UploadState::as_str);
-    super::count_open_of_owner(conn, "uploads", &open, owner, limit).await
-}
-
 /// Records a new pending contract.
 pub async fn insert(
     conn: &mut AsyncPgConnection,

@@ -62,15 +62,18 @@ macro_rules! spelled_states {
 
 pub mod api_key;
 pub mod artifact;
+pub mod client_address;
 pub mod delivery;
 pub mod destination;
 pub mod event;
 pub mod failure;
 pub mod hls;
 pub mod ids;
+pub mod init_segment;
 pub mod job;
 pub mod keys;
 pub mod media;
+pub mod open_work;
 pub mod playback_token;
 pub mod reconcile;
 pub mod recording;

@@ -64,6 +64,9 @@ spelled_states! {
         Idle = "idle",
         /// Created and never streamed to for `VIDQ_LIVE_WAITING_TTL_SECS`.
         Expired = "expired",
+        /// The broadcast had no video vidq can decode (no video track, or an unknown codec):
+        /// refused at publish or at its init segment, and failed at once.
+        NoVideoStream = "no_video_stream",
     }
 }
 

@@ -40,6 +40,7 @@ pub const CODES: &[&str] = &[
     "excluded",
     "file_landed",
     "empty_file",
+    "no_video_stream",
     "too_large",
     "unsupported_media_type",
     "too_many_connections",
@@ -349,6 +350,9 @@ impl From<AppError> for ApiError {
             }
             AppError::FileLanded => Self::new(S::CONFLICT, "file_landed", message),
             AppError::EmptyFile => Self::new(S::BAD_REQUEST, "empty_file", message),
+            AppError::NoVideoStream(_) => {
+                Self::new(S::UNPROCESSABLE_ENTITY, "no_video_stream", message)
+            }
             AppError::SpoolBusy(_) => Self {
                 retry_after: Some(1),
                 ..Self::new(S::SERVICE_UNAVAILABLE, "spool_busy", message)

@@ -21,6 +21,13 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     let operators = crate::app::operators::OperatorAccess::from_args(&config.admin)
         .map_err(anyhow::Error::msg)?;
     let mut ctx = context(&config.database, &config.storage, &config.upload, None).await?;
+    super::claim_namespace(
+        &ctx.storage,
+        &ctx.db,
+        super::ClaimWait::InBackground,
+        &shutdown,
+    )
+    .await?;
     ctx.webhooks = config.webhooks;
     ctx.playback = playback;
     ctx.operators = operators;
@@ -229,6 +236,8 @@ pub fn ingest(
         node_id,
         ttl: std::time::Duration::from_secs(args.resumable_ttl_secs),
         live_grace: std::time::Duration::from_secs(live.grace_secs),
+        db_patience: std::time::Duration::from_secs(live.db_patience_secs),
+        live_keys: Default::default(),
         live_ingest: match &args.ingest_public_url {
             Some(url) => LiveIngestAt::Public(url.as_str().to_owned()),
             None => LiveIngestAt::Port(ingest_port),

@@ -186,6 +186,7 @@ async fn start_s3(config: &DevConfig) -> anyhow::Result<(EmbeddedS3, StorageConf
         endpoint: Some(Url::parse(&s3.endpoint())?),
         public_endpoint: None,
         bucket: DEV_BUCKET.to_owned(),
+        prefix: String::new(),
         region: "us-east-1".to_owned(),
         force_path_style: true,
         ca: None,

@@ -24,3 +24,47 @@ pub(crate) fn spool_node(configured: Option<&str>) -> String {
         .or_else(host_name)
         .unwrap_or_else(|| "vidq".to_owned())
 }
+
+/// How a role claims its bucket namespace when S3 or the database does not answer yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClaimWait {
+    /// Wait for them: the sweeper, whose orphan pass must never run in a namespace it has not
+    /// claimed.
+    UntilAnswered,
+    /// Start anyway and keep checking in the background; a foreign marker found later stops
+    /// the process (the API and workers serve and encode meanwhile, as they do without S3).
+    InBackground,
+}
+
+/// Claims the bucket namespace before a role starts (`app::deployment_marker`): a marker
+/// naming another database stops the start with a message naming both.
+pub(crate) async fn claim_namespace(
+    storage: &crate::adapters::storage::Storage,
+    pool: &crate::db::DbPool,
+    wait: ClaimWait,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<()> {
+    use crate::app::deployment_marker::{claim, claim_patiently};
+    let first = match wait {
+        ClaimWait::UntilAnswered => claim_patiently(storage, pool, shutdown).await,
+        ClaimWait::InBackground => claim(storage, pool).await,
+    };
+    match first {
+        Ok(_) => Ok(()),
+        Err(error) if error.is_transient() && wait == ClaimWait::InBackground => {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error),
+                "cannot check the bucket's deployment marker yet; starting, and checking in the background");
+            let (storage, pool, shutdown) = (storage.clone(), pool.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                if let Err(error) = claim_patiently(&storage, &pool, &shutdown).await
+                    && !error.is_transient()
+                {
+                    tracing::error!(error = %error, "stopping: this deployment may not use the bucket");
+                    std::process::exit(1);
+                }
+            });
+            Ok(())
+        }
+        Err(error) => Err(anyhow::Error::new(error).context("claiming the bucket namespace")),
+    }
+}

@@ -67,6 +67,7 @@ pub async fn run_with(
     let pool = db::connect(database_url, pool_size(args))
         .await
         .context("connecting to the database (DATABASE_URL)")?;
+    super::claim_namespace(&storage, &pool, super::ClaimWait::UntilAnswered, &shutdown).await?;
     tracing::info!(node = %node_id, spool = %root.path().display(), "sweeper started");
     tokio::spawn(crate::adapters::storage_watch::watch(
         storage.clone(),

@@ -49,6 +49,9 @@ pub enum Ended {
     /// A codec vidq does not take.
     #[error("{0}")]
     Codec(#[from] Unsupported),
+    /// No video vidq can decode (audio only, or another video codec): the recording failed.
+    #[error("no_video_stream: {0}")]
+    NoVideo(String),
     /// A new publish of the same key took over.
     #[error("replaced by a new publish of the same stream key")]
     Replaced,
@@ -91,7 +94,7 @@ pub async fn serve(socket: tokio::net::TcpStream, peer: SocketAddr, shared: Arc<
                 Ended::Left => {
                     tracing::info!(recording_id = %id, %peer, secs, "RTMP stream ended: the encoder left; the recording ends if it does not come back within VIDQ_LIVE_IDLE_SECS")
                 }
-                Ended::Codec(_) | Ended::Encoder(_) | Ended::App(_) => {
+                Ended::Codec(_) | Ended::NoVideo(_) | Ended::Encoder(_) | Ended::App(_) => {
                     tracing::warn!(recording_id = %id, %peer, secs, reason = %ended, "RTMP stream closed")
                 }
                 _ => {
@@ -383,8 +386,19 @@ impl Media {
     async fn handle(&mut self, event: ServerSessionEvent) -> Result<(), Ended> {
         match event {
             ServerSessionEvent::StreamMetadataChanged { metadata, .. } => {
-                if let Some(id) = metadata.video_codec_id {
-                    flv::video_id(id)?;
+                match metadata.video_codec_id {
+                    Some(id) => {
+                        if let Err(codec) = flv::video_id(id) {
+                            return Err(self.without_video(codec.to_string()).await);
+                        }
+                    }
+                    // An audio-only broadcast says so in its metadata: refused at publish.
+                    None if metadata.audio_codec_id.is_some() => {
+                        let why =
+                            "the broadcast has no video track (its metadata names audio only)";
+                        return Err(self.without_video(why.to_owned()).await);
+                    }
+                    None => {}
                 }
                 if let Some(id) = metadata.audio_codec_id {
                     flv::audio_id(id)?;
@@ -395,7 +409,9 @@ impl Media {
             ServerSessionEvent::VideoDataReceived {
                 data, timestamp, ..
             } => {
-                flv::check_video(&data)?;
+                if let Err(codec) = flv::check_video(&data) {
+                    return Err(self.without_video(codec.to_string()).await);
+                }
                 self.forward(flv::TAG_VIDEO, timestamp.value, data).await
             }
             ServerSessionEvent::AudioDataReceived {
@@ -407,6 +423,18 @@ impl Media {
             ServerSessionEvent::PublishStreamFinished { .. } => Err(Ended::Left),
             _ => Ok(()),
         }
+    }
+
+    /// The broadcast has no video vidq can decode: its recording fails at once
+    /// (`no_video_stream`) and the connection ends.
+    async fn without_video(&self, why: String) -> Ended {
+        if let Err(error) =
+            crate::app::live::fail_without_video(&self.shared.ctx, self.recording, &why).await
+        {
+            tracing::warn!(recording_id = %self.recording, error = %crate::telemetry::error_chain(&error),
+                "could not fail a recording without video");
+        }
+        Ended::NoVideo(why)
     }
 
     async fn forward(&mut self, kind: u8, timestamp: u32, data: Bytes) -> Result<(), Ended> {

@@ -28,6 +28,7 @@ use crate::app::AppError;
 use crate::db::{self, DbPool};
 use crate::domain::sweep::{Breaker, Cursor};
 
+mod doomed;
 mod expiry;
 mod files;
 pub mod health;
@@ -268,6 +269,9 @@ impl<S: SweepStore> Sweeper<S> {
             }
             if let Err(error) = self.expire().await {
                 tracing::warn!(error = %crate::telemetry::error_chain(&error), "expiring presigned uploads failed");
+            }
+            if let Err(error) = self.shared.pay_doomed().await {
+                tracing::warn!(error = %crate::telemetry::error_chain(&error), "deleting what deletions left in the bucket failed");
             }
             tokio::select! {
                 () = shutdown.cancelled() => {}

@@ -32,6 +32,7 @@ mod live_rtmp;
 mod media;
 mod metrics;
 mod nats;
+mod nothing_lost;
 mod openapi;
 mod orphans;
 mod pipeline;

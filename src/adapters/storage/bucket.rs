@@ -11,7 +11,7 @@ impl Storage {
         self.client
             .delete_object()
             .bucket(&self.bucket)
-            .key(key)
+            .key(self.at(key))
             .send()
             .await
             .map(drop)
@@ -36,13 +36,15 @@ impl Storage {
             .client
             .list_objects_v2()
             .bucket(&self.bucket)
-            .prefix(prefix)
+            .prefix(self.at(prefix))
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| StorageError::new("ListObjectsV2", prefix, e))?;
             for object in page.contents() {
-                let Some(key) = object.key() else { continue };
+                let Some(key) = object.key().and_then(|k| self.within(k)) else {
+                    continue;
+                };
                 // An object without a time counts as just written: never old enough to be
                 // called an orphan.
                 let last_modified = object
@@ -71,7 +73,7 @@ impl Storage {
             let prefix = chunk.first().map_or("", String::as_str);
             let objects = chunk
                 .iter()
-                .map(|key| ObjectIdentifier::builder().key(key).build())
+                .map(|key| ObjectIdentifier::builder().key(self.at(key)).build())
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| StorageError::new("DeleteObjects", prefix, e))?;
             let delete = Delete::builder()
@@ -89,7 +91,11 @@ impl Storage {
                 .map_err(|e| StorageError::new("DeleteObjects", prefix, e))?;
             // A 200 can still list keys S3 did not delete.
             if let Some(failed) = out.errors().first() {
-                let key = failed.key().unwrap_or(prefix).to_owned();
+                let key = failed
+                    .key()
+                    .and_then(|k| self.within(k))
+                    .unwrap_or(prefix)
+                    .to_owned();
                 let why = failed.message().unwrap_or("no reason given").to_owned();
                 return Err(StorageError::new(
                     "DeleteObjects",

@@ -82,6 +82,8 @@ pub struct Storage {
     /// GETs presigned without the SDK's pipeline, when the URL shape could be learned.
     fast_get: Option<std::sync::Arc<super::presign::FastGet>>,
     bucket: String,
+    /// `VIDQ_S3_PREFIX`: every key this deployment uses is under it ("" or ending in `/`).
+    prefix: String,
     transfer: TimeoutConfig,
 }
 
@@ -177,9 +179,13 @@ impl Storage {
             presigner,
             fast_get: None,
             bucket: config.bucket.clone(),
+            prefix: String::new(),
             transfer: transfer_timeouts(&t),
         };
+        // The URL shape is learned from a key in the bucket's root; the prefix is part of
+        // every key given to the fast presigner afterwards.
         storage.fast_get = storage.learn_fast_get(&shared, &config.region).await;
+        storage.prefix = config.prefix.clone();
         storage
     }
 
@@ -191,5 +197,21 @@ impl Storage {
     /// The bucket's name.
     pub fn bucket(&self) -> &str {
         &self.bucket
+    }
+
+    /// The prefix every key of this deployment is under ("" or ending in `/`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Where `key` is in the bucket: under the deployment's prefix. Every call to S3 goes
+    /// through this, so no key of vidq's can land outside the prefix.
+    pub fn at(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// The deployment's key of an object listed in the bucket; `None` outside the prefix.
+    fn within<'k>(&self, in_bucket: &'k str) -> Option<&'k str> {
+        in_bucket.strip_prefix(self.prefix.as_str())
     }
 }

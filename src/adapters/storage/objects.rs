@@ -19,7 +19,7 @@ impl Storage {
             .client
             .head_object()
             .bucket(&self.bucket)
-            .key(key)
+            .key(self.at(key))
             .send()
             .await
         {
@@ -42,7 +42,7 @@ impl Storage {
         self.client
             .put_object()
             .bucket(&self.bucket)
-            .key(key)
+            .key(self.at(key))
             .content_type(content_type)
             .body(ByteStream::from(body))
             .customize()
@@ -51,6 +51,37 @@ impl Storage {
             .await
             .map(drop)
             .map_err(|e| StorageError::new("PutObject", key, e))
+    }
+
+    /// Stores a small object only if no object has its key (`If-None-Match: *`): `false`
+    /// when one was there already (S3 answered 412), and nothing was written.
+    pub async fn put_bytes_if_absent(
+        &self,
+        key: &str,
+        body: Vec<u8>,
+        content_type: &str,
+    ) -> Result<bool, StorageError> {
+        let put = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(self.at(key))
+            .content_type(content_type)
+            .if_none_match("*")
+            .body(ByteStream::from(body))
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(true),
+            Err(error)
+                if error
+                    .raw_response()
+                    .is_some_and(|r| r.status().as_u16() == 412) =>
+            {
+                Ok(false)
+            }
+            Err(error) => Err(StorageError::new("PutObject", key, error)),
+        }
     }
 
     /// Stores a file from disk, streaming it: a small file in one PUT, a large one as a
@@ -108,7 +139,7 @@ impl Storage {
             .client
             .put_object()
             .bucket(&self.bucket)
-            .key(key)
+            .key(self.at(key))
             .content_type(content_type)
             .set_metadata(digest_metadata(sha256))
             .content_length(i64::try_from(size).unwrap_or(i64::MAX))
@@ -135,7 +166,7 @@ impl Storage {
             .client
             .create_multipart_upload()
             .bucket(&self.bucket)
-            .key(key)
+            .key(self.at(key))
             .content_type(content_type)
             .set_metadata(digest_metadata(sha256))
             .send()
@@ -144,7 +175,8 @@ impl Storage {
         let mut upload = OpenUpload {
             client: self.client.clone(),
             bucket: self.bucket.clone(),
-            key: key.to_owned(),
+            // The key in the bucket: the abort is sent without the prefix being added again.
+            key: self.at(key),
             id: created.upload_id().unwrap_or_default().to_owned(),
             open: true,
         };
@@ -251,7 +283,7 @@ impl Storage {
             .client
             .get_object()
             .bucket(&self.bucket)
-            .key(key)
+            .key(self.at(key))
             .send()
             .await
         {

@@ -47,7 +47,7 @@ impl Storage {
             .presigner
             .put_object()
             .bucket(&self.bucket)
-            .key(key)
+            .key(self.at(key))
             .content_type(content_type)
             .content_length(content_length)
             .presigned(presigning)
@@ -65,7 +65,7 @@ impl Storage {
     /// A URL anyone holding it may GET the object from, valid for `ttl`.
     pub async fn presign_get(&self, key: &str, ttl: Duration) -> Result<String, StorageError> {
         if let Some(fast) = &self.fast_get {
-            match fast.presign(key, ttl).await {
+            match fast.presign(&self.at(key), ttl).await {
                 Ok(url) => return Ok(url),
                 Err(error) => tracing::warn!(error = %crate::telemetry::error_chain(&error),
                     "no credentials for the fast presigner; asking the SDK"),
@@ -92,7 +92,7 @@ impl Storage {
             .presigner
             .get_object()
             .bucket(&self.bucket)
-            .key(key)
+            .key(self.at(key))
             .presigned(presigning)
             .await
             .map_err(|e| StorageError::new("PresignGet", key, e))?;
@@ -108,6 +108,6 @@ impl Storage {
         now: std::time::SystemTime,
     ) -> Option<String> {
         let fast = self.fast_get.as_ref()?;
-        fast.presign_at(key, ttl, now).await.ok()
+        fast.presign_at(&self.at(key), ttl, now).await.ok()
     }
 }

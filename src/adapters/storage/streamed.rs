@@ -68,7 +68,7 @@ impl Storage {
             .client
             .create_multipart_upload()
             .bucket(&self.bucket)
-            .key(key)
+            .key(self.at(key))
             .content_type(content_type)
             .send()
             .await
@@ -99,7 +99,7 @@ impl Storage {
             .client
             .upload_part()
             .bucket(&self.bucket)
-            .key(key)
+            .key(self.at(key))
             .upload_id(multipart_id)
             .part_number(number)
             .content_length(size as i64)
@@ -133,7 +133,7 @@ impl Storage {
             .client
             .put_object()
             .bucket(&self.bucket)
-            .key(key)
+            .key(self.at(key))
             .content_length(size as i64)
             .content_type("application/octet-stream")
             .body(body)
@@ -193,7 +193,7 @@ impl Storage {
             .client
             .complete_multipart_upload()
             .bucket(&self.bucket)
-            .key(key)
+            .key(self.at(key))
             .upload_id(multipart_id)
             .multipart_upload(
                 CompletedMultipartUpload::builder()
@@ -250,7 +250,7 @@ impl Storage {
             .client
             .upload_part()
             .bucket(&self.bucket)
-            .key(key)
+            .key(self.at(key))
             .upload_id(multipart_id)
             .part_number(number)
             .body(body)
@@ -268,7 +268,7 @@ impl Storage {
             .client
             .abort_multipart_upload()
             .bucket(&self.bucket)
-            .key(key)
+            .key(self.at(key))
             .upload_id(multipart_id)
             .send()
             .await
@@ -291,14 +291,15 @@ impl Storage {
                 .client
                 .list_multipart_uploads()
                 .bucket(&self.bucket)
-                .prefix(prefix)
+                .prefix(self.at(prefix))
                 .set_key_marker(key_marker.take())
                 .set_upload_id_marker(id_marker.take())
                 .send()
                 .await
                 .map_err(|e| StorageError::new("ListMultipartUploads", prefix, e))?;
             for upload in out.uploads() {
-                if let (Some(key), Some(id)) = (upload.key(), upload.upload_id()) {
+                let key = upload.key().and_then(|k| self.within(k));
+                if let (Some(key), Some(id)) = (key, upload.upload_id()) {
                     found.push((key.to_owned(), id.to_owned()));
                 }
             }

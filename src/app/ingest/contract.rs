@@ -5,12 +5,14 @@ use chrono::Utc;
 
 use super::{ReceivingUpload, UploadStatus, ingest, is_s3, spool_error, take};
 use crate::adapters::spool::AppendError;
+use crate::app::open_work::{self, OpenWork};
 use crate::app::{AppContext, AppError};
 use crate::db;
 use crate::domain::ids::{UploadId, UserId};
 use crate::domain::keys;
 use crate::domain::tus::Checksum;
 use crate::domain::upload::{NewUpload, UploadState, UploadStore};
+use diesel_async::AsyncConnection as _;
 
 /// Checks the request like a presigned one and the caller's open uploads against their cap,
 /// then records the `receiving` contract under this node. Its spool file is made when its
@@ -33,7 +35,6 @@ pub async fn create(
         size_bytes,
         ctx.upload.max_upload_bytes,
     )?;
-    crate::app::open_work::admit_upload(ctx, owner).await?;
     let id = UploadId::new();
     let key = keys::original(id);
     let size = i64::try_from(request.size_bytes).expect("size was checked against the limit");
@@ -51,19 +52,24 @@ pub async fn create(
         checksum: checksum.as_deref(),
         tus_metadata,
     };
+    let cap = ctx.upload.max_open_uploads_per_user;
+    let _turn = open_work::turn(owner, OpenWork::Uploads).await;
     match ingest.store {
-        UploadStore::S3 => crate::app::ingest_s3::create(ctx, &contract, ingest.part_bytes).await?,
+        UploadStore::S3 => {
+            crate::app::ingest_s3::create(ctx, &contract, ingest.part_bytes, cap).await?
+        }
         UploadStore::Spool => {
             let spool_path = format!("{}/{id}", crate::adapters::spool::UPLOADS_DIR);
             let mut conn = ctx.db.get().await?;
-            db::ingest::insert_receiving(
-                &mut conn,
-                &db::ledger::NewVidqUpload {
+            conn.transaction::<_, AppError, _>(async |conn| {
+                open_work::admit(conn, owner, OpenWork::Uploads, cap).await?;
+                let row = db::ledger::NewVidqUpload {
                     contract,
                     spool_path: &spool_path,
                     node_id: &ingest.node_id,
-                },
-            )
+                };
+                Ok(db::ingest::insert_receiving(conn, &row).await?)
+            })
             .await?;
         }
     }

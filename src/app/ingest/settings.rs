@@ -24,6 +24,11 @@ pub struct Ingest {
     pub ttl: Duration,
     /// Files of a recording still count this long after its end.
     pub live_grace: Duration,
+    /// `VIDQ_LIVE_DB_PATIENCE_SECS`: how long a live file that arrived waits for the database.
+    pub db_patience: Duration,
+    /// The recordings of stream keys looked up lately (for files arriving while the database
+    /// is away).
+    pub live_keys: crate::app::live_files::KnownKeys,
     /// One request at a time per upload.
     pub locks: UploadLocks,
     /// Where encoders reach the live ingest listener: a fixed public URL, or the port it

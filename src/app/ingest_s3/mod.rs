@@ -48,34 +48,41 @@ pub fn tail_prefix(upload: Uuid) -> String {
     format!("{TAIL_PREFIX}{upload}/")
 }
 
-/// Starts the multipart upload, then records the `receiving` contract with it (S3 first:
-/// a row never names a multipart upload that does not exist).
+/// Counts the owner's open uploads against `cap` under their lock, then starts the multipart
+/// upload and records the `receiving` contract with it, in that one transaction: a refused
+/// create opens nothing in S3, and a row never names a multipart upload that does not exist.
 pub(super) async fn create(
     ctx: &AppContext,
     contract: &db::uploads::NewUploadRow<'_>,
     part_bytes: u64,
+    cap: u32,
 ) -> Result<(), AppError> {
-    let multipart = ctx
-        .storage
-        .create_multipart(contract.object_key, contract.content_type)
-        .await?;
-    let inserted = async {
-        let mut conn = ctx.db.get().await?;
-        multiparts::insert(&mut conn, contract, &multipart, part_bytes as i64).await?;
-        Ok::<_, AppError>(())
-    }
-    .await;
-    if let Err(error) = inserted {
-        if let Err(abort) = ctx
+    use crate::app::open_work::{self, OpenWork};
+    use diesel_async::AsyncConnection as _;
+    let owner = UserId(contract.owner_id);
+    let mut opened = None;
+    let mut conn = ctx.db.get().await?;
+    let recorded = conn
+        .transaction::<_, AppError, _>(async |conn| {
+            open_work::admit(conn, owner, OpenWork::Uploads, cap).await?;
+            let multipart = ctx
+                .storage
+                .create_multipart(contract.object_key, contract.content_type)
+                .await?;
+            opened = Some(multipart.clone());
+            multiparts::insert(conn, contract, &multipart, part_bytes as i64).await?;
+            Ok(())
+        })
+        .await;
+    if let (Err(_), Some(multipart)) = (&recorded, opened)
+        && let Err(abort) = ctx
             .storage
             .abort_multipart(contract.object_key, &multipart)
             .await
-        {
-            tracing::warn!(error = %crate::telemetry::error_chain(&abort), "could not abort the multipart upload of an upload that was not recorded");
-        }
-        return Err(error);
+    {
+        tracing::warn!(error = %crate::telemetry::error_chain(&abort), "could not abort the multipart upload of an upload that was not recorded");
     }
-    Ok(())
+    recorded
 }
 
 /// The tus HEAD: whatever request holds the upload is dead to its client (it is about to

@@ -114,3 +114,23 @@ struct Count {
     #[diesel(sql_type = BigInt)]
     n: i64,
 }
+
+/// CAS `waiting | live | ending -> failed` (`no_video_stream`), ended and cut off now: the
+/// broadcast has no video vidq can decode, so no file of it is taken any more and no encode
+/// is tried. 0 when it had ended otherwise already.
+pub async fn fail_without_video(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+    diesel::sql_query(format!(
+        "UPDATE recordings SET state = '{failed}', end_reason = '{reason}',
+                ended_at = COALESCE(ended_at, statement_timestamp()),
+                cutoff_at = statement_timestamp(), updated_at = statement_timestamp()
+          WHERE id = $1 AND state IN ('{waiting}', '{live}', '{ending}')",
+        failed = RecordingState::Failed.as_str(),
+        reason = EndReason::NoVideoStream.as_str(),
+        waiting = RecordingState::Waiting.as_str(),
+        live = RecordingState::Live.as_str(),
+        ending = RecordingState::Ending.as_str(),
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(id)
+    .execute(conn)
+    .await
+}

@@ -12,13 +12,13 @@ mod files;
 mod rows;
 mod sweep;
 
-pub use ends::{close_past_cutoff, end_idle, expire_waiting};
+pub use ends::{close_past_cutoff, end_idle, expire_waiting, fail_without_video};
 pub use files::{
     FileCounts, FileView, NewRecordingFile, RecordedFile, counts, file_digest, files_of,
     record_file, segment_extent, set_playlist,
 };
 pub use rows::{
-    RecordingRow, by_stream_key, delete, end, find, find_owned, insert, open_of_owner, touch,
+    RecordingRow, add_lost_file, by_stream_key, delete, end, find, find_owned, insert, touch,
 };
 pub use sweep::{
     ClaimedFile, claim_files, mark_file_uploaded, record_file_failure, reject_file, release_files,

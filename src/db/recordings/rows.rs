@@ -40,22 +40,9 @@ pub struct RecordingRow {
     pub created_at: DateTime<Utc>,
     /// Last change.
     pub updated_at: DateTime<Utc>,
-}
-
-/// How many recordings of `owner` are still open (`waiting`, `live`, `ending`), counted up
-/// to `limit` at most (the partial index `recordings_open_owner_idx` holds only those rows).
-pub async fn open_of_owner(
-    conn: &mut AsyncPgConnection,
-    owner: Uuid,
-    limit: u32,
-) -> QueryResult<i64> {
-    let open = [
-        RecordingState::Waiting,
-        RecordingState::Live,
-        RecordingState::Ending,
-    ]
-    .map(RecordingState::as_str);
-    crate::db::count_open_of_owner(conn, "recordings", &open, owner, limit).await
+    /// Files that arrived whole but could not be recorded: the database stayed away past
+    /// `VIDQ_LIVE_DB_PATIENCE_SECS`.
+    pub lost_files: i32,
 }
 
 /// Records a new recording, `waiting`, spooled on `node`.
@@ -165,4 +152,12 @@ pub async fn find(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<
         .first(conn)
         .await
         .optional()
+}
+
+/// One more file of the recording arrived whole and was lost (`segments.lost`).
+pub async fn add_lost_file(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+    diesel::update(recordings::table.find(id))
+        .set(recordings::lost_files.eq(recordings::lost_files + 1))
+        .execute(conn)
+        .await
 }

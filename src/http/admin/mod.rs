@@ -213,32 +213,40 @@ async fn login(
     if !same_origin(&req) {
         return Ok(words(StatusCode::FORBIDDEN, "cross-site login refused"));
     }
-    // Guesses are counted per address before the token is looked at, parallel ones too.
-    let attempt = match req
+    // Guesses are counted per client address, on every node alike, before the token is
+    // looked at, parallel ones too.
+    let forwarded: Vec<&str> = req
+        .headers()
+        .get_all("x-forwarded-for")
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let address = req
         .peer_addr()
-        .map(|peer| ctx.operators.logins.begin(peer.ip()))
-    {
-        Some(Err(wait)) => {
-            tracing::warn!(peer = ?req.peer_addr(), "dashboard login refused: too many failed logins from this address");
-            let mut refused = html(
-                StatusCode::TOO_MANY_REQUESTS,
-                &LoginPage {
-                    message: Some(
-                        "Too many failed logins from this address. Wait a minute and try again.",
-                    ),
-                },
-            );
-            refused.headers_mut().insert(
-                actix_web::http::header::RETRY_AFTER,
-                (wait.as_secs() + 1).into(),
-            );
-            return Ok(refused);
-        }
-        Some(Ok(attempt)) => Some(attempt),
+        .map(|peer| ctx.operators.logins.address_of(peer.ip(), &forwarded));
+    let attempt = match address {
+        Some(address) => match ctx.operators.logins.begin(&ctx.db, address).await? {
+            Ok(attempt) => Some(attempt),
+            Err(wait) => {
+                tracing::warn!(client = %address, "dashboard login refused: too many failed logins from this address");
+                let mut refused = html(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &LoginPage {
+                        message: Some(
+                            "Too many failed logins from this address. Wait a minute and try again.",
+                        ),
+                    },
+                );
+                refused.headers_mut().insert(
+                    actix_web::http::header::RETRY_AFTER,
+                    (wait.as_secs() + 1).into(),
+                );
+                return Ok(refused);
+            }
+        },
         None => None,
     };
     let Some(opened) = ctx.operators.login(&ctx.db, &form.token).await? else {
-        tracing::warn!(peer = ?req.peer_addr(), "dashboard login refused");
+        tracing::warn!(client = ?address, "dashboard login refused");
         return Ok(html(
             StatusCode::UNAUTHORIZED,
             &LoginPage {
@@ -247,7 +255,7 @@ async fn login(
         ));
     };
     if let Some(attempt) = attempt {
-        attempt.succeeded();
+        attempt.succeeded(&ctx.db).await?;
     }
     tracing::info!(subject = %opened.session.subject, "operator logged in to the dashboard");
     let secure = req.connection_info().scheme() == "https";

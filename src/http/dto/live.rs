@@ -28,7 +28,7 @@ pub struct RecordingDto {
     /// The live HLS playlist (a signed, expiring token in the URL): nothing playable until
     /// the init segment is in S3, `#EXT-X-ENDLIST` once it has ended and is all there.
     pub playback_url: String,
-    /// Segments received, uploaded to S3, and excluded by the cutoff.
+    /// Segments received, uploaded to S3, excluded by the cutoff, and lost.
     pub segments: SegmentCountsDto,
     /// Whether the init segment is in S3 (nothing plays before it is).
     pub init_uploaded: bool,
@@ -54,6 +54,10 @@ pub struct SegmentCountsDto {
     pub uploaded: i64,
     /// After the cutoff, never PUT.
     pub excluded: i64,
+    /// Files (segments, or the init segment) that arrived whole but could not be recorded:
+    /// the database stayed away longer than the node waits (`VIDQ_LIVE_DB_PATIENCE_SECS`).
+    /// Their encoder was answered 503; 0 on a healthy day.
+    pub lost: i64,
 }
 
 impl RecordingDto {
@@ -83,6 +87,7 @@ impl RecordingDto {
                 received: status.counts.received,
                 uploaded: status.counts.uploaded,
                 excluded: status.counts.excluded,
+                lost: i64::from(row.lost_files),
             },
             init_uploaded: status.counts.init_uploaded,
             end_reason: row.end_reason.map(|r| r.to_string()),

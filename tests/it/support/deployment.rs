@@ -40,6 +40,8 @@ pub struct Deployment {
     api_start: Option<ApiStart>,
     /// The certificate every process trusts (`VIDQ_S3_CA_FILE`), when S3 speaks HTTPS.
     pub ca_file: Option<PathBuf>,
+    /// Settings every process of the deployment gets (e.g. `VIDQ_S3_PREFIX`).
+    pub env: Vec<(String, String)>,
     _s3_dir: tempfile::TempDir,
 }
 
@@ -64,7 +66,16 @@ impl Deployment {
     }
 
     async fn prepare_s3(tls: bool) -> Self {
-        let db = TestDb::new().await;
+        Self::prepare_with(TestDb::new().await, tls).await
+    }
+
+    /// [`Deployment::prepare`] on a database the test made (e.g. on a private server it
+    /// restarts); the API's migrations make its schema.
+    pub async fn prepare_on(db: TestDb) -> Self {
+        Self::prepare_with(db, false).await
+    }
+
+    async fn prepare_with(db: TestDb, tls: bool) -> Self {
         let pool = vidq::db::connect(&db.url, 4).await.unwrap();
         let s3_dir = tempfile::tempdir().unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -100,6 +111,7 @@ impl Deployment {
             processes: Vec::new(),
             api_start: None,
             ca_file,
+            env: Vec::new(),
             _s3_dir: s3_dir,
         };
         deployment.storage.ensure_bucket().await.unwrap();
@@ -169,6 +181,7 @@ impl Deployment {
         if let Some(ca) = &self.ca_file {
             command.env("VIDQ_S3_CA_FILE", ca);
         }
+        command.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         command
     }
 
@@ -209,6 +222,13 @@ impl Deployment {
         );
         self.processes.extend([api, sweeper, worker]);
         self.wait_for_api().await;
+    }
+
+    /// [`Deployment::start`] with the API's RTMP listener on a port of its own.
+    pub async fn start_with_rtmp(&mut self) {
+        let s3 = self.s3.endpoint();
+        let rtmp = format!("127.0.0.1:{}", free_port());
+        self.start_with(&s3, &[("VIDQ_RTMP_ADDR", &rtmp)]).await;
     }
 
     /// `vidq worker` on `enc-1`, with its own working directory, reaching S3 at `s3`.
@@ -384,6 +404,17 @@ impl Deployment {
             0,
         );
     }
+}
+
+/// Where an RTMP encoder publishes a new recording: its `rtmp_url` and stream key.
+pub fn publish_url(recording: &Value) -> String {
+    format!(
+        "{}/{}",
+        recording["rtmp_url"]
+            .as_str()
+            .expect("the API listens for RTMP"),
+        recording["stream_key"].as_str().unwrap()
+    )
 }
 
 /// FFmpeg as an HLS encoder: `seconds` of test picture and tone (in real time when

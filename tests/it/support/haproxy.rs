@@ -1,6 +1,7 @@
 //! HAProxy (Debian's package) in front of API processes, as a production load balancer
 //! would be: round robin per request, no affinity, a health check that takes a dead node out
-//! within a second and puts it back once it answers.
+//! within a second and puts it back once it answers, and each request's client address in
+//! `X-Forwarded-For`.
 
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,7 @@ impl Haproxy {
         let config = format!(
             "global\n    maxconn 2048\n\
              defaults\n    mode http\n    timeout connect 2s\n    timeout client 60s\n    \
-             timeout server 60s\n    retries 0\n\
+             timeout server 60s\n    retries 0\n    option forwardfor\n\
              frontend clients\n    bind 127.0.0.1:{port}\n    default_backend apis\n\
              backend apis\n    balance roundrobin\n    option httpchk GET /healthz\n{servers}"
         );
