@@ -99,6 +99,10 @@ pub async fn claim(storage: &Storage, pool: &DbPool) -> Result<Claimed, MarkerEr
             .await
             .map_err(db::DbError::from)?
     };
+    if ours.system_identifier == db::identity::UNREADABLE {
+        tracing::warn!(database = %ours.database,
+            "this database user may not read pg_control_system() (grant it pg_monitor): the bucket's deployment marker tells deployments apart by database name only");
+    }
     if let Some(found) = read(storage).await? {
         check(storage, &found, &ours)?;
         return Ok(Claimed::Ours);
@@ -160,7 +164,13 @@ async fn read(storage: &Storage) -> Result<Option<Marker>, MarkerError> {
 }
 
 fn check(storage: &Storage, found: &Marker, ours: &DatabaseIdentity) -> Result<(), MarkerError> {
-    if found.system_identifier == ours.system_identifier && found.database == ours.database {
+    // A marker written (or read) without the right to read the cluster's identifier can
+    // compare names only; granting that right later must not lock a deployment out.
+    let unreadable = db::identity::UNREADABLE;
+    let same_cluster = found.system_identifier == ours.system_identifier
+        || found.system_identifier == unreadable
+        || ours.system_identifier == unreadable;
+    if same_cluster && found.database == ours.database {
         return Ok(());
     }
     Err(MarkerError::Foreign(Box::new(Foreign {

@@ -22,6 +22,7 @@ use super::{AppContext, AppError};
 use crate::adapters::spool::AppendEnd;
 use crate::db::{self, DbError, retrying::while_unavailable_for};
 use crate::domain::api_key::hash_presented_key;
+use crate::domain::init_segment::NoVideo;
 use crate::domain::recording::{self, EndReason, FileAxis, FileState, IngestName};
 
 /// What one PUT did.
@@ -96,7 +97,12 @@ where
             take_playlist(ctx, ingest, recording.id, &text)
                 .await
                 .map_err(|e| match e {
-                    Waited::Gone(error) => lost(Some(recording.id), name, error),
+                    // Not a media file: the encoder's next playlist says as much and more.
+                    Waited::Gone(error) => {
+                        tracing::warn!(recording_id = %recording.id, file = name, error = %crate::telemetry::error_chain(&error),
+                            "a live playlist could not be read in: the database did not answer");
+                        AppError::Database(error)
+                    }
                     Waited::App(error) => error,
                 })
         }
@@ -112,9 +118,10 @@ where
             };
             match keep_file(ctx, ingest, file, &mut guard).await {
                 Err(Waited::Gone(error)) => {
-                    let error = lost(Some(recording.id), name, error);
-                    count_lost_later(ctx, recording.id);
-                    Err(error)
+                    if error.is_unavailable() {
+                        count_lost_later(ctx, recording.id);
+                    }
+                    Err(lost(Some(recording.id), name, error))
                 }
                 Err(Waited::App(error)) => Err(error),
                 Ok(done) => Ok(done),
@@ -246,11 +253,27 @@ async fn refuse_without_video(
     id: uuid::Uuid,
     incoming: &str,
 ) -> Result<(), AppError> {
-    let bytes = tokio::fs::read(ingest.spool.path().join(incoming))
+    use tokio::io::AsyncReadExt as _;
+    // An init segment is a few KiB; past this much, whatever the file is, it is read no
+    // further (and then does not parse as an init).
+    const MOST: u64 = 4 * 1024 * 1024;
+    let file = tokio::fs::File::open(ingest.spool.path().join(incoming))
         .await
         .map_err(|e| AppError::Spool(e.into()))?;
-    let Err(why) = crate::domain::init_segment::video_codec(&bytes) else {
-        return Ok(());
+    let mut bytes = Vec::new();
+    file.take(MOST)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| AppError::Spool(e.into()))?;
+    let why = match crate::domain::init_segment::video_codec(&bytes) {
+        Ok(_) => return Ok(()),
+        // Not parsed: nothing is known of its tracks, so it is kept as any file is (its
+        // encode says what it is); only a init that shows no video is refused.
+        Err(NoVideo::NotAnInit) => {
+            tracing::debug!(recording_id = %id, "an init segment that does not parse as fMP4; kept");
+            return Ok(());
+        }
+        Err(why) => why,
     };
     super::live::fail_without_video(ctx, id, &why.to_string()).await?;
     Err(AppError::NoVideoStream(why))

@@ -20,7 +20,8 @@ pub struct Doomed {
     pub is_prefix: bool,
 }
 
-/// Lists `keys` (single objects) and `prefixes` as owed, in the caller's transaction.
+/// Lists `keys` (single objects) and `prefixes` as owed, in the caller's transaction; a
+/// sweeper takes them up 30 s later if they are still listed.
 pub async fn owe(
     conn: &mut AsyncPgConnection,
     keys: &[String],
@@ -36,8 +37,11 @@ pub async fn owe(
         .chain(prefixes.iter().map(|_| true))
         .collect();
     diesel::sql_query(
-        "INSERT INTO doomed_objects (key, is_prefix)
-         SELECT * FROM unnest($1::text[], $2::bool[])
+        // Due for a sweeper only in 30 s: the API deletes them right after the commit, and a
+        // sweeper takes up only what that left (or what a crash right after it left).
+        "INSERT INTO doomed_objects (key, is_prefix, next_try_at)
+         SELECT k, p, clock_timestamp() + interval '30 seconds'
+           FROM unnest($1::text[], $2::bool[]) AS owed (k, p)
          RETURNING id, key, is_prefix",
     )
     .bind::<diesel::sql_types::Array<Text>, _>(all)
@@ -88,17 +92,4 @@ pub async fn failed(
     .bind::<Text, _>(error)
     .execute(conn)
     .await
-}
-
-/// How many objects are still owed (the sweeper's gauge).
-pub async fn owed(conn: &mut AsyncPgConnection) -> diesel::QueryResult<i64> {
-    #[derive(diesel::QueryableByName)]
-    struct N {
-        #[diesel(sql_type = BigInt)]
-        n: i64,
-    }
-    let n: N = diesel::sql_query("SELECT count(*) AS n FROM doomed_objects")
-        .get_result(conn)
-        .await?;
-    Ok(n.n)
 }

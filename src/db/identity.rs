@@ -16,12 +16,29 @@ pub struct DatabaseIdentity {
     pub database: String,
 }
 
-/// Reads it (`pg_control_system()` needs a superuser or the `pg_monitor` role).
+/// Reads it. `pg_control_system()` needs a superuser or the `pg_monitor` role; a user
+/// without either (some managed services) gets [`UNREADABLE`] as the identifier, so the
+/// marker tells deployments apart by database name only (logged once at WARN by the caller).
 pub async fn identity(conn: &mut AsyncPgConnection) -> diesel::QueryResult<DatabaseIdentity> {
-    diesel::sql_query(
+    let full = diesel::sql_query(
         "SELECT system_identifier::text AS system_identifier, current_database()::text AS database
            FROM pg_control_system()",
     )
     .get_result(conn)
-    .await
+    .await;
+    match full {
+        Err(diesel::result::Error::DatabaseError(_, info))
+            if info.message().starts_with("permission denied") =>
+        {
+            diesel::sql_query(format!(
+                "SELECT '{UNREADABLE}'::text AS system_identifier, current_database()::text AS database"
+            ))
+            .get_result(conn)
+            .await
+        }
+        other => other,
+    }
 }
+
+/// The identifier of a cluster whose `pg_control_system()` this user may not read.
+pub const UNREADABLE: &str = "unreadable";

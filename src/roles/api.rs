@@ -21,13 +21,7 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     let operators = crate::app::operators::OperatorAccess::from_args(&config.admin)
         .map_err(anyhow::Error::msg)?;
     let mut ctx = context(&config.database, &config.storage, &config.upload, None).await?;
-    super::claim_namespace(
-        &ctx.storage,
-        &ctx.db,
-        super::ClaimWait::InBackground,
-        &shutdown,
-    )
-    .await?;
+    super::claim_namespace(&ctx.storage, &ctx.db, &shutdown).await?;
     ctx.webhooks = config.webhooks;
     ctx.playback = playback;
     ctx.operators = operators;

@@ -25,46 +25,48 @@ pub(crate) fn spool_node(configured: Option<&str>) -> String {
         .unwrap_or_else(|| "vidq".to_owned())
 }
 
-/// How a role claims its bucket namespace when S3 or the database does not answer yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ClaimWait {
-    /// Wait for them: the sweeper, whose orphan pass must never run in a namespace it has not
-    /// claimed.
-    UntilAnswered,
-    /// Start anyway and keep checking in the background; a foreign marker found later stops
-    /// the process (the API and workers serve and encode meanwhile, as they do without S3).
-    InBackground,
-}
-
 /// Claims the bucket namespace before a role starts (`app::deployment_marker`): a marker
-/// naming another database stops the start with a message naming both.
+/// naming another database stops the start with a message naming both. When S3 or the
+/// database does not answer within a few seconds, the role starts anyway (every role starts
+/// whatever S3 does) and the claim goes on in the background: a foreign marker found then
+/// stops the process. The flag returned turns `true` once the namespace is this
+/// deployment's; the sweeper runs no orphan pass before.
 pub(crate) async fn claim_namespace(
     storage: &crate::adapters::storage::Storage,
     pool: &crate::db::DbPool,
-    wait: ClaimWait,
     shutdown: &tokio_util::sync::CancellationToken,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
     use crate::app::deployment_marker::{claim, claim_patiently};
-    let first = match wait {
-        ClaimWait::UntilAnswered => claim_patiently(storage, pool, shutdown).await,
-        ClaimWait::InBackground => claim(storage, pool).await,
-    };
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let claimed = std::sync::Arc::new(AtomicBool::new(false));
+    let first = tokio::time::timeout(std::time::Duration::from_secs(3), claim(storage, pool)).await;
     match first {
-        Ok(_) => Ok(()),
-        Err(error) if error.is_transient() && wait == ClaimWait::InBackground => {
-            tracing::warn!(error = %crate::telemetry::error_chain(&error),
-                "cannot check the bucket's deployment marker yet; starting, and checking in the background");
+        Ok(Ok(_)) => claimed.store(true, Ordering::SeqCst),
+        Ok(Err(error)) if !error.is_transient() => {
+            return Err(anyhow::Error::new(error).context("claiming the bucket namespace"));
+        }
+        not_yet => {
+            if let Ok(Err(error)) = &not_yet {
+                tracing::warn!(error = %crate::telemetry::error_chain(error),
+                    "cannot check the bucket's deployment marker yet; starting, and checking in the background");
+            } else {
+                tracing::warn!(
+                    "the bucket's deployment marker did not answer within 3 s; starting, and checking in the background"
+                );
+            }
             let (storage, pool, shutdown) = (storage.clone(), pool.clone(), shutdown.clone());
+            let flag = claimed.clone();
             tokio::spawn(async move {
-                if let Err(error) = claim_patiently(&storage, &pool, &shutdown).await
-                    && !error.is_transient()
-                {
-                    tracing::error!(error = %error, "stopping: this deployment may not use the bucket");
-                    std::process::exit(1);
+                match claim_patiently(&storage, &pool, &shutdown).await {
+                    Ok(_) => flag.store(true, Ordering::SeqCst),
+                    Err(error) if !error.is_transient() => {
+                        tracing::error!(error = %error, "stopping: this deployment may not use the bucket");
+                        std::process::exit(1);
+                    }
+                    Err(_) => {} // shutting down
                 }
             });
-            Ok(())
         }
-        Err(error) => Err(anyhow::Error::new(error).context("claiming the bucket namespace")),
     }
+    Ok(claimed)
 }

@@ -67,7 +67,9 @@ pub async fn run_with(
     let pool = db::connect(database_url, pool_size(args))
         .await
         .context("connecting to the database (DATABASE_URL)")?;
-    super::claim_namespace(&storage, &pool, super::ClaimWait::UntilAnswered, &shutdown).await?;
+    // The orphan pass deletes what the database does not know: never in a namespace this
+    // deployment has not claimed (the rest of the sweeper runs meanwhile).
+    let claimed = super::claim_namespace(&storage, &pool, &shutdown).await?;
     tracing::info!(node = %node_id, spool = %root.path().display(), "sweeper started");
     tokio::spawn(crate::adapters::storage_watch::watch(
         storage.clone(),
@@ -81,6 +83,7 @@ pub async fn run_with(
         args.settings(node_id.clone(), live),
         shutdown.clone(),
     );
+    sweeper.hold_orphan_pass_until(claimed);
     let health = std::sync::Arc::new(sweeper.health());
     super::presence::spawn(
         pool,

@@ -100,7 +100,7 @@ pub async fn run_with(
     let pool = db::connect(database_url, WORKER_POOL_SIZE)
         .await
         .context("connecting to the database (DATABASE_URL)")?;
-    super::claim_namespace(&storage, &pool, super::ClaimWait::InBackground, &shutdown).await?;
+    super::claim_namespace(&storage, &pool, &shutdown).await?;
     let work_root = match &queue.work_dir {
         Some(dir) => dir.clone(),
         None => std::env::temp_dir(),

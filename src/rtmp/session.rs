@@ -49,7 +49,7 @@ pub enum Ended {
     /// A codec vidq does not take.
     #[error("{0}")]
     Codec(#[from] Unsupported),
-    /// No video vidq can decode (audio only, or another video codec): the recording failed.
+    /// No video at all (audio only): the recording failed.
     #[error("no_video_stream: {0}")]
     NoVideo(String),
     /// A new publish of the same key took over.
@@ -386,13 +386,12 @@ impl Media {
     async fn handle(&mut self, event: ServerSessionEvent) -> Result<(), Ended> {
         match event {
             ServerSessionEvent::StreamMetadataChanged { metadata, .. } => {
+                // A codec the listener does not take closes the connection and leaves the
+                // recording as it was: the broadcaster fixes the encoder's setting and
+                // publishes again with the same key. A broadcast with no video at all (its
+                // metadata names audio only) fails its recording at once.
                 match metadata.video_codec_id {
-                    Some(id) => {
-                        if let Err(codec) = flv::video_id(id) {
-                            return Err(self.without_video(codec.to_string()).await);
-                        }
-                    }
-                    // An audio-only broadcast says so in its metadata: refused at publish.
+                    Some(id) => flv::video_id(id)?,
                     None if metadata.audio_codec_id.is_some() => {
                         let why =
                             "the broadcast has no video track (its metadata names audio only)";
@@ -409,9 +408,7 @@ impl Media {
             ServerSessionEvent::VideoDataReceived {
                 data, timestamp, ..
             } => {
-                if let Err(codec) = flv::check_video(&data) {
-                    return Err(self.without_video(codec.to_string()).await);
-                }
+                flv::check_video(&data)?;
                 self.forward(flv::TAG_VIDEO, timestamp.value, data).await
             }
             ServerSessionEvent::AudioDataReceived {
@@ -425,8 +422,8 @@ impl Media {
         }
     }
 
-    /// The broadcast has no video vidq can decode: its recording fails at once
-    /// (`no_video_stream`) and the connection ends.
+    /// The broadcast has no video: its recording fails at once (`no_video_stream`) and the
+    /// connection ends.
     async fn without_video(&self, why: String) -> Ended {
         if let Err(error) =
             crate::app::live::fail_without_video(&self.shared.ctx, self.recording, &why).await

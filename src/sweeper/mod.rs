@@ -66,6 +66,9 @@ struct Shared<S> {
     settings: SweeperSettings,
     breaker: Arc<Mutex<Breaker>>,
     stats: Arc<SweepStats>,
+    /// Whether the orphan pass may run: the bucket namespace is this deployment's (set by
+    /// the role once its marker is checked; `true` when nobody holds the pass back).
+    orphans_allowed: Mutex<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// A running sweeper: the reader side ([`Sweeper::round`]) and its upload workers.
@@ -103,6 +106,7 @@ impl<S: SweepStore> Sweeper<S> {
             breaker: Arc::new(Mutex::new(Breaker::new(settings.breaker))),
             settings,
             stats: Arc::default(),
+            orphans_allowed: Mutex::new(Arc::new(std::sync::atomic::AtomicBool::new(true))),
         });
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..shared.settings.workers.max(1) {
@@ -226,6 +230,16 @@ impl<S: SweepStore> Sweeper<S> {
     /// cluster at a time runs it (a session advisory lock); `None` when another one was.
     pub async fn clean_orphans(&self) -> Result<Option<OrphanPass>, AppError> {
         self.shared.clean_orphans().await
+    }
+
+    /// Runs no orphan pass until `allowed` turns `true` (the role's check of the bucket's
+    /// deployment marker).
+    pub fn hold_orphan_pass_until(&self, allowed: Arc<std::sync::atomic::AtomicBool>) {
+        *self
+            .shared
+            .orphans_allowed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = allowed;
     }
 
     /// Rounds until `shutdown`, then waits for the workers.

@@ -26,6 +26,15 @@ pub struct OrphanPass {
 
 impl<S: SweepStore> Shared<S> {
     pub(super) async fn clean_orphans(&self) -> Result<Option<OrphanPass>, AppError> {
+        let allowed = self
+            .orphans_allowed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .load(std::sync::atomic::Ordering::SeqCst);
+        if !allowed {
+            tracing::info!("no orphan pass yet: the bucket's deployment marker is not checked");
+            return Ok(None);
+        }
         let mut conn = self.pool.get().await?;
         if !db::session::try_advisory_lock(&mut conn, ORPHAN_PASS_LOCK).await? {
             tracing::debug!("another sweeper runs the orphan pass");

@@ -200,6 +200,12 @@ impl TestApp {
         );
         ctx.playback.public_base = options.public_base_url.map(|u| u.parse().unwrap());
         ctx.storage.ensure_bucket().await.unwrap();
+        // The bucket is this database's, as a deployment's first role marks it: the processes
+        // a test starts later only read the marker, so a fault planned for the next PUT is not
+        // spent on writing it.
+        vidq::app::deployment_marker::claim(&ctx.storage, &ctx.db)
+            .await
+            .unwrap();
         let shutdown = CancellationToken::new();
         vidq::roles::api::listen_for_events(&ctx, &db.url, &shutdown).await;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
