@@ -137,10 +137,11 @@ pub async fn register_pending(
     .await
 }
 
-/// Forgets every artifact of a video except those of its live (run, attempt), before their
-/// objects are deleted: the ledger then never names an object that may be gone.
+/// Forgets every artifact of a video except those of its live (run, attempt), in the READY
+/// transaction that owes their objects to the bucket: the ledger then never names an object
+/// that may be gone.
 pub async fn forget_superseded(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     video: Uuid,
     live_run: i32,
     live_attempt: i32,
@@ -156,7 +157,7 @@ pub async fn forget_superseded(
             ),
         ),
     )
-    .execute(conn)
+    .execute(&mut conn)
     .await
 }
 

@@ -1,7 +1,9 @@
-//! Objects a deletion still owes the bucket (`doomed_objects`). The transaction that deletes
-//! a video's rows lists its objects here, so the bucket's debt commits with the deletion:
-//! the API deletes them at once and crosses them off, and what S3 refused then (an outage)
-//! any node's sweeper deletes later, with a backoff. Deleting an object twice is harmless.
+//! Objects the bucket is owed (`doomed_objects`). The transaction that deletes a video's rows
+//! lists its objects here, and a READY transaction lists the prefixes of the attempts it
+//! superseded, so the bucket's debt commits with the change that makes it: the API (or the
+//! worker) deletes them at once and crosses them off, and what S3 refused then (an outage),
+//! or what a process that died first left, any node's sweeper deletes later, with a backoff.
+//! Deleting an object twice is harmless.
 
 use diesel::sql_types::{BigInt, Bool, Double, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
@@ -23,7 +25,7 @@ pub struct Doomed {
 /// Lists `keys` (single objects) and `prefixes` as owed, in the caller's transaction; a
 /// sweeper takes them up 30 s later if they are still listed.
 pub async fn owe(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     keys: &[String],
     prefixes: &[String],
 ) -> diesel::QueryResult<Vec<Doomed>> {
@@ -46,8 +48,20 @@ pub async fn owe(
     )
     .bind::<diesel::sql_types::Array<Text>, _>(all)
     .bind::<diesel::sql_types::Array<Bool>, _>(is_prefix)
-    .load(conn)
+    .load(&mut conn)
     .await
+}
+
+/// The worker that made a video READY deleted these prefixes itself, right after the commit
+/// that owed them: a sweeper need not.
+pub async fn paid_prefixes(
+    conn: &mut AsyncPgConnection,
+    prefixes: &[String],
+) -> diesel::QueryResult<usize> {
+    diesel::sql_query("DELETE FROM doomed_objects WHERE is_prefix AND key = ANY($1)")
+        .bind::<diesel::sql_types::Array<Text>, _>(prefixes)
+        .execute(conn)
+        .await
 }
 
 /// Up to `limit` rows whose next try is due, each pushed `hold_secs` into the future so no
@@ -77,7 +91,9 @@ pub async fn paid(conn: &mut AsyncPgConnection, id: i64) -> diesel::QueryResult<
         .await
 }
 
-/// A try failed: the next one after a backoff that doubles from 5 s to at most 10 minutes.
+/// A try failed: the next one after a backoff that doubles from 5 s to at most a minute, so
+/// an object outlives the end of an S3 outage by a minute at most (a LIST or DELETE a minute
+/// costs a down S3 nothing).
 pub async fn failed(
     conn: &mut AsyncPgConnection,
     id: i64,
@@ -85,7 +101,7 @@ pub async fn failed(
 ) -> diesel::QueryResult<usize> {
     diesel::sql_query(
         "UPDATE doomed_objects SET tries = tries + 1, last_error = left($2, 500),
-                next_try_at = clock_timestamp() + least(interval '10 minutes', interval '5 seconds' * power(2, least(tries, 10)))
+                next_try_at = clock_timestamp() + least(interval '1 minute', interval '5 seconds' * power(2, least(tries, 10)))
           WHERE id = $1",
     )
     .bind::<BigInt, _>(id)

@@ -42,6 +42,23 @@ pub fn part_object(video: VideoId, run: i32, part: i32, attempt: i32, name: &str
     format!("{}{name}", part_attempt_prefix(video, run, part, attempt))
 }
 
+/// Every prefix of a video that a READY of `(run, attempt)` makes dead: the run's earlier
+/// attempts, every earlier run and the run's parts (`r{run}/p`, every part and attempt). A
+/// first attempt of a first run that was not split leaves nothing behind, so the list is empty
+/// and the READY transaction owes the bucket nothing. The live prefix is never among them:
+/// `a{attempt}/` is not under `a{k}/` for another `k`, nor under `p`.
+pub fn superseded_prefixes(video: VideoId, run: i32, attempt: i32, split: bool) -> Vec<String> {
+    if run <= 1 && attempt <= 1 && !split {
+        return Vec::new();
+    }
+    let attempts = (1..attempt).map(|k| attempt_prefix(video, run, k));
+    let runs = (1..run).map(|r| run_prefix(video, r));
+    attempts
+        .chain(runs)
+        .chain(std::iter::once(format!("{}p", run_prefix(video, run))))
+        .collect()
+}
+
 /// Names of the outputs under an attempt prefix.
 pub mod outputs {
     /// HLS playlist (uploaded last: it is what makes the others reachable).
@@ -81,5 +98,31 @@ mod tests {
         assert!(!part.starts_with(&attempt_prefix(video, 3, 2)));
         let upload = UploadId::new();
         assert_eq!(original(upload), format!("originals/{upload}"));
+    }
+
+    #[test]
+    fn superseded_prefixes_cover_every_dead_attempt_and_never_the_live_one() {
+        let video = VideoId::new();
+        assert!(superseded_prefixes(video, 1, 1, false).is_empty());
+        let dead = superseded_prefixes(video, 2, 3, false);
+        let live = attempt_prefix(video, 2, 3);
+        for key in [
+            attempt_object(video, 2, 1, outputs::MP4),
+            attempt_object(video, 2, 2, outputs::PLAYLIST),
+            attempt_object(video, 1, 3, outputs::MP4),
+            part_object(video, 2, 4, 1, outputs::INIT),
+        ] {
+            assert!(dead.iter().any(|p| key.starts_with(p)), "{key} not owed");
+        }
+        for key in [
+            attempt_object(video, 2, 3, outputs::MP4),
+            attempt_object(video, 2, 3, &outputs::segment(1)),
+        ] {
+            assert!(key.starts_with(&live));
+            assert!(!dead.iter().any(|p| key.starts_with(p)), "{key} owed");
+        }
+        // A split first attempt still owes its parts.
+        let split = superseded_prefixes(video, 1, 1, true);
+        assert_eq!(split, vec![format!("videos/{video}/r1/p")]);
     }
 }

@@ -284,33 +284,23 @@ impl Pipeline {
         }
     }
 
-    /// After a READY commit: forgets the ledger rows of every attempt but the live one (the
-    /// run's other attempts and, after an operator retry, every earlier run), then deletes
-    /// their objects. Rows first: a row may only name an object that exists, while an object
-    /// no row names is an orphan under a prefix that is not live, which the sweeper's orphan
-    /// pass removes once it is old enough if this deletion does not get to it.
+    /// After a READY commit: deletes every object of the video outside the live prefix (the
+    /// run's other attempts, its parts and, after an operator retry, every earlier run). The
+    /// READY transaction forgot their ledger rows and owed their prefixes (`dead`) to the
+    /// bucket, so this is the fast path of a debt already written down: once it is done the
+    /// debt is crossed off, and if this worker dies first or S3 stays down past
+    /// [`CLEANUP_PATIENCE`], a sweeper pays it (`sweeper::doomed`).
     ///
     /// The earlier runs' objects go here rather than at `vidq jobs retry`: the retry is a
     /// database-only command (no S3 settings), and deleting after the new run's READY has
     /// committed means a failed deletion can never undo or block the retry.
-    ///
-    /// Both steps may run twice, so a lost database session is waited out for
-    /// [`crate::db::retrying::PATIENCE`] and an S3 outage for [`CLEANUP_PATIENCE`]: a READY
-    /// video should not keep `pending` rows of attempts that will never finish because of a
-    /// blip.
-    pub async fn remove_superseded(&self, video: VideoId, live_run: i32, live_attempt: i32) {
-        let forgotten =
-            crate::db::retrying::while_unavailable("forgetting superseded outputs", || async {
-                let mut conn = self.db.get().await.map_err(DbError::Pool)?;
-                crate::db::artifacts::forget_superseded(&mut conn, video.0, live_run, live_attempt)
-                    .await
-                    .map_err(DbError::Query)
-            });
-        if let Err(error) = forgotten.await {
-            tracing::warn!(error = %crate::telemetry::error_chain(&error), %video,
-                "could not forget superseded attempts' ledger rows; their objects stay until the video is deleted");
-            return;
-        }
+    pub async fn remove_superseded(
+        &self,
+        video: VideoId,
+        live_run: i32,
+        live_attempt: i32,
+        dead: Vec<String>,
+    ) {
         let live = keys::attempt_prefix(video, live_run, live_attempt);
         let remove = || async {
             let all = self.storage.list_prefix(&keys::video_prefix(video)).await?;
@@ -335,10 +325,33 @@ impl Pipeline {
             }
         };
         match removed {
-            Ok(0) => {}
-            Ok(objects) => tracing::info!(%video, objects, "removed superseded attempts' outputs"),
+            Ok(objects) => {
+                if objects > 0 {
+                    tracing::info!(%video, objects, "removed superseded attempts' outputs");
+                }
+                self.cross_off(video, &dead).await;
+            }
             Err(error) => tracing::warn!(error = %error.message, %video,
-                "could not remove superseded attempts' outputs; the sweeper's orphan pass removes them later"),
+                "could not remove superseded attempts' outputs; a sweeper deletes them once S3 answers"),
+        }
+    }
+
+    /// Crosses off what the READY transaction owed, now deleted; if the database is away
+    /// meanwhile a sweeper deletes the (now empty) prefixes again, which is harmless.
+    async fn cross_off(&self, video: VideoId, dead: &[String]) {
+        if dead.is_empty() {
+            return;
+        }
+        let crossed =
+            crate::db::retrying::while_unavailable("crossing off superseded outputs", || async {
+                let mut conn = self.db.get().await.map_err(DbError::Pool)?;
+                crate::db::doomed_objects::paid_prefixes(&mut conn, dead)
+                    .await
+                    .map_err(DbError::Query)
+            });
+        if let Err(error) = crossed.await {
+            tracing::warn!(error = %crate::telemetry::error_chain(&error), %video,
+                "could not cross off removed outputs; a sweeper lists their prefixes once more");
         }
     }
 }

@@ -42,11 +42,13 @@ pub trait JobBody: Send + Sync + 'static {
     }
 
     /// After a READY commit: remove what the video's other attempts and runs left behind.
+    /// `dead` lists the prefixes the READY transaction owed the bucket.
     fn after_ready(
         &self,
         _video: VideoId,
         _live_run: i32,
         _live_attempt: i32,
+        _dead: Vec<String>,
     ) -> BoxFuture<'_, ()> {
         Box::pin(async {})
     }
@@ -68,7 +70,13 @@ impl JobBody for Pipeline {
         ))
     }
 
-    fn after_ready(&self, video: VideoId, live_run: i32, live_attempt: i32) -> BoxFuture<'_, ()> {
-        Box::pin(self.remove_superseded(video, live_run, live_attempt))
+    fn after_ready(
+        &self,
+        video: VideoId,
+        live_run: i32,
+        live_attempt: i32,
+        dead: Vec<String>,
+    ) -> BoxFuture<'_, ()> {
+        Box::pin(self.remove_superseded(video, live_run, live_attempt, dead))
     }
 }

@@ -17,6 +17,7 @@ use super::heartbeat::{StopReason, keep_alive};
 use super::runner::Runner;
 use super::{Claim, JobBody, JobError};
 use crate::db::DbPool;
+use crate::domain::keys;
 use crate::domain::media::{MediaError, TOOL_FAILED};
 use crate::metrics;
 use crate::telemetry::worker_health::Ended;
@@ -181,8 +182,10 @@ impl<B: JobBody> Runner<B> {
         self.health.tools_ran();
         tracing::info!("video ready");
         metrics::observe(&metrics::TIME_TO_READY_SECONDS, claim.waited.until_now());
+        let split = claim.kind == crate::domain::job::JobKind::Stitch;
+        let dead = keys::superseded_prefixes(claim.video, claim.run, claim.attempt, split);
         self.body
-            .after_ready(claim.video, claim.run, claim.attempt)
+            .after_ready(claim.video, claim.run, claim.attempt, dead)
             .await;
         Ok(Ended::Ready)
     }

@@ -1,5 +1,6 @@
-//! The objects deletions still owe the bucket (`db::doomed_objects`): the API deletes a
-//! deleted video's objects at once, and what S3 refused then is deleted here, by whichever
+//! The objects still owed to the bucket (`db::doomed_objects`): a deleted video's objects and
+//! the prefixes a READY superseded. The API or the worker deletes them at once; what S3
+//! refused then, or what a process that died first left, is deleted here, by whichever
 //! sweeper takes the row first, with a backoff while S3 still refuses.
 
 use super::{Shared, SweepStore};
@@ -24,11 +25,11 @@ impl<S: SweepStore> Shared<S> {
                     let mut conn = self.pool.get().await?;
                     db::doomed_objects::paid(&mut conn, doomed.id).await?;
                     paid += 1;
-                    tracing::info!(key = %doomed.key, objects, "deleted what a deletion left in the bucket");
+                    tracing::info!(key = %doomed.key, objects, "deleted what the bucket was owed");
                 }
                 Err(error) => {
                     let chain = crate::telemetry::error_chain(&error);
-                    tracing::warn!(key = %doomed.key, error = %chain, "a deleted video's object is still in the bucket; trying again later");
+                    tracing::warn!(key = %doomed.key, error = %chain, "an object owed to the bucket is still there; trying again later");
                     let mut conn = self.pool.get().await?;
                     db::doomed_objects::failed(&mut conn, doomed.id, &chain).await?;
                 }

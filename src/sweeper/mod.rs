@@ -224,6 +224,12 @@ impl<S: SweepStore> Sweeper<S> {
         self.shared.expire().await
     }
 
+    /// Deletes what the bucket is owed and due now (`db::doomed_objects`), as each round does;
+    /// returns how many rows were paid.
+    pub async fn pay_owed(&self) -> Result<usize, db::DbError> {
+        self.shared.pay_doomed().await
+    }
+
     /// One orphan pass now (the run loop starts one every `orphans_every`): deletes the
     /// objects no live row owns past the grace period, forgets the ledger rows of the ones it
     /// deleted, and forgets the `pending` artifact rows of dead attempts. One sweeper of the

@@ -2,7 +2,8 @@
 //! and under `originals/` with no contract are deleted (and the ledger forgets what it said
 //! of them); the pending output rows of dead attempts are forgotten; the current attempt of
 //! a running job keeps its objects and rows; one sweeper of the cluster runs it at a time;
-//! `vidq reconcile` finds nothing left to say.
+//! `vidq reconcile` finds nothing left to say. A READY owes the bucket the attempts it
+//! superseded, so they go within a sweeper round even when the worker died after its commit.
 
 use std::time::Duration;
 
@@ -13,7 +14,9 @@ use vidq::adapters::spool::SpoolRoot;
 use vidq::sweeper::{OrphanPass, Sweeper, SweeperSettings};
 
 use crate::support::app::TestApp;
+use crate::support::queue::{claim, expire_lease};
 use crate::support::reconcile::{expect, reconcile};
+use crate::support::scripted::output;
 
 fn settings() -> SweeperSettings {
     SweeperSettings {
@@ -189,5 +192,62 @@ async fn one_sweeper_of_the_cluster_runs_the_orphan_pass_at_a_time() {
         vidq::db::session::try_advisory_lock(&mut other, lock)
             .await
             .unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_ready_owes_the_attempt_it_superseded_and_a_sweeper_pays_when_the_worker_did_not() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let video: Value = app.uploaded_video(&key).await;
+    let id = video["id"].as_str().unwrap().to_owned();
+    // Attempt 1 stored an output, then lost its lease; attempt 2 wins.
+    let zombie = claim(&app, "zombie", 30.0).await.unwrap();
+    let dead = format!("videos/{id}/r1/a1/video.mp4");
+    artifact(&app, &id, 1, &dead, "uploaded").await;
+    put(&app, &dead).await;
+    expire_lease(&app, &zombie).await;
+    let winner = claim(&app, "winner", 30.0).await.unwrap();
+    assert_eq!(winner.attempt, 2);
+
+    // The READY commits and nothing runs after it, as when its worker is SIGKILLed right
+    // after the commit: the debt is in the database, and the dead attempt's row is gone.
+    vidq::queue::complete::finalize_ready(&app.pool, &winner, &output(&winner.plan()))
+        .await
+        .unwrap();
+    let owed = app
+        .count(&format!(
+            "SELECT count(*) AS n FROM doomed_objects WHERE is_prefix
+                AND key IN ('videos/{id}/r1/a1/', 'videos/{id}/r1/p')"
+        ))
+        .await;
+    assert_eq!(
+        owed, 2,
+        "the READY transaction owes attempt 1 and the parts"
+    );
+    let rows = app
+        .count(&format!(
+            "SELECT count(*) AS n FROM video_artifacts WHERE video_id = '{id}' AND attempt = 1"
+        ))
+        .await;
+    assert_eq!(rows, 0, "attempt 1's ledger rows go with the READY");
+
+    // Due 30 s later (the worker's own deletion comes first), then paid by a sweeper.
+    let sweeper = sweeper(&app);
+    assert_eq!(sweeper.pay_owed().await.unwrap(), 0, "not due yet");
+    assert!(!app.storage.list_prefix(&dead).await.unwrap().is_empty());
+    exec(&app, "UPDATE doomed_objects SET next_try_at = now()").await;
+    assert_eq!(sweeper.pay_owed().await.unwrap(), 2);
+    assert!(
+        app.storage
+            .list_prefix(&format!("videos/{id}/r1/a1/"))
+            .await
+            .unwrap()
+            .is_empty(),
+        "attempt 1's output is still in the bucket"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM doomed_objects").await,
+        0
     );
 }

@@ -176,6 +176,11 @@ async fn a_sigkilled_worker_loses_its_job_to_another_after_the_lease_and_the_vid
             .unwrap()
             .is_empty()
     );
+    // The READY owed attempt 1's prefix; the worker deleted it and crossed it off.
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM doomed_objects").await,
+        0
+    );
     assert!(
         !app.storage
             .list_prefix(&format!("videos/{id}/r1/a2/hls/"))

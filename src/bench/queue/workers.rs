@@ -33,7 +33,7 @@ impl JobBody for Noop {
         Box::pin(async move { Ok(AttemptOutput::placeholder(plan).into()) })
     }
 
-    fn after_ready(&self, _: VideoId, _: i32, _: i32) -> BoxFuture<'_, ()> {
+    fn after_ready(&self, _: VideoId, _: i32, _: i32, _: Vec<String>) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             if self.ready.fetch_add(1, Ordering::SeqCst) + 1 == self.target {
                 self.reached.notify_one();

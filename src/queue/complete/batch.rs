@@ -298,6 +298,11 @@ async fn statements(c: &AsyncPgConnection, members: &[&ReadyAttempt]) -> Result<
         let tokens = by_job.iter().map(|m| m.claim.token).collect();
         fenced(db::jobs::complete_all(c, ids, tokens).await?)
     };
+    let superseded = futures_util::future::try_join_all(
+        by_video
+            .iter()
+            .map(|m| super::ready::owe_superseded(c, &m.claim)),
+    );
     // Sent in this order: the plan setting first, then the statements it is for.
-    futures_util::try_join!(generic, owners, videos, events, fences).map(drop)
+    futures_util::try_join!(generic, owners, videos, superseded, events, fences).map(drop)
 }

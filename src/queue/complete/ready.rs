@@ -1,5 +1,5 @@
-//! The READY finalize of one attempt: the uploader's lock, the video's facts, `video.ready`
-//! and as the LAST statement the fenced completion, in one transaction (two round trips for
+//! The READY finalize of one attempt: the uploader's lock, the video's facts, what the other
+//! attempts left behind owed to the bucket, `video.ready` and as the LAST statement the fenced completion, in one transaction (two round trips for
 //! a recording's video), tried again as [`super::retry`] says; optionally with the freed
 //! slot's next claim behind its `COMMIT`.
 
@@ -10,6 +10,7 @@ use super::retry::{FirstTry, retry_transient};
 use crate::db::{self, DbPool};
 use crate::domain::event::Event;
 use crate::domain::job::{JobKind, Outcome};
+use crate::domain::keys;
 use crate::domain::recording::RecordingState;
 use crate::domain::video::VideoStatus;
 use crate::pipeline::AttemptOutput;
@@ -99,18 +100,42 @@ pub(super) async fn ready_statements(
     .map(drop)
 }
 
-/// The first statements of a READY finalize: the uploader's lock, then the video's facts.
+/// The first statements of a READY finalize: the uploader's lock, then the video's facts and
+/// what the other attempts left behind.
 async fn lock_and_set_ready(
     c: &AsyncPgConnection,
     claim: &Claim,
     facts: &db::videos::ReadyFacts<'_>,
 ) -> Result<(), JobError> {
-    futures_util::try_join!(lock_owner(c, claim.video), async {
-        db::videos::set_ready(c, claim.video.0, facts)
-            .await
-            .map_err(video_gone)
-    })
+    futures_util::try_join!(
+        lock_owner(c, claim.video),
+        async {
+            db::videos::set_ready(c, claim.video.0, facts)
+                .await
+                .map_err(video_gone)
+        },
+        owe_superseded(c, claim)
+    )
     .map(drop)
+}
+
+/// In the READY transaction of an attempt that is not its run's first, of a later run or of a
+/// split video: forgets the ledger rows of every other attempt and part, and owes the bucket
+/// their prefixes (`db::doomed_objects`). The worker deletes them right after the commit; if
+/// it dies first, or S3 is down past its patience, a sweeper does 30 s later. Nothing is sent
+/// for a first attempt of a first run, which left nothing behind.
+pub(super) async fn owe_superseded(c: &AsyncPgConnection, claim: &Claim) -> Result<(), JobError> {
+    let split = claim.kind == JobKind::Stitch;
+    let dead = keys::superseded_prefixes(claim.video, claim.run, claim.attempt, split);
+    if dead.is_empty() {
+        return Ok(());
+    }
+    futures_util::try_join!(
+        db::artifacts::forget_superseded(c, claim.video.0, claim.run, claim.attempt),
+        db::doomed_objects::owe(c, &[], &dead),
+    )
+    .map(drop)
+    .map_err(JobError::from)
 }
 
 /// The last statements of a READY finalize: its event, and as the LAST statement the fenced

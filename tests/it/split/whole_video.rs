@@ -201,8 +201,14 @@ impl JobBody for CorruptsChunkOne {
         })
     }
 
-    fn after_ready(&self, video: VideoId, run: i32, attempt: i32) -> BoxFuture<'_, ()> {
-        self.0.after_ready(video, run, attempt)
+    fn after_ready(
+        &self,
+        video: VideoId,
+        run: i32,
+        attempt: i32,
+        dead: Vec<String>,
+    ) -> BoxFuture<'_, ()> {
+        self.0.after_ready(video, run, attempt, dead)
     }
 }
 
