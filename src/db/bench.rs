@@ -289,6 +289,9 @@ pub struct SoakCounts {
     /// Deliveries not delivered.
     #[diesel(sql_type = BigInt)]
     pub deliveries_open: i64,
+    /// Objects and prefixes still owed to the bucket (`doomed_objects`).
+    #[diesel(sql_type = BigInt)]
+    pub doomed_owed: i64,
 }
 
 /// Counts [`SoakCounts`]; `confirmed` are the upload ids the API confirmed to clients.
@@ -309,7 +312,8 @@ pub async fn soak_counts(
                 (SELECT count(*) FROM uploads WHERE state = 'pending')
                   + (SELECT count(*) FROM recording_files WHERE state = 'pending')
                   + (SELECT count(*) FROM video_artifacts WHERE state = 'pending') AS ledger_pending,
-                (SELECT count(*) FROM event_deliveries WHERE status <> 'delivered') AS deliveries_open",
+                (SELECT count(*) FROM event_deliveries WHERE status <> 'delivered') AS deliveries_open,
+                (SELECT count(*) FROM doomed_objects) AS doomed_owed",
     )
     .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(confirmed)
     .get_result(conn)

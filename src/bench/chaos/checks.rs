@@ -73,5 +73,35 @@ pub async fn settled(
             ok: counts.ledger_pending == 0,
             detail: counts.ledger_pending.to_string(),
         },
+        Check {
+            name: "nothing owed to the bucket",
+            ok: counts.doomed_owed == 0,
+            detail: format!("{} objects or prefixes", counts.doomed_owed),
+        },
     ])
+}
+
+/// ERROR lines a soak may log on a healthy deployment: the faults it injects make them, and
+/// each says so. Any other ERROR line fails the run. (Matched as a substring of the line.)
+pub const EXPECTED_ERRORS: &[(&str, &str)] = &[];
+
+/// The check that every role's ERROR lines are on [`EXPECTED_ERRORS`].
+pub fn no_unexpected_errors(errors: &[(String, Vec<String>)]) -> Check {
+    let unexpected: Vec<String> = errors
+        .iter()
+        .flat_map(|(role, lines)| {
+            lines
+                .iter()
+                .filter(|line| !EXPECTED_ERRORS.iter().any(|(text, _)| line.contains(text)))
+                .map(move |line| format!("{role}: {line}"))
+        })
+        .collect();
+    Check {
+        name: "no ERROR line outside the expected ones",
+        ok: unexpected.is_empty(),
+        detail: match unexpected.first() {
+            None => "0".to_owned(),
+            Some(first) => format!("{} (first: {first})", unexpected.len()),
+        },
+    }
 }
