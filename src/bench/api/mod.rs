@@ -3,8 +3,9 @@
 //!
 //! Confirm: presigned uploads are created and their bytes PUT to the in-process S3 first,
 //! outside the timed part; then C clients confirm them all, each over its own keep-alive
-//! connection. Status reads: the same C clients `GET /v1/videos/{id}` of a READY video for a
-//! fixed time. Beside them, in the same round, pgbench runs the confirm transaction's own
+//! connection. Status reads: the same C clients `GET /v1/videos/{id}` for a fixed time,
+//! spread over `--read-videos` (1,000) READY videos, then all of one video (a hot row, its own
+//! row in the table: one row read by everyone is the cheap case, not the typical one). Beside them, in the same round, pgbench runs the confirm transaction's own
 //! statements ([`crate::db::bench::confirm_pgbench`]) at the API's pool size: the most
 //! PostgreSQL does with them, with nothing of HTTP, S3 or the key lookup in the way.
 //!
@@ -50,9 +51,10 @@ pub struct ApiBenchArgs {
     /// Rounds; the table shows medians.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// READY videos the status reads spread over (client c reads video c mod N); 1: every
-    /// client reads the same video.
-    #[arg(long, value_name = "N", default_value_t = 1,
+    /// READY videos the status reads spread over (client c reads video c mod N, at most
+    /// `--confirms`). The same reads of one video (every client on one hot row) run after
+    /// them and have a row of their own.
+    #[arg(long, value_name = "N", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub read_videos: u32,
     /// The API's database pool (`VIDQ_DB_POOL_SIZE`), also pgbench's client count.
@@ -87,6 +89,11 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
     ensure!(
         args.clients > 0 && args.confirms >= args.clients,
         "need confirms >= clients > 0"
+    );
+    ensure!(
+        args.read_videos as usize <= args.confirms,
+        "--read-videos {} needs as many --confirms (the READY videos are the round's own)",
+        args.read_videos
     );
     ensure!(
         !args.confirm_batch.is_empty() && !args.confirm_batch.contains(&0),
@@ -179,7 +186,12 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
     } else if args.paced_share > 0 {
         println!("confirm, paced: not run (no pgbench ceiling to take a share of)");
     }
-    row("GET /v1/videos/{id} (READY)", &|r| &r.reads, "");
+    row(
+        &format!("GET /v1/videos/{{id}}, {} READY", args.read_videos),
+        &|r| &r.reads,
+        "",
+    );
+    row("GET /v1/videos/{id}, one hot row", &|r| &r.hot_reads, "");
     let batches: Vec<String> = args
         .confirm_batch
         .iter()
@@ -209,13 +221,17 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
             median(&paced)
         );
     }
-    let reads: Vec<f64> = rounds.iter().filter_map(|r| r.reads.mean_batch).collect();
-    println!(
-        "status reads per statement, mean (the API's vidq_status_read_batch_size): {}",
-        match reads.is_empty() {
+    let mean_of = |pick: &dyn Fn(&Round) -> &Rate| {
+        let means: Vec<f64> = rounds.iter().filter_map(|r| pick(r).mean_batch).collect();
+        match means.is_empty() {
             true => "-".to_owned(),
-            false => format!("{:.1}", median(&reads)),
+            false => format!("{:.1}", median(&means)),
         }
+    };
+    println!(
+        "status reads per statement, mean (the API's vidq_status_read_batch_size): {} spread, {} hot",
+        mean_of(&|r| &r.reads),
+        mean_of(&|r| &r.hot_reads)
     );
     Ok(())
 }

@@ -17,7 +17,10 @@ pub(super) struct Round {
     pub(super) confirms: Vec<Rate>,
     /// The paced confirms, when they ran.
     pub(super) paced: Option<Paced>,
+    /// Status reads spread over `--read-videos` READY videos.
     pub(super) reads: Rate,
+    /// Status reads of one READY video by every client (a hot row).
+    pub(super) hot_reads: Rate,
     pub(super) ceiling: Result<f64, String>,
 }
 
@@ -57,11 +60,16 @@ pub(super) async fn round(args: &ApiBenchArgs) -> anyhow::Result<Round> {
         confirms.push(measured.confirms);
         last = measured.later.or(last);
     }
-    let Later { paced, reads } = last.context("no status reads were measured")?;
+    let Later {
+        paced,
+        reads,
+        hot_reads,
+    } = last.context("no status reads were measured")?;
     Ok(Round {
         confirms,
         paced,
         reads,
+        hot_reads,
         ceiling,
     })
 }
@@ -77,6 +85,7 @@ struct Measured {
 struct Later {
     paced: Option<Paced>,
     reads: Rate,
+    hot_reads: Rate,
 }
 
 /// The API's part of a round on `scratch`, with confirms committed in batches of at most
@@ -160,21 +169,46 @@ async fn measure(
             None => None,
         };
         let videos = read_videos(&scratch.url, &video, args.read_videos).await?;
-        let (per_s, latencies) = read_for(&base, &key, &videos, args.clients, args.seconds).await?;
-        let reads = Rate {
-            per_s,
-            latencies,
-            mean_batch: mean_batch(&base, "vidq_status_read_batch_size").await,
-        };
+        let reads = reads_of(&base, &key, &videos, args).await?;
+        // The same reads of one video only: every client on one hot row.
+        let hot_reads = reads_of(&base, &key, &videos[..1], args).await?;
         anyhow::Ok(Measured {
             confirms,
-            later: Some(Later { paced, reads }),
+            later: Some(Later {
+                paced,
+                reads,
+                hot_reads,
+            }),
         })
     }
     .await;
     let _ = child.kill().await;
     s3.stop().await;
     measured
+}
+
+/// `--seconds` of status reads by every client over `videos` (client c reads video c mod
+/// N), and how many reads the API took per statement meanwhile.
+async fn reads_of(
+    base: &str,
+    key: &str,
+    videos: &[String],
+    args: &ApiBenchArgs,
+) -> anyhow::Result<Rate> {
+    let family = "vidq_status_read_batch_size";
+    let before = batch_totals(base, family).await;
+    let (per_s, latencies) = read_for(base, key, videos, args.clients, args.seconds).await?;
+    let after = batch_totals(base, family).await;
+    let mean_batch = match (before, after) {
+        (Some((s0, c0)), Some((s1, c1))) if c1 > c0 => Some((s1 - s0) / (c1 - c0)),
+        (None, Some((s1, c1))) if c1 > 0.0 => Some(s1 / c1),
+        _ => None,
+    };
+    Ok(Rate {
+        per_s,
+        latencies,
+        mean_batch,
+    })
 }
 
 /// The `n` videos the reads spread over, READY: `first` (the first confirm's), then others
