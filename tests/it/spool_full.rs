@@ -22,7 +22,9 @@ struct Mounted {
 }
 
 impl Mounted {
-    fn tmpfs(size: &str) -> Option<Self> {
+    /// Mounts it, or fails the test with what is missing: it needs root (or
+    /// `CAP_SYS_ADMIN`), as `.ci/run` has.
+    fn tmpfs(size: &str) -> Self {
         let parent = tempfile::tempdir().unwrap();
         let path = parent.path().join("spool-disk");
         std::fs::create_dir(&path).unwrap();
@@ -30,18 +32,17 @@ impl Mounted {
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(&path)
             .output()
-            .ok()?;
-        if !mounted.status.success() {
-            eprintln!(
-                "skipped: cannot mount a tmpfs here ({})",
-                String::from_utf8_lossy(&mounted.stderr).trim()
-            );
-            return None;
-        }
-        Some(Self {
+            .expect("`mount` (util-linux) runs");
+        assert!(
+            mounted.status.success(),
+            "this test fills a spool disk of its own, a {size} tmpfs, and could not mount one \
+             ({}): run the suite as root, as .ci/run does",
+            String::from_utf8_lossy(&mounted.stderr).trim()
+        );
+        Self {
             path,
             _parent: parent,
-        })
+        }
     }
 }
 
@@ -93,9 +94,7 @@ async fn expect_507(answer: reqwest::Response) {
 #[tokio::test]
 async fn a_full_spool_answers_507_keeps_what_was_counted_and_takes_bytes_again_once_the_sweeper_frees_space()
  {
-    let Some(disk) = Mounted::tmpfs("4m") else {
-        return;
-    };
+    let disk = Mounted::tmpfs("4m");
     let app = TestApp::spawn_with(TestAppOptions {
         spool_in: Some(disk.path.clone()),
         ..Default::default()
