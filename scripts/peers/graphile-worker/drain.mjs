@@ -2,7 +2,7 @@
 // workers while BACKLOG more stay queued behind them, as vidq's throughput run does.
 // Prints one line with jobs_per_s=N (what the benchmark reads) and left=N.
 //
-//   node drain.mjs DATABASE_URL JOBS CONCURRENCY BACKLOG [noop|ready]
+//   node drain.mjs DATABASE_URL JOBS CONCURRENCY BACKLOG [noop|ready] [defaults|batched]
 //
 // noop (the default): the task does nothing, in an empty database.
 // ready: the database holds vidq's schema and one queued video per job (the benchmark puts
@@ -12,18 +12,33 @@
 // the job in a second commit. That is the same rows written, without vidq's fence (the
 // writes and the completion are not one transaction) and without its attempt ledger.
 //
+// defaults (the default): graphile-worker 0.18.0 as it comes, each worker fetching its own
+// job and each completion its own commit.
+// batched: the settings graphile-worker's documentation recommends for throughput
+// (https://worker.graphile.org/docs/performance#batching): a local queue of CONCURRENCY + 1
+// jobs fetched in one query (preset.worker.localQueue.size) and completions batched
+// (preset.worker.completeJobBatchDelay 0, the smallest delay; failures likewise). A job held in
+// the local queue or awaiting its batched completion is then lost to a crash until its lock
+// expires (4 hours by default), the trade-off those settings make.
+//
 // graphile-worker installs its schema in the database. Timing starts before the runner
 // connects (as vidq's starts before its workers do) and stops at the JOBS-th job:complete.
 import { run, runMigrations, Logger } from "graphile-worker";
 import pg from "pg";
 import { randomBytes } from "node:crypto";
+import { EventEmitter } from "node:events";
 
-const [url, jobsArg, concurrencyArg, backlogArg = "0", mode = "noop"] = process.argv.slice(2);
+const [url, jobsArg, concurrencyArg, backlogArg = "0", mode = "noop", settings = "defaults"] =
+  process.argv.slice(2);
 const jobs = Number(jobsArg);
 const concurrency = Number(concurrencyArg);
 const backlog = Number(backlogArg);
-if (!url || !(jobs > 0) || !(concurrency > 0) || !(backlog >= 0) || !["noop", "ready"].includes(mode)) {
-  console.error("usage: node drain.mjs DATABASE_URL JOBS CONCURRENCY BACKLOG [noop|ready]");
+if (
+  !url ||
+  !(jobs > 0) || !(concurrency > 0) || !(backlog >= 0) || !["noop", "ready"].includes(mode) ||
+  !["defaults", "batched"].includes(settings)
+) {
+  console.error("usage: node drain.mjs DATABASE_URL JOBS CONCURRENCY BACKLOG [noop|ready] [defaults|batched]");
   process.exit(2);
 }
 // A log line per job would measure the logger, not the queue.
@@ -109,8 +124,16 @@ let finish;
 const finished = new Promise((resolve) => {
   finish = resolve;
 });
+// The runner's events, given before it starts so that its local queue's start is seen: a
+// "batched" run without one would be a defaults run under another name.
+const events = new EventEmitter();
+let localQueues = 0;
+events.on("localQueue:init", () => {
+  localQueues += 1;
+});
 const started = performance.now();
 const runner = await run({
+  events,
   connectionString: url,
   concurrency,
   // One connection per worker and two for the runner's own listening and upkeep.
@@ -119,7 +142,22 @@ const runner = await run({
   noHandleSignals: true,
   logger: silent,
   taskList: { noop: async () => {}, ready },
+  ...(settings === "batched"
+    ? {
+        preset: {
+          worker: {
+            localQueue: { size: concurrency + 1 },
+            completeJobBatchDelay: 0,
+            failJobBatchDelay: 0,
+          },
+        },
+      }
+    : {}),
 });
+if ((settings === "batched") !== localQueues > 0) {
+  console.error(`settings=${settings} but ${localQueues} local queue(s) started`);
+  process.exit(1);
+}
 runner.events.on("job:complete", () => {
   completed += 1;
   if (completed === jobs) finish(performance.now());
@@ -131,6 +169,6 @@ await setup.end();
 
 const seconds = (ended - started) / 1000;
 console.log(
-  `jobs=${jobs} concurrency=${concurrency} backlog=${backlog} seconds=${seconds.toFixed(3)} ` +
+  `settings=${settings} jobs=${jobs} concurrency=${concurrency} backlog=${backlog} seconds=${seconds.toFixed(3)} ` +
     `jobs_per_s=${(jobs / seconds).toFixed(1)} left=${rows[0].n}`,
 );
