@@ -7,6 +7,7 @@ pub mod chaos;
 pub mod e2e;
 pub mod live;
 pub mod long;
+mod pgbench;
 pub mod queue;
 pub mod relay;
 pub mod s3_faults;
@@ -52,6 +53,9 @@ pub enum BenchCommand {
     /// random faults (a role SIGKILLed, S3 down, S3 answers lost, a PostgreSQL restart);
     /// then checks that nothing confirmed was lost, announced twice or left half done.
     Chaos(chaos::ChaosBenchArgs),
+    /// One worker process of `vidq bench queue`'s throughput run (started by it, not by hand).
+    #[command(hide = true)]
+    QueueWorker(queue::QueueWorkerArgs),
 }
 
 /// Runs a benchmark.
@@ -65,6 +69,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Api(args) => api::run(args).await,
         BenchCommand::Live(args) => live::run(args).await,
         BenchCommand::Chaos(args) => chaos::run(args).await,
+        BenchCommand::QueueWorker(args) => queue::run_child(args).await,
     }
 }
 

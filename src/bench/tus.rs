@@ -2,7 +2,9 @@
 //! the limit of where they go, measured in the same run. A real `vidq api` process with that
 //! store; one client PATCHing `--gib` GiB in `--chunk-mib` MiB chunks, then `--clients`
 //! clients at once sending the same total; medians of `--rounds`. The limit: for `spool`,
-//! `dd if=/dev/zero bs=1M count=1024 conv=fsync` onto the spool's directory; for `s3`, the
+//! `dd if=/dev/zero bs=1M conv=fsync` onto the spool's directory, one writing the same bytes
+//! and `--clients` at once writing their share each (each timed by its own report); for
+//! `s3`, the
 //! same bytes sent by aws-sdk-s3's own multipart upload (parts of `--part-mib`, from memory)
 //! to the same S3 (plain HTTP, or HTTPS with `--s3-tls`), by one client and by `--clients`
 //! at once. Then a fresh API process takes `--clients` uploads of `--rss-gib` GiB at once
@@ -155,21 +157,45 @@ fn empty(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `dd if=/dev/zero of=DIR/dd.bin bs=1M count=1024 conv=fsync`, timed like the uploads.
-async fn dd(dir: &Path) -> anyhow::Result<f64> {
-    let target = dir.join("dd.bin");
-    let started = Instant::now();
-    let status = tokio::process::Command::new("dd")
-        .args(["if=/dev/zero", "bs=1M", "count=1024", "conv=fsync"])
-        .arg(format!("of={}", target.display()))
-        .stderr(std::process::Stdio::null())
-        .status()
-        .await
-        .context("running dd")?;
-    let elapsed = started.elapsed();
-    ensure!(status.success(), "dd failed");
-    std::fs::remove_file(target)?;
-    Ok(mb_per_s(GIB, elapsed))
+/// `writers` runs of `dd if=/dev/zero of=DIR/dd-N.bin bs=1M count=MIB conv=fsync` at once,
+/// `total` bytes between them: MB/s of the whole, each dd timed by itself (its own report,
+/// which leaves out its process start) and the whole by the slowest.
+async fn dd(dir: &Path, total: u64, writers: u64) -> anyhow::Result<f64> {
+    let mib = total / writers / MIB;
+    let runs = (0..writers).map(|n| {
+        let target = dir.join(format!("dd-{n}.bin"));
+        async move {
+            let out = tokio::process::Command::new("dd")
+                .args(["if=/dev/zero", "bs=1M", "conv=fsync"])
+                .arg(format!("count={mib}"))
+                .arg(format!("of={}", target.display()))
+                .output()
+                .await
+                .context("running dd")?;
+            ensure!(out.status.success(), "dd failed");
+            std::fs::remove_file(&target)?;
+            dd_seconds(&String::from_utf8_lossy(&out.stderr))
+        }
+    });
+    let mut slowest: f64 = 0.0;
+    for seconds in futures_util::future::join_all(runs).await {
+        slowest = slowest.max(seconds?);
+    }
+    Ok(mb_per_s(
+        mib * MIB * writers,
+        Duration::from_secs_f64(slowest),
+    ))
+}
+
+/// The seconds in dd's own report (`... copied, 2.34 s, 459 MB/s`).
+fn dd_seconds(report: &str) -> anyhow::Result<f64> {
+    report
+        .lines()
+        .find_map(|line| {
+            let (_, after) = line.split_once(" copied, ")?;
+            after.split_once(" s")?.0.parse::<f64>().ok()
+        })
+        .with_context(|| format!("no time in dd's report: {report}"))
 }
 
 /// Runs the benchmark and prints its table.
@@ -276,9 +302,8 @@ async fn measure(args: &TusBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
             limit_many.push(mb_per_s(per_client * args.clients, started.elapsed()));
             clean().await?;
         } else {
-            let disk = dd(&spool).await?;
-            limit_one.push(disk);
-            limit_many.push(disk);
+            limit_one.push(dd(&spool, total, 1).await?);
+            limit_many.push(dd(&spool, per_client * args.clients, args.clients).await?);
         }
         println!(
             "round {round}: 1 client {:.0} MB/s (limit {:.0}), {} clients {:.0} MB/s (limit {:.0})",
@@ -305,7 +330,14 @@ async fn measure(args: &TusBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
             args.clients, args.gib
         );
     } else {
-        println!("| limit: `dd bs=1M count=1024 conv=fsync` | {limit_one:.0} | 100% |");
+        println!(
+            "| limit: `dd bs=1M conv=fsync`, 1 writer, {} GiB | {limit_one:.0} | 100% |",
+            args.gib
+        );
+        println!(
+            "| limit: `dd bs=1M conv=fsync`, {} writers at once, {} GiB in all | {limit_many:.0} | 100% |",
+            args.clients, args.gib
+        );
     }
     println!(
         "| vidq tus ({} store), 1 client, {} GiB in {} MiB PATCHes | {one:.0} | {:.0}% |",
@@ -346,4 +378,16 @@ async fn measure(args: &TusBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
         clean().await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dd_seconds;
+
+    #[test]
+    fn dds_own_time_is_read_from_its_report() {
+        let report = "1024+0 records in\n1024+0 records out\n1073741824 bytes (1.1 GB, 1.0 GiB) copied, 2.34567 s, 458 MB/s\n";
+        assert_eq!(dd_seconds(report).unwrap(), 2.34567);
+        assert!(dd_seconds("dd: error writing: No space left on device").is_err());
+    }
 }

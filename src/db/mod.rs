@@ -107,6 +107,7 @@ pub mod pipelined;
 pub mod pool;
 pub mod prepared;
 pub mod provision;
+pub mod queue_ceiling;
 pub mod reconcile;
 pub mod recordings;
 pub mod retrying;

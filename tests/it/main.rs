@@ -4,6 +4,7 @@
 mod api_contract;
 mod attempt_budget;
 mod attempt_faults;
+mod bench_queue;
 mod broken_node;
 mod chaos;
 mod cli;

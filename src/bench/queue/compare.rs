@@ -1,6 +1,7 @@
-//! What vidq's rate is compared with, each run as a script of its own: the SQL-only ceiling
-//! (pgbench running the same statements) and a peer queue (graphile-worker), each on a
-//! scratch database it leaves behind for this module to drop.
+//! What vidq's rate is compared with: the SQL-only ceilings (pgbench running the queue's own
+//! statements, [`crate::db::queue_ceiling`], one job and up to 8 jobs a transaction) and a
+//! peer queue (graphile-worker, at its defaults and at its documented throughput settings),
+//! each on a scratch database of its own.
 
 use anyhow::Context;
 
@@ -8,17 +9,17 @@ use super::throughput::bench_users;
 use crate::bench::Scratch;
 use crate::db;
 
-/// One peer task's runs at one worker count and backlog (shared by the rows of every
-/// number of slots).
+/// A ceiling's or a peer's results at one worker count and backlog, over the rounds (shared
+/// by the rows of every layout).
 #[derive(Default)]
-pub(super) struct PeerRuns {
+pub(super) struct Measured {
     /// Its jobs/s.
     pub(super) rates: Vec<f64>,
     /// Why it was not measured.
     pub(super) why_not: Option<String>,
 }
 
-/// What the peer's task does (`drain.mjs`'s last argument).
+/// What the peer's task does (`drain.mjs`'s fifth argument).
 #[derive(Clone, Copy)]
 pub(super) enum PeerTask {
     /// Nothing, in an empty database: the queue alone.
@@ -28,55 +29,138 @@ pub(super) enum PeerTask {
     Ready,
 }
 
-impl PeerTask {
-    pub(super) const ALL: [PeerTask; 2] = [PeerTask::Noop, PeerTask::Ready];
+/// How the peer is set up (`drain.mjs`'s last argument).
+#[derive(Clone, Copy)]
+pub(super) enum PeerSettings {
+    /// As it comes: each worker fetches its own job, each completion is its own commit.
+    Defaults,
+    /// Its documented throughput settings: a local queue of concurrency + 1 jobs fetched
+    /// together, and completions batched (delay 0).
+    Batched,
+}
 
-    fn arg(self) -> &'static str {
-        match self {
+/// One way the peer is run in each round.
+#[derive(Clone, Copy)]
+pub(super) struct PeerRun {
+    pub(super) task: PeerTask,
+    pub(super) settings: PeerSettings,
+}
+
+impl PeerRun {
+    /// Every way, in the order of the table's columns.
+    pub(super) const ALL: [PeerRun; 4] = [
+        PeerRun::new(PeerTask::Noop, PeerSettings::Defaults),
+        PeerRun::new(PeerTask::Noop, PeerSettings::Batched),
+        PeerRun::new(PeerTask::Ready, PeerSettings::Defaults),
+        PeerRun::new(PeerTask::Ready, PeerSettings::Batched),
+    ];
+
+    const fn new(task: PeerTask, settings: PeerSettings) -> PeerRun {
+        PeerRun { task, settings }
+    }
+
+    /// The table's column heading.
+    pub(super) fn heading(self) -> &'static str {
+        match (self.task, self.settings) {
+            (PeerTask::Noop, PeerSettings::Defaults) => "peer no-op",
+            (PeerTask::Noop, PeerSettings::Batched) => "batched no-op",
+            (PeerTask::Ready, PeerSettings::Defaults) => "peer + writes",
+            (PeerTask::Ready, PeerSettings::Batched) => "batched + wr.",
+        }
+    }
+
+    fn args(self) -> [&'static str; 2] {
+        let task = match self.task {
             PeerTask::Noop => "noop",
             PeerTask::Ready => "ready",
+        };
+        let settings = match self.settings {
+            PeerSettings::Defaults => "defaults",
+            PeerSettings::Batched => "batched",
+        };
+        [task, settings]
+    }
+}
+
+/// How the SQL-only ceiling sends its jobs ([`crate::db::queue_ceiling`]).
+#[derive(Clone, Copy)]
+pub(super) enum CeilingShape {
+    /// One job per transaction, one client per worker.
+    OneJob,
+    /// Up to 8 jobs per transaction (claimed together, finalized in one commit), the workers'
+    /// slots shared out among as few clients as that takes.
+    Batched,
+}
+
+impl CeilingShape {
+    pub(super) const ALL: [CeilingShape; 2] = [CeilingShape::OneJob, CeilingShape::Batched];
+
+    /// Jobs per transaction and clients, at `workers`.
+    fn layout(self, workers: u32) -> (u32, u32) {
+        match self {
+            CeilingShape::OneJob => (1, workers),
+            CeilingShape::Batched => {
+                let batch = workers.clamp(1, 8);
+                (batch, workers.div_ceil(batch))
+            }
+        }
+    }
+
+    /// The table's column heading.
+    pub(super) fn heading(self) -> &'static str {
+        match self {
+            CeilingShape::OneJob => "ceiling 1/tx",
+            CeilingShape::Batched => "ceiling batch",
         }
     }
 }
 
-/// jobs/s of the pgbench ceiling at `clients`, or why it could not be measured.
+/// jobs/s of pgbench running the queue's SQL ([`crate::db::queue_ceiling`]) at `workers`, on a
+/// scratch database holding the same synthetic backlog as vidq's run, or why it could not be
+/// measured.
 pub(super) async fn ceiling(
     server: &str,
-    script: Option<&std::path::Path>,
+    shape: CeilingShape,
     jobs: i64,
-    clients: u32,
+    workers: u32,
+    backlog: i64,
+    owners: u32,
 ) -> Result<f64, String> {
-    let Some(script) = script else {
-        return Err("no --ceiling script given".to_owned());
+    let (batch, clients) = shape.layout(workers);
+    let per_client = u64::try_from(jobs).unwrap_or(0) / u64::from(batch * clients);
+    if per_client == 0 {
+        return Err(format!(
+            "--jobs {jobs} is fewer than one transaction a client"
+        ));
+    }
+    let scratch = Scratch::create(server, "ceiling")
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    let run = async {
+        let pool = db::connect(&scratch.url, 1).await?;
+        let owners = bench_users(&pool, owners).await?;
+        {
+            let mut conn = pool.get().await?;
+            // Every client's first claim and its last (made, never finalized) come on top.
+            let claimed = jobs + i64::from(2 * batch * clients);
+            db::synthetic::backlog_of_owners(&mut conn, &owners, claimed + backlog).await?;
+            db::bench::checkpoint(&mut conn).await?;
+        }
+        drop(pool);
+        let script = match shape {
+            CeilingShape::OneJob => db::queue_ceiling::one_job_per_transaction(),
+            CeilingShape::Batched => db::queue_ceiling::batched(batch as usize),
+        };
+        let (name, first) = db::queue_ceiling::HOLDING;
+        let holding = [(name, first.to_owned())];
+        let tps = crate::bench::pgbench::tps(&scratch.url, &script, clients, per_client, &holding)
+            .await?;
+        // Each transaction finalized a whole batch: the claims always found one (the backlog).
+        anyhow::Ok(tps * f64::from(batch))
     };
-    if !script.exists() {
-        return Err(format!("{} not found", script.display()));
-    }
-    let jobs = jobs - jobs % i64::from(clients);
-    let database = format!("vidq_bench_{}_ceiling", std::process::id());
-    // The script speaks libpq: point it at the same server as the rest of the benchmark.
-    let url = url::Url::parse(&db::pool::with_default_user(server).map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?;
-    let mut command = tokio::process::Command::new("bash");
-    command
-        .arg(script)
-        .arg(jobs.to_string())
-        .arg(clients.to_string())
-        .arg("heavy")
-        .env("INDEX", "claimable")
-        .env("BENCH_DB", &database)
-        .env("PGHOST", url.host_str().unwrap_or("127.0.0.1"))
-        .env("PGPORT", url.port().unwrap_or(5432).to_string())
-        .env("PGUSER", url.username());
-    if let Some(password) = url.password() {
-        command.env("PGPASSWORD", password);
-    }
-    let out = command.output().await.map_err(|e| e.to_string());
-    // The script leaves its database behind; this benchmark cleans up after itself.
-    if let Ok(scratch) = db::pool::with_database(server, &database) {
-        let _ = db::provision::drop_database(&scratch).await;
-    }
-    jobs_per_s(&out?)
+    let result = run.await;
+    scratch.drop_now().await;
+    result.map_err(|e| format!("{e:#}"))
 }
 
 /// jobs/s of the peer queue draining `jobs` with `workers` while `backlog` more wait, or why
@@ -86,7 +170,7 @@ pub(super) async fn ceiling(
 pub(super) async fn peer(
     server: &str,
     script: &std::path::Path,
-    task: PeerTask,
+    run: PeerRun,
     jobs: i64,
     workers: u32,
     backlog: i64,
@@ -102,6 +186,7 @@ pub(super) async fn peer(
             package.display()
         ));
     }
+    let task = run.task;
     let scratch = match task {
         PeerTask::Noop => Scratch::empty(server, "peer").await,
         PeerTask::Ready => Scratch::create(server, "peer").await,
@@ -124,7 +209,7 @@ pub(super) async fn peer(
             .arg(jobs.to_string())
             .arg(workers.to_string())
             .arg(backlog.to_string())
-            .arg(task.arg())
+            .args(run.args())
             .output()
             .await
             .context("node")?;
@@ -146,7 +231,7 @@ pub(super) async fn peer(
     jobs_per_s(&out?)
 }
 
-/// The `jobs_per_s=` a ceiling or peer script printed, or what it said on stderr instead.
+/// The `jobs_per_s=` the peer's script printed, or what it said on stderr instead.
 fn jobs_per_s(out: &std::process::Output) -> Result<f64, String> {
     let text = String::from_utf8_lossy(&out.stdout);
     text.split_whitespace()

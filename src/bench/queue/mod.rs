@@ -1,19 +1,25 @@
 //! `vidq bench queue`: how fast the queue moves jobs with no encoding in the way.
 //!
-//! Throughput: W in-process workers (each group of S of them a worker process of its own, with
-//! its own pool of 2 connections and S slots) drain N jobs through the real claim statement and the real fenced
+//! Throughput: W worker slots as processes of S slots each (`vidq bench queue-worker`: the
+//! worker's own runner, settings, heartbeats and presence, a pool of 2 connections, a job
+//! body that does nothing) drain N jobs through the real claim statement and the real fenced
 //! READY finalize (video update, outbox row, attempt ledger), while a backlog of B jobs stays
-//! queued behind them. Pickup: W idle workers (in the same layouts), one enqueue every 50 ms
-//! through the confirm's own transaction, timed from the enqueue's commit to the claim. The
-//! SQL-only ceiling (pgbench running the same statements) is measured in the same run when its
-//! script is found.
-//! So is a peer queue, graphile-worker, draining the same number of jobs with the same worker
-//! count and backlog when Node.js and its package are installed: once with no-op jobs, and
-//! once with jobs that write what vidq's finalize writes (the video READY and its event).
+//! queued behind them; once with the claim committed as vidq commits it (without waiting for
+//! its WAL flush) and once with the flush. Pickup: W idle worker slots in the same layouts,
+//! as runners inside this process (which times their claims), one enqueue every 50 ms
+//! through the confirm's own transaction, timed from the enqueue's commit to the claim.
 //!
-//! This file holds the arguments and the order of the runs; the workers under test are in
-//! `workers`, the two measurements in `throughput` and `pickup`, the ceiling and the peer in
-//! `compare`, and the table lines in `table`.
+//! In the same rounds: the SQL-only ceilings (pgbench running the same statements, one job
+//! and up to 8 jobs a transaction) when pgbench is installed, and a peer queue,
+//! graphile-worker, draining the same number of jobs with the same worker count and backlog
+//! when Node.js and its package are installed: with no-op jobs and with jobs that write what
+//! vidq's finalize writes (the video READY and its event), each at the peer's defaults and at
+//! its documented throughput settings.
+//!
+//! This file holds the arguments and the order of the runs; the worker processes are in
+//! `worker_process`, the in-process runners of the pickup test in `workers`, the two
+//! measurements in `throughput` and `pickup`, the ceilings and the peer in `compare`, and the
+//! table lines in `table`.
 
 use std::path::PathBuf;
 
@@ -21,7 +27,7 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::queue::line::Listeners;
-use compare::{PeerRuns, PeerTask, ceiling, peer};
+use compare::{CeilingShape, Measured, PeerRun, ceiling, peer};
 use pickup::{Pickups, pickups};
 use table::{Row, print_pickups, print_row};
 use throughput::throughput;
@@ -30,8 +36,10 @@ mod compare;
 mod pickup;
 mod table;
 mod throughput;
+mod worker_process;
 mod workers;
 
+pub use worker_process::{QueueWorkerArgs, run_child};
 pub(super) use workers::{Noop, start_workers};
 
 /// `vidq bench queue`.
@@ -54,19 +62,25 @@ pub struct QueueBenchArgs {
     /// Jobs left queued behind the drained ones (comma-separated; each is measured).
     #[arg(long, value_delimiter = ',', default_value = "1000")]
     pub backlog: Vec<i64>,
-    /// Rounds per worker count: each round measures the ceiling and then every backlog, so
-    /// each ratio compares runs made minutes apart; the table shows medians.
+    /// How vidq's claim commits (comma-separated; each is measured): `async`, as vidq runs
+    /// (the claim alone without waiting for its WAL flush), and `sync`, with the flush, as
+    /// every commit of the peer waits for it.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "async,sync")]
+    pub claims: Vec<ClaimCommit>,
+    /// Rounds per worker count: each round measures, for every backlog, the ceilings, vidq
+    /// and the peer one after another, so each ratio compares runs made minutes apart; the
+    /// table shows medians.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// Pickup samples per worker count, layout and listening mode (one enqueue every 50 ms);
     /// 0 skips the pickup test.
     #[arg(long, default_value_t = 200)]
     pub pickups: usize,
-    /// A pgbench ceiling script to compare with (called as `bash SCRIPT JOBS CLIENTS` with
-    /// libpq's variables set, printing `jobs_per_s=N`), measured with the claimable index and
-    /// the heavy finalize at the same concurrency. Without it the ceiling column says so.
+    /// Skip the SQL-only ceilings (pgbench running the claim and the READY finalize, one job
+    /// and up to 8 jobs a transaction; see `db::queue_ceiling`). They run whenever `pgbench`
+    /// is on the PATH; without it their columns say why not.
     #[arg(long)]
-    pub ceiling: Option<PathBuf>,
+    pub no_ceiling: bool,
     /// The peer queue's drain script (graphile-worker, run with `node`; its package is
     /// installed by `npm ci --prefix scripts/peers/graphile-worker`), drained in each round
     /// right after vidq with the same jobs, workers and backlog.
@@ -88,6 +102,24 @@ pub struct QueueBenchArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub server: super::ServerArgs,
+}
+
+/// How vidq's claim commits in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClaimCommit {
+    /// Without waiting for its WAL flush, as vidq runs.
+    Async,
+    /// With its WAL flush (`vidq.claim_synchronous_commit` on).
+    Sync,
+}
+
+impl ClaimCommit {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            ClaimCommit::Async => "async",
+            ClaimCommit::Sync => "sync",
+        }
+    }
 }
 
 /// The slots per process measured at `workers` workers: `slots` capped at `workers`, each
@@ -120,50 +152,62 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
         args.jobs, args.owners, args.rounds
     );
     println!();
-    println!(
-        "{:>7} | {:>9} | {:>8} | {:>10} | {:>16} | {:>8} | {:>14} | {:>9} | {:>14} | {:>9} | per-round ratios",
-        "workers",
-        "processes",
-        "backlog",
-        "jobs/s",
-        "pgbench ceiling",
-        "ratio",
-        "peer no-op",
-        "vidq/peer",
-        "peer + writes",
-        "vidq/peer"
+    let mut heading = format!(
+        "{:>7} | {:>9} | {:>5} | {:>8} | {:>10}",
+        "workers", "processes", "claim", "backlog", "jobs/s"
     );
+    for shape in CeilingShape::ALL {
+        heading.push_str(&format!(" | {:>12} | {:>8}", shape.heading(), "ratio"));
+    }
+    for run in PeerRun::ALL {
+        heading.push_str(&format!(" | {:>14} | {:>9}", run.heading(), "vidq/peer"));
+    }
+    println!("{heading} | per-round ratios");
     for &workers in &args.workers {
-        let mut ceilings = Vec::new();
-        let mut why_no_ceiling = None;
-        let layouts = layouts(&args.slots, workers);
+        // Every layout, each with every way of committing the claim.
+        let variants: Vec<(u32, ClaimCommit)> = layouts(&args.slots, workers)
+            .into_iter()
+            .flat_map(|slots| args.claims.iter().map(move |&claims| (slots, claims)))
+            .collect();
         let mut rows: Vec<Vec<Row>> = args
             .backlog
             .iter()
-            .map(|_| layouts.iter().map(|_| Row::default()).collect())
+            .map(|_| variants.iter().map(|_| Row::default()).collect())
             .collect();
-        let mut peers: Vec<[PeerRuns; 2]> =
+        let mut ceilings: Vec<[Measured; 2]> =
+            args.backlog.iter().map(|_| Default::default()).collect();
+        let mut peers: Vec<[Measured; 4]> =
             args.backlog.iter().map(|_| Default::default()).collect();
         for _ in 0..args.rounds.max(1) {
-            let ceiling = ceiling(
-                &args.server.database_url,
-                args.ceiling.as_deref(),
-                args.jobs,
-                workers,
-            )
-            .await;
-            for ((rows, peers), &backlog) in rows.iter_mut().zip(&mut peers).zip(&args.backlog) {
+            let each_backlog = rows.iter_mut().zip(&mut ceilings).zip(&mut peers);
+            for (((rows, ceilings), peers), &backlog) in each_backlog.zip(&args.backlog) {
                 let server = &args.server.database_url;
+                let (jobs, owners) = (args.jobs, args.owners);
+                let mut measured = [None, None];
+                for (i, shape) in CeilingShape::ALL.into_iter().enumerate() {
+                    if args.no_ceiling {
+                        ceilings[i].why_not = Some("--no-ceiling".to_owned());
+                        continue;
+                    }
+                    match ceiling(server, shape, jobs, workers, backlog, owners).await {
+                        Ok(c) => {
+                            ceilings[i].rates.push(c);
+                            measured[i] = Some(c);
+                        }
+                        Err(why) => ceilings[i].why_not = Some(why),
+                    }
+                }
                 let mut rates = Vec::new();
-                for (row, &slots) in rows.iter_mut().zip(&layouts) {
-                    let run = throughput(server, args.jobs, workers, slots, backlog, args.owners)
+                for (row, &(slots, claims)) in rows.iter_mut().zip(&variants) {
+                    let shape = (workers, slots, claims);
+                    let run = throughput(server, jobs, shape, backlog, owners)
                         .await
                         .context("throughput run")?;
                     let rate = run.rate;
                     row.rates.push(rate);
                     row.per_commit.push(run.per_commit);
-                    if let Ok(c) = &ceiling {
-                        row.to_ceiling.push(rate / c);
+                    for (to_ceiling, c) in row.to_ceiling.iter_mut().zip(measured) {
+                        to_ceiling.extend(c.map(|c| rate / c));
                     }
                     rates.push(rate);
                 }
@@ -171,9 +215,8 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
                     continue;
                 }
                 // Right after vidq's runs, so that they meet the same minutes of the machine.
-                for (i, task) in PeerTask::ALL.into_iter().enumerate() {
-                    let (jobs, owners) = (args.jobs, args.owners);
-                    match peer(server, &args.peer, task, jobs, workers, backlog, owners).await {
+                for (i, run) in PeerRun::ALL.into_iter().enumerate() {
+                    match peer(server, &args.peer, run, jobs, workers, backlog, owners).await {
                         Ok(p) => {
                             peers[i].rates.push(p);
                             for (row, rate) in rows.iter_mut().zip(&rates) {
@@ -184,22 +227,11 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
                     }
                 }
             }
-            match ceiling {
-                Ok(c) => ceilings.push(c),
-                Err(why) => why_no_ceiling = Some(why),
-            }
         }
-        for ((rows, peers), &backlog) in rows.iter().zip(&peers).zip(&args.backlog) {
-            for (row, &slots) in rows.iter().zip(&layouts) {
-                print_row(
-                    workers,
-                    slots,
-                    backlog,
-                    row,
-                    peers,
-                    &ceilings,
-                    &why_no_ceiling,
-                );
+        let each_backlog = rows.iter().zip(&ceilings).zip(&peers);
+        for (((rows, ceilings), peers), &backlog) in each_backlog.zip(&args.backlog) {
+            for (row, &(slots, claims)) in rows.iter().zip(&variants) {
+                print_row((workers, slots, claims), backlog, row, ceilings, peers);
             }
         }
     }

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use super::compare::PeerRuns;
+use super::ClaimCommit;
+use super::compare::{CeilingShape, Measured, PeerRun};
 use super::layout_name;
 use super::pickup::Pickups;
 use crate::bench::stats::{median, ms, percentile};
@@ -14,12 +15,14 @@ use crate::bench::stats::{median, ms, percentile};
 pub(super) struct Row {
     /// vidq's jobs/s.
     pub(super) rates: Vec<f64>,
-    /// vidq's jobs/s over the ceiling of the same round.
-    pub(super) to_ceiling: Vec<f64>,
+    /// vidq's jobs/s over each ceiling of the same round, one list per
+    /// [`CeilingShape`](super::compare::CeilingShape).
+    pub(super) to_ceiling: [Vec<f64>; 2],
     /// READY finalizes per finalize transaction.
     pub(super) per_commit: Vec<f64>,
-    /// vidq's jobs/s over the peer's of the same round, one list per [`PeerTask`](super::compare::PeerTask).
-    pub(super) to_peer: [Vec<f64>; 2],
+    /// vidq's jobs/s over the peer's of the same round, one list per
+    /// [`PeerRun`](super::compare::PeerRun).
+    pub(super) to_peer: [Vec<f64>; 4],
 }
 
 /// One line of the pickup table: medians over `runs`, then each run's p99.
@@ -51,13 +54,11 @@ pub(super) fn print_pickups(workers: u32, layout: &str, listening: &str, runs: &
 
 /// Prints one line of the throughput table.
 pub(super) fn print_row(
-    workers: u32,
-    slots: u32,
+    (workers, slots, claims): (u32, u32, ClaimCommit),
     backlog: i64,
     row: &Row,
-    peers: &[PeerRuns; 2],
-    ceilings: &[f64],
-    why_no_ceiling: &Option<String>,
+    ceilings: &[Measured; 2],
+    peers: &[Measured; 4],
 ) {
     let ratio = |r: &[f64]| match r {
         [] => "-".to_owned(),
@@ -73,29 +74,32 @@ pub(super) fn print_row(
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let [noop, ready] = peers;
-    let mut notes = format!(
-        "finalizes/commit {:.1}; ceiling {}; no-op {}; + writes {}",
-        median(&row.per_commit),
-        each(&row.to_ceiling),
-        each(&row.to_peer[0]),
-        each(&row.to_peer[1])
-    );
-    for why in [why_no_ceiling, &noop.why_not, &ready.why_not]
-        .into_iter()
-        .flatten()
-    {
+    let mut notes = format!("finalizes/commit {:.1}", median(&row.per_commit));
+    let ceiling_headings = CeilingShape::ALL.map(CeilingShape::heading);
+    let peer_headings = PeerRun::ALL.map(PeerRun::heading);
+    let headings = ceiling_headings.iter().chain(&peer_headings);
+    for (heading, to) in headings.zip(row.to_ceiling.iter().chain(&row.to_peer)) {
+        notes.push_str(&format!("; {heading} {}", each(to)));
+    }
+    let whys = ceilings.iter().chain(peers).map(|m| &m.why_not);
+    for why in whys.flatten() {
         notes.push_str(&format!(" ({why})"));
     }
     let layout = layout_name(workers, slots);
-    println!(
-        "{workers:>7} | {layout:>9} | {backlog:>8} | {:>10} | {:>16} | {:>8} | {:>14} | {:>9} | {:>14} | {:>9} | {notes}",
+    let mut line = format!(
+        "{workers:>7} | {layout:>9} | {:>5} | {backlog:>8} | {:>10}",
+        claims.name(),
         rate(&row.rates),
-        rate(ceilings),
-        ratio(&row.to_ceiling),
-        rate(&noop.rates),
-        ratio(&row.to_peer[0]),
-        rate(&ready.rates),
-        ratio(&row.to_peer[1]),
     );
+    for (ceiling, to) in ceilings.iter().zip(&row.to_ceiling) {
+        line.push_str(&format!(
+            " | {:>12} | {:>8}",
+            rate(&ceiling.rates),
+            ratio(to)
+        ));
+    }
+    for (peer, to) in peers.iter().zip(&row.to_peer) {
+        line.push_str(&format!(" | {:>14} | {:>9}", rate(&peer.rates), ratio(to)));
+    }
+    println!("{line} | {notes}");
 }

@@ -1,17 +1,9 @@
-//! The throughput measurement: drain a number of jobs while a backlog stays queued behind
-//! them, on a scratch database of its own.
+//! The throughput measurement: worker processes drain a number of jobs while a backlog stays
+//! queued behind them, on a scratch database of its own.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
-
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
-
-use super::workers::{Noop, start_workers};
+use super::ClaimCommit;
 use crate::bench::Scratch;
 use crate::db;
-use crate::queue::line::Listeners;
 
 /// One throughput run.
 pub(super) struct Drained {
@@ -21,17 +13,20 @@ pub(super) struct Drained {
     pub(super) per_commit: f64,
 }
 
-/// Drains `jobs` with `workers` slots (processes of `slots` each) while `backlog` more stay
-/// queued.
+/// Drains `jobs` with `workers` slots (processes of `slots` each, claiming as `claims` says)
+/// while `backlog` more stay queued.
 pub(super) async fn throughput(
     server: &str,
     jobs: i64,
-    workers: u32,
-    slots: u32,
+    (workers, slots, claims): (u32, u32, ClaimCommit),
     backlog: i64,
     owners: u32,
 ) -> anyhow::Result<Drained> {
     let scratch = Scratch::create(server, "queue").await?;
+    let workers_url = match claims {
+        ClaimCommit::Async => scratch.url.clone(),
+        ClaimCommit::Sync => db::jobs::with_synchronous_claims(&scratch.url)?,
+    };
     let pool = db::connect(&scratch.url, 1).await?;
     {
         let owners = bench_users(&pool, owners).await?;
@@ -39,39 +34,15 @@ pub(super) async fn throughput(
         db::synthetic::backlog_of_owners(&mut conn, &owners, jobs + backlog).await?;
         db::bench::checkpoint(&mut conn).await?;
     }
-    let body = Arc::new(Noop {
-        ready: AtomicUsize::new(0),
-        target: usize::try_from(jobs)?,
-        reached: Notify::new(),
-    });
-    let stop = CancellationToken::new();
-    let batches = &crate::metrics::FINALIZE_BATCH_SIZE;
-    let (batches_before, batched_before) = (batches.get_sample_count(), batches.get_sample_sum());
-    let started = Instant::now();
-    let handles = start_workers(
-        &scratch.url,
-        workers,
-        slots,
-        body.clone(),
-        Listeners::HeadOfLine,
-        None,
-        &stop,
-    )
-    .await?;
-    body.reached.notified().await;
-    let elapsed = started.elapsed();
-    stop.cancel();
-    for handle in handles {
-        let _ = handle.await;
-    }
-    let ready = body.ready.load(Ordering::SeqCst) as f64;
-    let batched = batches.get_sample_sum() - batched_before;
-    let transactions = (batches.get_sample_count() - batches_before) as f64 + (ready - batched);
+    let target = usize::try_from(jobs)?;
+    let drained =
+        super::worker_process::drain_with_processes(&workers_url, workers, slots, target).await;
     drop(pool);
     scratch.drop_now().await;
+    let (elapsed, per_commit) = drained?;
     Ok(Drained {
         rate: jobs as f64 / elapsed.as_secs_f64(),
-        per_commit: ready / transactions.max(1.0),
+        per_commit,
     })
 }
 

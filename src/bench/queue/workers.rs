@@ -30,7 +30,7 @@ impl JobBody for Noop {
         plan: &'a AttemptPlan,
         _: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Attempted, MediaError>> {
-        Box::pin(async move { Ok(AttemptOutput::placeholder(plan).into()) })
+        succeed_at_once(plan)
     }
 
     fn after_ready(&self, _: VideoId, _: i32, _: i32, _: Vec<String>) -> BoxFuture<'_, ()> {
@@ -40,6 +40,11 @@ impl JobBody for Noop {
             }
         })
     }
+}
+
+/// What a no-op body answers: the attempt's placeholder outputs, at once.
+pub(super) fn succeed_at_once(plan: &AttemptPlan) -> BoxFuture<'_, Result<Attempted, MediaError>> {
+    Box::pin(async move { Ok(AttemptOutput::placeholder(plan).into()) })
 }
 
 fn settings(n: u32, slots: u32, listeners: Listeners) -> WorkerSettings {

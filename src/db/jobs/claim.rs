@@ -62,10 +62,16 @@ pub struct ClaimedJob {
 /// re-claim under the same attempt number (and object prefix) never meets a writer of the
 /// lost claim (I2, I3, I5), and the lost attempt is not counted (I6). The cost of a loss is
 /// the encoding the worker throws away.
+///
+/// A session that sets `vidq.claim_synchronous_commit` to `on` (see
+/// [`with_synchronous_claims`]) claims with its WAL flushed instead: `vidq bench queue`
+/// measures both, so that the price of the flush is a number and not a guess.
 pub const CLAIM_SQL: &str = "
 WITH clock AS (
     SELECT statement_timestamp() AS now,
-           set_config('synchronous_commit', 'off', true) AS commit_mode
+           set_config('synchronous_commit',
+                      coalesce(nullif(current_setting('vidq.claim_synchronous_commit', true), ''), 'off'),
+                      true) AS commit_mode
 ), candidate AS (
     SELECT j.id, j.status AS was, j.claim_token AS was_token, j.claimed_by AS was_node,
            j.claimed_at AS was_claimed_at, j.attempt_count AS was_attempt, j.run AS was_run
@@ -99,6 +105,21 @@ WITH clock AS (
 )
 SELECT id, video_id, original_s3_key, kind, claim_token, attempt_count, run, queued_secs, parent_id, part
   FROM claimed";
+
+/// `url` with every session's claims committed with their WAL flush (`synchronous_commit`
+/// left on for the claim, as for every other transaction): what a benchmark compares the
+/// default with.
+pub fn with_synchronous_claims(url: &str) -> Result<String, url::ParseError> {
+    let mut parsed = url::Url::parse(url)?;
+    // Spelled out: the form encoding's `+` for a space is not decoded by libpq's URL rules.
+    let options = "options=-c%20vidq.claim_synchronous_commit%3Don";
+    let query = match parsed.query() {
+        Some(query) if !query.is_empty() => format!("{query}&{options}"),
+        _ => options.to_owned(),
+    };
+    parsed.set_query(Some(&query));
+    Ok(parsed.into())
+}
 
 /// Claims the next job for `node` with a lease of `lease_secs`; commits at once. Takes a
 /// shared connection so that it can also be sent behind another transaction's `COMMIT`, in

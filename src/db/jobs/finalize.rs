@@ -88,6 +88,18 @@ fn held(answer: QueryResult<CountRow>) -> QueryResult<usize> {
     crate::db::fence_answer(answer, CLAIM_LOST_MESSAGE)
 }
 
+/// The statement of [`complete_all`]: `$1` the job ids, `$2` their tokens, `$3` how many.
+pub const COMPLETE_ALL_SQL: &str =
+    "WITH held AS (SELECT * FROM unnest($1::int8[], $2::uuid[]) AS h (id, token)),
+         done AS (
+             UPDATE video_encoding_jobs j
+                SET status = 'COMPLETED', completed_at = statement_timestamp()
+               FROM held
+              WHERE j.id = held.id AND j.status = 'PROCESSING' AND j.claim_token = held.token
+                AND j.lease_until > statement_timestamp()
+             RETURNING j.id)
+         SELECT vidq_claim_held(CASE count(*) WHEN $3 THEN count(*) ELSE 0 END) AS n FROM done";
+
 /// [`complete`] for the READY finalizes of a batch, as one statement and the LAST of the
 /// batch's transaction: every job `ids[i]` still held under `tokens[i]` becomes COMPLETED,
 /// and if any of them is not, the statement raises `vidq_claim_held`'s error and the whole
@@ -100,22 +112,12 @@ pub async fn complete_all(
 ) -> QueryResult<usize> {
     use diesel::sql_types::{Array, BigInt, Uuid as SqlUuid};
     let expected = i64::try_from(ids.len()).unwrap_or(i64::MAX);
-    let answer = crate::db::prepared::prepared(
-        "WITH held AS (SELECT * FROM unnest($1::int8[], $2::uuid[]) AS h (id, token)),
-         done AS (
-             UPDATE video_encoding_jobs j
-                SET status = 'COMPLETED', completed_at = statement_timestamp()
-               FROM held
-              WHERE j.id = held.id AND j.status = 'PROCESSING' AND j.claim_token = held.token
-                AND j.lease_until > statement_timestamp()
-             RETURNING j.id)
-         SELECT vidq_claim_held(CASE count(*) WHEN $3 THEN count(*) ELSE 0 END) AS n FROM done",
-    )
-    .bind::<Array<BigInt>, _>(ids)
-    .bind::<Array<SqlUuid>, _>(tokens)
-    .bind::<BigInt, _>(expected)
-    .get_result::<CountRow>(&mut conn)
-    .await;
+    let answer = crate::db::prepared::prepared(COMPLETE_ALL_SQL)
+        .bind::<Array<BigInt>, _>(ids)
+        .bind::<Array<SqlUuid>, _>(tokens)
+        .bind::<BigInt, _>(expected)
+        .get_result::<CountRow>(&mut conn)
+        .await;
     held(answer)
 }
 

@@ -34,10 +34,14 @@ mod operator;
 pub mod parts;
 mod views;
 
-pub use claim::{CLAIM_SQL, ClaimedJob, claim, claim_some, claim_some_sql, heartbeat};
+pub use claim::{
+    CLAIM_SQL, ClaimedJob, claim, claim_some, claim_some_sql, heartbeat, with_synchronous_claims,
+};
 pub use enqueue::{insert, insert_all, lock_for_videos, notify_claimable};
 pub(super) use finalize::LOG_ATTEMPT;
-pub use finalize::{AttemptEnd, CLAIM_LOST_MESSAGE, complete, complete_all, release, retry_later};
+pub use finalize::{
+    AttemptEnd, CLAIM_LOST_MESSAGE, COMPLETE_ALL_SQL, complete, complete_all, release, retry_later,
+};
 pub use operator::{DeadCandidate, cancel, dead_candidates, lock_status, mark_dead, requeue};
 pub use views::{AttemptSummary, JobSummary, attempts_of, find, list};
 

@@ -141,16 +141,10 @@ async fn commit_mode(conn: &mut diesel_async::AsyncPgConnection) -> String {
     row.value
 }
 
-#[tokio::test]
-async fn the_claim_alone_commits_without_waiting_for_its_wal_flush() {
+/// `synchronous_commit` inside a transaction (rolled back) that claimed a job: the claim's own
+/// setting, read back.
+async fn mode_inside_a_claim(conn: &mut diesel_async::AsyncPgConnection) -> String {
     use diesel_async::AsyncConnection;
-    let app = TestApp::spawn().await;
-    let key = app.create_user("alice").await;
-    app.uploaded_video(&key).await;
-    app.uploaded_video(&key).await;
-    let mut conn = app.pool.get().await.unwrap();
-    assert_eq!(commit_mode(&mut conn).await, "on");
-    // Inside a transaction (rolled back) the claim's own setting can be read back...
     let mut inside = String::new();
     let rolled_back = conn
         .transaction::<(), diesel::result::Error, _>(async |c| {
@@ -161,8 +155,22 @@ async fn the_claim_alone_commits_without_waiting_for_its_wal_flush() {
         })
         .await;
     assert!(rolled_back.is_err());
+    inside
+}
+
+#[tokio::test]
+async fn the_claim_alone_commits_without_waiting_for_its_wal_flush() {
+    use diesel_async::AsyncConnection;
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    app.uploaded_video(&key).await;
+    app.uploaded_video(&key).await;
+    let mut conn = app.pool.get().await.unwrap();
+    assert_eq!(commit_mode(&mut conn).await, "on");
+    // Inside a transaction (rolled back) the claim's own setting can be read back...
     assert_eq!(
-        inside, "off",
+        mode_inside_a_claim(&mut conn).await,
+        "off",
         "the claim's transaction commits asynchronously"
     );
     assert_eq!(
@@ -179,6 +187,17 @@ async fn the_claim_alone_commits_without_waiting_for_its_wal_flush() {
             .is_some()
     );
     assert_eq!(commit_mode(&mut conn).await, "on");
+    // A session that asks for synchronous claims (the benchmark's other row) gets them.
+    let url = vidq::db::jobs::with_synchronous_claims(&app.db.url).unwrap();
+    let mut synchronous = diesel_async::AsyncPgConnection::establish(&url)
+        .await
+        .unwrap();
+    app.uploaded_video(&key).await;
+    assert_eq!(
+        mode_inside_a_claim(&mut synchronous).await,
+        "on",
+        "a synchronous session's claim waits for its flush"
+    );
 }
 
 /// What PostgreSQL's crash recovery leaves of a claim whose commit was not yet flushed: the
