@@ -157,7 +157,7 @@ pub async fn run(args: QueueBenchArgs) -> anyhow::Result<()> {
         "workers", "processes", "claim", "backlog", "jobs/s"
     );
     for shape in CeilingShape::ALL {
-        heading.push_str(&format!(" | {:>12} | {:>8}", shape.heading(), "ratio"));
+        heading.push_str(&format!(" | {:>13} | {:>8}", shape.heading(), "ratio"));
     }
     for run in PeerRun::ALL {
         heading.push_str(&format!(" | {:>14} | {:>9}", run.heading(), "vidq/peer"));

@@ -93,7 +93,7 @@ pub(super) fn print_row(
     );
     for (ceiling, to) in ceilings.iter().zip(&row.to_ceiling) {
         line.push_str(&format!(
-            " | {:>12} | {:>8}",
+            " | {:>13} | {:>8}",
             rate(&ceiling.rates),
             ratio(to)
         ));
