@@ -5,8 +5,10 @@
 //!
 //! Each script is one pgbench transaction per finalize commit and one pipelined round trip:
 //! the finalize of the jobs the client holds (`BEGIN`, the uploaders' lock, the videos set
-//! READY, their `video.ready` events, the workers' own fenced completion, `COMMIT`) and behind it the claim
-//! of the next ones, as a worker sends its next claim behind its `COMMIT`. The claim is the
+//! READY, their `video.ready` events, the workers' own fenced completion, `COMMIT`) and
+//! behind it the claim of the next ones, as a worker sends its next claim behind its
+//! `COMMIT`. The finalize's statements are those of a batch (`= ANY`, `unnest`) in both
+//! scripts, a batch of one in the first. The claim is the
 //! worker's own statement ([`super::jobs::CLAIM_SQL`], [`super::jobs::claim_some_sql`]) with
 //! its parameters written in; it hands what it claimed to the finalize that follows through
 //! session settings (`vidq_bench.*`), because pgbench cannot read an answer inside a
