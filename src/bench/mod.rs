@@ -44,7 +44,7 @@ pub enum BenchCommand {
     /// confirm transaction's statements.
     Api(api::ApiBenchArgs),
     /// Bytes per second through tus (one client, then many at once) into either store, next
-    /// to where the bytes go measured alone (`dd ... conv=fsync` on the spool's disk, or
+    /// to where the bytes go measured alone (`dd ... oflag=dsync` on the spool's disk, or
     /// aws-sdk-s3's own multipart upload to the same S3), and the API's peak memory over
     /// several large uploads at once.
     Tus(tus::TusBenchArgs),

@@ -2,8 +2,9 @@
 //! the limit of where they go, measured in the same run. A real `vidq api` process with that
 //! store; one client PATCHing `--gib` GiB in `--chunk-mib` MiB chunks, then `--clients`
 //! clients at once sending the same total; medians of `--rounds`. The limit: for `spool`,
-//! `dd if=/dev/zero bs=1M conv=fsync` onto the spool's directory, one writing the same bytes
-//! and `--clients` at once writing their share each (each timed by its own report); for
+//! `dd if=/dev/zero bs=CHUNK oflag=dsync` onto the spool's directory (each block durable
+//! before the next, as each PATCH is before its answer), one writing the same bytes and
+//! `--clients` at once writing their share each (each timed by its own report); for
 //! `s3`, the
 //! same bytes sent by aws-sdk-s3's own multipart upload (parts of `--part-mib`, from memory)
 //! to the same S3 (plain HTTP, or HTTPS with `--s3-tls`), by one client and by `--clients`
@@ -157,17 +158,19 @@ fn empty(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `writers` runs of `dd if=/dev/zero of=DIR/dd-N.bin bs=1M count=MIB conv=fsync` at once,
-/// `total` bytes between them: MB/s of the whole, each dd timed by itself (its own report,
-/// which leaves out its process start) and the whole by the slowest.
-async fn dd(dir: &Path, total: u64, writers: u64) -> anyhow::Result<f64> {
-    let mib = total / writers / MIB;
+/// `writers` runs of `dd if=/dev/zero of=DIR/dd-N.bin bs=CHUNK oflag=dsync` at once, `total`
+/// bytes between them, each block on disk before the next is written (what the spool
+/// promises of each PATCH before its 204): MB/s of the whole, each dd timed by itself (its
+/// own report, which leaves out its process start) and the whole by the slowest.
+async fn dd(dir: &Path, total: u64, writers: u64, chunk_mib: u64) -> anyhow::Result<f64> {
+    let blocks = total / writers / (chunk_mib * MIB);
     let runs = (0..writers).map(|n| {
         let target = dir.join(format!("dd-{n}.bin"));
         async move {
             let out = tokio::process::Command::new("dd")
-                .args(["if=/dev/zero", "bs=1M", "conv=fsync"])
-                .arg(format!("count={mib}"))
+                .args(["if=/dev/zero", "oflag=dsync"])
+                .arg(format!("bs={chunk_mib}M"))
+                .arg(format!("count={blocks}"))
                 .arg(format!("of={}", target.display()))
                 .output()
                 .await
@@ -181,10 +184,8 @@ async fn dd(dir: &Path, total: u64, writers: u64) -> anyhow::Result<f64> {
     for seconds in futures_util::future::join_all(runs).await {
         slowest = slowest.max(seconds?);
     }
-    Ok(mb_per_s(
-        mib * MIB * writers,
-        Duration::from_secs_f64(slowest),
-    ))
+    let written = blocks * chunk_mib * MIB * writers;
+    Ok(mb_per_s(written, Duration::from_secs_f64(slowest)))
 }
 
 /// The seconds in dd's own report (`... copied, 2.34 s, 459 MB/s`).
@@ -302,8 +303,10 @@ async fn measure(args: &TusBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
             limit_many.push(mb_per_s(per_client * args.clients, started.elapsed()));
             clean().await?;
         } else {
-            limit_one.push(dd(&spool, total, 1).await?);
-            limit_many.push(dd(&spool, per_client * args.clients, args.clients).await?);
+            let chunk_mib = args.chunk_mib;
+            limit_one.push(dd(&spool, total, 1, chunk_mib).await?);
+            let all = per_client * args.clients;
+            limit_many.push(dd(&spool, all, args.clients, chunk_mib).await?);
         }
         println!(
             "round {round}: 1 client {:.0} MB/s (limit {:.0}), {} clients {:.0} MB/s (limit {:.0})",
@@ -331,12 +334,12 @@ async fn measure(args: &TusBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
         );
     } else {
         println!(
-            "| limit: `dd bs=1M conv=fsync`, 1 writer, {} GiB | {limit_one:.0} | 100% |",
-            args.gib
+            "| limit: `dd bs={}M oflag=dsync`, 1 writer, {} GiB | {limit_one:.0} | 100% |",
+            args.chunk_mib, args.gib
         );
         println!(
-            "| limit: `dd bs=1M conv=fsync`, {} writers at once, {} GiB in all | {limit_many:.0} | 100% |",
-            args.clients, args.gib
+            "| limit: `dd bs={}M oflag=dsync`, {} writers at once, {} GiB in all | {limit_many:.0} | 100% |",
+            args.chunk_mib, args.clients, args.gib
         );
     }
     println!(

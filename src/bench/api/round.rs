@@ -110,6 +110,10 @@ async fn measure(
         crate::config::DEFAULT_CONFIRM_COMMITTERS.to_string()
     };
     let (pool_size, batch) = (args.pool.to_string(), batch.to_string());
+    // The bench user holds every upload of a run open at once before confirming them, far
+    // past a user's default cap of unfinished uploads (the cap is not what is measured): the
+    // highest cap the setting takes.
+    let open_uploads = "1000000";
     let (mut child, base) = crate::bench::spawn_api(
         args.api_bin.as_deref(),
         scratch,
@@ -119,6 +123,7 @@ async fn measure(
             ("VIDQ_DB_POOL_SIZE", pool_size.as_str()),
             ("VIDQ_CONFIRM_BATCH_MAX", batch.as_str()),
             ("VIDQ_CONFIRM_COMMITTERS", committers.as_str()),
+            ("VIDQ_MAX_OPEN_UPLOADS_PER_USER", open_uploads),
         ],
     )
     .await?;
