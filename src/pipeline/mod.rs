@@ -301,6 +301,11 @@ impl Pipeline {
         live_attempt: i32,
         dead: Vec<String>,
     ) {
+        // A first attempt of a first run that was not split has no other attempt, run or
+        // part (`keys::superseded_prefixes`): nothing to list, on the path of most videos.
+        if dead.is_empty() {
+            return;
+        }
         let live = keys::attempt_prefix(video, live_run, live_attempt);
         let remove = || async {
             let all = self.storage.list_prefix(&keys::video_prefix(video)).await?;
@@ -339,9 +344,6 @@ impl Pipeline {
     /// Crosses off what the READY transaction owed, now deleted; if the database is away
     /// meanwhile a sweeper deletes the (now empty) prefixes again, which is harmless.
     async fn cross_off(&self, video: VideoId, dead: &[String]) {
-        if dead.is_empty() {
-            return;
-        }
         let crossed =
             crate::db::retrying::while_unavailable("crossing off superseded outputs", || async {
                 let mut conn = self.db.get().await.map_err(DbError::Pool)?;
