@@ -195,6 +195,11 @@ impl BenchS3 {
         self.server.stop().await;
     }
 
+    /// The certificate file its clients trust, when it speaks HTTPS.
+    pub fn ca_file(&self) -> Option<&std::path::Path> {
+        self.ca_file.as_deref()
+    }
+
     /// The settings a `vidq` child process needs to use it.
     pub fn env(&self) -> Vec<(&'static str, String)> {
         let mut env = vec![
