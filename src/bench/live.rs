@@ -6,10 +6,14 @@
 //! step of `--streams`, that many FFmpeg processes push one clip in real time (`-re`, stream
 //! copy) at once: with `hls`, as fMP4 HLS PUTs of 4 s segments; with `rtmp`, as FLV to the
 //! RTMP listener, whose FFmpeg child per stream makes 2 s segments. The bench polls every
-//! stream's playlist every `--poll-ms`. A segment's latency is from its arrival (its ledger
-//! row's `received_at`, written once the file is whole and fsynced) to the first poll whose
-//! playlist lists it; the poll interval bounds the error from above. The API's CPU is its
-//! own and its children's (the RTMP streams' FFmpeg) over the step, as a share of one core;
+//! stream's playlist every `--poll-ms`. A segment's latency is from the moment its encoder
+//! finished it (by the pushing FFmpeg's own `-progress` clock: its last report still short
+//! of the segment's end, so never later than the true moment) to the first poll whose
+//! playlist lists it; both bounds err upward, by at most a report period and a poll
+//! interval. A negative latency fails the run: it would be a fault in the method. The p99
+//! from the segment's arrival (its ledger row's `received_at`, written once the file is
+//! whole and fsynced) is reported beside it, vidq's own share. The API's CPU is its own and
+//! its children's (the RTMP streams' FFmpeg) over the step, as a share of one core;
 //! its RSS and its children's PSS (shared libraries counted once) are sampled at every poll,
 //! the peaks reported.
 
@@ -21,6 +25,7 @@ use anyhow::{Context, ensure};
 use chrono::{DateTime, Utc};
 use clap::Args;
 
+use super::encoder_clock::{self, EncoderClock};
 use super::stats::{median, percentile};
 use super::{BenchS3, Scratch};
 
@@ -72,6 +77,8 @@ struct Step {
     p50: Duration,
     p99: Duration,
     max: Duration,
+    /// p99 from the segment's arrival at the API (vidq's own share of the latency).
+    p99_from_arrival: Duration,
     missing: usize,
     /// The API process and its children, in cores (1.0: one core busy all along).
     cpu: f64,
@@ -131,9 +138,9 @@ async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> 
         args.poll_ms
     );
     println!(
-        "| streams | segments a round | p50 | p99 | max | p99 of each round | not seen | API CPU (with its children) | API RSS / children's PSS |"
+        "| streams | segments a round | p50 | p99 | max | p99 of each round | p99 from arrival | not seen | API CPU (with its children) | API RSS / children's PSS |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let api_pid = api.id().context("the API process's pid")?;
     let mut held = 0;
     let mut steps = Vec::new();
@@ -162,6 +169,7 @@ async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> 
             p50: med(|r| r.p50),
             p99: med(|r| r.p99),
             max: med(|r| r.max),
+            p99_from_arrival: med(|r| r.p99_from_arrival),
             missing: rounds.iter().map(|r| r.missing).sum(),
             cpu: median(&rounds.iter().map(|r| r.cpu).collect::<Vec<_>>()),
             rss_mib: (
@@ -174,13 +182,14 @@ async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> 
             .map(|r| r.p99.as_millis().to_string())
             .collect();
         println!(
-            "| {} | {} | {} ms | {} ms | {} ms | {} | {} | {:.0}% of a core | {:.0} / {:.0} MiB |",
+            "| {} | {} | {} ms | {} ms | {} ms | {} | {} ms | {} | {:.0}% of a core | {:.0} / {:.0} MiB |",
             step.streams,
             step.segments,
             step.p50.as_millis(),
             step.p99.as_millis(),
             step.max.as_millis(),
             each.join(" / "),
+            step.p99_from_arrival.as_millis(),
             step.missing,
             step.cpu * 100.0,
             step.rss_mib.0,
@@ -194,7 +203,7 @@ async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> 
         held = streams;
     }
     println!(
-        "\none API process held {held} concurrent streams with the arrival -> playlist p99 (median of {} rounds) at or under 1 s{}",
+        "\none API process held {held} concurrent streams with the encoder -> playlist p99 (median of {} rounds) at or under 1 s{}",
         args.rounds.max(1),
         if steps.last().is_some_and(|s| s.streams == held) {
             " (the largest step tried)"
@@ -253,7 +262,7 @@ async fn one_step(
     }
     let cpu_before = cpu_ticks(target.api_pid);
     let started = Instant::now();
-    let mut pushers = Vec::new();
+    let (mut pushers, mut clocks) = (Vec::new(), Vec::new());
     for (_, push_to, _) in &recordings {
         let mut command = tokio::process::Command::new("ffmpeg");
         command
@@ -266,13 +275,16 @@ async fn one_step(
             command.args(["-f", "hls", "-hls_segment_type", "fmp4"]);
             command.args(["-hls_time", "4", "-method", "PUT"]);
         }
-        pushers.push(
-            command
-                .arg(push_to)
-                .kill_on_drop(true)
-                .spawn()
-                .context("starting ffmpeg (is it installed?)")?,
-        );
+        let mut pusher = command
+            .args(encoder_clock::ffmpeg_args())
+            .arg(push_to)
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting ffmpeg (is it installed?)")?;
+        let progress = pusher.stdout.take().context("ffmpeg's stdout")?;
+        clocks.push(tokio::spawn(EncoderClock::read(progress)));
+        pushers.push(pusher);
     }
     let expected = args.seconds.div_ceil(args.segment_secs()) as usize;
     let peak = std::sync::Arc::new(std::sync::Mutex::new((0.0, 0.0)));
@@ -295,11 +307,19 @@ async fn one_step(
         let status = pusher.wait().await?;
         ensure!(status.success(), "an ffmpeg push failed ({status})");
     }
-    let mut seen_at: HashMap<(uuid::Uuid, i32), DateTime<Utc>> = HashMap::new();
+    // Each segment: when a poll first listed it, and when its encoder had finished it.
+    let mut seen_at: HashMap<(uuid::Uuid, i32), (DateTime<Utc>, DateTime<Utc>)> = HashMap::new();
+    let mut encoder_of = HashMap::new();
+    for ((id, _, _), clock) in recordings.iter().zip(clocks) {
+        encoder_of.insert(*id, clock.await?);
+    }
     while let Some(joined) = watchers.join_next().await {
-        let (id, seen) = joined?;
-        for (n, at) in seen.into_iter().enumerate() {
-            seen_at.insert((id, n as i32), at);
+        let (id, (seen, ends)) = joined?;
+        for (n, (at, end)) in seen.into_iter().zip(ends).enumerate() {
+            let finished = encoder_of[&id].short_of(end).with_context(|| {
+                format!("the encoder's first report came after segment {n}'s end ({end} s)")
+            })?;
+            seen_at.insert((id, n as i32), (at, finished));
         }
     }
     sampling.abort();
@@ -309,13 +329,23 @@ async fn one_step(
     let cpu =
         (cpu_ticks(target.api_pid) - cpu_before) / CLOCK_TICKS / started.elapsed().as_secs_f64();
     let arrivals = arrivals(pool, &recordings.iter().map(|r| r.0).collect::<Vec<_>>()).await?;
-    let mut latencies = Vec::new();
+    let (mut latencies, mut from_arrival) = (Vec::new(), Vec::new());
     let mut missing = 0;
     for arrival in &arrivals {
-        match seen_at.get(&(arrival.recording_id, arrival.sequence)) {
-            Some(at) => latencies.push((*at - arrival.received_at).to_std().unwrap_or_default()),
-            None => missing += 1,
-        }
+        let key = (arrival.recording_id, arrival.sequence);
+        let Some(&(seen, finished)) = seen_at.get(&key) else {
+            missing += 1;
+            continue;
+        };
+        // Not clamped: a playlist listing a segment before its encoder finished it, or
+        // before it arrived, is a fault in how the bench measures.
+        let delta = |from: DateTime<Utc>, what: &str| {
+            (seen - from).to_std().with_context(|| {
+                format!("segment {key:?} was listed {} before {what}", from - seen)
+            })
+        };
+        latencies.push(delta(finished, "its encoder finished it")?);
+        from_arrival.push(delta(arrival.received_at, "it arrived")?);
     }
     Ok(Step {
         streams,
@@ -323,6 +353,7 @@ async fn one_step(
         p50: percentile(&latencies, 50.0),
         p99: percentile(&latencies, 99.0),
         max: latencies.iter().max().copied().unwrap_or_default(),
+        p99_from_arrival: percentile(&from_arrival, 99.0),
         missing,
         cpu,
         rss_mib,
@@ -404,28 +435,28 @@ fn children_of(pid: u32) -> Vec<u32> {
 }
 
 /// Polls one playlist until it lists `expected` segments (or `deadline`); when each first
-/// appeared, in number order.
+/// appeared, in number order, and the media time each ends at (from the last poll).
 async fn watch(
     client: &reqwest::Client,
     playback: &str,
     expected: usize,
     poll: Duration,
     deadline: Instant,
-) -> Vec<DateTime<Utc>> {
-    let mut seen = Vec::new();
+) -> (Vec<DateTime<Utc>>, Vec<f64>) {
+    let (mut seen, mut ends) = (Vec::new(), Vec::new());
     while seen.len() < expected && Instant::now() < deadline {
         if let Ok(response) = client.get(playback).send().await
             && let Ok(text) = response.text().await
         {
             let now = Utc::now();
-            let listed = text.matches("#EXTINF").count();
-            while seen.len() < listed {
+            ends = encoder_clock::segment_ends(&text);
+            while seen.len() < ends.len() {
                 seen.push(now);
             }
         }
         tokio::time::sleep(poll).await;
     }
-    seen
+    (seen, ends)
 }
 
 /// When each segment of `recordings` arrived (kept ones only).

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod chaos;
 pub mod e2e;
+pub mod encoder_clock;
 pub mod live;
 pub mod long;
 mod pgbench;
