@@ -11,6 +11,10 @@ cd "$(dirname "$0")/.."
 out=target/bench-results
 mkdir -p "$out"
 cargo build --release -q
+if ! command -v fio >/dev/null; then
+  echo "installing: fio (the spool's limit)"
+  if [ "$(id -u)" = 0 ]; then apt-get install -y -qq fio >/dev/null; else sudo apt-get install -y -qq fio >/dev/null; fi
+fi
 for peer in graphile-worker tus-node; do
   npm ci --prefix "scripts/peers/$peer" --no-audit --no-fund --loglevel=error
 done
@@ -25,7 +29,7 @@ header() {
   echo "machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(uname -r)"
   echo "disk: $(df -T . | awk 'NR==2 {print $2}') on $(df . | awk 'NR==2 {print $1}')"
   echo "postgresql: $(psql -h 127.0.0.1 -U postgres -Atc 'SHOW server_version' postgres 2>/dev/null || echo '?'), pgbench $(pgbench --version 2>/dev/null | awk '{print $3}')"
-  echo "ffmpeg: $(ffmpeg -version | awk 'NR==1 {print $3}'), node $(node --version)"
+  echo "ffmpeg: $(ffmpeg -version | awk 'NR==1 {print $3}'), node $(node --version), $(fio --version)"
   echo "peers: graphile-worker $(node -p 'require("./scripts/peers/graphile-worker/node_modules/graphile-worker/package.json").version'), @tus/server $(node -p 'require("./scripts/peers/tus-node/node_modules/@tus/server/package.json").version'), @tus/s3-store $(node -p 'require("./scripts/peers/tus-node/node_modules/@tus/s3-store/package.json").version'), @tus/file-store $(node -p 'require("./scripts/peers/tus-node/node_modules/@tus/file-store/package.json").version')"
 }
 

@@ -4,9 +4,9 @@
 //! `--chunk-mib` MiB chunks, then `--clients` clients at once sending the same total;
 //! medians of `--rounds`. The same client then drives the peer, @tus/server 2.4.5 with
 //! @tus/file-store (spool) or @tus/s3-store (s3, the same part size and S3). The limit: for
-//! `spool`, `dd if=/dev/zero bs=CHUNK oflag=dsync` onto the spool's disk (each block durable
-//! before the next, as each PATCH is before its answer), one writer and `--clients` at
-//! once; for `s3`, aws-sdk-s3's multipart upload of the same bytes from memory, each part
+//! `spool`, fio writing into the spool's directory with the spool's own calls (1 MiB writes,
+//! `fdatasync` after each PATCH's worth, as each PATCH is durable before its answer), one
+//! writer and `--clients` at once; for `s3`, aws-sdk-s3's multipart upload of the same bytes from memory, each part
 //! sent with the body, checksum and signing vidq's parts get, to the same S3 (plain HTTP,
 //! or HTTPS with `--s3-tls`), one client and `--clients` at once. Then a fresh API process
 //! takes `--clients` uploads of `--rss-gib` GiB at once and its peak RSS (`VmHWM`) is
@@ -26,7 +26,7 @@ use clap::Args;
 use super::Scratch;
 use super::stats::{median, proc_kib};
 use client::TusClient;
-use limit::{dd, mb_per_s, sdk_multipart};
+use limit::{fio, mb_per_s, sdk_multipart};
 use peer::{PeerStore, TusPeer};
 
 const MIB: u64 = 1 << 20;
@@ -276,11 +276,11 @@ async fn measure(args: &TusBenchArgs, scratch: &Scratch) -> anyhow::Result<()> {
             limit.many.push(many);
             clean().await?;
         } else {
-            limit.one.push(dd(&spool, total, 1, args.chunk_mib).await?);
+            limit.one.push(fio(&spool, total, 1, args.chunk_mib).await?);
             let all = per_client * args.clients;
             limit
                 .many
-                .push(dd(&spool, all, args.clients, args.chunk_mib).await?);
+                .push(fio(&spool, all, args.clients, args.chunk_mib).await?);
         }
         let last = |v: &Vec<f64>| v.last().copied().unwrap_or(f64::NAN);
         println!(
@@ -340,7 +340,10 @@ fn print_table(args: &TusBenchArgs, vidq: &Series, peer: Option<&Series>, limit:
     };
     let limit_name = match args.store.as_str() {
         "s3" => "aws-sdk-s3 multipart upload, streamed parts".to_owned(),
-        _ => format!("`dd bs={}M oflag=dsync`", args.chunk_mib),
+        _ => format!(
+            "fio, 1 MiB writes, `fdatasync` every {} MiB",
+            args.chunk_mib
+        ),
     };
     let unit = if args.store == "s3" {
         "client"
