@@ -30,6 +30,9 @@ header() {
   echo "disk: $(df -T . | awk 'NR==2 {print $2}') on $(df . | awk 'NR==2 {print $1}')"
   echo "postgresql: $(psql -h 127.0.0.1 -U postgres -Atc 'SHOW server_version' postgres 2>/dev/null || echo '?'), pgbench $(pgbench --version 2>/dev/null | awk '{print $3}')"
   echo "ffmpeg: $(ffmpeg -version | awk 'NR==1 {print $3}'), node $(node --version), $(fio --version)"
+  local settings
+  settings=$(env | grep -E '^VIDQ_' | sort | tr '\n' ' ' || true)
+  echo "settings from the environment: ${settings:-none}"
   echo "peers: graphile-worker $(node -p 'require("./scripts/peers/graphile-worker/node_modules/graphile-worker/package.json").version'), @tus/server $(node -p 'require("./scripts/peers/tus-node/node_modules/@tus/server/package.json").version'), @tus/s3-store $(node -p 'require("./scripts/peers/tus-node/node_modules/@tus/s3-store/package.json").version'), @tus/file-store $(node -p 'require("./scripts/peers/tus-node/node_modules/@tus/file-store/package.json").version')"
 }
 

@@ -28,6 +28,6 @@ SELECT video_id, 'originals/' || upload_id, now() - interval '1 hour' + n * inte
 ANALYZE;
 SQL
 # The statement as the worker sends it, with its three parameters filled in.
-claim=$(sed -n '/^pub const CLAIM_SQL: &str = "/,/";$/p' src/db/jobs.rs | sed '1d; s/";$//' \
+claim=$(sed -n '/^pub const CLAIM_SQL: &str = "/,/";$/p' src/db/jobs/claim.rs | sed '1d; s/";$//' \
   | sed "s/\\\$1/gen_random_uuid()/; s/\\\$2/'explain'/g; s/\\\$3/60/")
 psql "$url" -q -c "BEGIN" -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) $claim" -c "ROLLBACK"
