@@ -117,6 +117,9 @@ async fn measure(args: &LiveBenchArgs, scratch: &Scratch) -> anyhow::Result<()> 
         .env("VIDQ_INGEST_ADDR", format!("127.0.0.1:{ingest}"))
         .env("VIDQ_RTMP_ADDR", format!("127.0.0.1:{rtmp}"))
         .env("VIDQ_LIVE_GRACE_SECS", "2")
+        // Each step opens recordings before the last step's have settled: the bench's one
+        // user holds more at once than the default per-user cap.
+        .env("VIDQ_MAX_OPEN_RECORDINGS_PER_USER", "100000")
         .spawn()
         .context("starting vidq api")?;
     let mut sweeper = child("sweeper", scratch, &s3, &spool)?

@@ -45,9 +45,9 @@ pub enum BenchCommand {
     /// confirm transaction's statements.
     Api(api::ApiBenchArgs),
     /// Bytes per second through tus (one client, then many at once) into either store, next
-    /// to where the bytes go measured alone (`dd ... oflag=dsync` on the spool's disk, or
-    /// aws-sdk-s3's own multipart upload to the same S3), and the API's peak memory over
-    /// several large uploads at once.
+    /// to a peer tus server (@tus/server) and to where the bytes go measured alone (fio making
+    /// the spool's writes and syncs, or aws-sdk-s3's multipart upload sending parts as vidq
+    /// does, to the same S3), and the API's peak memory over several large uploads at once.
     Tus(tus::TusBenchArgs),
     /// The soak to run before every release: every role as a process against PostgreSQL
     /// and an S3 behind a fault proxy, uploads from retrying clients, and for N seconds
