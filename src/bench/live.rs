@@ -289,7 +289,6 @@ async fn one_step(
         clocks.push(tokio::spawn(EncoderClock::read(progress)));
         pushers.push(pusher);
     }
-    let expected = args.seconds.div_ceil(args.segment_secs()) as usize;
     let peak = std::sync::Arc::new(std::sync::Mutex::new((0.0, 0.0)));
     let sampling = tokio::spawn(sample_rss(
         target.api_pid,
@@ -302,7 +301,7 @@ async fn one_step(
         let (client, playback, id) = (client.clone(), playback.clone(), *id);
         let poll = Duration::from_millis(args.poll_ms);
         watchers.spawn(async move {
-            let seen = watch(&client, &playback, expected, poll, deadline).await;
+            let seen = watch(&client, &playback, poll, deadline).await;
             (id, seen)
         });
     }
@@ -437,22 +436,25 @@ fn children_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Polls one playlist until it lists `expected` segments (or `deadline`); when each first
-/// appeared, in number order, and the media time each ends at (from the last poll).
+/// Polls one playlist until it is final (`#EXT-X-ENDLIST`, once the recording has settled)
+/// or `deadline`: when each segment first appeared, in number order, and the media time each
+/// ends at (from the last poll). Not until a count of segments: a segmenter may cut one more,
+/// short, at the end, which would then never be looked for.
 async fn watch(
     client: &reqwest::Client,
     playback: &str,
-    expected: usize,
     poll: Duration,
     deadline: Instant,
 ) -> (Vec<DateTime<Utc>>, Vec<f64>) {
     let (mut seen, mut ends) = (Vec::new(), Vec::new());
-    while seen.len() < expected && Instant::now() < deadline {
+    let mut ended = false;
+    while !ended && Instant::now() < deadline {
         if let Ok(response) = client.get(playback).send().await
             && let Ok(text) = response.text().await
         {
             let now = Utc::now();
             ends = encoder_clock::segment_ends(&text);
+            ended = text.contains("#EXT-X-ENDLIST");
             while seen.len() < ends.len() {
                 seen.push(now);
             }
