@@ -45,14 +45,8 @@ impl TusClient {
             .send()
             .await?;
         ensure!(answer.status() == 201, "tus POST: {}", answer.status());
-        let location = answer.headers()["location"].to_str()?;
-        Ok(match location.starts_with('/') {
-            true => {
-                let origin = self.creation_url.split('/').take(3).collect::<Vec<_>>();
-                format!("{}{location}", origin.join("/"))
-            }
-            false => location.to_owned(),
-        })
+        // Both servers answer with an absolute URL (@tus/server unless `relativeLocation`).
+        Ok(answer.headers()["location"].to_str()?.to_owned())
     }
 
     /// Creates an upload of `length` and PATCHes `chunk` until it is whole.
