@@ -116,6 +116,16 @@ pub static LIVE_FILES_LOST: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("a valid counter")
 });
 
+/// Bytes read from the bodies of uploads through vidq (tus `POST`/`PATCH`, single `PUT`),
+/// kept or not: against the bytes of the files, what resumes and retries cost.
+pub static UPLOAD_BODY_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
+    IntCounter::new(
+        "vidq_upload_body_bytes_total",
+        "Bytes read from upload bodies (tus POST/PATCH, single PUT), whether kept or not.",
+    )
+    .expect("a valid counter")
+});
+
 /// Claims found gone (by a heartbeat, or by a fence at the attempt's end).
 pub static CLAIMS_LOST: LazyLock<IntCounterVec> = LazyLock::new(|| {
     let family = counter_vec(

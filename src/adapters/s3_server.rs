@@ -2,6 +2,8 @@
 //! on a laptop and for the tests. It speaks the real protocol, SigV4 and presigned URLs
 //! included, so the same aws-sdk-s3 code paths run against it as against AWS; over plain
 //! HTTP, or over HTTPS with a self-signed certificate (the tests and benchmarks of TLS).
+//! It answers CORS as a bucket with the rule docs/operations.md gives (any origin, GET and
+//! HEAD), so a page plays from it as from a real bucket.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -217,7 +219,7 @@ impl EmbeddedS3 {
         let root = std::fs::canonicalize(root).map_err(|e| err(Box::new(e)))?;
         let mut builder = S3ServiceBuilder::new(WithUploadListing { fs, root });
         builder.set_auth(SimpleAuth::from_single(access_key, secret_key));
-        let service = builder.build();
+        let service = with_cors(builder.build());
         let addr = listener.local_addr().map_err(|e| err(Box::new(e)))?;
         let (certificate, acceptor) = match tls {
             Some((certificate, acceptor)) => (Some(certificate), Some(acceptor)),
@@ -300,6 +302,76 @@ impl EmbeddedS3 {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
+    }
+}
+
+/// What a bucket's CORS rule (`AllowedOrigins: *`, `AllowedMethods: GET, HEAD`,
+/// `AllowedHeaders: Range`) makes S3 answer: preflights of a GET or HEAD answered before
+/// any signature is checked (a browser sends none), and reads marked readable by any page.
+/// Other methods stay same-origin, as with that rule.
+fn with_cors(
+    s3: s3s::service::S3Service,
+) -> impl hyper::service::Service<
+    http::Request<hyper::body::Incoming>,
+    Response = http::Response<s3s::Body>,
+    Error = s3s::HttpError,
+    Future: Send + 'static,
+> + Clone
++ Send
++ 'static {
+    use http::header;
+    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let s3 = s3.clone();
+        async move {
+            let from_a_page = req.headers().contains_key(header::ORIGIN);
+            let asked = req
+                .headers()
+                .get(header::ACCESS_CONTROL_REQUEST_METHOD)
+                .and_then(|m| m.to_str().ok())
+                .map(str::to_owned);
+            if req.method() == http::Method::OPTIONS && from_a_page {
+                let allowed = matches!(asked.as_deref(), Some("GET" | "HEAD"));
+                let mut answer = http::Response::new(s3s::Body::empty());
+                *answer.status_mut() = if allowed {
+                    http::StatusCode::OK
+                } else {
+                    http::StatusCode::FORBIDDEN
+                };
+                if allowed {
+                    mark(
+                        answer.headers_mut(),
+                        &[
+                            (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+                            (header::ACCESS_CONTROL_ALLOW_METHODS, "GET, HEAD"),
+                            (header::ACCESS_CONTROL_ALLOW_HEADERS, "range"),
+                            (header::ACCESS_CONTROL_MAX_AGE, "3600"),
+                        ],
+                    );
+                }
+                return Ok(answer);
+            }
+            let readable = matches!(*req.method(), http::Method::GET | http::Method::HEAD);
+            let mut answer = hyper::service::Service::call(&s3, req).await?;
+            if from_a_page && readable {
+                mark(
+                    answer.headers_mut(),
+                    &[
+                        (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+                        (
+                            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                            "Content-Length, Content-Range, ETag",
+                        ),
+                    ],
+                );
+            }
+            Ok(answer)
+        }
+    })
+}
+
+fn mark(headers: &mut http::HeaderMap, pairs: &[(http::header::HeaderName, &'static str)]) {
+    for (name, value) in pairs {
+        headers.insert(name.clone(), http::HeaderValue::from_static(value));
     }
 }
 

@@ -57,6 +57,9 @@ pub struct AppContext {
     pub in_process_worker: Option<InProcessWorker>,
     /// `VIDQ_READY_REQUIRES_STORAGE`: `/readyz` is 503 unless the bucket answers too.
     pub ready_requires_storage: bool,
+    /// The API key the upload page at `/` comes filled in with: `vidq dev` makes one for
+    /// its run; a deployed API fills in none.
+    pub page_key: Option<String>,
 }
 
 /// A worker sharing the API's process: its own account of itself and its slot count.

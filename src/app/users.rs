@@ -40,6 +40,27 @@ pub async fn create_user_as(
     }
 }
 
+/// A fresh key for the user named `name`, created if missing: the key `vidq dev` fills
+/// into its upload page on each run, so the videos of earlier runs stay with one user while
+/// only this run's key opens them.
+pub async fn fresh_key_for(db: &DbPool, name: &str) -> Result<ApiKey, AppError> {
+    let key = ApiKey::generate();
+    let mut conn = db.get().await?;
+    if db::users::replace_key_by_name(&mut conn, name, &key.hash())
+        .await?
+        .is_some()
+    {
+        return Ok(key);
+    }
+    drop(conn);
+    match create_user(db, name).await {
+        Ok((_, key)) => Ok(key),
+        // Made by another process meanwhile: take it over.
+        Err(AppError::NameTaken(_)) => Box::pin(fresh_key_for(db, name)).await,
+        Err(other) => Err(other),
+    }
+}
+
 /// Most upload contracts (with their videos and jobs), or outbox rows (with their
 /// deliveries), one transaction of a user's deletion locks and removes.
 pub const DELETE_PAGE: i64 = 500;

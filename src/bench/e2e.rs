@@ -311,6 +311,7 @@ pub(super) async fn client_context(url: &str, s3: &super::BenchS3) -> anyhow::Re
         operators: Default::default(),
         in_process_worker: None,
         ready_requires_storage: false,
+        page_key: None,
     };
     ctx.storage.ensure_bucket().await?;
     Ok(ctx)

@@ -61,6 +61,21 @@ pub async fn find_by_key_hash(
         .optional()
 }
 
+/// Gives the user named `name` the key with this hash (the old key stops opening
+/// anything); `None` if no user has that name.
+pub async fn replace_key_by_name(
+    conn: &mut AsyncPgConnection,
+    name: &str,
+    api_key_hash: &[u8],
+) -> QueryResult<Option<Uuid>> {
+    diesel::update(users::table.filter(users::name.eq(name)))
+        .set(users::api_key_hash.eq(api_key_hash))
+        .returning(users::id)
+        .get_result(conn)
+        .await
+        .optional()
+}
+
 /// The operator (`is_admin`) holding the key with this hash: their name.
 pub async fn find_admin_by_key_hash(
     conn: &mut AsyncPgConnection,

@@ -15,6 +15,7 @@ pub mod ingest_server;
 pub mod json;
 pub mod limits;
 pub mod openapi;
+pub mod page;
 pub mod route_log;
 pub mod routes;
 
@@ -67,6 +68,7 @@ pub fn serve_with(
             .wrap(from_fn(access_log::log))
             .configure(routes::configure)
             .configure(admin::configure)
+            .configure(page::configure)
             .default_service(web::to(|| async {
                 Err::<actix_web::HttpResponse, _>(ApiError::not_found())
             }))

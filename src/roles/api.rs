@@ -391,5 +391,6 @@ pub async fn context(
         operators: Default::default(),
         in_process_worker: None,
         ready_requires_storage: false,
+        page_key: None,
     })
 }

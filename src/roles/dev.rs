@@ -108,6 +108,7 @@ async fn run_on(
         slots: config.queue.slots,
     });
     let storage = ctx.storage.clone();
+    let page_key = ctx.page_key.clone().unwrap_or_default();
     let server = crate::http::serve_with(listener, ctx, config.http.limits(), shutdown.clone())?;
     let worker = super::worker::run_with(
         database_url,
@@ -132,9 +133,12 @@ async fn run_on(
         storage,
         shutdown,
     );
+    leave_for_scripts(&config.data_dir, &page_key, database_url)
+        .context("writing the API key and database URL under the data directory")?;
     print_banner(
         config,
         &admin_token,
+        &page_key,
         rtmp_addr,
         &s3,
         &spool_dir,
@@ -195,6 +199,9 @@ async fn start_s3(config: &DevConfig) -> anyhow::Result<(EmbeddedS3, StorageConf
     Ok((s3, storage))
 }
 
+/// The user whose key `vidq dev` fills into its upload page.
+pub const PAGE_USER: &str = "vidq-dev";
+
 /// The operator token of this run: the one given, or one made now (and printed).
 enum AdminToken {
     Given,
@@ -230,21 +237,42 @@ async fn dev_context(
     };
     ctx.operators =
         crate::app::operators::OperatorAccess::from_args(&admin).map_err(anyhow::Error::msg)?;
+    // The upload page comes with a key: a new one each run for the same user, whose videos
+    // of earlier runs it lists.
+    let page_key = crate::app::users::fresh_key_for(&ctx.db, PAGE_USER)
+        .await
+        .context("making the upload page's API key")?;
+    ctx.page_key = Some(page_key.reveal().to_owned());
     Ok((ctx, token))
+}
+
+/// Leaves this run's API key and database URL in the data directory (`api-key`,
+/// `database-url`, readable by this user only), so a script, or the README's walk-through,
+/// reads them rather than copying them from the banner.
+fn leave_for_scripts(dir: &std::path::Path, key: &str, database_url: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    for (name, text) in [("api-key", key), ("database-url", database_url)] {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("{text}\n"))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(())
 }
 
 /// What is running where, and how to start.
 fn print_banner(
     config: &DevConfig,
     admin_token: &AdminToken,
+    page_key: &str,
     rtmp_addr: Option<std::net::SocketAddr>,
     s3: &EmbeddedS3,
     spool_dir: &std::path::Path,
     database_url: &str,
 ) {
     eprintln!(
-        "\nvidq dev is running\n  API         http://{api}\n  dashboard   http://{api}/admin (log in with {token})\n  metrics     http://{api}/metrics\n  live ingest http://{ingest} (encoders PUT HLS here)\n  RTMP        {rtmp}\n  worker      {slots}, FFmpeg from PATH (its metrics: the API's /metrics)\n  relay       webhooks (private addresses allowed){nats}\n  sweeper     spool {spool}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
-         Get an API key (in another terminal):\n  DATABASE_URL={db} cargo run -- user create --name me\n\
+        "\nvidq dev is running\n  upload page http://{api}/ (open it in a browser: upload, watch, go live)\n  API         http://{api}\n  API key     {page_key} (user {PAGE_USER}, new each run; in {key_file}, and filled in on the page)\n  dashboard   http://{api}/admin (log in with {token})\n  metrics     http://{api}/metrics\n  live ingest http://{ingest} (encoders PUT HLS here)\n  RTMP        {rtmp}\n  worker      {slots}, FFmpeg from PATH (its metrics: the API's /metrics)\n  relay       webhooks (private addresses allowed){nats}\n  sweeper     spool {spool}\n  S3          {s3} (bucket {DEV_BUCKET}, files in {root})\n  database    {db}\n\n\
+         Another API key (in another terminal):\n  DATABASE_URL={db} cargo run -- user create --name me\n\
          Then follow the curl walk-through in README.md. Ctrl-C stops everything.\n",
         api = config.http.addr,
         token = match admin_token {
@@ -265,6 +293,7 @@ fn print_banner(
         root = config.data_dir.join("s3").display(),
         spool = spool_dir.display(),
         db = database_url,
+        key_file = config.data_dir.join("api-key").display(),
         nats = match &config.relay.nats_url {
             Some(url) => format!(", NATS {url}"),
             None => String::new(),

@@ -99,7 +99,8 @@ pub async fn metrics(ctx: web::Data<AppContext>) -> HttpResponse {
         .family(&*metrics::HTTP_SECONDS)
         .family(&*metrics::CONFIRM_BATCH_SIZE)
         .family(&*metrics::STATUS_READ_BATCH_SIZE)
-        .family(&*metrics::LIVE_FILES_LOST);
+        .family(&*metrics::LIVE_FILES_LOST)
+        .family(&*metrics::UPLOAD_BODY_BYTES);
     let mut body = exposition.render();
     // Its families are named `vidq_worker_*` or are the worker's own histograms, none of
     // which the API registers above, so the two texts join into one valid exposition.

@@ -489,6 +489,9 @@ pub(super) fn body_stream(
     body: web::Payload,
 ) -> impl Stream<Item = Result<web::Bytes, BodyError>> + Unpin {
     body.map(|chunk| {
+        if let Ok(bytes) = &chunk {
+            crate::metrics::UPLOAD_BODY_BYTES.inc_by(bytes.len() as u64);
+        }
         chunk.map_err(|error| {
             if BodyIdle::is(&error) {
                 BodyError::Idle

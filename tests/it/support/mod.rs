@@ -7,6 +7,7 @@ pub mod clients;
 pub mod clips;
 pub mod db;
 pub mod deployment;
+pub mod dev;
 pub mod fake_encode;
 pub mod feed;
 pub mod haproxy;
