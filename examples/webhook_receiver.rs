@@ -31,7 +31,8 @@ struct Args {
     /// Where to listen.
     #[arg(long, default_value = "127.0.0.1:4000")]
     listen: SocketAddr,
-    /// The receiver's own database (created tables: processed_events, ready_videos).
+    /// The receiver's own database (created if missing, with its tables processed_events
+    /// and ready_videos), never vidq's.
     #[arg(
         long,
         env = "RECEIVER_DATABASE_URL",
@@ -124,6 +125,10 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let verifier = standardwebhooks::Webhook::new(&args.secret)
         .map_err(|err| anyhow::anyhow!("--secret is not a whsec_ secret: {err:?}"))?;
+    // Its own database, apart from vidq's: created on the same server if missing.
+    if vidq::db::provision::create_database_if_missing(&args.database_url).await? {
+        eprintln!("created the receiver's database");
+    }
     let mut conn = AsyncPgConnection::establish(&args.database_url).await?;
     diesel::sql_query(
         "CREATE TABLE IF NOT EXISTS processed_events (

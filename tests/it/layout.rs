@@ -252,3 +252,25 @@ fn the_readme_stays_short_and_links_every_document() {
         }
     }
 }
+
+#[test]
+fn ci_runs_the_test_command_the_readme_gives_a_newcomer() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let quick_start = &readme[readme.find("## Quick start").unwrap()..];
+    let quick_start = &quick_start[..quick_start[3..].find("\n## ").unwrap()];
+    for command in ["scripts/dev", "scripts/test"] {
+        assert!(
+            quick_start.contains(&format!("```sh\n{command}\n```")),
+            "the Quick start gives `{command}` as a block of its own"
+        );
+        assert!(root.join(command).exists(), "{command}");
+    }
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    let last = ci.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
+    assert_eq!(
+        last.trim(),
+        "scripts/test",
+        ".ci/run ends by running the README's test command"
+    );
+}
