@@ -11,9 +11,14 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// Routes outside the API the document describes: the operator's dashboard (HTML, its own
-/// session), the document itself, and paths that match no route at all.
+/// session), the upload page and its scripts (HTML and JavaScript calling the API), the
+/// document itself, and paths that match no route at all.
 fn outside_the_document(route: &str) -> bool {
-    route == "unmatched" || route.starts_with("/admin") || route == "/openapi.json"
+    route == "unmatched"
+        || route.starts_with("/admin")
+        || route == "/"
+        || route.starts_with("/ui/")
+        || route == "/openapi.json"
 }
 
 /// The newest run's records, if any run left some.

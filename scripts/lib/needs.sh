@@ -36,7 +36,8 @@ need_rust() {
     echo "no cargo found: install Rust (https://rustup.rs), then run this again" >&2
     exit 1
   fi
-  need_packages cc:build-essential
+  # Cargo fetches crates over HTTPS, trusting the system's certificates.
+  need_packages cc:build-essential update-ca-certificates:ca-certificates
 }
 
 # PostgreSQL's server (initdb, postgres; pgbench and psql come with it): vidq dev and the
@@ -46,7 +47,7 @@ need_postgres() {
 }
 
 # The real clients the tests drive, at the versions tests/clients pins: tus-js-client and
-# playwright-core on Node.js, tuspy and schemathesis on Python.
+# playwright-core on Node.js, tuspy, schemathesis and the AWS CLI on Python.
 need_test_clients() {
   local clients=tests/clients
   # Installed by this once for the lock file as it is now: not again.
@@ -55,9 +56,9 @@ need_test_clients() {
     npm ci --prefix "$clients" --no-audit --no-fund --loglevel=error
     touch "$clients/node_modules/.vidq-lock"
   fi
-  if ! python3 -c 'import tusclient, schemathesis' >/dev/null 2>&1; then
+  if ! python3 -c 'import tusclient, schemathesis, awscli' >/dev/null 2>&1; then
     python3 -m pip --version >/dev/null 2>&1 || install_packages python3-pip
-    echo "installing (pip): $clients/requirements.txt (tuspy, schemathesis)"
+    echo "installing (pip): $clients/requirements.txt (tuspy, schemathesis, the AWS CLI)"
     # Into the interpreter the tests run; Debian marks its own as externally managed.
     if [ "$(id -u)" = 0 ]; then
       python3 -m pip install -q --disable-pip-version-check --break-system-packages -r "$clients/requirements.txt"

@@ -68,7 +68,7 @@ try {
   await page.waitForSelector("body[data-upload=sent]", { timeout: 60000 });
   step("uploaded");
 
-  await page.waitForSelector("#player[data-status=ready]", { timeout: 90000 });
+  await page.waitForSelector("#player[data-status=ready]", { timeout: 180000 });
   const video = await page.getAttribute("#player", "data-video");
   step("ready", video);
   const poster = await page.getAttribute("#player", "poster");
@@ -79,7 +79,7 @@ try {
       return el.src.startsWith("blob:") && el.currentTime >= 3.2 && el.currentTime;
     },
     null,
-    { timeout: 30000 },
+    { timeout: 60000 },
   );
   step("played", await played.jsonValue());
   await page.waitForSelector(`#videos tr[data-video="${video}"][data-status=ready]`, { timeout: 10000 });
@@ -118,7 +118,7 @@ try {
         return el.src.startsWith("blob:") && el.currentTime >= 3.2 && el.currentTime;
       },
       null,
-      { timeout: 30000 },
+      { timeout: 60000 },
     )
     .catch(async (error) => fail(`cross-origin: ${await embedded.title()} ${error}`));
   step("played-cross-origin", await elsewhere.jsonValue());
@@ -142,7 +142,7 @@ try {
       return el.src.startsWith("blob:") && el.currentTime >= 2 && el.currentTime;
     },
     null,
-    { timeout: 60000 },
+    { timeout: 120000 },
   );
   step("live-playing", await live.jsonValue());
   await page.screenshot({ path: `${shots}/live-playing.png`, fullPage: true });

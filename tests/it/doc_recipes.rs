@@ -12,31 +12,10 @@ use std::time::Duration;
 
 use crate::support::dev::Dev;
 use crate::support::process::free_port;
+use crate::support::recipes::{count_at, run, sh_blocks};
 
 /// The Quick start's two set-up commands: the only `sh` blocks not run here.
 const SETUP_BLOCKS: [&str; 2] = ["scripts/dev", "scripts/test"];
-
-/// The ```` ```sh ```` blocks of a Markdown file, in order.
-fn sh_blocks(file: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
-    let mut blocks = Vec::new();
-    let mut open: Option<String> = None;
-    for line in text.lines() {
-        match (&mut open, line.trim_start().starts_with("```")) {
-            (None, true) if line.trim() == "```sh" => open = Some(String::new()),
-            (Some(block), true) => {
-                blocks.push(std::mem::take(block));
-                open = None;
-            }
-            (Some(block), false) => {
-                block.push_str(line);
-                block.push('\n');
-            }
-            _ => {}
-        }
-    }
-    blocks
-}
 
 /// A `cargo` that runs what `cargo run -q [--example NAME] -- ARGS` would, from the binaries
 /// this test run built; anything else it refuses, so a recipe cannot depend on more.
@@ -71,88 +50,19 @@ exec "{vidq}" "$@"
     bin
 }
 
-/// What one recipe printed, and how it ended.
-struct Ran {
-    success: bool,
-    output: String,
-    /// Its process group, with whatever it left running in the background.
-    group: i32,
-}
-
-impl Ran {
-    /// Stops what the recipe left running (a receiver).
-    fn stop_what_is_left(&self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &format!("-{}", self.group)])
-            .status();
-    }
-}
-
-/// Runs `block` in the dev run's home, in a process group of its own.
-async fn run(dev: &Dev, block: &str, substitutions: &[(&str, String)], bin: &Path) -> Ran {
-    let mut script = block.to_owned();
-    for (from, to) in substitutions {
-        script = script.replace(from, to);
-    }
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let (out_path, err_path) = (dir.path().join("out"), dir.path().join("err"));
-    // Files, not pipes: a job left in the background keeps a pipe open past the script's end.
-    let mut child = tokio::process::Command::new("bash")
-        .args(["-e", "-o", "pipefail", "-c", &script])
-        .current_dir(&dev.home)
-        .env("PATH", path)
-        .process_group(0)
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let group = child.id().unwrap() as i32;
-    let status = tokio::time::timeout(Duration::from_secs(240), child.wait()).await;
-    let output = format!(
-        "{}\n--- stderr\n{}",
-        std::fs::read_to_string(&out_path).unwrap_or_default(),
-        std::fs::read_to_string(&err_path).unwrap_or_default()
-    );
-    let ran = Ran {
-        success: matches!(status, Ok(Ok(s)) if s.success()),
-        output,
-        group,
-    };
-    if status.is_err() {
-        ran.stop_what_is_left();
-        panic!("a recipe ran over 240 s:\n{script}\n{}", ran.output);
-    }
-    ran
-}
-
-/// `SELECT count(*) AS n ...` on the database at `url`, 0 while it cannot be read.
-async fn count_at(url: &str, sql: &str) -> i64 {
-    use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-    #[derive(diesel::QueryableByName)]
-    struct N {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    let Ok(mut conn) = AsyncPgConnection::establish(url).await else {
-        return 0;
-    };
-    diesel::sql_query(sql)
-        .get_result::<N>(&mut conn)
-        .await
-        .map_or(0, |row| row.n)
-}
-
 #[tokio::test]
 async fn the_readme_walk_through_and_the_tus_put_and_live_recipes_run_as_written() {
     let home = tempfile::tempdir().unwrap();
     let dev = Dev::start(home.path()).await;
     let bin = cargo_shim(home.path());
+    let path = [(
+        "PATH",
+        format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    )];
     let receiver_db = format!("vidq_receiver_{}", std::process::id());
     let receiver_port = free_port();
     let substitutions = [
@@ -186,7 +96,7 @@ async fn the_readme_walk_through_and_the_tus_put_and_live_recipes_run_as_written
 
     let receiver_url = vidq::db::pool::with_database(&dev.database_url, &receiver_db).unwrap();
     for (file, block) in &recipes {
-        let ran = run(&dev, block, &substitutions, &bin).await;
+        let ran = run(&dev.home, block, &substitutions, &path).await;
         eprintln!("=== {file}\n{}", ran.output);
         if !ran.success {
             ran.stop_what_is_left();
@@ -216,9 +126,11 @@ async fn the_readme_walk_through_and_the_tus_put_and_live_recipes_run_as_written
             assert_eq!(count_at(&receiver_url, ready).await, 1, "{}", ran.output);
         }
         ran.stop_what_is_left();
+        // Header names as HTTP/1.1 servers send them: in any case.
+        let printed = ran.output.to_lowercase();
         for needle in expected {
             assert!(
-                ran.output.contains(needle),
+                printed.contains(&needle.to_lowercase()),
                 "{file}: no {needle} in what the recipe printed:\n{}",
                 ran.output
             );

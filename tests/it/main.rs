@@ -11,6 +11,7 @@ mod cli;
 mod confirm;
 mod confirm_batch;
 mod dashboard;
+mod deployment_recipe;
 mod dev_postgres;
 mod doc_recipes;
 mod endpoints;

@@ -42,7 +42,7 @@ async fn a_browser_uploads_resumes_after_a_reload_plays_from_two_origins_and_goe
             steps.push(line);
         }
     };
-    tokio::time::timeout(Duration::from_secs(240), read)
+    tokio::time::timeout(Duration::from_secs(480), read)
         .await
         .unwrap_or_else(|_| panic!("the browser took too long; steps {steps:?}\n{}", dev.log()));
     let status = browser.wait().await.unwrap();

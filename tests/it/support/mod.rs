@@ -23,6 +23,7 @@ pub mod process;
 pub mod proxy;
 pub mod queue;
 pub mod receiver;
+pub mod recipes;
 pub mod reconcile;
 pub mod relay;
 pub mod s3_faults;
