@@ -33,6 +33,12 @@ rm -rf "$root"
 echo "== debootstrap: Debian bookworm, minbase, into $root"
 debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >/dev/null
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# This machine's own certificate authorities (a network that inspects TLS has one), for
+# the ca-certificates package scripts/test installs to take in.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+fi
 echo "== Rust: this machine's toolchain ($(rustc --version))"
 mkdir -p "$root/root/.cargo"
 cp -a "$HOME/.rustup" "$root/root/.rustup"
@@ -46,8 +52,14 @@ mount --bind /dev/pts "$root/dev/pts"
 services stop
 trap 'unmount; services start' EXIT
 
+# The settings that point tools at the system's certificates (Node.js and pip ship their
+# own), when this machine has them.
+tls_env=()
+for name in SSL_CERT_FILE NODE_EXTRA_CA_CERTS PIP_CERT REQUESTS_CA_BUNDLE CURL_CA_BUNDLE AWS_CA_BUNDLE; do
+  [ -n "${!name:-}" ] && tls_env+=("$name=${!name}")
+done
 inside() {
-  chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+  chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 "${tls_env[@]}" \
     PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     bash -c "cd /root/vidq && $1"
 }

@@ -24,7 +24,8 @@ need_packages() {
   for entry in "$@"; do
     command -v "${entry%%:*}" >/dev/null 2>&1 || wanted+=(${entry#*:})
   done
-  wanted=(${wanted[@]//,/ })
+  # One of each (ffmpeg and ffprobe are one package).
+  read -r -a wanted <<< "$(printf '%s\n' ${wanted[@]//,/ } | sort -u | tr '\n' ' ')"
   [ ${#wanted[@]} -eq 0 ] || install_packages "${wanted[@]}"
 }
 
