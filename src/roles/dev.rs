@@ -250,12 +250,20 @@ async fn dev_context(
 /// `database-url`, readable by this user only), so a script, or the README's walk-through,
 /// reads them rather than copying them from the banner.
 fn leave_for_scripts(dir: &std::path::Path, key: &str, database_url: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     std::fs::create_dir_all(dir)?;
     for (name, text) in [("api-key", key), ("database-url", database_url)] {
         let path = dir.join(name);
-        std::fs::write(&path, format!("{text}\n"))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        // Made readable by this user only, and kept so when it is there from a run before.
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        writeln!(file, "{text}")?;
     }
     Ok(())
 }

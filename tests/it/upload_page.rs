@@ -108,6 +108,13 @@ async fn the_page_fills_in_only_the_dev_key_and_serves_its_scripts_from_the_bina
     assert_eq!(videos.status(), 200);
     assert!(dev.log().contains(key), "{}", dev.log());
     assert_eq!(dev.key(), key, "the key file holds the page's key");
+    use std::os::unix::fs::PermissionsExt;
+    let key_file = std::fs::metadata(home.path().join(".vidq-data/api-key")).unwrap();
+    assert_eq!(
+        key_file.permissions().mode() & 0o777,
+        0o600,
+        "only its user reads it"
+    );
     for (path, marker) in [
         ("/ui/vendor/hls.light.min.js", "Hls"),
         ("/ui/vendor/tus.min.js", "tus"),
