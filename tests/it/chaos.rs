@@ -48,6 +48,20 @@ fn failed_checks(report: &Value) -> Vec<String> {
         .collect()
 }
 
+/// What a failed soak's report says first, kept short so a log cut to its last lines (as
+/// CI shows it) still names the check that broke: the failed checks, the ERROR lines by
+/// role and the first of them, the API's answers by status.
+fn headline(report: &Value) -> String {
+    let failed = match report["checks"].as_array() {
+        Some(_) => failed_checks(report).join("; "),
+        None => "no report (the soak did not finish)".to_owned(),
+    };
+    format!(
+        "failed checks: [{failed}]; ERROR lines: {}; first: {}; answers: {}",
+        report["error_lines"], report["first_errors"], report["statuses"]
+    )
+}
+
 fn log(dir: &std::path::Path, role: &str) -> String {
     std::fs::read_to_string(dir.join("logs").join(format!("{role}.log"))).unwrap_or_default()
 }
@@ -73,8 +87,16 @@ async fn two_postgres_restarts_under_load_need_no_role_restarted_and_lose_nothin
         dir.path(),
     )
     .await;
-    assert!(ok, "{printed}");
-    assert!(failed_checks(&report).is_empty(), "{printed}");
+    assert!(
+        ok,
+        "{}\n--- the soak's output\n{printed}",
+        headline(&report)
+    );
+    assert!(
+        failed_checks(&report).is_empty(),
+        "{}\n--- the soak's output\n{printed}",
+        headline(&report)
+    );
     let faults = report["faults"].as_array().unwrap();
     assert_eq!(faults.len(), 2, "{printed}");
     assert!(faults.iter().all(|f| f[0] == "pg-restart"), "{printed}");
@@ -115,8 +137,16 @@ async fn two_postgres_restarts_under_load_need_no_role_restarted_and_lose_nothin
 async fn a_minute_of_random_faults_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (ok, report, printed) = soak(&["--seconds", "60", "--every", "4"], dir.path()).await;
-    assert!(ok, "{printed}");
-    assert!(failed_checks(&report).is_empty(), "{printed}");
+    assert!(
+        ok,
+        "{}\n--- the soak's output\n{printed}",
+        headline(&report)
+    );
+    assert!(
+        failed_checks(&report).is_empty(),
+        "{}\n--- the soak's output\n{printed}",
+        headline(&report)
+    );
     let faults = report["faults"].as_array().unwrap();
     assert_eq!(faults.len(), 15, "{printed}");
     // Not by luck: every kind, and a SIGKILL of every role, in every run of a minute.
