@@ -21,6 +21,20 @@ const fail = (why) => {
 };
 const UPLOAD_BYTES_PER_SECOND = 1_000_000;
 
+// Waits until the <video> at `selector` plays through MSE (a blob: source) and has reached
+// `seconds`; its currentTime then.
+const playsThrough = async (page, selector, seconds, timeout) => {
+  const reached = await page.waitForFunction(
+    ([selector, seconds]) => {
+      const el = document.querySelector(selector);
+      return el.src.startsWith("blob:") && el.currentTime >= seconds && el.currentTime;
+    },
+    [selector, seconds],
+    { timeout },
+  );
+  return reached.jsonValue();
+};
+
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
   args: ["--no-sandbox", "--disable-dev-shm-usage"],
@@ -73,15 +87,7 @@ try {
   step("ready", video);
   const poster = await page.getAttribute("#player", "poster");
   if (!poster) fail("the player has no poster");
-  const played = await page.waitForFunction(
-    () => {
-      const el = document.querySelector("#player");
-      return el.src.startsWith("blob:") && el.currentTime >= 3.2 && el.currentTime;
-    },
-    null,
-    { timeout: 60000 },
-  );
-  step("played", await played.jsonValue());
+  step("played", await playsThrough(page, "#player", 3.2, 60000));
   await page.waitForSelector(`#videos tr[data-video="${video}"][data-status=ready]`, { timeout: 10000 });
   step("listed");
   await page.screenshot({ path: `${shots}/upload-ready-playing.png`, fullPage: true });
@@ -111,17 +117,10 @@ try {
   if (appOrigin === new URL(base).origin) fail("the app page is on vidq's own origin");
   const embedded = await browser.newPage();
   await embedded.goto(`${appOrigin}/`);
-  const elsewhere = await embedded
-    .waitForFunction(
-      () => {
-        const el = document.querySelector("#v");
-        return el.src.startsWith("blob:") && el.currentTime >= 3.2 && el.currentTime;
-      },
-      null,
-      { timeout: 60000 },
-    )
-    .catch(async (error) => fail(`cross-origin: ${await embedded.title()} ${error}`));
-  step("played-cross-origin", await elsewhere.jsonValue());
+  const elsewhere = await playsThrough(embedded, "#v", 3.2, 60000).catch(async (error) =>
+    fail(`cross-origin: ${await embedded.title()} ${error}`),
+  );
+  step("played-cross-origin", elsewhere);
   await embedded.close();
   app.close();
 
@@ -136,15 +135,7 @@ try {
     ["-v", "error", "-re", "-i", liveSource, "-c", "copy", "-f", "flv", `${server}/${key}`],
     { stdio: ["ignore", "ignore", "inherit"] },
   );
-  const live = await page.waitForFunction(
-    () => {
-      const el = document.querySelector("#live-player");
-      return el.src.startsWith("blob:") && el.currentTime >= 2 && el.currentTime;
-    },
-    null,
-    { timeout: 120000 },
-  );
-  step("live-playing", await live.jsonValue());
+  step("live-playing", await playsThrough(page, "#live-player", 2, 120000));
   await page.screenshot({ path: `${shots}/live-playing.png`, fullPage: true });
 
   if (pageErrors.length) fail(`page errors: ${pageErrors.join("; ")}`);

@@ -62,6 +62,17 @@ fn headline(report: &Value) -> String {
     )
 }
 
+/// The soak ended well and every check of its report held; otherwise fails with the
+/// headline first, then everything the soak printed.
+fn assert_held(ok: bool, report: &Value, printed: &str) {
+    let held = ok && failed_checks(report).is_empty();
+    assert!(
+        held,
+        "{}\n--- the soak's output\n{printed}",
+        headline(report)
+    );
+}
+
 fn log(dir: &std::path::Path, role: &str) -> String {
     std::fs::read_to_string(dir.join("logs").join(format!("{role}.log"))).unwrap_or_default()
 }
@@ -87,16 +98,7 @@ async fn two_postgres_restarts_under_load_need_no_role_restarted_and_lose_nothin
         dir.path(),
     )
     .await;
-    assert!(
-        ok,
-        "{}\n--- the soak's output\n{printed}",
-        headline(&report)
-    );
-    assert!(
-        failed_checks(&report).is_empty(),
-        "{}\n--- the soak's output\n{printed}",
-        headline(&report)
-    );
+    assert_held(ok, &report, &printed);
     let faults = report["faults"].as_array().unwrap();
     assert_eq!(faults.len(), 2, "{printed}");
     assert!(faults.iter().all(|f| f[0] == "pg-restart"), "{printed}");
@@ -137,16 +139,7 @@ async fn two_postgres_restarts_under_load_need_no_role_restarted_and_lose_nothin
 async fn a_minute_of_random_faults_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (ok, report, printed) = soak(&["--seconds", "60", "--every", "4"], dir.path()).await;
-    assert!(
-        ok,
-        "{}\n--- the soak's output\n{printed}",
-        headline(&report)
-    );
-    assert!(
-        failed_checks(&report).is_empty(),
-        "{}\n--- the soak's output\n{printed}",
-        headline(&report)
-    );
+    assert_held(ok, &report, &printed);
     let faults = report["faults"].as_array().unwrap();
     assert_eq!(faults.len(), 15, "{printed}");
     // Not by luck: every kind, and a SIGKILL of every role, in every run of a minute.

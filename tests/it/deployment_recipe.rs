@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::clips;
-use crate::support::process::free_port;
+use crate::support::process::{answers_within, free_port};
 use crate::support::receiver::Receiver;
 use crate::support::recipes::{Ran, count_at, run, sh_blocks};
 
@@ -176,17 +176,8 @@ async fn the_four_host_recipe_runs_as_written_and_encodes_on_an_encoding_node() 
 /// for READY and the relay's `video.ready`; the video's id.
 async fn upload_and_wait(api: &str, key: &str) -> Result<String, String> {
     let http = reqwest::Client::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !http
-        .get(format!("{api}/readyz"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        if std::time::Instant::now() > deadline {
-            return Err("the API node never became ready".to_owned());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    if !answers_within(&http, &format!("{api}/readyz"), Duration::from_secs(30)).await {
+        return Err("the API node never became ready".to_owned());
     }
     let receiver = Receiver::start();
     let hook = json_of(

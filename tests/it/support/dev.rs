@@ -3,10 +3,10 @@
 //! a free loopback port.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::db::TestDb;
-use super::process::{free_port, vidq_child};
+use super::process::{answers_within, free_port, vidq_child};
 
 pub struct Dev {
     /// `http://127.0.0.1:PORT`, the API and the upload page.
@@ -39,21 +39,14 @@ impl Dev {
             .env("VIDQ_RTMP_ADDR", format!("127.0.0.1:{}", free_port()));
         let child = command.spawn().unwrap();
         let base = format!("http://{http_addr}");
-        let client = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !client
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            assert!(
-                Instant::now() < deadline,
-                "{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let ready = format!("{base}/readyz");
+        let http = reqwest::Client::new();
+        let answered = answers_within(&http, &ready, Duration::from_secs(60)).await;
+        assert!(
+            answered,
+            "{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
         Self {
             base,
             http_addr,

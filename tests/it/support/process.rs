@@ -137,18 +137,22 @@ fn socket_queues(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> O
 /// Returns once the process at `base` (`http://127.0.0.1:PORT`) answers `GET /healthz` with a
 /// success; after 30 s, panics with `logs()` (the process's log, say).
 pub async fn answering(http: &reqwest::Client, base: &str, logs: impl Fn() -> String) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !http
-        .get(format!("{base}/healthz"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{base} did not answer:\n{}",
-            logs()
-        );
+    let url = format!("{base}/healthz");
+    let answered = answers_within(http, &url, Duration::from_secs(30)).await;
+    assert!(answered, "{base} did not answer:\n{}", logs());
+}
+
+/// Whether `GET url` succeeds within `within`, asked every 50 ms.
+pub async fn answers_within(http: &reqwest::Client, url: &str, within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let answer = http.get(url).send().await;
+        if answer.is_ok_and(|r| r.status().is_success()) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
