@@ -244,6 +244,28 @@ async fn listed_seconds(rig: &Rig, recording: &Recording) -> f64 {
         / 1000.0
 }
 
+/// The seconds of segments the recording holds, in S3 or still on their way there, once no
+/// new one has come for 3 s: what an encoder that has left finally handed over.
+async fn settled_seconds(rig: &Rig, recording: &Recording) -> f64 {
+    let sql = format!(
+        "SELECT COALESCE(sum(duration_ms), 0)::bigint AS n FROM recording_files
+          WHERE recording_id = '{}' AND axis = 'segment' AND state IN ('pending', 'uploaded')",
+        recording.id
+    );
+    let held = || rig.count(&sql);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut last, mut since) = (held().await, Instant::now());
+    while since.elapsed() < Duration::from_secs(3) {
+        assert!(Instant::now() < deadline, "segments kept coming: {last} ms");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = held().await;
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+    last as f64 / 1000.0
+}
+
 #[tokio::test]
 async fn a_30_second_rtmp_broadcast_is_read_live_and_becomes_a_30_second_video() {
     // Idle for 6 s: once the encoder leaves, its FFmpeg child's last segment and playlist
@@ -399,7 +421,8 @@ async fn an_encoder_killed_and_started_again_within_the_idle_window_continues_on
         assert!(Instant::now() < deadline, "{}", rig.log_text());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let before = listed_seconds(&rig, &recording).await;
+    // Counted once the first encoder's last files have all arrived (S3 may not hold them yet).
+    let before = settled_seconds(&rig, &recording).await;
     let second = publish(12, &recording);
     let (ok, stderr) = outcome(second, Duration::from_secs(60)).await;
     assert!(ok, "the second connection streams: {stderr}");

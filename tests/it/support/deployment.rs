@@ -103,8 +103,11 @@ impl Deployment {
             pool,
             s3,
             api: String::new(),
+            // An idle connection is dropped here before a server or HAProxy may close it
+            // (`timeout http-keep-alive`), so no request goes out on a connection being closed.
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
+                .pool_idle_timeout(Duration::from_secs(3))
                 .build()
                 .unwrap(),
             root,

@@ -1,7 +1,8 @@
 //! HAProxy (Debian's package) in front of API processes, as a production load balancer
 //! would be: round robin per request, no affinity, a health check that takes a dead node out
 //! within a second and puts it back once it answers, and each request's client address in
-//! `X-Forwarded-For`.
+//! `X-Forwarded-For`. Each request gets a server connection of its own (`http-server-close`),
+//! so none is sent on an idle one the API is closing at that moment.
 
 use std::time::{Duration, Instant};
 
@@ -31,7 +32,8 @@ impl Haproxy {
         let config = format!(
             "global\n    maxconn 2048\n\
              defaults\n    mode http\n    timeout connect 2s\n    timeout client 60s\n    \
-             timeout server 60s\n    retries 0\n    option forwardfor\n\
+             timeout server 60s\n    timeout http-keep-alive 60s\n    retries 0\n    \
+             option http-server-close\n    option forwardfor\n\
              frontend clients\n    bind 127.0.0.1:{port}\n    default_backend apis\n\
              backend apis\n    balance roundrobin\n    option httpchk GET /healthz\n{servers}"
         );
