@@ -42,4 +42,5 @@ pub mod roles;
 pub mod rtmp;
 pub mod shutdown;
 pub mod sweeper;
+pub mod sync;
 pub mod telemetry;

@@ -204,8 +204,8 @@ mod tests {
         let stale: Vec<_> = documented.difference(&declared).collect();
         assert!(
             undocumented.is_empty() && stale.is_empty(),
-            "docs/operations.md's settings table (## Configuration) and src/config.rs disagree.\n\
-             declared in src/config.rs but missing from docs/operations.md: {undocumented:?}\n\
+            "docs/operations.md's settings table (## Configuration) and src/config/ disagree.\n\
+             declared in src/config/ but missing from docs/operations.md: {undocumented:?}\n\
              in docs/operations.md but declared nowhere: {stale:?}"
         );
         assert!(declared.len() > 30, "found only {declared:?}");

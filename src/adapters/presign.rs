@@ -17,6 +17,8 @@ use aws_sdk_s3::config::Credentials;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
+use crate::sync::Locked;
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// Where objects live, as the SDK addresses them: `{origin}{prefix}{encoded key}`.
@@ -120,7 +122,7 @@ impl GetSigner {
     /// "aws4_request"), kept until the day or the access key changes (a new secret always
     /// comes with a new key id, temporary credentials included).
     fn signing_key(&self, credentials: &Credentials, day: &str) -> [u8; 32] {
-        let mut kept = self.day_key.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kept = self.day_key.locked();
         if let Some(k) = kept.as_ref()
             && k.day == day
             && k.access_key_id == credentials.access_key_id()

@@ -68,46 +68,12 @@ impl PrivatePostgres {
             None
         };
         std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
-        let mut data =
+        let asked =
             std::fs::canonicalize(dir).map_err(io(format!("resolving {}", dir.display())))?;
-        let log = data.with_file_name("pg.log");
-        if let Some((uid, gid)) = owner
-            && !reachable_by(&data, uid, gid)
-        {
-            // A project under a directory only root may enter (`/root`, mode 700): the
-            // server's user could not reach a cluster there. It goes where that user can.
-            let elsewhere = reachable_home(&data);
-            tracing::info!(
-                wanted = %data.display(),
-                dir = %elsewhere.display(),
-                "the PostgreSQL user cannot enter the dev data directory (a directory above it is closed to other users); its private cluster lives here instead"
-            );
-            std::fs::create_dir_all(&elsewhere)
-                .map_err(io(format!("creating {}", elsewhere.display())))?;
-            data = elsewhere;
-        }
-        if let Some((uid, gid)) = owner {
-            chown_tree(&data, uid, gid).map_err(io(format!(
-                "handing {} to the server's user",
-                data.display()
-            )))?;
-        }
+        let log = asked.with_file_name("pg.log");
+        let data = cluster_dir(asked, owner)?;
         if !data.join("PG_VERSION").exists() {
-            let args: Vec<String> = [
-                "-D",
-                &data.to_string_lossy(),
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "-E",
-                "UTF8",
-                "--no-locale",
-            ]
-            .map(str::to_owned)
-            .to_vec();
-            run("initdb", &initdb, &args, owner, &log).await?;
-            tracing::info!(dir = %data.display(), "created a private PostgreSQL cluster");
+            initdb_at(&initdb, &data, owner, &log).await?;
         }
         let mut server = Self {
             data,
@@ -257,6 +223,59 @@ impl PrivatePostgres {
 }
 
 /// Runs `tool` (as `owner` when given, through `setpriv`), its output appended to `log`.
+/// Where the cluster lives: `asked`, or when the server runs as another user who cannot
+/// enter it, a directory that user can reach; handed to that user.
+fn cluster_dir(asked: PathBuf, owner: Option<(u32, u32)>) -> Result<PathBuf, PrivatePgError> {
+    let mut data = asked;
+    if let Some((uid, gid)) = owner
+        && !reachable_by(&data, uid, gid)
+    {
+        // A project under a directory only root may enter (`/root`, mode 700): the
+        // server's user could not reach a cluster there. It goes where that user can.
+        let elsewhere = reachable_home(&data);
+        tracing::info!(
+            wanted = %data.display(),
+            dir = %elsewhere.display(),
+            "the PostgreSQL user cannot enter the dev data directory (a directory above it is closed to other users); its private cluster lives here instead"
+        );
+        std::fs::create_dir_all(&elsewhere)
+            .map_err(io(format!("creating {}", elsewhere.display())))?;
+        data = elsewhere;
+    }
+    if let Some((uid, gid)) = owner {
+        chown_tree(&data, uid, gid).map_err(io(format!(
+            "handing {} to the server's user",
+            data.display()
+        )))?;
+    }
+    Ok(data)
+}
+
+/// A new cluster in `data`: superuser `postgres`, trusted on loopback, UTF-8.
+async fn initdb_at(
+    initdb: &Path,
+    data: &Path,
+    owner: Option<(u32, u32)>,
+    log: &Path,
+) -> Result<(), PrivatePgError> {
+    let args: Vec<String> = [
+        "-D",
+        &data.to_string_lossy(),
+        "-U",
+        "postgres",
+        "-A",
+        "trust",
+        "-E",
+        "UTF8",
+        "--no-locale",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    run("initdb", initdb, &args, owner, log).await?;
+    tracing::info!(dir = %data.display(), "created a private PostgreSQL cluster");
+    Ok(())
+}
+
 async fn run(
     name: &'static str,
     tool: &Path,

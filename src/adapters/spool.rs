@@ -90,12 +90,6 @@ impl SpoolRoot {
         &self.root
     }
 
-    /// The same root with other writer shares (tests and benchmarks set small ones).
-    pub fn with_shares(mut self, limits: ShareLimits) -> Self {
-        self.writers = WriterShares::new(limits);
-        self
-    }
-
     /// Checks `raw` (as the row holds it) at the file boundary. Nothing outside the root is
     /// opened: the lexical check comes first, then the path is resolved (which follows
     /// symlinks without reading files) and must stay under the root before its metadata is

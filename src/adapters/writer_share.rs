@@ -7,7 +7,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use uuid::Uuid;
+use crate::domain::ids::{RecordingId, UserId};
+use crate::sync::Locked;
 
 /// Writer slots of one node, one user and one recording.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,9 +37,9 @@ impl Default for ShareLimits {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Writer {
     /// The uploader or broadcaster.
-    pub user: Uuid,
+    pub user: UserId,
     /// The live recording written to, if it is one.
-    pub recording: Option<Uuid>,
+    pub recording: Option<RecordingId>,
 }
 
 /// Which share was full.
@@ -58,8 +59,8 @@ pub enum ShareFull {
 #[derive(Debug, Default)]
 struct Held {
     node: usize,
-    users: HashMap<Uuid, usize>,
-    recordings: HashMap<Uuid, usize>,
+    users: HashMap<UserId, usize>,
+    recordings: HashMap<RecordingId, usize>,
 }
 
 /// The node's writer slots, counted per user and per recording.
@@ -87,7 +88,7 @@ impl WriterShares {
 
     /// Takes a slot for `writer`, or says which share is full (nothing is taken then).
     pub fn take(&self, writer: Writer) -> Result<WriterSlot, ShareFull> {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self.held.locked();
         if held.node >= self.limits.node {
             return Err(ShareFull::Node(self.limits.node));
         }
@@ -112,11 +113,11 @@ impl WriterShares {
 
     /// Slots held now on the node.
     pub fn in_use(&self) -> usize {
-        self.held.lock().unwrap_or_else(|e| e.into_inner()).node
+        self.held.locked().node
     }
 }
 
-fn give_back(map: &mut HashMap<Uuid, usize>, key: Uuid) {
+fn give_back<K: std::hash::Hash + Eq>(map: &mut HashMap<K, usize>, key: K) {
     if let Some(n) = map.get_mut(&key) {
         *n -= 1;
         if *n == 0 {
@@ -127,7 +128,7 @@ fn give_back(map: &mut HashMap<Uuid, usize>, key: Uuid) {
 
 impl Drop for WriterSlot {
     fn drop(&mut self) {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self.held.locked();
         held.node -= 1;
         give_back(&mut held.users, self.writer.user);
         if let Some(recording) = self.writer.recording {
@@ -142,8 +143,8 @@ mod tests {
 
     fn writer(user: u128, recording: Option<u128>) -> Writer {
         Writer {
-            user: Uuid::from_u128(user),
-            recording: recording.map(Uuid::from_u128),
+            user: UserId(uuid::Uuid::from_u128(user)),
+            recording: recording.map(|r| RecordingId(uuid::Uuid::from_u128(r))),
         }
     }
 

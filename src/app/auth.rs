@@ -2,7 +2,6 @@
 
 use diesel::QueryResult;
 use diesel_async::AsyncPgConnection;
-use uuid::Uuid;
 
 use super::AppError;
 use crate::db::{self, DbPool};
@@ -13,8 +12,8 @@ use crate::domain::ids::UserId;
 pub async fn authenticate(pool: &DbPool, presented_key: &str) -> Result<UserId, AppError> {
     let hash = hash_presented_key(presented_key);
     let mut conn = pool.get().await?;
-    let user: Option<Uuid> = db::users::find_by_key_hash(&mut conn, &hash).await?;
-    user.map(UserId).ok_or(AppError::Unauthorized)
+    let user = db::users::find_by_key_hash(&mut conn, &hash).await?;
+    user.ok_or(AppError::Unauthorized)
 }
 
 /// What `read` finds for the holder of `presented_key`, with the key's lookup inside the

@@ -139,7 +139,7 @@ pub async fn page(
         signal.borrow_and_update();
         let rows = {
             let mut conn = ctx.db.get().await?;
-            db::events::page(&mut conn, owner.0, after, event_type, limit).await?
+            db::events::page(&mut conn, owner, after, event_type, limit).await?
         };
         if !rows.is_empty() || tokio::time::Instant::now() >= deadline {
             let next = rows.last().map_or(after, FeedRow::position);

@@ -6,7 +6,7 @@
 use super::{AppContext, AppError};
 use crate::db::{self, recordings::RecordingRow};
 use crate::domain::api_key::{ApiKey, hash_presented_key};
-use crate::domain::ids::UserId;
+use crate::domain::ids::{RecordingId, UserId, VideoId};
 use crate::domain::recording::{self, EndReason, FileAxis, FileState, RecordingState};
 
 /// The largest file an encoder may PUT (a segment of a high-bitrate stream, or a playlist).
@@ -31,7 +31,7 @@ pub struct RecordingStatus {
     /// Its files, counted.
     pub counts: db::recordings::FileCounts,
     /// The video it became, once it has one.
-    pub video_id: Option<uuid::Uuid>,
+    pub video_id: Option<VideoId>,
 }
 
 pub use super::live_files::{Ingested, ingest};
@@ -43,7 +43,7 @@ pub async fn create(ctx: &AppContext, owner: UserId) -> Result<CreatedRecording,
     use super::open_work::{self, OpenWork};
     use diesel_async::AsyncConnection as _;
     let key = ApiKey::generate();
-    let id = uuid::Uuid::now_v7();
+    let id = RecordingId::new();
     let cap = ctx.upload.max_open_recordings_per_user;
     let _turn = open_work::turn(owner, OpenWork::Recordings).await;
     let mut conn = ctx.db.get().await?;
@@ -51,7 +51,7 @@ pub async fn create(ctx: &AppContext, owner: UserId) -> Result<CreatedRecording,
         .transaction::<_, AppError, _>(async |conn| {
             open_work::admit(conn, owner, OpenWork::Recordings, cap).await?;
             let hash = key.hash();
-            Ok(db::recordings::insert(conn, id, owner.0, &hash, &ingest.node_id).await?)
+            Ok(db::recordings::insert(conn, id, owner, &hash, &ingest.node_id).await?)
         })
         .await?;
     tracing::info!(recording_id = %id, node = %ingest.node_id, "live recording created");
@@ -65,10 +65,10 @@ pub async fn create(ctx: &AppContext, owner: UserId) -> Result<CreatedRecording,
 pub async fn status(
     ctx: &AppContext,
     owner: UserId,
-    id: uuid::Uuid,
+    id: RecordingId,
 ) -> Result<RecordingStatus, AppError> {
     let mut conn = ctx.db.get().await?;
-    let row = db::recordings::find_owned(&mut conn, owner.0, id)
+    let row = db::recordings::find_owned(&mut conn, owner, id)
         .await?
         .ok_or(AppError::NotFound)?;
     let counts = db::recordings::counts(&mut conn, id).await?;
@@ -83,10 +83,10 @@ pub async fn status(
 }
 
 /// `POST /v1/live/{id}/end`: the broadcaster says it is over.
-pub async fn end(ctx: &AppContext, owner: UserId, id: uuid::Uuid) -> Result<(), AppError> {
+pub async fn end(ctx: &AppContext, owner: UserId, id: RecordingId) -> Result<(), AppError> {
     let ingest = ctx.ingest.as_ref().ok_or(AppError::IngestDisabled)?;
     let mut conn = ctx.db.get().await?;
-    db::recordings::find_owned(&mut conn, owner.0, id)
+    db::recordings::find_owned(&mut conn, owner, id)
         .await?
         .ok_or(AppError::NotFound)?;
     let ended = db::recordings::end(
@@ -107,7 +107,7 @@ pub async fn end(ctx: &AppContext, owner: UserId, id: uuid::Uuid) -> Result<(), 
 /// it lacks): its end reason `no_video_stream`, its cutoff now, so nothing more is taken.
 pub async fn fail_without_video(
     ctx: &AppContext,
-    id: uuid::Uuid,
+    id: RecordingId,
     why: &str,
 ) -> Result<(), AppError> {
     let mut conn = ctx.db.get().await?;
@@ -153,7 +153,7 @@ pub async fn publishable(
 
 /// Where a recording's next segments go on: the number after the highest one received (0
 /// before the first), and the media time its playlists listed so far, in ms.
-pub async fn resume_point(ctx: &AppContext, id: uuid::Uuid) -> Result<(u32, u64), AppError> {
+pub async fn resume_point(ctx: &AppContext, id: RecordingId) -> Result<(u32, u64), AppError> {
     let mut conn = ctx.db.get().await?;
     let (last, listed_ms) = db::recordings::segment_extent(&mut conn, id).await?;
     let next = last.map_or(0, |n| n.max(-1) + 1) as u32;
@@ -162,12 +162,9 @@ pub async fn resume_point(ctx: &AppContext, id: uuid::Uuid) -> Result<(u32, u64)
 
 /// `playback_url` of a recording: vidq's playlist route with a signed, expiring token
 /// (players cannot send headers).
-pub fn playback_path(ctx: &AppContext, id: uuid::Uuid) -> String {
+pub fn playback_path(ctx: &AppContext, id: RecordingId) -> String {
     let ttl = chrono::Duration::seconds(ctx.upload.playback_url_ttl_secs as i64);
-    let token = ctx
-        .playback
-        .key
-        .sign(crate::domain::ids::VideoId(id), chrono::Utc::now() + ttl);
+    let token = ctx.playback.key.sign(id, chrono::Utc::now() + ttl);
     format!("/v1/live/{id}/playlist.m3u8?token={token}")
 }
 
@@ -177,14 +174,12 @@ pub fn playback_path(ctx: &AppContext, id: uuid::Uuid) -> String {
 /// has ended and every segment it keeps is listed.
 pub async fn playlist(
     ctx: &AppContext,
-    id: uuid::Uuid,
+    id: RecordingId,
     token: Option<&str>,
 ) -> Result<String, AppError> {
-    ctx.playback.key.verify(
-        crate::domain::ids::VideoId(id),
-        token.unwrap_or_default(),
-        chrono::Utc::now(),
-    )?;
+    ctx.playback
+        .key
+        .verify(id, token.unwrap_or_default(), chrono::Utc::now())?;
     let (recording, files) = {
         let mut conn = ctx.db.get().await?;
         let recording = db::recordings::find(&mut conn, id)
@@ -192,27 +187,7 @@ pub async fn playlist(
             .ok_or(AppError::NotFound)?;
         (recording, db::recordings::files_of(&mut conn, id).await?)
     };
-    let state = recording.state;
-    let uploaded = FileState::Uploaded;
-    let init = files
-        .iter()
-        .find(|f| f.axis == FileAxis::Init && f.state == uploaded);
-    let kept: Vec<&db::recordings::FileView> = files
-        .iter()
-        .filter(|f| f.axis == FileAxis::Segment && f.state != FileState::Excluded)
-        .collect();
-    let segments: Vec<recording::LiveSegment> = kept
-        .iter()
-        .map(|f| recording::LiveSegment {
-            sequence: f.sequence as u32,
-            duration_ms: f.duration_ms.map(|d| d as u32),
-            uploaded: f.state == uploaded,
-        })
-        .collect();
-    // The run starts at the encoder's first segment (FFmpeg's `-start_number`), as its
-    // first playlist said; rows from before that was recorded started at 0.
-    let first = recording.first_sequence.unwrap_or(0).max(0) as u32;
-    let playable = recording::playable_prefix(&segments, first);
+    let listing = Listing::of(&recording, &files);
     let ttl = std::time::Duration::from_secs(ctx.upload.playback_url_ttl_secs);
     let url = async |key: &str| -> Result<String, AppError> {
         match ctx.playback.public_url(&ctx.storage.at(key)) {
@@ -220,59 +195,98 @@ pub async fn playlist(
             None => Ok(ctx.storage.presign_get(key, ttl).await?),
         }
     };
-    let init_url = match init {
+    let init_url = match listing.init {
         Some(init) => Some(url(&init.object_key).await?),
         None => None,
     };
-    // Past the cutoff nothing more can arrive: the playlist lists every segment S3 holds,
-    // across any gap (marked as a discontinuity), and ends once none is still on its way.
-    // Before that, only the contiguous run, which a gap may still fill.
-    let final_state = matches!(
-        state,
-        RecordingState::Ended | RecordingState::Ready | RecordingState::Failed
-    );
-    let mut to_list: Vec<&&db::recordings::FileView> = if final_state {
-        kept.iter()
-            .filter(|f| f.state == uploaded && f.duration_ms.is_some())
-            .collect()
-    } else {
-        let mut run: Vec<_> = kept.iter().filter(|f| f.sequence >= first as i32).collect();
-        run.sort_by_key(|f| f.sequence);
-        run.truncate(playable);
-        run
-    };
-    to_list.sort_by_key(|f| f.sequence);
-    let mut listed = Vec::with_capacity(to_list.len());
+    let mut listed = Vec::with_capacity(listing.segments.len());
     if init_url.is_some() {
         let mut previous: Option<i32> = None;
-        for file in to_list {
+        for file in listing.segments {
             let ms = file.duration_ms.unwrap_or_default() as u32;
             let after_gap = previous.is_some_and(|p| file.sequence != p + 1);
             previous = Some(file.sequence);
             listed.push((ms, url(&file.object_key).await?, after_gap));
         }
     }
-    // ENDLIST only once nothing more can be listed: a player stops reloading when it sees
-    // it. Past the cutoff (`ended` and after), or ended by the encoder's own ENDLIST with every
-    // segment up to the last one it named listed.
-    let final_listed = recording
-        .final_sequence
-        .is_some_and(|last| first as usize + playable == last as usize + 1);
-    let still_landing = kept.iter().any(|f| f.state == FileState::Pending);
-    let ended = init_url.is_some()
-        && if final_state {
-            // Past the cutoff (and when it follows its video, `ready` or `failed`): over
-            // once every kept segment is in S3, whatever gaps the encoder left.
-            !still_landing
-        } else {
-            recording.end_reason == Some(EndReason::Endlist)
-                && final_listed
-                && playable == kept.iter().filter(|f| f.sequence >= first as i32).count()
-        };
+    let ended = init_url.is_some() && listing.complete;
     Ok(recording::render_live_playlist(
         init_url.as_deref(),
         recording.target_duration_secs.map(|n| n as u32),
         &listed,
         ended,
     ))
+}
+
+/// What a recording's live playlist lists: its init in S3, the segments in order, and
+/// whether the list is complete (then it ends, once the init is there).
+struct Listing<'a> {
+    init: Option<&'a db::recordings::FileView>,
+    segments: Vec<&'a db::recordings::FileView>,
+    complete: bool,
+}
+
+impl<'a> Listing<'a> {
+    fn of(recording: &db::recordings::RecordingRow, files: &'a [db::recordings::FileView]) -> Self {
+        let uploaded = FileState::Uploaded;
+        let init = files
+            .iter()
+            .find(|f| f.axis == FileAxis::Init && f.state == uploaded);
+        let kept: Vec<&db::recordings::FileView> = files
+            .iter()
+            .filter(|f| f.axis == FileAxis::Segment && f.state != FileState::Excluded)
+            .collect();
+        let segments: Vec<recording::LiveSegment> = kept
+            .iter()
+            .map(|f| recording::LiveSegment {
+                sequence: f.sequence as u32,
+                duration_ms: f.duration_ms.map(|d| d as u32),
+                uploaded: f.state == uploaded,
+            })
+            .collect();
+        // The run starts at the encoder's first segment (FFmpeg's `-start_number`), as its
+        // first playlist said; rows from before that was recorded started at 0.
+        let first = recording.first_sequence.unwrap_or(0).max(0) as u32;
+        let playable = recording::playable_prefix(&segments, first);
+        // Past the cutoff nothing more can arrive: the playlist lists every segment S3
+        // holds, across any gap (marked as a discontinuity), and ends once none is still on
+        // its way. Before that, only the contiguous run, which a gap may still fill.
+        let final_state = matches!(
+            recording.state,
+            RecordingState::Ended | RecordingState::Ready | RecordingState::Failed
+        );
+        let from_first = || kept.iter().copied().filter(|f| f.sequence >= first as i32);
+        let mut to_list: Vec<&db::recordings::FileView> = if final_state {
+            kept.iter()
+                .copied()
+                .filter(|f| f.state == uploaded && f.duration_ms.is_some())
+                .collect()
+        } else {
+            let mut run: Vec<_> = from_first().collect();
+            run.sort_by_key(|f| f.sequence);
+            run.truncate(playable);
+            run
+        };
+        to_list.sort_by_key(|f| f.sequence);
+        // ENDLIST only once nothing more can be listed: a player stops reloading when it
+        // sees it. Past the cutoff (`ended` and after, `ready` or `failed` when it follows
+        // its video): once every kept segment is in S3, whatever gaps the encoder left.
+        // Before: ended by the encoder's own ENDLIST with every segment up to the last one
+        // it named listed.
+        let complete = if final_state {
+            !kept.iter().any(|f| f.state == FileState::Pending)
+        } else {
+            let final_listed = recording
+                .final_sequence
+                .is_some_and(|last| first as usize + playable == last as usize + 1);
+            recording.end_reason == Some(EndReason::Endlist)
+                && final_listed
+                && playable == from_first().count()
+        };
+        Self {
+            init,
+            segments: to_list,
+            complete,
+        }
+    }
 }

@@ -22,8 +22,10 @@ use super::{AppContext, AppError};
 use crate::adapters::spool::AppendEnd;
 use crate::db::{self, DbError, retrying::while_unavailable_for};
 use crate::domain::api_key::hash_presented_key;
+use crate::domain::ids::RecordingId;
 use crate::domain::init_segment::NoVideo;
 use crate::domain::recording::{self, EndReason, FileAxis, FileState, IngestName};
+use crate::sync::Locked;
 
 /// What one PUT did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,39 +96,63 @@ where
     match received {
         Received::Playlist(text) => {
             guard.armed = false; // a playlist is read into memory, never written
-            take_playlist(ctx, ingest, recording.id, &text)
-                .await
-                .map_err(|e| match e {
-                    // Not a media file: the encoder's next playlist says as much and more.
-                    Waited::Gone(error) => {
-                        tracing::warn!(recording_id = %recording.id, file = name, error = %crate::telemetry::error_chain(&error),
-                            "a live playlist could not be read in: the database did not answer");
-                        AppError::Database(error)
-                    }
-                    Waited::App(error) => error,
-                })
+            playlist_arrived(ctx, ingest, recording.id, name, &text).await
         }
         Received::File(size, sha256) => {
-            if kind == IngestName::Init {
-                refuse_without_video(ctx, ingest, recording.id, &guard.path).await?;
-            }
             let file = ArrivedFile {
                 recording: recording.id,
                 kind,
                 size,
                 sha256,
             };
-            match keep_file(ctx, ingest, file, &mut guard).await {
-                Err(Waited::Gone(error)) => {
-                    if error.is_unavailable() {
-                        count_lost_later(ctx, recording.id);
-                    }
-                    Err(lost(Some(recording.id), name, error))
-                }
-                Err(Waited::App(error)) => Err(error),
-                Ok(done) => Ok(done),
-            }
+            file_arrived(ctx, ingest, file, name, &mut guard).await
         }
+    }
+}
+
+/// A playlist the encoder PUT, read into the recording.
+async fn playlist_arrived(
+    ctx: &AppContext,
+    ingest: &super::ingest::Ingest,
+    recording: RecordingId,
+    name: &str,
+    text: &str,
+) -> Result<Ingested, AppError> {
+    take_playlist(ctx, ingest, recording, text)
+        .await
+        .map_err(|e| match e {
+            // Not a media file: the encoder's next playlist says as much and more.
+            Waited::Gone(error) => {
+                tracing::warn!(recording_id = %recording, file = name, error = %crate::telemetry::error_chain(&error),
+                    "a live playlist could not be read in: the database did not answer");
+                AppError::Database(error)
+            }
+            Waited::App(error) => error,
+        })
+}
+
+/// An init or segment spooled whole: checked (an init must hold video), kept in the
+/// recording, or counted lost when the database stayed away past the patience.
+async fn file_arrived(
+    ctx: &AppContext,
+    ingest: &super::ingest::Ingest,
+    file: ArrivedFile,
+    name: &str,
+    guard: &mut IncomingFile,
+) -> Result<Ingested, AppError> {
+    let recording = file.recording;
+    if file.kind == IngestName::Init {
+        refuse_without_video(ctx, ingest, recording, &guard.path).await?;
+    }
+    match keep_file(ctx, ingest, file, guard).await {
+        Err(Waited::Gone(error)) => {
+            if error.is_unavailable() {
+                count_lost_later(ctx, recording);
+            }
+            Err(lost(Some(recording), name, error))
+        }
+        Err(Waited::App(error)) => Err(error),
+        Ok(done) => Ok(done),
     }
 }
 
@@ -173,7 +199,7 @@ async fn recording_of(
 async fn take_playlist(
     ctx: &AppContext,
     ingest: &super::ingest::Ingest,
-    id: uuid::Uuid,
+    id: RecordingId,
     text: &str,
 ) -> Result<Ingested, Waited> {
     let playlist = recording::parse_playlist(text);
@@ -214,7 +240,7 @@ impl From<AppError> for Waited {
 
 /// A file that arrived but could not be recorded: counted, logged at ERROR with what it was,
 /// and answered as the database's absence (503, or the error it was).
-fn lost(recording: Option<uuid::Uuid>, name: &str, error: DbError) -> AppError {
+fn lost(recording: Option<RecordingId>, name: &str, error: DbError) -> AppError {
     if error.is_unavailable() {
         crate::metrics::LIVE_FILES_LOST.inc();
         tracing::error!(recording_id = ?recording, file = name, error = %crate::telemetry::error_chain(&error),
@@ -225,7 +251,7 @@ fn lost(recording: Option<uuid::Uuid>, name: &str, error: DbError) -> AppError {
 
 /// Adds one to the recording's `lost_files` once the database answers (for up to ten
 /// minutes; a process that stops first leaves the count short, never the log line).
-fn count_lost_later(ctx: &AppContext, recording: uuid::Uuid) {
+fn count_lost_later(ctx: &AppContext, recording: RecordingId) {
     let db = ctx.db.clone();
     tokio::spawn(async move {
         let counted =
@@ -250,7 +276,7 @@ const COUNT_LOST_PATIENCE: Duration = Duration::from_secs(600);
 async fn refuse_without_video(
     ctx: &AppContext,
     ingest: &super::ingest::Ingest,
-    id: uuid::Uuid,
+    id: RecordingId,
     incoming: &str,
 ) -> Result<(), AppError> {
     use tokio::io::AsyncReadExt as _;
@@ -281,7 +307,7 @@ async fn refuse_without_video(
 
 /// A whole init or segment, spooled under an incoming name.
 struct ArrivedFile {
-    recording: uuid::Uuid,
+    recording: RecordingId,
     kind: IngestName,
     size: u64,
     sha256: String,
@@ -326,51 +352,14 @@ async fn keep_file(
         node: &ingest.node_id,
         sha256: &sha256,
     };
-    let recorded = while_unavailable_for(ingest.db_patience, "recording a live file", || async {
-        let mut conn = ctx.db.get().await?;
-        db::recordings::touch(&mut conn, id).await?;
-        Ok(db::recordings::record_file(&mut conn, &row).await?)
-    })
-    .await;
-    let mut recorded = match recorded {
-        Ok(recorded) => recorded,
-        Err(error) => {
-            // The file stays nowhere: nothing names it.
-            if let Err(remove) = ingest.spool.remove(&spool_path).await {
-                tracing::warn!(error = %crate::telemetry::error_chain(&remove), "could not remove a lost live file");
-            }
-            return Err(Waited::Gone(error));
-        }
-    };
-    // A try whose commit was answered by a lost connection, then taken again, finds its own
-    // file as the one it replaced: that one is kept.
-    if recorded.replaced.as_deref() == Some(spool_path.as_str()) {
-        recorded.replaced = None;
-    }
+    let recorded = record(ctx, ingest, &row).await?;
     let mut conn = ctx
         .db
         .get()
         .await
         .map_err(|e| AppError::from(DbError::from(e)))?;
     let state = recorded.state;
-    // Keep exactly the file the row names: this one if it took the row (and not the version
-    // it replaced), none if it arrived past the cutoff or for a row that is done already.
-    let unused = if recorded.taken && state == FileState::Pending {
-        recorded.replaced
-    } else {
-        Some(spool_path.clone())
-    };
-    if let Some(path) = unused
-        && let Err(error) = ingest.spool.remove(&path).await
-    {
-        tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not remove an unused recording file");
-    }
-    if state == FileState::Excluded {
-        // The recording passed its cutoff while this file arrived: its sweeper may have
-        // removed its directory meanwhile, which the rename brought back. Gone again if
-        // empty (a directory that still holds a file is left).
-        ingest.spool.remove_empty_dir_of(&spool_path).await;
-    }
+    keep_only_the_named_file(ingest, &recorded, &spool_path).await;
     tracing::debug!(recording_id = %id, axis = axis.as_str(), sequence, bytes = size, state = state.as_str(), "recording file received");
     if recorded.taken || state == FileState::Excluded {
         return Ok(Ingested::File(state));
@@ -387,6 +376,61 @@ async fn keep_file(
             Ok(Ingested::AlreadyLanded)
         }
         _ => Err(AppError::FileLanded.into()),
+    }
+}
+
+/// Records `row` in the ledger, waiting out a database outage up to the patience; past it
+/// the file is lost, and its spool copy goes, since nothing names it.
+async fn record(
+    ctx: &AppContext,
+    ingest: &super::ingest::Ingest,
+    row: &db::recordings::NewRecordingFile<'_>,
+) -> Result<db::recordings::RecordedFile, Waited> {
+    let recorded = while_unavailable_for(ingest.db_patience, "recording a live file", || async {
+        let mut conn = ctx.db.get().await?;
+        db::recordings::touch(&mut conn, row.recording).await?;
+        Ok(db::recordings::record_file(&mut conn, row).await?)
+    })
+    .await;
+    let mut recorded = match recorded {
+        Ok(recorded) => recorded,
+        Err(error) => {
+            if let Err(remove) = ingest.spool.remove(row.spool_path).await {
+                tracing::warn!(error = %crate::telemetry::error_chain(&remove), "could not remove a lost live file");
+            }
+            return Err(Waited::Gone(error));
+        }
+    };
+    // A try whose commit was answered by a lost connection, then taken again, finds its own
+    // file as the one it replaced: that one is kept.
+    if recorded.replaced.as_deref() == Some(row.spool_path) {
+        recorded.replaced = None;
+    }
+    Ok(recorded)
+}
+
+/// Keeps exactly the file the row names: this one (`spool_path`) if it took the row, and
+/// not the version it replaced; none if it arrived past the cutoff or for a row that is done.
+async fn keep_only_the_named_file(
+    ingest: &super::ingest::Ingest,
+    recorded: &db::recordings::RecordedFile,
+    spool_path: &str,
+) {
+    let unused = if recorded.taken && recorded.state == FileState::Pending {
+        recorded.replaced.as_deref()
+    } else {
+        Some(spool_path)
+    };
+    if let Some(path) = unused
+        && let Err(error) = ingest.spool.remove(path).await
+    {
+        tracing::warn!(error = %crate::telemetry::error_chain(&error), "could not remove an unused recording file");
+    }
+    if recorded.state == FileState::Excluded {
+        // The recording passed its cutoff while this file arrived: its sweeper may have
+        // removed its directory meanwhile, which the rename brought back. Gone again if
+        // empty (a directory that still holds a file is left).
+        ingest.spool.remove_empty_dir_of(spool_path).await;
     }
 }
 
@@ -520,7 +564,7 @@ const KNOWN_KEYS_MAX: usize = 10_000;
 
 impl KnownKeys {
     fn remember(&self, hash: &[u8], row: &db::recordings::RecordingRow) {
-        let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rows = self.rows.locked();
         if rows.len() >= KNOWN_KEYS_MAX && !rows.contains_key(hash) {
             rows.clear();
         }
@@ -528,7 +572,7 @@ impl KnownKeys {
     }
 
     fn recall(&self, hash: &[u8]) -> Option<db::recordings::RecordingRow> {
-        let rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        let rows = self.rows.locked();
         rows.get(hash).cloned()
     }
 }

@@ -7,11 +7,10 @@
 //! checked inside the transaction).
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use uuid::Uuid;
 
 use crate::db::{self, DbError, DbPool, live_videos::WholeRecording};
 use crate::domain::event::Event;
-use crate::domain::ids::VideoId;
+use crate::domain::ids::{RecordingId, VideoId};
 use crate::domain::job::JobKind;
 use crate::domain::recording;
 
@@ -19,9 +18,9 @@ use crate::domain::recording;
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Settled {
     /// Recordings that became videos, with their video.
-    pub videos: Vec<(Uuid, VideoId)>,
+    pub videos: Vec<(RecordingId, VideoId)>,
     /// Recordings that ended with no init or no segment in S3.
-    pub failed: Vec<Uuid>,
+    pub failed: Vec<RecordingId>,
 }
 
 /// Makes the videos of `node`'s whole recordings and fails the unplayable ones.
@@ -69,11 +68,10 @@ async fn make_video(
             return Ok(None);
         }
         let video = VideoId::new();
-        let row =
-            db::videos::insert_from_recording(conn, video.0, whole.owner_id, whole.id).await?;
+        let row = db::videos::insert_from_recording(conn, video, whole.owner_id, whole.id).await?;
         db::jobs::insert(
             conn,
-            video.0,
+            video,
             &recording::files_prefix(whole.id),
             JobKind::Repackage,
         )

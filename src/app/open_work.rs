@@ -20,6 +20,7 @@ use crate::domain::ids::UserId;
 pub use crate::domain::open_work::OpenWork;
 
 use super::AppError;
+use crate::sync::Locked;
 
 /// Inside a create's transaction: takes the user's lock, counts, and refuses with
 /// [`AppError::TooManyOpen`] when `cap` items of `kind` are open already.
@@ -39,7 +40,7 @@ pub async fn admit(
 /// The user's turn to create work on this node: held across the create's transaction.
 pub async fn turn(owner: UserId, kind: OpenWork) -> OwnedMutexGuard<()> {
     let lock = {
-        let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut turns = TURNS.locked();
         if turns.len() > SWEEP_ABOVE {
             turns.retain(|_, lock| lock.strong_count() > 0);
         }

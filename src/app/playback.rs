@@ -102,7 +102,7 @@ pub async fn urls(ctx: &AppContext, video: &VideoRow) -> Result<Playback, AppErr
             .public_url(&ctx.storage.at(key))
             .map(HlsUrl::Direct),
         (Some(_), None) => {
-            let id = VideoId(video.id);
+            let id = video.id;
             let expires = Utc::now() + ttl;
             let token = ctx.playback.key.sign(id, expires);
             Some(HlsUrl::Api(format!(
@@ -133,7 +133,7 @@ pub async fn playlist(
     }
     let top_key = {
         let mut conn = ctx.db.get().await?;
-        db::videos::ready_hls_key(&mut conn, video.0).await?
+        db::videos::ready_hls_key(&mut conn, video).await?
     }
     .ok_or(AppError::NotFound)?;
     // Objects sit next to their playlist; a rendition's playlist sits in its own directory.

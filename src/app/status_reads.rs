@@ -15,11 +15,10 @@
 
 use std::collections::HashMap;
 
-use uuid::Uuid;
-
 use crate::batching::{Groups, Waiting};
 use crate::db::videos::VideoWithAttempts;
 use crate::db::{self, DbError, DbPool};
+use crate::domain::ids::VideoId;
 
 /// Statements in flight at once, each on a pooled connection of its own: two keep both of
 /// PostgreSQL's backends busy while the API parses the next requests.
@@ -34,7 +33,7 @@ pub type ReadOutcome = Result<Option<VideoWithAttempts>, DbError>;
 #[derive(Debug)]
 struct Read {
     key_hash: [u8; 32],
-    video: Uuid,
+    video: VideoId,
 }
 
 /// The queue in front of the readers. Cloning shares it.
@@ -59,7 +58,7 @@ impl StatusReads {
     }
 
     /// The video `video` if the holder of the key hashed to `key_hash` owns it.
-    pub async fn read(&self, key_hash: [u8; 32], video: Uuid) -> ReadOutcome {
+    pub async fn read(&self, key_hash: [u8; 32], video: VideoId) -> ReadOutcome {
         match self.readers.submit(Read { key_hash, video }).await {
             Ok(outcome) => outcome,
             // The readers are gone (the runtime is stopping, or a reader panicked): a read
@@ -85,7 +84,7 @@ async fn answer(db: &DbPool, mut batch: Vec<Waiting<Read, ReadOutcome>>) {
     .await;
     match together {
         Ok(rows) => {
-            let by_id: HashMap<Uuid, (VideoWithAttempts, Vec<u8>)> =
+            let by_id: HashMap<VideoId, (VideoWithAttempts, Vec<u8>)> =
                 rows.into_iter().map(|row| (row.0.0.id, row)).collect();
             for waiting in batch {
                 // Someone else's video reads as a missing one, as in the single-row
@@ -113,7 +112,7 @@ async fn answer(db: &DbPool, mut batch: Vec<Waiting<Read, ReadOutcome>>) {
 }
 
 /// One read with the key checked in its own statement.
-async fn read_alone(db: &DbPool, key_hash: &[u8], video: Uuid) -> ReadOutcome {
+async fn read_alone(db: &DbPool, key_hash: &[u8], video: VideoId) -> ReadOutcome {
     let mut conn = db.get().await?;
     Ok(db::videos::find_by_key_hash(&mut conn, key_hash, video).await?)
 }

@@ -15,6 +15,8 @@ use tokio::sync::OwnedMutexGuard;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::sync::Locked;
+
 /// The per-upload locks of one API process.
 #[derive(Clone, Debug, Default)]
 pub struct UploadLocks {
@@ -49,7 +51,7 @@ struct SlotRef {
 
 impl Drop for SlotRef {
     fn drop(&mut self) {
-        let mut slots = self.locks.slots.lock().expect("upload locks");
+        let mut slots = self.locks.slots.locked();
         // The map's reference and this one: nobody else holds or waits for it.
         if Arc::strong_count(&self.slot) == 2 {
             slots.remove(&self.id);
@@ -66,7 +68,7 @@ impl UploadLocks {
     /// for it. `None`: the holder did not let go in time.
     pub async fn acquire(&self, id: Uuid, wait: Duration) -> Option<UploadGuard> {
         let slot = {
-            let mut slots = self.slots.lock().expect("upload locks");
+            let mut slots = self.slots.locked();
             SlotRef {
                 slot: slots.entry(id).or_default().clone(),
                 id,
@@ -78,7 +80,7 @@ impl UploadLocks {
             if let Ok(guard) = slot.slot.lock.clone().try_lock_owned() {
                 break guard;
             }
-            slot.slot.holder_stop.lock().expect("holder token").cancel();
+            slot.slot.holder_stop.locked().cancel();
             let pause =
                 ASK_AGAIN.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
             if let Ok(guard) =
@@ -91,7 +93,7 @@ impl UploadLocks {
             }
         };
         let stop = CancellationToken::new();
-        *slot.slot.holder_stop.lock().expect("holder token") = stop.clone();
+        *slot.slot.holder_stop.locked() = stop.clone();
         Some(UploadGuard {
             stop,
             guard: Some(guard),
@@ -101,7 +103,7 @@ impl UploadLocks {
 
     /// Uploads with a slot (held or waited for): the map does not grow with every upload.
     pub fn len(&self) -> usize {
-        self.slots.lock().expect("upload locks").len()
+        self.slots.locked().len()
     }
 
     /// Whether no upload has a slot.

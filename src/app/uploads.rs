@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use diesel_async::{AsyncConnection as _, AsyncPgConnection};
-use uuid::Uuid;
 
 use super::confirm_batch::{AcceptOutcome, Acceptance};
 use super::open_work::{self, OpenWork};
@@ -67,8 +66,8 @@ pub async fn create_upload(
         .await?;
     let expires_at = Utc::now() + ttl;
     let row = db::uploads::NewUploadRow {
-        id: id.0,
-        owner_id: owner.0,
+        id,
+        owner_id: owner,
         object_key: &key,
         filename: &request.filename,
         content_type: &request.content_type,
@@ -88,7 +87,7 @@ pub async fn create_upload(
         .await?;
     tracing::info!(upload_id = %id, size, "upload contract issued");
     let upload = IssuedUpload {
-        id: upload.id,
+        id: upload.id.0,
         object_key: upload.object_key,
         expires_at: upload.expires_at,
     };
@@ -115,7 +114,7 @@ pub async fn confirm_upload(
 ) -> Result<Confirmed, AppError> {
     let upload = {
         let mut conn = ctx.db.get().await?;
-        db::uploads::find_owned(&mut conn, owner.0, upload_id.0)
+        db::uploads::find_owned(&mut conn, owner, upload_id)
             .await?
             .ok_or(AppError::NotFound)?
     };
@@ -131,14 +130,14 @@ pub async fn confirm_upload_with_key(
     upload_id: UploadId,
 ) -> Result<Confirmed, AppError> {
     let upload = super::auth::read_with_key(&ctx.db, presented_key, async |conn, hash| {
-        db::uploads::find_by_key_hash(conn, hash, upload_id.0).await
+        db::uploads::find_by_key_hash(conn, hash, upload_id).await
     })
     .await?;
     confirm_found(ctx, upload).await
 }
 
 /// The confirm of a contract already read and known to be its caller's.
-// Named as before the split, so the confirm's log lines read as they did.
+// The span is named for what the caller asked for, whichever function answers it.
 #[tracing::instrument(
     name = "confirm_upload",
     skip_all,
@@ -148,7 +147,7 @@ async fn confirm_found(
     ctx: &AppContext,
     upload: db::uploads::UploadRow,
 ) -> Result<Confirmed, AppError> {
-    let (owner, upload_id) = (UserId(upload.owner_id), UploadId(upload.id));
+    let (owner, upload_id) = (upload.owner_id, upload.id);
     let state = upload.state;
     if state == UploadState::Confirmed {
         return existing_video(ctx, upload_id)
@@ -164,7 +163,7 @@ async fn confirm_found(
         // No object: either nothing was PUT yet, or the contract was deleted (with its
         // object) since it was read; the latter is a 404 like any unknown id.
         let mut conn = ctx.db.get().await?;
-        return match db::uploads::find_owned(&mut conn, owner.0, upload_id.0).await? {
+        return match db::uploads::find_owned(&mut conn, owner, upload_id).await? {
             Some(_) => Err(AppError::UploadIncomplete),
             None => Err(AppError::NotFound),
         };
@@ -247,10 +246,10 @@ pub async fn accept(
     let (user, confirmed, video, job_id, notified, stamped) = tx
         .run(async {
             Ok::<_, AppError>(futures_util::join!(
-                db::users::lock_for_key_share(c, owner.0),
-                db::uploads::mark_confirmed(c, upload_id.0),
-                db::videos::insert(c, video_id.0, owner.0, upload_id.0),
-                db::jobs::insert(c, video_id.0, object_key, JobKind::Encode),
+                db::users::lock_for_key_share(c, owner),
+                db::uploads::mark_confirmed(c, upload_id),
+                db::videos::insert(c, video_id, owner, upload_id),
+                db::jobs::insert(c, video_id, object_key, JobKind::Encode),
                 db::jobs::notify_claimable(c),
                 db::outbox::insert_stamped(c, &event),
             ))
@@ -281,10 +280,10 @@ pub async fn accept_all(
     conn: &mut AsyncPgConnection,
     acceptances: &[Acceptance],
 ) -> Result<Vec<AcceptOutcome>, AppError> {
-    let mut owners: Vec<Uuid> = acceptances.iter().map(|a| a.owner.0).collect();
+    let mut owners: Vec<UserId> = acceptances.iter().map(|a| a.owner).collect();
     owners.sort_unstable();
     owners.dedup();
-    let uploads = acceptances.iter().map(|a| a.upload_id.0).collect();
+    let uploads = acceptances.iter().map(|a| a.upload_id).collect();
     let tx = db::pipelined::PipelinedTx::new(conn);
     let c = tx.conn();
     let (present, moved) = tx
@@ -298,17 +297,17 @@ pub async fn accept_all(
             Ok::<_, AppError>((present, moved))
         })
         .await?;
-    let present: HashSet<Uuid> = present.into_iter().collect();
-    let mut moved: HashSet<Uuid> = moved.into_iter().collect();
+    let present: HashSet<UserId> = present.into_iter().collect();
+    let mut moved: HashSet<UploadId> = moved.into_iter().collect();
     // The video each confirm creates, by its place in the batch.
     let created: Vec<Option<VideoId>> = acceptances
         .iter()
-        .map(|a| moved.remove(&a.upload_id.0).then(VideoId::new))
+        .map(|a| moved.remove(&a.upload_id).then(VideoId::new))
         .collect();
     let orphaned = acceptances
         .iter()
         .zip(&created)
-        .any(|(a, video)| video.is_some() && !present.contains(&a.owner.0));
+        .any(|(a, video)| video.is_some() && !present.contains(&a.owner));
     let (mut videos, mut jobs) = if created.iter().all(Option::is_none) {
         tx.rollback().await?;
         Default::default()
@@ -325,8 +324,8 @@ pub async fn accept_all(
     for (a, video) in acceptances.iter().zip(created) {
         answers.push(match video {
             Some(id) => Ok(Some(Accepted {
-                video: videos.remove(&id.0).expect("each new video is returned"),
-                job_id: jobs.remove(&id.0).expect("each new video has its job"),
+                video: videos.remove(&id).expect("each new video is returned"),
+                job_id: jobs.remove(&id).expect("each new video has its job"),
             })),
             None => answer_unmoved(conn, &present, a).await,
         });
@@ -341,14 +340,14 @@ async fn insert_created(
     tx: &db::pipelined::PipelinedTx<'_>,
     acceptances: &[Acceptance],
     created: &[Option<VideoId>],
-) -> Result<(HashMap<Uuid, VideoRow>, HashMap<Uuid, i64>), AppError> {
+) -> Result<(HashMap<VideoId, VideoRow>, HashMap<VideoId, i64>), AppError> {
     let (mut ids, mut owners, mut uploads, mut keys, mut events) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (a, video) in acceptances.iter().zip(created) {
         let Some(video) = *video else { continue };
-        ids.push(video.0);
-        owners.push(a.owner.0);
-        uploads.push(a.upload_id.0);
+        ids.push(video);
+        owners.push(a.owner);
+        uploads.push(a.upload_id);
         keys.push(a.object_key.clone());
         // The time is replaced by the new video's (insert_all_stamped).
         events.push(Event::video_accepted(video, a.upload_id, Utc::now()));
@@ -376,10 +375,10 @@ async fn insert_created(
 /// or [`not_confirmed`] tells why.
 async fn answer_unmoved(
     conn: &mut AsyncPgConnection,
-    present: &HashSet<Uuid>,
+    present: &HashSet<UserId>,
     acceptance: &Acceptance,
 ) -> AcceptOutcome {
-    if !present.contains(&acceptance.owner.0) {
+    if !present.contains(&acceptance.owner) {
         return Err(AppError::NotFound);
     }
     not_confirmed(conn, acceptance.upload_id).await
@@ -392,7 +391,7 @@ async fn not_confirmed(
     conn: &mut AsyncPgConnection,
     upload_id: UploadId,
 ) -> Result<Option<Accepted>, AppError> {
-    let state = db::uploads::state_of(conn, upload_id.0)
+    let state = db::uploads::state_of(conn, upload_id)
         .await?
         .ok_or(AppError::NotFound)?;
     match state.parse().map_err(db::DbError::from)? {
@@ -404,7 +403,7 @@ async fn not_confirmed(
 async fn existing_video(ctx: &AppContext, upload_id: UploadId) -> Result<VideoView, AppError> {
     let found = {
         let mut conn = ctx.db.get().await?;
-        db::videos::find_by_upload(&mut conn, upload_id.0).await?
+        db::videos::find_by_upload(&mut conn, upload_id).await?
     };
     // A confirmed contract whose video is gone was deleted in between: nothing to show.
     let found = found.ok_or(AppError::NotFound)?;

@@ -8,8 +8,7 @@ use super::{AppContext, AppError};
 use crate::db::doomed_objects::Doomed;
 use crate::db::{self, DbPool};
 use crate::domain::api_key::ApiKey;
-use crate::domain::ids::{UserId, VideoId};
-use uuid::Uuid;
+use crate::domain::ids::{UploadId, UserId};
 
 /// Creates a user and returns the API key, which exists nowhere else after this returns.
 pub async fn create_user(db: &DbPool, name: &str) -> Result<(UserId, ApiKey), AppError> {
@@ -31,7 +30,7 @@ pub async fn create_user_as(
     let id = UserId::new();
     let key = ApiKey::generate();
     let mut conn = db.get().await?;
-    match db::users::insert(&mut conn, id.0, name, &key.hash(), operator).await {
+    match db::users::insert(&mut conn, id, name, &key.hash(), operator).await {
         Ok(_) => Ok((id, key)),
         Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
             Err(AppError::NameTaken(name.to_owned()))
@@ -147,7 +146,7 @@ pub async fn delete_user(ctx: &AppContext, name: &str) -> Result<DeletedUser, Ap
 /// objects as owed; returns how many videos and what is owed, or `None` when none is left.
 async fn delete_upload_page(
     ctx: &AppContext,
-    user: Uuid,
+    user: UserId,
 ) -> Result<Option<(usize, Vec<Doomed>)>, AppError> {
     let mut conn = ctx.db.get().await?;
     conn.transaction::<_, AppError, _>(async |conn| {
@@ -158,11 +157,10 @@ async fn delete_upload_page(
         if page.is_empty() {
             return Ok(None);
         }
-        let (uploads, originals): (Vec<Uuid>, Vec<String>) = page.into_iter().unzip();
+        let (uploads, originals): (Vec<UploadId>, Vec<String>) = page.into_iter().unzip();
         let videos = db::videos::lock_for_uploads(conn, &uploads).await?;
         db::jobs::lock_for_videos(conn, &videos).await?;
         db::uploads::delete_many(conn, &uploads).await?;
-        let videos: Vec<VideoId> = videos.into_iter().map(VideoId).collect();
         let owed = Debt::of(originals, &videos).owe(conn).await?;
         Ok(Some((videos.len(), owed)))
     })
@@ -174,7 +172,7 @@ async fn delete_upload_page(
 /// videos and what is owed, or `None` when none is left.
 async fn delete_recording_page(
     ctx: &AppContext,
-    user: Uuid,
+    user: UserId,
 ) -> Result<Option<(usize, Vec<Doomed>)>, AppError> {
     let mut conn = ctx.db.get().await?;
     conn.transaction::<_, AppError, _>(async |conn| {
@@ -187,7 +185,6 @@ async fn delete_recording_page(
         }
         let videos = db::videos::lock_for_recordings(conn, &recordings).await?;
         db::live_videos::delete_recordings(conn, &recordings).await?;
-        let videos: Vec<VideoId> = videos.into_iter().map(VideoId).collect();
         let mut debt = Debt::of(Vec::new(), &videos);
         debt.prefixes.extend(
             recordings
@@ -200,7 +197,7 @@ async fn delete_recording_page(
 }
 
 /// Deletes one page of the user's events with their deliveries; returns how many events.
-async fn delete_event_page(ctx: &AppContext, user: Uuid) -> Result<usize, AppError> {
+async fn delete_event_page(ctx: &AppContext, user: UserId) -> Result<usize, AppError> {
     let mut conn = ctx.db.get().await?;
     conn.transaction::<_, AppError, _>(async |conn| {
         if db::users::lock_for_key_share(conn, user).await?.is_none() {
@@ -213,7 +210,7 @@ async fn delete_event_page(ctx: &AppContext, user: Uuid) -> Result<usize, AppErr
 
 /// Deletes the user row (its endpoints, and any event committed since the last page, cascade)
 /// unless an upload arrived meanwhile; returns whether it did.
-async fn delete_user_row(ctx: &AppContext, user: Uuid) -> Result<bool, AppError> {
+async fn delete_user_row(ctx: &AppContext, user: UserId) -> Result<bool, AppError> {
     let mut conn = ctx.db.get().await?;
     conn.transaction::<_, AppError, _>(async |conn| {
         if db::users::lock_for_update(conn, user).await?.is_none() {

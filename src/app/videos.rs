@@ -8,7 +8,7 @@ use crate::db::{
     self,
     videos::{VideoRow, VideoWithAttempts},
 };
-use crate::domain::ids::{UploadId, UserId, VideoId};
+use crate::domain::ids::{UserId, VideoId};
 use crate::domain::job::JobStatus;
 use crate::domain::keys;
 use crate::domain::video::VideoStatus;
@@ -56,9 +56,9 @@ pub struct VideoFacts {
 impl From<VideoRow> for VideoFacts {
     fn from(row: VideoRow) -> Self {
         Self {
-            id: row.id,
-            upload_id: row.upload_id,
-            recording_id: row.recording_id,
+            id: row.id.0,
+            upload_id: row.upload_id.map(|u| u.0),
+            recording_id: row.recording_id.map(|r| r.0),
             duration_ms: row.duration_ms,
             width: row.width,
             height: row.height,
@@ -132,7 +132,7 @@ pub async fn get_video(
 ) -> Result<VideoView, AppError> {
     let found = {
         let mut conn = ctx.db.get().await?;
-        db::videos::find_owned(&mut conn, owner.0, id.0).await?
+        db::videos::find_owned(&mut conn, owner, id).await?
     };
     view(ctx, found.ok_or(AppError::NotFound)?).await
 }
@@ -146,7 +146,7 @@ pub async fn get_video_with_key(
     id: VideoId,
 ) -> Result<VideoView, AppError> {
     let hash = crate::domain::api_key::hash_presented_key(presented_key);
-    match ctx.status_reads.read(hash, id.0).await? {
+    match ctx.status_reads.read(hash, id).await? {
         Some(found) => view(ctx, found).await,
         None => Err(super::auth::explain_miss(&ctx.db, presented_key).await),
     }
@@ -170,18 +170,16 @@ pub async fn list_videos(
         // One extra row tells whether another page exists.
         db::videos::list_owned(
             &mut conn,
-            owner.0,
+            owner,
             status.map(VideoStatus::as_str),
-            after.map(|v| v.0),
+            after,
             limit + 1,
         )
         .await?
     };
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
-    let next = more
-        .then(|| rows.last().map(|(v, _, _)| VideoId(v.id)))
-        .flatten();
+    let next = more.then(|| rows.last().map(|(v, _, _)| v.id)).flatten();
     let mut views = Vec::with_capacity(rows.len());
     for row in rows {
         views.push(view(ctx, row).await?);
@@ -199,13 +197,10 @@ pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Resul
     let mut conn = ctx.db.get().await?;
     let owed = conn
         .transaction::<_, AppError, _>(async |conn| {
-            if db::users::lock_for_key_share(conn, owner.0)
-                .await?
-                .is_none()
-            {
+            if db::users::lock_for_key_share(conn, owner).await?.is_none() {
                 return Err(AppError::NotFound);
             }
-            let video = db::videos::lock_owned_for_update(conn, owner.0, id.0)
+            let video = db::videos::lock_owned_for_update(conn, owner, id)
                 .await?
                 .ok_or(AppError::NotFound)?;
             // A recording goes with its video (after the video, before its job: lock order;
@@ -214,13 +209,13 @@ pub async fn delete_video(ctx: &AppContext, owner: UserId, id: VideoId) -> Resul
             if let Some(recording) = video.recording_id {
                 db::recordings::delete(conn, recording).await?;
             }
-            db::jobs::lock_for_videos(conn, &[id.0]).await?;
-            db::videos::delete(conn, id.0).await?;
+            db::jobs::lock_for_videos(conn, &[id]).await?;
+            db::videos::delete(conn, id).await?;
             let mut debt = Debt::of(Vec::new(), &[id]);
             match (video.upload_id, video.recording_id) {
                 (Some(upload), _) => {
                     db::uploads::delete(conn, upload).await?;
-                    debt.keys.push(keys::original(UploadId(upload)));
+                    debt.keys.push(keys::original(upload));
                 }
                 (None, Some(recording)) => debt
                     .prefixes

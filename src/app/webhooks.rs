@@ -56,7 +56,7 @@ pub struct Endpoint {
 impl From<EndpointRow> for Endpoint {
     fn from(row: EndpointRow) -> Self {
         Self {
-            id: row.id,
+            id: row.id.0,
             url: row.url,
             event_types: row.event_types.map(|t| t.into_iter().flatten().collect()),
             disabled_at: row.disabled_at,
@@ -161,21 +161,21 @@ pub async fn create(
     // both see 19 and both insert.
     let row = conn
         .transaction::<_, AppError, _>(async |conn| {
-            if db::users::lock_for_no_key_update(conn, owner.0)
+            if db::users::lock_for_no_key_update(conn, owner)
                 .await?
                 .is_none()
             {
                 return Err(AppError::NotFound);
             }
-            if db::webhooks::count(conn, owner.0).await? >= MAX_ENDPOINTS {
+            if db::webhooks::count(conn, owner).await? >= MAX_ENDPOINTS {
                 return Err(AppError::BadRequest(format!(
                     "an uploader can register at most {MAX_ENDPOINTS} webhooks; delete one first"
                 )));
             }
             Ok(db::webhooks::insert(
                 conn,
-                WebhookId::new().0,
-                owner.0,
+                WebhookId::new(),
+                owner,
                 parsed.as_str(),
                 event_types,
                 secret.expose(),
@@ -190,14 +190,14 @@ pub async fn create(
 /// The owner's endpoints.
 pub async fn list(ctx: &AppContext, owner: UserId) -> Result<Vec<Endpoint>, AppError> {
     let mut conn = ctx.db.get().await?;
-    let rows = db::webhooks::list(&mut conn, owner.0).await?;
+    let rows = db::webhooks::list(&mut conn, owner).await?;
     Ok(rows.into_iter().map(Endpoint::from).collect())
 }
 
 /// One endpoint.
 pub async fn get(ctx: &AppContext, owner: UserId, id: WebhookId) -> Result<Endpoint, AppError> {
     let mut conn = ctx.db.get().await?;
-    db::webhooks::find(&mut conn, owner.0, id.0)
+    db::webhooks::find(&mut conn, owner, id)
         .await?
         .map(Endpoint::from)
         .ok_or(AppError::NotFound)
@@ -206,7 +206,7 @@ pub async fn get(ctx: &AppContext, owner: UserId, id: WebhookId) -> Result<Endpo
 /// Deletes an endpoint; nothing more is sent to it.
 pub async fn delete(ctx: &AppContext, owner: UserId, id: WebhookId) -> Result<(), AppError> {
     let mut conn = ctx.db.get().await?;
-    match db::webhooks::delete(&mut conn, owner.0, id.0).await? {
+    match db::webhooks::delete(&mut conn, owner, id).await? {
         0 => Err(AppError::NotFound),
         _ => Ok(()),
     }
@@ -221,7 +221,7 @@ pub async fn rotate_secret(
     let secret = WebhookSecret::generate();
     let old_expires_at = Utc::now() + ROTATION_OVERLAP;
     let mut conn = ctx.db.get().await?;
-    let row = db::webhooks::rotate(&mut conn, owner.0, id.0, secret.expose(), old_expires_at)
+    let row = db::webhooks::rotate(&mut conn, owner, id, secret.expose(), old_expires_at)
         .await?
         .ok_or(AppError::NotFound)?;
     tracing::info!(endpoint = %row.id, "webhook secret rotated");
@@ -243,10 +243,10 @@ pub async fn resend(
     let mut conn = ctx.db.get().await?;
     conn.transaction::<_, AppError, _>(async |conn| {
         // Lock order: the outbox row, then the endpoint.
-        let event = db::deliveries::lock_event_of_owner(conn, owner.0, event.0)
+        let event = db::deliveries::lock_event_of_owner(conn, owner, event)
             .await?
             .ok_or(AppError::NotFound)?;
-        let endpoint = db::webhooks::lock_owned(conn, owner.0, id.0)
+        let endpoint = db::webhooks::lock_owned(conn, owner, id)
             .await?
             .ok_or(AppError::NotFound)?;
         if endpoint.disabled_at.is_some() {
@@ -287,12 +287,9 @@ pub async fn deliveries(
         )));
     }
     let mut conn = ctx.db.get().await?;
-    if db::webhooks::find(&mut conn, owner.0, id.0)
-        .await?
-        .is_none()
-    {
+    if db::webhooks::find(&mut conn, owner, id).await?.is_none() {
         return Err(AppError::NotFound);
     }
-    let (rows, attempts) = db::deliveries::of_endpoint(&mut conn, id.0, limit).await?;
+    let (rows, attempts) = db::deliveries::of_endpoint(&mut conn, id, limit).await?;
     Ok(join_tries(rows, attempts)?)
 }

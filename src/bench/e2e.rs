@@ -18,6 +18,7 @@ use super::Scratch;
 use crate::adapters::ffmpeg::{MediaConfig, encode, probe};
 use crate::app::{self, AppContext, uploads::Confirmed};
 use crate::config::UploadConfig;
+use crate::domain::ids::VideoId;
 use crate::domain::video::VideoStatus;
 
 /// The protocol's inputs, in seconds.
@@ -235,14 +236,14 @@ async fn run_nodes(
                 let ctx = &ctx;
                 async move {
                     let video = match app::uploads::confirm_upload(ctx, owner, *upload).await? {
-                        Confirmed::Created(v) | Confirmed::AlreadyConfirmed(v) => v.video.id,
+                        Confirmed::Created(v) | Confirmed::AlreadyConfirmed(v) => {
+                            VideoId(v.video.id)
+                        }
                     };
                     let confirmed = Instant::now();
                     loop {
                         tokio::time::sleep(Duration::from_millis(args.poll_ms)).await;
-                        let view =
-                            app::videos::get_video(ctx, owner, crate::domain::ids::VideoId(video))
-                                .await?;
+                        let view = app::videos::get_video(ctx, owner, video).await?;
                         match view.status {
                             VideoStatus::Ready => {
                                 return anyhow::Ok((i, video, confirmed.elapsed().as_secs_f64()));

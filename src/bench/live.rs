@@ -28,6 +28,8 @@ use clap::Args;
 use super::encoder_clock::{self, EncoderClock};
 use super::stats::{median, percentile};
 use super::{BenchS3, Scratch};
+use crate::domain::ids::RecordingId;
+use crate::sync::Locked;
 
 /// `vidq bench live`.
 #[derive(Debug, Args)]
@@ -258,7 +260,7 @@ async fn one_step(
             format!("{}index.m3u8", text("ingest_url")?)
         };
         recordings.push((
-            text("id")?.parse::<uuid::Uuid>()?,
+            text("id")?.parse::<RecordingId>()?,
             push_to,
             text("playback_url")?,
         ));
@@ -310,7 +312,7 @@ async fn one_step(
         ensure!(status.success(), "an ffmpeg push failed ({status})");
     }
     // Each segment: when a poll first listed it, and when its encoder had finished it.
-    let mut seen_at: HashMap<(uuid::Uuid, i32), (DateTime<Utc>, DateTime<Utc>)> = HashMap::new();
+    let mut seen_at: HashMap<(RecordingId, i32), (DateTime<Utc>, DateTime<Utc>)> = HashMap::new();
     let mut encoder_of = HashMap::new();
     for ((id, _, _), clock) in recordings.iter().zip(clocks) {
         encoder_of.insert(*id, clock.await?);
@@ -325,7 +327,7 @@ async fn one_step(
         }
     }
     sampling.abort();
-    let rss_mib = *peak.lock().unwrap_or_else(|e| e.into_inner());
+    let rss_mib = *peak.locked();
     // The RTMP streams' FFmpeg children have ended with their connections and been reaped,
     // so their time is in the API's children's count.
     let cpu =
@@ -402,7 +404,7 @@ async fn sample_rss(pid: u32, every: Duration, peak: std::sync::Arc<std::sync::M
             .sum::<f64>()
             / 1024.0;
         {
-            let mut peak = peak.lock().unwrap_or_else(|e| e.into_inner());
+            let mut peak = peak.locked();
             *peak = (peak.0.max(own), peak.1.max(children));
         }
         tokio::time::sleep(every).await;
@@ -467,7 +469,7 @@ async fn watch(
 /// When each segment of `recordings` arrived (kept ones only).
 async fn arrivals(
     pool: &crate::db::DbPool,
-    recordings: &[uuid::Uuid],
+    recordings: &[RecordingId],
 ) -> anyhow::Result<Vec<crate::db::bench::SegmentArrival>> {
     let mut conn = pool.get().await?;
     Ok(crate::db::bench::segment_arrivals(&mut conn, recordings).await?)

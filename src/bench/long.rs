@@ -174,7 +174,7 @@ async fn measure(
         if first.is_none() {
             let mp4 = keep.join(format!("{label}_{workers}.mp4"));
             let mut conn = ctx.db.get().await?;
-            let key = crate::db::videos::find_owned(&mut conn, owner.0, video.0)
+            let key = crate::db::videos::find_owned(&mut conn, owner, video)
                 .await?
                 .and_then(|(row, _, _)| row.mp4_key)
                 .context("a READY video has an MP4")?;

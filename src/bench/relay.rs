@@ -21,16 +21,16 @@ use chrono::Utc;
 use clap::Args;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::Scratch;
 use super::stats::{median, ms, percentile};
 use crate::db;
 use crate::domain::event::Event;
-use crate::domain::ids::{UploadId, VideoId};
+use crate::domain::ids::{UploadId, UserId, VideoId, WebhookId};
 use crate::domain::signature::WebhookSecret;
 use crate::relay::Relay;
 use crate::roles::relay::RelayArgs;
+use crate::sync::Locked;
 
 /// `vidq bench relay`.
 #[derive(Debug, Args)]
@@ -74,8 +74,7 @@ async fn receive(seen: web::Data<Seen>, request: HttpRequest) -> HttpResponse {
         .and_then(|v| v.to_str().ok())
     {
         seen.arrivals
-            .lock()
-            .unwrap()
+            .locked()
             .entry(id.to_owned())
             .or_insert_with(Instant::now);
     }
@@ -113,13 +112,13 @@ async fn measure(args: &RelayBenchArgs, url: &str) -> anyhow::Result<()> {
     };
     let server_handle = server.handle();
     tokio::spawn(server);
-    let endpoint = Uuid::now_v7();
+    let endpoint = WebhookId::new();
     {
         let mut conn = pool.get().await?;
         db::webhooks::insert(
             &mut conn,
             endpoint,
-            owner.0,
+            owner,
             &receiver_url,
             None,
             WebhookSecret::generate().expose(),
@@ -137,7 +136,7 @@ async fn measure(args: &RelayBenchArgs, url: &str) -> anyhow::Result<()> {
         "relay wakes on", "p50 ms", "p95 ms", "p99 ms", "max ms"
     );
     for (label, listen) in [("NOTIFY (+500 ms poll)", true), ("500 ms poll only", false)] {
-        let samples = latency(args, url, &relay_args, listen, owner.0, &seen).await?;
+        let samples = latency(args, url, &relay_args, listen, owner, &seen).await?;
         println!(
             "{label:<28} {:>9} {:>9} {:>9} {:>9}",
             ms(percentile(&samples, 50.0)),
@@ -153,7 +152,7 @@ async fn measure(args: &RelayBenchArgs, url: &str) -> anyhow::Result<()> {
     );
     let mut rates = Vec::new();
     for _ in 0..args.rounds {
-        rates.push(drain_webhooks(args, url, &relay_args, owner.0, &seen).await?);
+        rates.push(drain_webhooks(args, url, &relay_args, owner, &seen).await?);
     }
     println!(
         "{:<28} {:>12.0} deliveries/s  (rounds: {})",
@@ -166,7 +165,7 @@ async fn measure(args: &RelayBenchArgs, url: &str) -> anyhow::Result<()> {
     if args.nats_url != "none" {
         {
             let mut conn = pool.get().await?;
-            db::webhooks::delete(&mut conn, owner.0, endpoint).await?;
+            db::webhooks::delete(&mut conn, owner, endpoint).await?;
         }
         let stream = format!("VIDQBENCH_{}", std::process::id());
         relay_args.nats_url = Some(args.nats_url.clone());
@@ -174,7 +173,7 @@ async fn measure(args: &RelayBenchArgs, url: &str) -> anyhow::Result<()> {
         relay_args.nats_subject_prefix = format!("vidqbench{}", std::process::id());
         let mut rates = Vec::new();
         for _ in 0..args.rounds {
-            rates.push(drain_nats(args, url, &relay_args, owner.0).await?);
+            rates.push(drain_nats(args, url, &relay_args, owner).await?);
         }
         println!(
             "{:<28} {:>12.0} deliveries/s  (rounds: {})",
@@ -229,10 +228,10 @@ async fn latency(
     url: &str,
     relay_args: &RelayArgs,
     listen: bool,
-    owner: Uuid,
+    owner: UserId,
     seen: &Seen,
 ) -> anyhow::Result<Vec<Duration>> {
-    seen.arrivals.lock().unwrap().clear();
+    seen.arrivals.locked().clear();
     seen.count.store(0, Ordering::SeqCst);
     seen.target.store(args.events, Ordering::SeqCst);
     let (stop, handle) = start(url, relay_args, listen).await?;
@@ -257,7 +256,7 @@ async fn latency(
     }
     stop.cancel();
     handle.await?;
-    let arrivals = seen.arrivals.lock().unwrap();
+    let arrivals = seen.arrivals.locked();
     Ok(committed
         .iter()
         .filter_map(|(id, at)| {
@@ -272,7 +271,7 @@ async fn drain_webhooks(
     args: &RelayBenchArgs,
     url: &str,
     relay_args: &RelayArgs,
-    owner: Uuid,
+    owner: UserId,
     seen: &Seen,
 ) -> anyhow::Result<f64> {
     seen.count.store(0, Ordering::SeqCst);
@@ -294,7 +293,7 @@ async fn drain_nats(
     args: &RelayBenchArgs,
     url: &str,
     relay_args: &RelayArgs,
-    owner: Uuid,
+    owner: UserId,
 ) -> anyhow::Result<f64> {
     seed(url, owner, args.backlog).await?;
     let pool = db::connect(url, 1).await?;
@@ -318,7 +317,7 @@ async fn drain_nats(
     Ok(rate)
 }
 
-async fn seed(url: &str, owner: Uuid, n: i64) -> anyhow::Result<()> {
+async fn seed(url: &str, owner: UserId, n: i64) -> anyhow::Result<()> {
     let pool = db::connect(url, 1).await?;
     let mut conn = pool.get().await?;
     db::synthetic::events(&mut conn, owner, n).await?;

@@ -15,6 +15,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use crate::sync::Locked;
+
 /// What the proxy does to one PUT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -94,30 +96,18 @@ impl S3Faults {
 
     /// The next PUTs meet these faults, in order; later ones pass.
     pub fn plan(&self, faults: &[Fault]) {
-        self.state
-            .plan
-            .lock()
-            .expect("the plan's lock")
-            .extend(faults.iter().copied());
+        self.state.plan.locked().extend(faults.iter().copied());
     }
 
     /// PUTs whose path ends with `suffix` are answered 503, nothing stored, until
     /// [`S3Faults::heal`].
     pub fn fail_puts_ending(&self, suffix: &str) {
-        self.state
-            .failing
-            .lock()
-            .expect("the failing list's lock")
-            .push(suffix.to_owned());
+        self.state.failing.locked().push(suffix.to_owned());
     }
 
     /// PUTs of every path pass again.
     pub fn heal(&self) {
-        self.state
-            .failing
-            .lock()
-            .expect("the failing list's lock")
-            .clear();
+        self.state.failing.locked().clear();
     }
 
     /// PUTs refused by [`S3Faults::fail_puts_ending`].
@@ -129,11 +119,7 @@ impl S3Faults {
     /// passes only some methods (the proxy then stands in front of any HTTP server, not
     /// only S3).
     pub fn refuse_method(&self, method: &str) {
-        self.state
-            .refused_methods
-            .lock()
-            .expect("the refused methods' lock")
-            .push(method.to_owned());
+        self.state.refused_methods.locked().push(method.to_owned());
     }
 
     /// Every request is answered 503 while down.
@@ -193,8 +179,7 @@ async fn handle(
     }
     let method_refused = state
         .refused_methods
-        .lock()
-        .expect("the refused methods' lock")
+        .locked()
         .iter()
         .any(|m| m == req.method().as_str());
     if method_refused {
@@ -208,8 +193,7 @@ async fn handle(
         let path = req.uri().path();
         if state
             .failing
-            .lock()
-            .expect("the plan's lock")
+            .locked()
             .iter()
             .any(|s| path.ends_with(s.as_str()))
         {
@@ -221,7 +205,7 @@ async fn handle(
     }
     let fault = if is_put {
         state.puts_seen.fetch_add(1, Ordering::SeqCst);
-        state.plan.lock().expect("the plan's lock").pop_front()
+        state.plan.locked().pop_front()
     } else {
         None
     };

@@ -117,7 +117,7 @@ async fn drain(
         if !with_settings {
             db::bench::reset_table_autovacuum(&mut conn).await?;
         }
-        db::synthetic::backlog_of_owners(&mut conn, &[owner.0], BACKLOG).await?;
+        db::synthetic::backlog_of_owners(&mut conn, &[owner], BACKLOG).await?;
     }
     let body = Arc::new(Noop {
         ready: AtomicUsize::new(0),
@@ -135,7 +135,7 @@ async fn drain(
                 if added - done < BACKLOG {
                     let n = BATCH.min(total - added);
                     let mut conn = pool.get().await?;
-                    db::synthetic::more_jobs(&mut conn, &[owner.0], n).await?;
+                    db::synthetic::more_jobs(&mut conn, &[owner], n).await?;
                     added += n;
                 } else {
                     tokio::time::sleep(Duration::from_millis(20)).await;

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::Scratch;
 use super::stats::median;
@@ -27,6 +26,7 @@ use crate::domain::ids::{UploadId, UserId};
 use crate::domain::keys;
 use crate::domain::sweep::{Backoff, BreakerSettings};
 use crate::sweeper::{SweepStore, Sweeper, SweeperSettings};
+use crate::sync::Locked;
 
 /// `vidq bench sweeper`.
 #[derive(Debug, Args)]
@@ -78,22 +78,22 @@ impl FaultStore {
 
     /// PUTs of `key` fail from now on.
     pub fn fail_puts_of(&self, key: &str) {
-        self.failing.lock().expect("lock").insert(key.to_owned());
+        self.failing.locked().insert(key.to_owned());
     }
 
     /// PUTs of `key` work again.
     pub fn heal(&self, key: &str) {
-        self.failing.lock().expect("lock").remove(key);
+        self.failing.locked().remove(key);
     }
 
     /// PUTs sent (failed ones included), per key.
     pub fn puts(&self) -> HashMap<String, u32> {
-        self.puts.lock().expect("lock").clone()
+        self.puts.locked().clone()
     }
 
     /// PUTs sent in all.
     pub fn total_puts(&self) -> u32 {
-        self.puts.lock().expect("lock").values().sum()
+        self.puts.locked().values().sum()
     }
 }
 
@@ -110,13 +110,8 @@ impl SweepStore for FaultStore {
         sha256: Option<&str>,
         cancel: &CancellationToken,
     ) -> Result<u64, StorageError> {
-        *self
-            .puts
-            .lock()
-            .expect("lock")
-            .entry(key.to_owned())
-            .or_default() += 1;
-        if self.failing.lock().expect("lock").contains(key) {
+        *self.puts.locked().entry(key.to_owned()).or_default() += 1;
+        if self.failing.locked().contains(key) {
             return Err(StorageError {
                 op: "PutObject",
                 key: key.to_owned(),
@@ -151,7 +146,7 @@ pub async fn register_pending(
     node: &str,
     count: usize,
     bytes: usize,
-) -> anyhow::Result<Vec<Uuid>> {
+) -> anyhow::Result<Vec<UploadId>> {
     let body = vec![0x5a_u8; bytes];
     let mut conn = pool.get().await?;
     let mut ids = Vec::with_capacity(count);
@@ -161,7 +156,7 @@ pub async fn register_pending(
         tokio::fs::write(root.join(&relative), &body).await?;
         let size = i64::try_from(bytes)?;
         insert_pending_at(&mut conn, id, owner, node, &relative, size).await?;
-        ids.push(id.0);
+        ids.push(id);
     }
     Ok(ids)
 }
@@ -177,12 +172,12 @@ pub async fn insert_pending_at(
     size: i64,
 ) -> diesel::QueryResult<usize> {
     let key = keys::original(id);
-    db::ledger::insert_pending(
+    db::uploads::sweep::insert_pending(
         conn,
-        &db::ledger::NewVidqUpload {
+        &db::uploads::sweep::NewVidqUpload {
             contract: db::uploads::NewUploadRow {
-                id: id.0,
-                owner_id: owner.0,
+                id,
+                owner_id: owner,
                 object_key: &key,
                 filename: "clip.mp4",
                 content_type: "video/mp4",
@@ -279,11 +274,11 @@ async fn measure(
     let store = FaultStore::new(storage.clone());
     let bad = register_pending(pool, root.path(), owner, NODE, failing, args.file_bytes).await?;
     for id in &bad {
-        store.fail_puts_of(&keys::original(UploadId(*id)));
+        store.fail_puts_of(&keys::original(*id));
     }
     let targets =
         register_pending(pool, root.path(), owner, NODE, pending, args.file_bytes).await?;
-    let wanted: HashSet<Uuid> = targets.iter().copied().collect();
+    let wanted: HashSet<UploadId> = targets.iter().copied().collect();
 
     let shutdown = CancellationToken::new();
     let settings = SweeperSettings {

@@ -17,6 +17,7 @@ use crate::adapters::storage::Storage;
 pub use crate::config::ReconcileConfig;
 use crate::db;
 use crate::db::reconcile::UploadKey;
+use crate::domain::ids::UploadId;
 use crate::domain::reconcile::{BucketObject, Difference, Kind, Owner, Report};
 use crate::domain::upload::{UploadState, UploadVia};
 
@@ -245,7 +246,7 @@ async fn redrive(
         }
     };
     if row.state == UploadState::Uploaded {
-        return match db::reconcile::requeue_upload(conn, row.id).await {
+        return match db::uploads::sweep::requeue_upload(conn, UploadId(row.id)).await {
             Ok(1) => Fix {
                 done: true,
                 action: "re-queued: pending for the sweeper".into(),

@@ -8,6 +8,8 @@ use std::str::FromStr;
 use clap::Args;
 use url::Url;
 
+use crate::domain::upload::UploadStore;
+
 /// Where a node keeps the bytes of uploads through vidq until the ledger says they are in S3.
 #[derive(Debug, Clone, Args)]
 pub struct SpoolArgs {
@@ -97,11 +99,16 @@ pub struct IngestArgs {
     /// balancer needs affinity) and uploads go on while S3 is down. `s3`: an S3 multipart
     /// upload on the final key, with its offset and parts in the database; any API node
     /// serves any request (no affinity), and an upload outlives the node that began it.
-    #[arg(long = "tus-store", env = "VIDQ_TUS_STORE", value_name = "STORE",
-          default_value = "spool", value_parser = ["spool", "s3"])]
-    pub tus_store: String,
+    #[arg(
+        long = "tus-store",
+        env = "VIDQ_TUS_STORE",
+        value_name = "STORE",
+        default_value = "spool"
+    )]
+    pub tus_store: UploadStore,
     /// With the `s3` store: the size of each S3 part (all but a file's last), in bytes; at
-    /// least S3's minimum of 5 MiB. A request holds at most one part's worth of buffers.
+    /// least S3's minimum of 5 MiB. A request with a length holds a few chunks of memory; one
+    /// without (chunked transfer) reads up to one part ahead.
     #[arg(long = "tus-part-bytes", env = "VIDQ_TUS_PART_BYTES", value_name = "BYTES",
           default_value_t = 8 * 1024 * 1024,
           value_parser = clap::value_parser!(u64).range(5 * 1024 * 1024..=5 * 1024 * 1024 * 1024))]
@@ -110,10 +117,19 @@ pub struct IngestArgs {
 
 impl IngestArgs {
     /// The chosen store.
-    pub fn store(&self) -> crate::domain::upload::UploadStore {
+    pub fn store(&self) -> UploadStore {
         self.tus_store
-            .parse()
-            .expect("clap allows only the stores there are")
+    }
+}
+
+/// The stores as clap offers them: their names as the domain spells them.
+impl clap::ValueEnum for UploadStore {
+    fn value_variants<'a>() -> &'a [Self] {
+        Self::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.as_str()))
     }
 }
 
@@ -123,7 +139,7 @@ impl Default for IngestArgs {
             resumable_ttl_secs: 86_400,
             ingest_addr: "127.0.0.1:8081".parse().expect("a valid address"),
             ingest_public_url: None,
-            tus_store: "spool".to_owned(),
+            tus_store: UploadStore::Spool,
             tus_part_bytes: 8 * 1024 * 1024,
         }
     }

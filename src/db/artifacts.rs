@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::schema::video_artifacts;
 use crate::domain::artifact::ArtifactState;
+use crate::domain::ids::{ClaimToken, VideoId};
 use crate::domain::job::JobStatus;
 
 /// A `video_artifacts` row.
@@ -75,7 +76,7 @@ pub struct NewArtifact<'a> {
 /// its WAL flush, `super::jobs::CLAIM_SQL`) is durable too.
 pub async fn register_pending(
     conn: &mut AsyncPgConnection,
-    claim_token: Uuid,
+    claim_token: ClaimToken,
     rows: &[NewArtifact<'_>],
 ) -> QueryResult<Option<usize>> {
     use super::schema::video_encoding_jobs as jobs;
@@ -142,7 +143,7 @@ pub async fn register_pending(
 /// that may be gone.
 pub async fn forget_superseded(
     mut conn: &AsyncPgConnection,
-    video: Uuid,
+    video: VideoId,
     live_run: i32,
     live_attempt: i32,
 ) -> QueryResult<usize> {
@@ -190,7 +191,7 @@ pub async fn mark_uploaded(
 /// Every artifact of one attempt of one run, in upload order.
 pub async fn of_attempt(
     conn: &mut AsyncPgConnection,
-    video: Uuid,
+    video: VideoId,
     run: i32,
     attempt: i32,
 ) -> QueryResult<Vec<ArtifactRow>> {

@@ -5,8 +5,8 @@
 //! `job_attempts` reads both as one row per attempt.
 
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
+use crate::domain::ids::ClaimToken;
 use crate::domain::job::Outcome;
 
 /// Logs the attempt of this claim as lost with `code` and `message`, if the job still holds
@@ -16,7 +16,7 @@ use crate::domain::job::Outcome;
 pub async fn log_lost(
     conn: &mut AsyncPgConnection,
     job: i64,
-    token: Uuid,
+    token: ClaimToken,
     code: &str,
     message: &str,
 ) -> diesel::QueryResult<usize> {
@@ -50,7 +50,7 @@ struct Found {
 pub async fn ended_with(
     conn: &mut AsyncPgConnection,
     job: i64,
-    token: Uuid,
+    token: ClaimToken,
     outcome: Outcome,
 ) -> diesel::QueryResult<bool> {
     use diesel::sql_types::{BigInt, Text, Uuid as SqlUuid};

@@ -5,7 +5,8 @@ use diesel::QueryResult;
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Double};
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
-use uuid::Uuid;
+
+use crate::domain::ids::{RecordingId, UploadId, UserId, VideoId};
 
 /// Flushes dirty pages, so a measurement that follows a large insert does not pay for it.
 pub async fn checkpoint(conn: &mut AsyncPgConnection) -> QueryResult<()> {
@@ -46,7 +47,7 @@ pub struct Timing {
 }
 
 /// The timing of `video`, which must be READY with a completed attempt.
-pub async fn timing(conn: &mut AsyncPgConnection, video: Uuid) -> QueryResult<Timing> {
+pub async fn timing(conn: &mut AsyncPgConnection, video: VideoId) -> QueryResult<Timing> {
     diesel::sql_query(
         "SELECT extract(epoch FROM a.started_at - v.created_at)::float8 AS wait,
                 extract(epoch FROM v.ready_at - a.started_at)::float8 AS processing
@@ -106,7 +107,7 @@ pub async fn clear_uploads(conn: &mut AsyncPgConnection) -> QueryResult<()> {
 }
 
 /// How many of `ids` are confirmed uploads.
-pub async fn confirmed_among(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> QueryResult<usize> {
+pub async fn confirmed_among(conn: &mut AsyncPgConnection, ids: &[UploadId]) -> QueryResult<usize> {
     #[derive(QueryableByName)]
     struct Count {
         #[diesel(sql_type = BigInt)]
@@ -127,7 +128,7 @@ pub async fn confirmed_among(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Quer
 pub struct SegmentArrival {
     /// Its recording.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
-    pub recording_id: Uuid,
+    pub recording_id: RecordingId,
     /// Its number.
     #[diesel(sql_type = diesel::sql_types::Integer)]
     pub sequence: i32,
@@ -139,7 +140,7 @@ pub struct SegmentArrival {
 /// The kept segments of `recordings` with their arrival times (`vidq bench live`).
 pub async fn segment_arrivals(
     conn: &mut AsyncPgConnection,
-    recordings: &[Uuid],
+    recordings: &[RecordingId],
 ) -> QueryResult<Vec<SegmentArrival>> {
     diesel::sql_query(
         "SELECT recording_id, sequence, received_at FROM recording_files
@@ -154,7 +155,7 @@ pub async fn segment_arrivals(
 /// `bench_contracts (n, id)`, which [`confirm_pgbench`] takes them from one by one.
 pub async fn pending_contracts(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
+    owner: UserId,
     n: i64,
 ) -> QueryResult<()> {
     // `bench_next` hands the numbers out to pgbench's clients (the serial's own sequence is
@@ -221,7 +222,7 @@ COMMIT;
 }
 
 /// The ids of up to `n` videos, oldest first: what a benchmark reads back after making them.
-pub async fn some_videos(conn: &mut AsyncPgConnection, n: i64) -> QueryResult<Vec<Uuid>> {
+pub async fn some_videos(conn: &mut AsyncPgConnection, n: i64) -> QueryResult<Vec<VideoId>> {
     use super::schema::videos;
     use diesel::QueryDsl;
     videos::table
@@ -297,7 +298,7 @@ pub struct SoakCounts {
 /// Counts [`SoakCounts`]; `confirmed` are the upload ids the API confirmed to clients.
 pub async fn soak_counts(
     conn: &mut AsyncPgConnection,
-    confirmed: &[Uuid],
+    confirmed: &[UploadId],
 ) -> QueryResult<SoakCounts> {
     diesel::sql_query(
         "SELECT (SELECT count(*) FROM uploads u JOIN videos v ON v.upload_id = u.id

@@ -9,9 +9,9 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Jsonb, Nullable, Text, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
 use super::prepared::prepared;
+use crate::domain::ids::UserId;
 
 /// A position in the feed: after the row `(xid, id)`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -50,7 +50,7 @@ impl FeedRow {
 /// one type.
 pub async fn page(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
+    owner: UserId,
     after: FeedPosition,
     event_type: Option<&str>,
     limit: i64,

@@ -8,6 +8,7 @@ use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
+use crate::domain::ids::{RecordingId, UserId, VideoId};
 use crate::domain::recording::{FileAxis, FileState, RecordingState};
 
 #[derive(QueryableByName)]
@@ -48,10 +49,10 @@ fn playable() -> String {
 pub struct WholeRecording {
     /// The recording.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
-    pub id: Uuid,
+    pub id: RecordingId,
     /// Its broadcaster.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
-    pub owner_id: Uuid,
+    pub owner_id: UserId,
 }
 
 /// `node`'s ended recordings without a video whose files are all settled (nothing
@@ -80,7 +81,7 @@ pub async fn whole(
 pub async fn fail_unplayable(
     conn: &mut AsyncPgConnection,
     node: &str,
-) -> diesel::QueryResult<Vec<Uuid>> {
+) -> diesel::QueryResult<Vec<RecordingId>> {
     let rows: Vec<Id> = diesel::sql_query(format!(
         "UPDATE recordings r SET state = '{failed}', updated_at = statement_timestamp()
           WHERE r.node_id = $1 AND r.state = '{ended}'
@@ -94,14 +95,14 @@ pub async fn fail_unplayable(
     .bind::<Text, _>(node)
     .load(conn)
     .await?;
-    Ok(rows.into_iter().map(|r| r.id).collect())
+    Ok(rows.into_iter().map(|r| RecordingId(r.id)).collect())
 }
 
 /// Locks an ended recording that has no video yet `FOR UPDATE` (after its owner, lock
 /// order); `false` when it has a video already (another sweeper made it) or is not `ended`.
 pub async fn lock_for_video(
     conn: &mut AsyncPgConnection,
-    recording: Uuid,
+    recording: RecordingId,
 ) -> diesel::QueryResult<bool> {
     let row: Option<Id> = diesel::sql_query(format!(
         "SELECT id FROM recordings r
@@ -121,7 +122,7 @@ pub async fn lock_for_video(
 /// ready` or `ended -> failed`. 0 rows for a video made from an upload.
 pub async fn follow_video(
     mut conn: &AsyncPgConnection,
-    video: Uuid,
+    video: VideoId,
     state: RecordingState,
 ) -> diesel::QueryResult<usize> {
     super::prepared::prepared(format!(
@@ -141,23 +142,23 @@ pub async fn follow_video(
 /// Up to `limit` of `owner`'s recordings, in id order (a user deletion's page).
 pub async fn page_of_owner(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
+    owner: UserId,
     limit: i64,
-) -> diesel::QueryResult<Vec<Uuid>> {
+) -> diesel::QueryResult<Vec<RecordingId>> {
     let rows: Vec<Id> =
         diesel::sql_query("SELECT id FROM recordings WHERE owner_id = $1 ORDER BY id LIMIT $2")
             .bind::<diesel::sql_types::Uuid, _>(owner)
             .bind::<BigInt, _>(limit)
             .load(conn)
             .await?;
-    Ok(rows.into_iter().map(|r| r.id).collect())
+    Ok(rows.into_iter().map(|r| RecordingId(r.id)).collect())
 }
 
 /// Locks these recordings `FOR UPDATE` in id order (after their videos) and deletes them;
 /// their files, videos, jobs and output rows cascade. Returns how many.
 pub async fn delete_recordings(
     conn: &mut AsyncPgConnection,
-    recordings: &[Uuid],
+    recordings: &[RecordingId],
 ) -> diesel::QueryResult<usize> {
     diesel::sql_query("SELECT 1 FROM recordings WHERE id = ANY($1) ORDER BY id FOR UPDATE")
         .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(recordings)
@@ -172,7 +173,7 @@ pub async fn delete_recordings(
 /// Locks the recording a video was made from `FOR UPDATE` (nothing for an upload's video).
 pub async fn lock_recording_of(
     conn: &mut AsyncPgConnection,
-    video: Uuid,
+    video: VideoId,
 ) -> diesel::QueryResult<usize> {
     diesel::sql_query(
         "SELECT 1 FROM recordings
@@ -186,7 +187,7 @@ pub async fn lock_recording_of(
 /// Segments of the recording a video was made from: kept (in S3) and excluded.
 pub async fn segments_of_video(
     mut conn: &AsyncPgConnection,
-    video: Uuid,
+    video: VideoId,
 ) -> diesel::QueryResult<(i64, i64)> {
     #[derive(QueryableByName)]
     struct Segments {
@@ -213,12 +214,12 @@ pub async fn segments_of_video(
 /// The recording a video was made from.
 pub async fn recording_of(
     conn: &mut AsyncPgConnection,
-    video: Uuid,
-) -> diesel::QueryResult<Option<Uuid>> {
+    video: VideoId,
+) -> diesel::QueryResult<Option<RecordingId>> {
     #[derive(QueryableByName)]
     struct Recording {
         #[diesel(sql_type = Nullable<diesel::sql_types::Uuid>)]
-        recording_id: Option<Uuid>,
+        recording_id: Option<RecordingId>,
     }
     let row: Option<Recording> = diesel::sql_query("SELECT recording_id FROM videos WHERE id = $1")
         .bind::<diesel::sql_types::Uuid, _>(video)
@@ -231,14 +232,14 @@ pub async fn recording_of(
 /// The video a recording became, if any.
 pub async fn video_of(
     conn: &mut AsyncPgConnection,
-    recording: Uuid,
-) -> diesel::QueryResult<Option<Uuid>> {
+    recording: RecordingId,
+) -> diesel::QueryResult<Option<VideoId>> {
     let row: Option<Id> = diesel::sql_query("SELECT id FROM videos WHERE recording_id = $1")
         .bind::<diesel::sql_types::Uuid, _>(recording)
         .get_result(conn)
         .await
         .optional()?;
-    Ok(row.map(|r| r.id))
+    Ok(row.map(|r| VideoId(r.id)))
 }
 
 /// A file the repackage joins.
@@ -262,7 +263,7 @@ pub struct KeptFile {
 /// and refused ones are not part of the recording).
 pub async fn kept_files(
     conn: &mut AsyncPgConnection,
-    recording: Uuid,
+    recording: RecordingId,
 ) -> diesel::QueryResult<Vec<KeptFile>> {
     diesel::sql_query(format!(
         "SELECT axis, sequence, object_key, size_bytes FROM recording_files
@@ -281,7 +282,7 @@ pub async fn kept_files(
 /// yet landed in S3 by the API node's sweeper).
 pub async fn pending_files(
     conn: &mut AsyncPgConnection,
-    recording: Uuid,
+    recording: RecordingId,
 ) -> diesel::QueryResult<i64> {
     #[derive(QueryableByName)]
     struct Count {

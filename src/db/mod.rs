@@ -28,13 +28,13 @@
 //!    confirms locks its contracts in id order before it sets them; the sweeper's confirm
 //!    of an upload through vidq takes it too, through the same transaction); a user
 //!    deletion's page locks a page of the owner's contracts `FOR UPDATE`. The sweeper's own
-//!    ledger statements (`ledger`: claim a page `FOR UPDATE SKIP LOCKED`, record a failure,
+//!    ledger statements (`uploads::sweep`: claim a page `FOR UPDATE SKIP LOCKED`, record a failure,
 //!    reject, release, expire presigned contracts `FOR UPDATE SKIP LOCKED`) are single
 //!    statements that lock `uploads` rows only, in id order, and hold no lock across a PUT
 //!    (the claim is a lease column, `claimed_until`, committed before the transfer).
 //!    `vidq reconcile` reads without locks (one read-only snapshot) and its `--fix` re-queue
 //!    is one such single statement; it deletes objects outside any transaction. An `s3`-store
-//!    upload's own rows come right after its `uploads` row (`multiparts`): taking the lease
+//!    upload's own rows come right after its `uploads` row (`uploads::multiparts`): taking the lease
 //!    and counting stored bytes lock the `uploads` row, then its `tus_multiparts` row, then
 //!    write `tus_parts` and `tus_tail_pieces`; a HEAD's take-over, a renewal and a release
 //!    touch the `tus_multiparts` row alone, and the expiry pass locks `uploads` rows
@@ -92,13 +92,11 @@ pub mod deliveries;
 pub mod doomed_objects;
 pub mod events;
 pub mod identity;
-pub mod ingest;
+mod ids;
 pub mod jobs;
-pub mod ledger;
 pub mod live_videos;
 pub mod login_tries;
 pub mod migrations;
-pub mod multiparts;
 pub mod nodes;
 pub mod open_work;
 pub mod operator_view;

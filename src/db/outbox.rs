@@ -3,16 +3,16 @@
 
 use diesel::QueryResult;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
 use crate::domain::event::Event;
+use crate::domain::ids::UserId;
 
 /// The channel relays LISTEN on (declared with the wake-up rules it follows).
 pub use super::wake::EVENTS_CHANNEL;
 
 /// Inserts an event into the caller's transaction and, in the same statement, wakes relays
 /// and long-polling feed readers when it commits, if any is waiting (see [`super::wake`]).
-pub async fn insert(conn: &AsyncPgConnection, owner: Uuid, event: &Event) -> QueryResult<()> {
+pub async fn insert(conn: &AsyncPgConnection, owner: UserId, event: &Event) -> QueryResult<()> {
     insert_with(conn, Some(owner), event, "VALUES ($1, $2, $3, $4, $5)").await
 }
 
@@ -72,7 +72,7 @@ const OCCURRED_AT_SQL_PATTERN: &str = r#"YYYY-MM-DD"T"HH24:MI:SS.US"Z""#;
 /// `source` gives the row (`$1` event id, `$2` type, `$3` owner, `$4` video, `$5` payload).
 async fn insert_with(
     mut conn: &AsyncPgConnection,
-    owner: Option<Uuid>,
+    owner: Option<UserId>,
     event: &Event,
     source: &str,
 ) -> QueryResult<()> {

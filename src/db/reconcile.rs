@@ -9,7 +9,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::domain::artifact::ArtifactState;
-use crate::domain::upload::{UploadState, UploadVia};
+use crate::domain::upload::UploadState;
 
 /// An upload contract that owns its key (every state but `rejected` and `expired`).
 #[derive(Debug, Clone, QueryableByName)]
@@ -184,21 +184,4 @@ pub async fn snapshot(conn: &mut AsyncPgConnection) -> diesel::QueryResult<Ledge
             })
         })
         .await
-}
-
-/// CAS `uploaded -> pending` for an upload through vidq whose object is missing: the sweeper
-/// PUTs it again from the spool at its next round (`next_try_at` cleared, claim dropped).
-/// 0 when the row moved on meanwhile.
-pub async fn requeue_upload(conn: &mut AsyncPgConnection, id: Uuid) -> diesel::QueryResult<usize> {
-    diesel::sql_query(format!(
-        "UPDATE uploads SET state = '{pending}', next_try_at = NULL, claimed_until = NULL,
-                updated_at = statement_timestamp()
-          WHERE id = $1 AND state = '{uploaded}' AND via = '{vidq}'",
-        pending = UploadState::Pending.as_str(),
-        uploaded = UploadState::Uploaded.as_str(),
-        vidq = UploadVia::Vidq.as_str(),
-    ))
-    .bind::<diesel::sql_types::Uuid, _>(id)
-    .execute(conn)
-    .await
 }

@@ -2,7 +2,8 @@
 //! videos and PENDING jobs, inserted in one statement.
 
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
+
+use crate::domain::ids::UserId;
 
 /// The SQL of a UUIDv7 for row `n`, shaped as vidq's own ids are (`Uuid::now_v7`): row `n`'s
 /// millisecond is `clock.ms + n`, so the ids sort in row order as ids made one after another
@@ -25,7 +26,7 @@ const CLOCK: &str = "SELECT (extract(epoch FROM statement_timestamp()) * 1000)::
 /// statistics. Returns `n`.
 pub async fn backlog(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
+    owner: UserId,
     n: i64,
 ) -> diesel::QueryResult<usize> {
     backlog_of_owners(conn, &[owner], n).await
@@ -35,7 +36,7 @@ pub async fn backlog(
 /// second, ...), as several tenants' uploads would arrive.
 pub async fn backlog_of_owners(
     conn: &mut AsyncPgConnection,
-    owners: &[Uuid],
+    owners: &[UserId],
     n: i64,
 ) -> diesel::QueryResult<usize> {
     more_jobs(conn, owners, n).await?;
@@ -49,7 +50,7 @@ pub async fn backlog_of_owners(
 /// (the sustained benchmark, where autovacuum's own ANALYZE is part of what is measured).
 pub async fn more_jobs(
     conn: &mut AsyncPgConnection,
-    owners: &[Uuid],
+    owners: &[UserId],
     n: i64,
 ) -> diesel::QueryResult<usize> {
     diesel::sql_query(format!(
@@ -84,7 +85,7 @@ pub async fn more_jobs(
 /// Returns `n`.
 pub async fn events(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
+    owner: UserId,
     n: i64,
 ) -> diesel::QueryResult<usize> {
     diesel::sql_query(format!(

@@ -7,13 +7,14 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::schema::users;
+use crate::domain::ids::{UserId, VideoId};
 
 /// A `users` row.
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = users)]
 pub struct UserRow {
     /// Primary key.
-    pub id: Uuid,
+    pub id: UserId,
     /// Unique, chosen by the operator.
     pub name: String,
     /// SHA-256 of the API key.
@@ -24,14 +25,14 @@ pub struct UserRow {
 
 /// The user with this id: the row the locks and the delete below take.
 #[dsl::auto_type]
-fn by_id(id: Uuid) -> _ {
+fn by_id(id: UserId) -> _ {
     users::table.filter(users::id.eq(id))
 }
 
 /// Inserts a user; a taken name is a unique violation the caller maps.
 pub async fn insert(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
+    id: UserId,
     name: &str,
     api_key_hash: &[u8],
     is_admin: bool,
@@ -52,7 +53,7 @@ pub async fn insert(
 pub async fn find_by_key_hash(
     conn: &mut AsyncPgConnection,
     hash: &[u8],
-) -> QueryResult<Option<Uuid>> {
+) -> QueryResult<Option<UserId>> {
     users::table
         .filter(users::api_key_hash.eq(hash))
         .select(users::id)
@@ -67,7 +68,7 @@ pub async fn replace_key_by_name(
     conn: &mut AsyncPgConnection,
     name: &str,
     api_key_hash: &[u8],
-) -> QueryResult<Option<Uuid>> {
+) -> QueryResult<Option<UserId>> {
     diesel::update(users::table.filter(users::name.eq(name)))
         .set(users::api_key_hash.eq(api_key_hash))
         .returning(users::id)
@@ -101,8 +102,8 @@ pub async fn any_admin(conn: &mut AsyncPgConnection) -> QueryResult<bool> {
 /// transactions; the first lock every write path takes. `None` if the user is gone.
 pub async fn lock_for_key_share(
     mut conn: &AsyncPgConnection,
-    id: Uuid,
-) -> QueryResult<Option<Uuid>> {
+    id: UserId,
+) -> QueryResult<Option<UserId>> {
     by_id(id)
         .select(users::id)
         .for_key_share()
@@ -115,15 +116,15 @@ pub async fn lock_for_key_share(
 /// rows of one table); returns those that exist.
 pub async fn lock_all_for_key_share(
     mut conn: &AsyncPgConnection,
-    ids: Vec<Uuid>,
-) -> QueryResult<Vec<Uuid>> {
+    ids: Vec<UserId>,
+) -> QueryResult<Vec<UserId>> {
     let found: Vec<super::UuidRow> = super::prepared::prepared(
         "SELECT id FROM users WHERE id = ANY($1) ORDER BY id FOR KEY SHARE",
     )
     .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(ids)
     .load(&mut conn)
     .await?;
-    Ok(found.into_iter().map(|row| row.id).collect())
+    Ok(found.into_iter().map(|row| UserId(row.id)).collect())
 }
 
 /// Locks the user row `FOR NO KEY UPDATE`: the user's own writes that must see each other
@@ -131,8 +132,8 @@ pub async fn lock_all_for_key_share(
 /// `FOR KEY SHARE`, go on. `None` if the user is gone.
 pub async fn lock_for_no_key_update(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
-) -> QueryResult<Option<Uuid>> {
+    id: UserId,
+) -> QueryResult<Option<UserId>> {
     by_id(id)
         .select(users::id)
         .for_no_key_update()
@@ -145,8 +146,8 @@ pub async fn lock_for_no_key_update(
 /// statement); `None` if the video or its owner is gone.
 pub async fn lock_owner_of_video(
     mut conn: &AsyncPgConnection,
-    video: Uuid,
-) -> QueryResult<Option<Uuid>> {
+    video: VideoId,
+) -> QueryResult<Option<UserId>> {
     #[derive(diesel::QueryableByName)]
     struct Owner {
         #[diesel(sql_type = diesel::sql_types::Uuid)]
@@ -159,7 +160,7 @@ pub async fn lock_owner_of_video(
     .get_result(&mut conn)
     .await
     .optional()?;
-    Ok(owner.map(|o| o.id))
+    Ok(owner.map(|o| UserId(o.id)))
 }
 
 /// [`lock_owner_of_video`] for several videos at once: their owners locked `FOR KEY SHARE` in
@@ -167,8 +168,8 @@ pub async fn lock_owner_of_video(
 /// is gone has no owner to lock, and its job went with it, so the fence of its finalize fails.
 pub async fn lock_owners_of_videos(
     mut conn: &AsyncPgConnection,
-    videos: Vec<Uuid>,
-) -> QueryResult<Vec<Uuid>> {
+    videos: Vec<VideoId>,
+) -> QueryResult<Vec<UserId>> {
     let found: Vec<super::UuidRow> = super::prepared::prepared(
         "SELECT id FROM users WHERE id IN (SELECT owner_id FROM videos WHERE id = ANY($1))
           ORDER BY id FOR KEY SHARE",
@@ -176,7 +177,7 @@ pub async fn lock_owners_of_videos(
     .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(videos)
     .load(&mut conn)
     .await?;
-    Ok(found.into_iter().map(|row| row.id).collect())
+    Ok(found.into_iter().map(|row| UserId(row.id)).collect())
 }
 
 /// Replaces the user's key hash with `hash` (of a key nobody holds), found by name, and
@@ -186,7 +187,7 @@ pub async fn revoke_key_by_name(
     conn: &mut AsyncPgConnection,
     name: &str,
     hash: &[u8],
-) -> QueryResult<Option<Uuid>> {
+) -> QueryResult<Option<UserId>> {
     diesel::update(users::table.filter(users::name.eq(name)))
         .set(users::api_key_hash.eq(hash))
         .returning(users::id)
@@ -196,7 +197,10 @@ pub async fn revoke_key_by_name(
 }
 
 /// Locks the user row for deletion (`FOR UPDATE`); `None` if it is gone.
-pub async fn lock_for_update(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<Uuid>> {
+pub async fn lock_for_update(
+    conn: &mut AsyncPgConnection,
+    id: UserId,
+) -> QueryResult<Option<UserId>> {
     by_id(id)
         .select(users::id)
         .for_update()
@@ -206,6 +210,6 @@ pub async fn lock_for_update(conn: &mut AsyncPgConnection, id: Uuid) -> QueryRes
 }
 
 /// Deletes the user; uploads, videos, jobs and outbox rows go with it (ON DELETE CASCADE).
-pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+pub async fn delete(conn: &mut AsyncPgConnection, id: UserId) -> QueryResult<usize> {
     diesel::delete(by_id(id)).execute(conn).await
 }

@@ -3,20 +3,20 @@
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
 use super::schema::{video_encoding_jobs, videos};
+use crate::domain::ids::{RecordingId, UploadId, UserId, VideoId};
 
 /// A `videos` row.
 #[derive(Debug, Clone, Queryable, QueryableByName, Selectable)]
 #[diesel(table_name = videos)]
 pub struct VideoRow {
     /// Primary key (UUIDv7).
-    pub id: Uuid,
+    pub id: VideoId,
     /// The uploader.
-    pub owner_id: Uuid,
+    pub owner_id: UserId,
     /// The upload contract it was made from (`None`: a live recording).
-    pub upload_id: Option<Uuid>,
+    pub upload_id: Option<UploadId>,
     /// `queued | processing | ready | failed`.
     pub status: crate::domain::video::VideoStatus,
     /// Probed duration.
@@ -50,7 +50,7 @@ pub struct VideoRow {
     /// The run whose outputs are live (with `live_attempt`, the live prefix).
     pub live_run: Option<i32>,
     /// The live recording it was made from (`None`: an upload).
-    pub recording_id: Option<Uuid>,
+    pub recording_id: Option<RecordingId>,
 }
 
 /// A video with its job's attempt count and queue status, as the status API shows it.
@@ -79,9 +79,9 @@ fn job_status()
 /// Inserts a queued video.
 pub async fn insert(
     mut conn: &AsyncPgConnection,
-    id: Uuid,
-    owner: Uuid,
-    upload: Uuid,
+    id: VideoId,
+    owner: UserId,
+    upload: UploadId,
 ) -> QueryResult<VideoRow> {
     diesel::insert_into(videos::table)
         .values((
@@ -98,9 +98,9 @@ pub async fn insert(
 /// statement; joins the caller's transaction.
 pub async fn insert_all(
     mut conn: &AsyncPgConnection,
-    ids: Vec<Uuid>,
-    owners: Vec<Uuid>,
-    uploads: Vec<Uuid>,
+    ids: Vec<VideoId>,
+    owners: Vec<UserId>,
+    uploads: Vec<UploadId>,
 ) -> QueryResult<Vec<VideoRow>> {
     use diesel::sql_types::{Array, Uuid as SqlUuid};
     super::prepared::prepared(
@@ -118,9 +118,9 @@ pub async fn insert_all(
 /// Inserts the `queued` video of a finished live recording; joins the caller's transaction.
 pub async fn insert_from_recording(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
-    owner: Uuid,
-    recording: Uuid,
+    id: VideoId,
+    owner: UserId,
+    recording: RecordingId,
 ) -> QueryResult<VideoRow> {
     diesel::insert_into(videos::table)
         .values((
@@ -136,7 +136,7 @@ pub async fn insert_from_recording(
 /// The video made from an upload, if any.
 pub async fn find_by_upload(
     conn: &mut AsyncPgConnection,
-    upload: Uuid,
+    upload: UploadId,
 ) -> QueryResult<Option<VideoWithAttempts>> {
     videos::table
         .left_join(own_job!())
@@ -165,8 +165,8 @@ fn with_job() -> WithJob {
 /// The video, only if `owner` holds it.
 pub async fn find_owned(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
-    id: Uuid,
+    owner: UserId,
+    id: VideoId,
 ) -> QueryResult<Option<VideoWithAttempts>> {
     videos::table
         .left_join(own_job!())
@@ -182,7 +182,7 @@ pub async fn find_owned(
 pub async fn find_by_key_hash(
     conn: &mut AsyncPgConnection,
     key_hash: &[u8],
-    id: Uuid,
+    id: VideoId,
 ) -> QueryResult<Option<VideoWithAttempts>> {
     use super::schema::users;
     videos::table
@@ -200,7 +200,7 @@ pub async fn find_by_key_hash(
 /// statement however many ids: `= ANY($1)` keeps one prepared statement for every size.
 pub async fn find_many_with_key_hash(
     conn: &mut AsyncPgConnection,
-    ids: Vec<Uuid>,
+    ids: Vec<VideoId>,
 ) -> QueryResult<Vec<(VideoWithAttempts, Vec<u8>)>> {
     use super::schema::users;
     videos::table
@@ -226,9 +226,9 @@ pub async fn find_many_with_key_hash(
 /// UUIDv7 ids order by creation time, so the key is the id alone.
 pub async fn list_owned(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
+    owner: UserId,
     status: Option<&str>,
-    before: Option<Uuid>,
+    before: Option<VideoId>,
     limit: i64,
 ) -> QueryResult<Vec<VideoWithAttempts>> {
     let mut query = videos::table
@@ -262,8 +262,8 @@ pub async fn list_owned(
 /// Locks one of `owner`'s videos `FOR UPDATE`. `None` if it is not theirs or is gone.
 pub async fn lock_owned_for_update(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
-    id: Uuid,
+    owner: UserId,
+    id: VideoId,
 ) -> QueryResult<Option<VideoRow>> {
     videos::table
         .filter(videos::id.eq(id).and(videos::owner_id.eq(owner)))
@@ -278,8 +278,8 @@ pub async fn lock_owned_for_update(
 /// within a table); returns their ids.
 pub async fn lock_for_uploads(
     conn: &mut AsyncPgConnection,
-    uploads: &[Uuid],
-) -> QueryResult<Vec<Uuid>> {
+    uploads: &[UploadId],
+) -> QueryResult<Vec<VideoId>> {
     videos::table
         .filter(videos::upload_id.eq_any(uploads))
         .select(videos::id)
@@ -292,8 +292,8 @@ pub async fn lock_for_uploads(
 /// Locks the videos made from these live recordings `FOR UPDATE`, in id order; returns their ids.
 pub async fn lock_for_recordings(
     conn: &mut AsyncPgConnection,
-    recordings: &[Uuid],
-) -> QueryResult<Vec<Uuid>> {
+    recordings: &[RecordingId],
+) -> QueryResult<Vec<VideoId>> {
     videos::table
         .filter(videos::recording_id.eq_any(recordings))
         .select(videos::id)
@@ -304,7 +304,7 @@ pub async fn lock_for_recordings(
 }
 
 /// Deletes a video (its job cascades).
-pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+pub async fn delete(conn: &mut AsyncPgConnection, id: VideoId) -> QueryResult<usize> {
     diesel::delete(videos::table.filter(videos::id.eq(id)))
         .execute(conn)
         .await
@@ -313,7 +313,7 @@ pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize
 /// Locks a video `FOR UPDATE`; `None` if it is gone.
 pub async fn lock_for_update(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
+    id: VideoId,
 ) -> QueryResult<Option<VideoRow>> {
     videos::table
         .filter(videos::id.eq(id))
@@ -366,7 +366,7 @@ struct UpdatedAt {
 /// for that Parse's answer before the rest of the transaction could be sent.
 pub async fn set_ready(
     mut conn: &AsyncPgConnection,
-    id: Uuid,
+    id: VideoId,
     facts: &ReadyFacts<'_>,
 ) -> QueryResult<DateTime<Utc>> {
     use diesel::sql_types::{BigInt, Integer, Nullable, Text, Uuid as SqlUuid};
@@ -400,7 +400,7 @@ pub async fn set_ready(
 /// visits them (see the lock order in `super`).
 pub async fn set_all_ready<'f>(
     mut conn: &AsyncPgConnection,
-    ids: Vec<Uuid>,
+    ids: Vec<VideoId>,
     facts: &[ReadyFacts<'f>],
 ) -> QueryResult<usize> {
     use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Uuid as SqlUuid};
@@ -439,7 +439,7 @@ pub async fn set_all_ready<'f>(
 /// Prepared once per connection, as [`set_ready`] is.
 pub async fn set_failed(
     mut conn: &AsyncPgConnection,
-    id: Uuid,
+    id: VideoId,
     code: &str,
     message: &str,
 ) -> QueryResult<DateTime<Utc>> {
@@ -464,7 +464,7 @@ fn now_sql() -> diesel::expression::SqlLiteral<diesel::sql_types::Timestamptz> {
 }
 
 /// Back to `queued` for an operator retry: error and outputs cleared.
-pub async fn requeue(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+pub async fn requeue(conn: &mut AsyncPgConnection, id: VideoId) -> QueryResult<usize> {
     diesel::update(videos::table.filter(videos::id.eq(id)))
         .set((
             videos::status.eq("queued"),
@@ -480,7 +480,10 @@ pub async fn requeue(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usiz
 
 /// The HLS playlist key of a ready video, whoever owns it (a playback token, not an API key,
 /// authorizes the read); `None` if the video is gone or not ready.
-pub async fn ready_hls_key(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<String>> {
+pub async fn ready_hls_key(
+    conn: &mut AsyncPgConnection,
+    id: VideoId,
+) -> QueryResult<Option<String>> {
     videos::table
         .filter(videos::id.eq(id).and(videos::status.eq("ready")))
         .select(videos::hls_key)

@@ -5,16 +5,16 @@ use chrono::{DateTime, Utc};
 use diesel::dsl;
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
 use super::schema::webhook_endpoints as w;
+use crate::domain::ids::{UserId, WebhookId};
 
 /// An endpoint as its owner sees it (never the secrets).
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = w)]
 pub struct EndpointRow {
     /// Id.
-    pub id: Uuid,
+    pub id: WebhookId,
     /// Where events are POSTed.
     pub url: String,
     /// Types it receives; `None` is every type.
@@ -30,15 +30,15 @@ pub struct EndpointRow {
 /// The endpoint `id` if `owner` registered it: every read and write of one endpoint on its
 /// owner's behalf goes through this, so another owner's id finds nothing.
 #[dsl::auto_type]
-fn owned(owner: Uuid, id: Uuid) -> _ {
+fn owned(owner: UserId, id: WebhookId) -> _ {
     w::table.filter(w::owner_id.eq(owner).and(w::id.eq(id)))
 }
 
 /// Registers an endpoint.
 pub async fn insert(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
-    owner: Uuid,
+    id: WebhookId,
+    owner: UserId,
     url: &str,
     event_types: Option<Vec<String>>,
     secret: &str,
@@ -57,7 +57,7 @@ pub async fn insert(
 }
 
 /// The owner's endpoints, oldest first.
-pub async fn list(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<Vec<EndpointRow>> {
+pub async fn list(conn: &mut AsyncPgConnection, owner: UserId) -> QueryResult<Vec<EndpointRow>> {
     w::table
         .filter(w::owner_id.eq(owner))
         .order(w::id)
@@ -67,7 +67,7 @@ pub async fn list(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<Vec<
 }
 
 /// How many endpoints the owner has.
-pub async fn count(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<i64> {
+pub async fn count(conn: &mut AsyncPgConnection, owner: UserId) -> QueryResult<i64> {
     w::table
         .filter(w::owner_id.eq(owner))
         .count()
@@ -78,8 +78,8 @@ pub async fn count(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<i64
 /// One of the owner's endpoints.
 pub async fn find(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
-    id: Uuid,
+    owner: UserId,
+    id: WebhookId,
 ) -> QueryResult<Option<EndpointRow>> {
     owned(owner, id)
         .select(EndpointRow::as_select())
@@ -92,8 +92,8 @@ pub async fn find(
 /// behind each other, so each sees the deliveries the one before it made.
 pub async fn lock_owned(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
-    id: Uuid,
+    owner: UserId,
+    id: WebhookId,
 ) -> QueryResult<Option<EndpointRow>> {
     owned(owner, id)
         .select(EndpointRow::as_select())
@@ -104,15 +104,19 @@ pub async fn lock_owned(
 }
 
 /// Deletes one of the owner's endpoints (its deliveries and their log go with it).
-pub async fn delete(conn: &mut AsyncPgConnection, owner: Uuid, id: Uuid) -> QueryResult<usize> {
+pub async fn delete(
+    conn: &mut AsyncPgConnection,
+    owner: UserId,
+    id: WebhookId,
+) -> QueryResult<usize> {
     diesel::delete(owned(owner, id)).execute(conn).await
 }
 
 /// Makes `secret` the signing secret; the old one keeps signing until `old_expires_at`.
 pub async fn rotate(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
-    id: Uuid,
+    owner: UserId,
+    id: WebhookId,
     secret: &str,
     old_expires_at: DateTime<Utc>,
 ) -> QueryResult<Option<EndpointRow>> {
@@ -130,7 +134,11 @@ pub async fn rotate(
 
 /// Turns an endpoint off and discards its waiting deliveries, in one statement. Returns
 /// whether this call turned it off (false if it already was, or is gone).
-pub async fn disable(conn: &mut AsyncPgConnection, id: Uuid, reason: &str) -> QueryResult<bool> {
+pub async fn disable(
+    conn: &mut AsyncPgConnection,
+    id: WebhookId,
+    reason: &str,
+) -> QueryResult<bool> {
     use diesel::sql_types::{Text, Uuid as SqlUuid};
     #[derive(QueryableByName)]
     struct Off {

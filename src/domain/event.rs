@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::ids::{EventId, UploadId, VideoId};
+use super::ids::{EventId, RecordingId, UploadId, VideoId};
 use super::job::FIRST_RUN;
 
 /// What happened to a video.
@@ -134,7 +134,7 @@ impl Event {
     /// and its repackage job is queued.
     pub fn video_accepted_from_recording(
         video_id: VideoId,
-        recording_id: uuid::Uuid,
+        recording_id: RecordingId,
         occurred_at: DateTime<Utc>,
     ) -> Self {
         Self {

@@ -64,3 +64,17 @@ uuid_id!(
     /// A webhook endpoint an uploader registered.
     WebhookId
 );
+uuid_id!(
+    /// A live recording (one broadcast), and the stream key's slot for it.
+    RecordingId
+);
+uuid_id!(
+    /// A claim's fencing token (of a job's attempt, or of a delivery's try): minted by each
+    /// claim, and every write that ends what was claimed must match it.
+    ClaimToken
+);
+uuid_id!(
+    /// One tus request's hold on an upload of the `s3` store (its lease on the row), minted
+    /// per request.
+    RequestToken
+);

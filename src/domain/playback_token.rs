@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::ids::VideoId;
+use super::ids::{RecordingId, VideoId};
 
 /// Separates this MAC from any other the same key might ever sign.
 const CONTEXT: &[u8] = b"vidq-playback-v1\0";
@@ -51,27 +51,27 @@ impl PlaybackKey {
         Ok(Self(bytes.to_vec()))
     }
 
-    fn mac(&self, video: VideoId, expires: i64) -> Hmac<Sha256> {
+    fn mac(&self, playable: impl Playable, expires: i64) -> Hmac<Sha256> {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key size");
         mac.update(CONTEXT);
-        mac.update(video.0.as_bytes());
+        mac.update(playable.id().as_bytes());
         mac.update(&expires.to_be_bytes());
         mac
     }
 
-    /// The token that opens `video`'s playlists until `expires`.
-    pub fn sign(&self, video: VideoId, expires: DateTime<Utc>) -> String {
+    /// The token that opens the playlists of `playable` until `expires`.
+    pub fn sign(&self, playable: impl Playable, expires: DateTime<Utc>) -> String {
         let expires = expires.timestamp();
-        let tag = self.mac(video, expires).finalize().into_bytes();
+        let tag = self.mac(playable, expires).finalize().into_bytes();
         format!("{expires}.{}", URL_SAFE_NO_PAD.encode(tag))
     }
 
-    /// Checks that `token` was signed with this key for `video` and has not expired at `now`;
+    /// Checks that `token` was signed with this key for `playable` and has not expired at `now`;
     /// returns its expiry. The MAC is compared in constant time, and checked before the
     /// expiry, so only a genuine token is ever told it has expired.
     pub fn verify(
         &self,
-        video: VideoId,
+        playable: impl Playable,
         token: &str,
         now: DateTime<Utc>,
     ) -> Result<DateTime<Utc>, TokenError> {
@@ -84,7 +84,7 @@ impl PlaybackKey {
         let tag = URL_SAFE_NO_PAD
             .decode(tag)
             .map_err(|_| TokenError::Malformed)?;
-        self.mac(video, expires)
+        self.mac(playable, expires)
             .verify_slice(&tag)
             .map_err(|_| TokenError::Invalid)?;
         let expires = DateTime::from_timestamp(expires, 0).ok_or(TokenError::Malformed)?;
@@ -92,6 +92,25 @@ impl PlaybackKey {
             return Err(TokenError::Expired);
         }
         Ok(expires)
+    }
+}
+
+/// What a token can open: a video's playlists, or a live recording's playlist. Ids are
+/// UUIDv7 minted apart, so a token for one never opens the other.
+pub trait Playable: Copy {
+    /// The id the token is signed for.
+    fn id(self) -> uuid::Uuid;
+}
+
+impl Playable for VideoId {
+    fn id(self) -> uuid::Uuid {
+        self.0
+    }
+}
+
+impl Playable for RecordingId {
+    fn id(self) -> uuid::Uuid {
+        self.0
     }
 }
 

@@ -3,6 +3,8 @@
 //! `init.mp4`, `index0.m4s`, `index1.m4s`..., `index.m3u8`), what vidq reads of the
 //! playlists it PUTs, and the object keys of the files.
 
+use super::ids::RecordingId;
+
 /// The RTMP application encoders connect to: the server URL ends in `/live`.
 pub const RTMP_APP_NAME: &str = "live";
 
@@ -167,7 +169,7 @@ pub fn parse_playlist(text: &str) -> IngestPlaylist {
 }
 
 /// The object key of a recording file.
-pub fn object_key(recording: uuid::Uuid, name: &IngestName) -> Option<String> {
+pub fn object_key(recording: RecordingId, name: &IngestName) -> Option<String> {
     match name {
         IngestName::Init => Some(format!("live/{recording}/init.mp4")),
         IngestName::Segment(n) => Some(format!("live/{recording}/seg_{n:06}.m4s")),
@@ -177,14 +179,18 @@ pub fn object_key(recording: uuid::Uuid, name: &IngestName) -> Option<String> {
 
 /// The prefix every object of a recording's files lives under (`live/{recording}/`); a
 /// repackage job reads the recording from there.
-pub fn files_prefix(recording: uuid::Uuid) -> String {
+pub fn files_prefix(recording: RecordingId) -> String {
     format!("live/{recording}/")
 }
 
 /// The spool path (relative to the root) of one received version of a recording file:
 /// each PUT gets a name of its own (`version`), so a row's path and size always describe
 /// the same bytes, whatever order two PUTs of one file finish in.
-pub fn spool_path(recording: uuid::Uuid, name: &IngestName, version: uuid::Uuid) -> Option<String> {
+pub fn spool_path(
+    recording: RecordingId,
+    name: &IngestName,
+    version: uuid::Uuid,
+) -> Option<String> {
     match name {
         IngestName::Init => Some(format!("live/{recording}/init.{version}.mp4")),
         IngestName::Segment(n) => Some(format!("live/{recording}/seg_{n:06}.{version}.m4s")),
@@ -395,7 +401,7 @@ mod tests {
 
     #[test]
     fn keys_and_spool_paths_are_fixed_by_the_recording_and_the_number() {
-        let id = uuid::Uuid::nil();
+        let id = RecordingId(uuid::Uuid::nil());
         assert_eq!(
             object_key(id, &IngestName::Segment(7)).unwrap(),
             "live/00000000-0000-0000-0000-000000000000/seg_000007.m4s"

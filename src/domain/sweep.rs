@@ -146,9 +146,9 @@ pub struct Transition {
     pub to: BreakerState,
 }
 
-/// Whether a PUT may go ahead.
+/// The breaker's answer to whether a PUT may go ahead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Admission {
+pub enum BreakerVerdict {
     /// Go ahead.
     Allowed,
     /// Go ahead as the half-open probe; the transition (open -> half-open) is returned.
@@ -209,18 +209,18 @@ impl Breaker {
     }
 
     /// Asks to PUT at `now`.
-    pub fn admit(&mut self, now: Instant) -> Admission {
+    pub fn admit(&mut self, now: Instant) -> BreakerVerdict {
         match self.state {
-            BreakerState::Closed => Admission::Allowed,
+            BreakerState::Closed => BreakerVerdict::Allowed,
             BreakerState::Open if self.open_until.is_some_and(|until| now >= until) => {
                 self.state = BreakerState::HalfOpen;
                 self.probe_in_flight = true;
-                Admission::Probe(Transition {
+                BreakerVerdict::Probe(Transition {
                     from: BreakerState::Open,
                     to: BreakerState::HalfOpen,
                 })
             }
-            BreakerState::Open | BreakerState::HalfOpen => Admission::Refused,
+            BreakerState::Open | BreakerState::HalfOpen => BreakerVerdict::Refused,
         }
     }
 
@@ -256,16 +256,6 @@ impl Breaker {
             from,
             to: BreakerState::Open,
         })
-    }
-
-    /// A probe was admitted but ended without asking S3 (the file was refused first): let
-    /// the next row probe instead.
-    pub fn probe_abandoned(&mut self) {
-        if self.state == BreakerState::HalfOpen && self.probe_in_flight {
-            self.probe_in_flight = false;
-            self.state = BreakerState::Open;
-            // Already past the cool-down: the next admit probes at once.
-        }
     }
 }
 
@@ -358,7 +348,7 @@ mod tests {
             failures_to_open: 3,
             cool_down: Duration::from_secs(30),
         });
-        assert_eq!(b.admit(t0), Admission::Allowed);
+        assert_eq!(b.admit(t0), BreakerVerdict::Allowed);
         assert_eq!(b.on_failure(t0), None);
         assert_eq!(b.on_failure(t0), None);
         // A success in between resets the count.
@@ -372,17 +362,23 @@ mod tests {
                 to: BreakerState::Open
             })
         );
-        assert_eq!(b.admit(t0 + Duration::from_secs(29)), Admission::Refused);
+        assert_eq!(
+            b.admit(t0 + Duration::from_secs(29)),
+            BreakerVerdict::Refused
+        );
         let probe = b.admit(t0 + Duration::from_secs(30));
         assert_eq!(
             probe,
-            Admission::Probe(Transition {
+            BreakerVerdict::Probe(Transition {
                 from: BreakerState::Open,
                 to: BreakerState::HalfOpen
             })
         );
         // Only one probe at a time.
-        assert_eq!(b.admit(t0 + Duration::from_secs(31)), Admission::Refused);
+        assert_eq!(
+            b.admit(t0 + Duration::from_secs(31)),
+            BreakerVerdict::Refused
+        );
         assert_eq!(
             b.on_success(),
             Some(Transition {
@@ -390,7 +386,10 @@ mod tests {
                 to: BreakerState::Closed
             })
         );
-        assert_eq!(b.admit(t0 + Duration::from_secs(31)), Admission::Allowed);
+        assert_eq!(
+            b.admit(t0 + Duration::from_secs(31)),
+            BreakerVerdict::Allowed
+        );
     }
 
     #[test]
@@ -403,7 +402,7 @@ mod tests {
         b.on_failure(t0);
         assert_eq!(b.state(), BreakerState::Open);
         let t1 = t0 + Duration::from_secs(10);
-        assert!(matches!(b.admit(t1), Admission::Probe(_)));
+        assert!(matches!(b.admit(t1), BreakerVerdict::Probe(_)));
         assert_eq!(
             b.on_failure(t1),
             Some(Transition {
@@ -411,16 +410,13 @@ mod tests {
                 to: BreakerState::Open
             })
         );
-        assert_eq!(b.admit(t1 + Duration::from_secs(9)), Admission::Refused);
+        assert_eq!(
+            b.admit(t1 + Duration::from_secs(9)),
+            BreakerVerdict::Refused
+        );
         assert!(matches!(
             b.admit(t1 + Duration::from_secs(10)),
-            Admission::Probe(_)
-        ));
-        // A probe that never reached S3 hands the probe to the next row.
-        b.probe_abandoned();
-        assert!(matches!(
-            b.admit(t1 + Duration::from_secs(10)),
-            Admission::Probe(_)
+            BreakerVerdict::Probe(_)
         ));
     }
 }

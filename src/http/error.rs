@@ -1,7 +1,9 @@
-//! The one table from error kinds to HTTP status and stable error code.
+//! How an error becomes an answer: each application error gets its stable code
+//! ([`ErrorCode`], which carries the status), the message the client may see and the log line
+//! the operator needs, in one place ([`From<AppError>`]).
 //!
-//! Bodies are `{"error": {"code", "message"}}`. Codes are part of the API contract and never
-//! change meaning. A 5xx body is opaque; its full cause chain goes to the log.
+//! Bodies are `{"error": {"code", "message"}}`. A 5xx body is opaque; its full cause chain
+//! goes to the log.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
@@ -11,71 +13,17 @@ use utoipa::ToSchema;
 use crate::app::AppError;
 use crate::domain::upload::UploadRequestError;
 
-/// tus's status for a checksum that does not match (not an IANA status; the tus checksum
-/// extension defines it).
-fn checksum_mismatch_status() -> StatusCode {
-    StatusCode::from_u16(460).expect("460 is a valid status code")
-}
+use super::error_code::ErrorCode;
 
 /// An error response: status, stable code and a message safe to show the client.
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
-    code: &'static str,
+    code: ErrorCode,
     message: String,
     /// Seconds for a `Retry-After` header, when the client should wait before trying again.
     retry_after: Option<u64>,
 }
-
-/// Every stable error code an answer may carry. The OpenAPI document lists them as the
-/// values of `error.code`, and a debug build refuses to build an error with a code not
-/// here, so the list cannot fall behind the constructors below.
-pub const CODES: &[&str] = &[
-    "bad_request",
-    "unauthorized",
-    "not_found",
-    "request_timeout",
-    "unsupported_version",
-    "origin_not_allowed",
-    "excluded",
-    "file_landed",
-    "empty_file",
-    "no_video_stream",
-    "too_large",
-    "unsupported_media_type",
-    "too_many_connections",
-    "method_not_allowed",
-    "headers_too_large",
-    "internal",
-    "upload_incomplete",
-    "size_mismatch",
-    "upload_closed",
-    "ingest_disabled",
-    "presigned_upload",
-    "wrong_node",
-    "upload_busy",
-    "upload_gone",
-    "upload_complete",
-    "bad_file_name",
-    "wrong_upload_method",
-    "spool_busy",
-    "offset_mismatch",
-    "checksum_mismatch",
-    "body_interrupted",
-    "spool_unavailable",
-    "insufficient_storage",
-    "invalid_webhook_url",
-    "invalid_event_types",
-    "endpoint_disabled",
-    "event_type_not_subscribed",
-    "too_many_resends",
-    "too_many_open_uploads",
-    "too_many_open_recordings",
-    "conflict",
-    "invalid_token",
-    "unavailable",
-    "storage_unavailable",
-];
 
 /// The body of every error answer: `{"error": {"code", "message"}}`.
 #[derive(Serialize, ToSchema)]
@@ -102,65 +50,62 @@ fn code_schema() -> utoipa::openapi::Object {
         .description(Some(
             "The stable code: clients branch on it; it never changes meaning.",
         ))
-        .enum_values(Some(CODES.iter().copied()))
+        .enum_values(Some(ErrorCode::ALL.iter().map(|code| code.as_str())))
         .build()
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        debug_assert!(CODES.contains(&code), "{code} is missing from CODES");
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self::with_status(code.status(), code, message)
+    }
+
+    /// An answer whose status is not its code's own (one the HTTP layer chose).
+    fn with_status(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
             message: message.into(),
-            retry_after: None,
+            retry_after: retry_after(code),
         }
     }
 
     /// 400 `bad_request`.
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+        Self::new(ErrorCode::BadRequest, message)
     }
 
     /// 401 `unauthorized`.
     pub fn unauthorized() -> Self {
         Self::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            ErrorCode::Unauthorized,
             "send a valid API key as `Authorization: Bearer <key>`",
         )
     }
 
     /// 404 `not_found`; the same for an unknown id and a stranger's, so ids can't be probed.
     pub fn not_found() -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
+        Self::new(ErrorCode::NotFound, "no such resource")
     }
 
     /// 408 `request_timeout`: the body stopped coming. The connection is closed, since the
     /// rest of the body may still arrive.
     pub fn request_timeout() -> Self {
         Self::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "request_timeout",
+            ErrorCode::RequestTimeout,
             "the request body stopped arriving; send it again",
         )
     }
 
     /// 412 `unsupported_version`: a tus request of another protocol version.
     pub fn precondition_failed(message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::PRECONDITION_FAILED,
-            "unsupported_version",
-            message,
-        )
+        Self::new(ErrorCode::UnsupportedVersion, message)
     }
 
     /// 403 `origin_not_allowed`: a browser preflight from an origin not in
     /// `VIDQ_CORS_ALLOW_ORIGINS`.
     pub fn forbidden_origin(origin: &str) -> Self {
         Self::new(
-            StatusCode::FORBIDDEN,
-            "origin_not_allowed",
+            ErrorCode::OriginNotAllowed,
             format!("pages at {origin} may not call this API (VIDQ_CORS_ALLOW_ORIGINS)"),
         )
     }
@@ -168,8 +113,7 @@ impl ApiError {
     /// 409 `excluded`: a live file after its recording's cutoff, kept out of it.
     pub fn excluded() -> Self {
         Self::new(
-            StatusCode::CONFLICT,
-            "excluded",
+            ErrorCode::Excluded,
             "the recording has ended and its cutoff has passed: this file is not part of it",
         )
     }
@@ -181,28 +125,23 @@ impl ApiError {
 
     /// 413 `too_large`.
     pub fn too_large(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+        Self::new(ErrorCode::TooLarge, message)
     }
 
     /// 400 `body_interrupted`, with what to do on this route.
     pub fn body_interrupted(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "body_interrupted", message)
+        Self::new(ErrorCode::BodyInterrupted, message)
     }
 
     /// 415 `unsupported_media_type`.
     pub fn unsupported_media_type(message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            message,
-        )
+        Self::new(ErrorCode::UnsupportedMediaType, message)
     }
 
     /// 429 `too_many_connections`: the client's address holds the most connections it may.
     pub fn too_many_connections(max: u32) -> Self {
         Self::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_connections",
+            ErrorCode::TooManyConnections,
             format!("one client may hold {max} connections; close some and retry"),
         )
     }
@@ -211,45 +150,38 @@ impl ApiError {
     pub fn for_status(status: StatusCode) -> Self {
         let (code, message) = match status {
             StatusCode::METHOD_NOT_ALLOWED => (
-                "method_not_allowed",
+                ErrorCode::MethodNotAllowed,
                 "this path does not take this method; see the Allow header",
             ),
-            StatusCode::NOT_FOUND => ("not_found", "no such resource"),
-            StatusCode::PAYLOAD_TOO_LARGE => ("too_large", "the request is too large"),
-            StatusCode::REQUEST_TIMEOUT => ("request_timeout", "the request took too long"),
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => {
-                ("headers_too_large", "the request headers are too large")
-            }
-            s if s.is_server_error() => ("internal", "internal error"),
-            _ => ("bad_request", "the request is malformed"),
+            StatusCode::NOT_FOUND => (ErrorCode::NotFound, "no such resource"),
+            StatusCode::PAYLOAD_TOO_LARGE => (ErrorCode::TooLarge, "the request is too large"),
+            StatusCode::REQUEST_TIMEOUT => (ErrorCode::RequestTimeout, "the request took too long"),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => (
+                ErrorCode::HeadersTooLarge,
+                "the request headers are too large",
+            ),
+            s if s.is_server_error() => (ErrorCode::Internal, "internal error"),
+            _ => (ErrorCode::BadRequest, "the request is malformed"),
         };
-        Self::new(status, code, message)
+        Self::with_status(status, code, message)
     }
 
     /// 503 `unavailable`: the database is out of reach for a moment; the client retries.
     pub fn unavailable() -> Self {
-        Self {
-            retry_after: Some(1),
-            ..Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "the service is temporarily unavailable; retry",
-            )
-        }
+        Self::new(
+            ErrorCode::Unavailable,
+            "the service is temporarily unavailable; retry",
+        )
     }
 
     /// 500 `internal`, opaque; the caller logs the cause.
     pub fn internal() -> Self {
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "internal error",
-        )
+        Self::new(ErrorCode::Internal, "internal error")
     }
 
     /// The stable code.
     pub fn code(&self) -> &'static str {
-        self.code
+        self.code.as_str()
     }
 
     /// The HTTP status, as a number (for servers other than actix's).
@@ -261,7 +193,7 @@ impl ApiError {
     pub fn body_json(&self) -> String {
         serde_json::to_string(&Body {
             error: Detail {
-                code: self.code,
+                code: self.code.as_str(),
                 message: &self.message,
             },
         })
@@ -275,7 +207,7 @@ impl std::fmt::Display for ApiError {
             f,
             "{} {}: {}",
             self.status.as_u16(),
-            self.code,
+            self.code.as_str(),
             self.message
         )
     }
@@ -290,7 +222,8 @@ impl ResponseError for ApiError {
         let mut response = HttpResponse::build(self.status);
         // The client may still be sending (a stalled body) or opening connections: end this
         // one rather than read what follows.
-        if self.status == StatusCode::REQUEST_TIMEOUT || self.code == "too_many_connections" {
+        if self.status == StatusCode::REQUEST_TIMEOUT || self.code == ErrorCode::TooManyConnections
+        {
             response.force_close();
         }
         if let Some(seconds) = self.retry_after {
@@ -298,7 +231,7 @@ impl ResponseError for ApiError {
         }
         response.json(Body {
             error: Detail {
-                code: self.code,
+                code: self.code.as_str(),
                 message: &self.message,
             },
         })
@@ -307,135 +240,112 @@ impl ResponseError for ApiError {
 
 impl From<AppError> for ApiError {
     fn from(err: AppError) -> Self {
-        use StatusCode as S;
-        let message = err.to_string();
-        match &err {
-            AppError::NotFound => Self::not_found(),
-            AppError::Unauthorized => Self::unauthorized(),
-            AppError::BadRequest(_) => Self::bad_request(message),
-            AppError::InvalidUpload(kind) => match kind {
-                UploadRequestError::UnsupportedMediaType(_) => {
-                    Self::new(S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", message)
-                }
-                UploadRequestError::TooLarge { .. } => {
-                    Self::new(S::PAYLOAD_TOO_LARGE, "too_large", message)
-                }
-                UploadRequestError::BadFilename | UploadRequestError::BadSize => {
-                    Self::bad_request(message)
-                }
-            },
-            AppError::UploadIncomplete => Self::new(S::CONFLICT, "upload_incomplete", message),
-            // The bytes are well formed; they conflict with the size the contract declared.
-            AppError::SizeMismatch { .. } => Self::new(S::CONFLICT, "size_mismatch", message),
-            AppError::UploadClosed { .. } => Self::new(S::CONFLICT, "upload_closed", message),
-            AppError::IngestDisabled => {
-                Self::new(S::SERVICE_UNAVAILABLE, "ingest_disabled", message)
-            }
-            AppError::NotThroughVidq => Self::new(S::CONFLICT, "presigned_upload", message),
-            AppError::WrongNode { .. } => Self::new(S::MISDIRECTED_REQUEST, "wrong_node", message),
-            AppError::UploadBusy => Self {
-                retry_after: Some(1),
-                ..Self::new(S::LOCKED, "upload_busy", message)
-            },
-            AppError::UploadGone { .. } | AppError::SpoolLost => {
-                Self::new(S::GONE, "upload_gone", message)
-            }
-            AppError::UploadComplete => Self::new(S::CONFLICT, "upload_complete", message),
-            AppError::UploadTooFragmented => {
-                Self::new(S::CONFLICT, "upload_too_fragmented", message)
-            }
-            AppError::BadIngestName(_) => Self::new(S::BAD_REQUEST, "bad_file_name", message),
-            AppError::WholeFileOnly | AppError::ResumableInProgress { .. } => {
-                Self::new(S::CONFLICT, "wrong_upload_method", message)
-            }
-            AppError::FileLanded => Self::new(S::CONFLICT, "file_landed", message),
-            AppError::EmptyFile => Self::new(S::BAD_REQUEST, "empty_file", message),
-            AppError::NoVideoStream(_) => {
-                Self::new(S::UNPROCESSABLE_ENTITY, "no_video_stream", message)
-            }
-            AppError::SpoolBusy(_) => Self {
-                retry_after: Some(1),
-                ..Self::new(S::SERVICE_UNAVAILABLE, "spool_busy", message)
-            },
-            AppError::OffsetMismatch { .. } => Self::new(S::CONFLICT, "offset_mismatch", message),
-            AppError::PastUploadLength { .. } => {
-                Self::new(S::PAYLOAD_TOO_LARGE, "too_large", message)
-            }
-            AppError::ChecksumMismatch => {
-                Self::new(checksum_mismatch_status(), "checksum_mismatch", message)
-            }
-            AppError::BodyInterrupted(crate::app::ingest::BodyError::Idle) => {
-                Self::request_timeout()
-            }
-            AppError::BodyInterrupted(crate::app::ingest::BodyError::Broken) => {
-                Self::new(S::BAD_REQUEST, "body_interrupted", message)
-            }
-            AppError::ContentTypeMismatch { .. } => {
-                Self::new(S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", message)
-            }
-            AppError::TooManyOpen { kind, .. } => Self::new(
-                S::TOO_MANY_REQUESTS,
-                match kind {
-                    crate::app::open_work::OpenWork::Uploads => "too_many_open_uploads",
-                    crate::app::open_work::OpenWork::Recordings => "too_many_open_recordings",
-                },
-                message,
-            ),
-            AppError::SpoolFull => Self {
-                retry_after: Some(30),
-                ..Self::new(S::INSUFFICIENT_STORAGE, "insufficient_storage", message)
-            },
-            AppError::Spool(_) => {
-                log_internal(&err);
-                Self::new(
-                    S::SERVICE_UNAVAILABLE,
-                    "spool_unavailable",
-                    "the upload spool is temporarily unavailable; retry",
-                )
-            }
-            AppError::WebhookUrl(_) => {
-                Self::new(S::UNPROCESSABLE_ENTITY, "invalid_webhook_url", message)
-            }
-            AppError::EventTypes(_) => Self::new(S::BAD_REQUEST, "invalid_event_types", message),
-            AppError::EndpointDisabled(_) => Self::new(S::CONFLICT, "endpoint_disabled", message),
-            AppError::NotSubscribed(_) => Self::new(
-                S::UNPROCESSABLE_ENTITY,
-                "event_type_not_subscribed",
-                message,
-            ),
-            AppError::TooManyResends(_) => Self {
-                retry_after: Some(crate::app::webhooks::RESEND_WINDOW.as_secs()),
-                ..Self::new(S::TOO_MANY_REQUESTS, "too_many_resends", message)
-            },
-            AppError::NameTaken(_) => Self::new(S::CONFLICT, "conflict", message),
-            AppError::PlaybackToken(_) => Self::new(S::FORBIDDEN, "invalid_token", message),
-            AppError::Database(db) if db.is_unavailable() => {
-                log_unavailable(&err);
-                Self::unavailable()
-            }
-            AppError::ConfirmsStopped => {
-                log_internal(&err);
-                Self::unavailable()
-            }
-            AppError::Storage(storage) => {
-                // An outage is expected and passes (WARN); S3 refusing vidq (credentials, a
-                // policy, a missing bucket) needs the operator (ERROR).
-                if storage.outage {
-                    tracing::warn!(error = %crate::telemetry::error_chain(&err), "request failed: object storage is unavailable");
-                } else {
-                    log_internal(&err);
-                }
-                Self::new(
-                    S::SERVICE_UNAVAILABLE,
-                    "storage_unavailable",
-                    "object storage is temporarily unavailable; retry",
-                )
-            }
-            AppError::Database(_) | AppError::Playlist(_) => {
-                log_internal(&err);
-                Self::internal()
-            }
+        log(&err);
+        let code = code_of(&err);
+        match opaque_message(code) {
+            Some(message) => Self::new(code, message),
+            None => Self::new(code, err.to_string()),
         }
+    }
+}
+
+/// The stable code of each application error.
+fn code_of(err: &AppError) -> ErrorCode {
+    use ErrorCode as C;
+    match err {
+        AppError::NotFound => C::NotFound,
+        AppError::Unauthorized => C::Unauthorized,
+        AppError::BadRequest(_) => C::BadRequest,
+        AppError::InvalidUpload(kind) => match kind {
+            UploadRequestError::UnsupportedMediaType(_) => C::UnsupportedMediaType,
+            UploadRequestError::TooLarge { .. } => C::TooLarge,
+            UploadRequestError::BadFilename | UploadRequestError::BadSize => C::BadRequest,
+        },
+        AppError::UploadIncomplete => C::UploadIncomplete,
+        // The bytes are well formed; they conflict with the size the contract declared.
+        AppError::SizeMismatch { .. } => C::SizeMismatch,
+        AppError::UploadClosed { .. } => C::UploadClosed,
+        AppError::IngestDisabled => C::IngestDisabled,
+        AppError::NotThroughVidq => C::PresignedUpload,
+        AppError::WrongNode { .. } => C::WrongNode,
+        AppError::UploadBusy => C::UploadBusy,
+        AppError::UploadGone { .. } | AppError::SpoolLost => C::UploadGone,
+        AppError::UploadComplete => C::UploadComplete,
+        AppError::UploadTooFragmented => C::UploadTooFragmented,
+        AppError::BadIngestName(_) => C::BadFileName,
+        AppError::WholeFileOnly | AppError::ResumableInProgress { .. } => C::WrongUploadMethod,
+        AppError::FileLanded => C::FileLanded,
+        AppError::EmptyFile => C::EmptyFile,
+        AppError::NoVideoStream(_) => C::NoVideoStream,
+        AppError::SpoolBusy(_) => C::SpoolBusy,
+        AppError::OffsetMismatch { .. } => C::OffsetMismatch,
+        AppError::PastUploadLength { .. } => C::TooLarge,
+        AppError::ChecksumMismatch => C::ChecksumMismatch,
+        AppError::BodyInterrupted(crate::app::ingest::BodyError::Idle) => C::RequestTimeout,
+        AppError::BodyInterrupted(crate::app::ingest::BodyError::Broken) => C::BodyInterrupted,
+        AppError::ContentTypeMismatch { .. } => C::UnsupportedMediaType,
+        AppError::TooManyOpen { kind, .. } => match kind {
+            crate::app::open_work::OpenWork::Uploads => C::TooManyOpenUploads,
+            crate::app::open_work::OpenWork::Recordings => C::TooManyOpenRecordings,
+        },
+        AppError::SpoolFull => C::InsufficientStorage,
+        AppError::Spool(_) => C::SpoolUnavailable,
+        AppError::WebhookUrl(_) => C::InvalidWebhookUrl,
+        AppError::EventTypes(_) => C::InvalidEventTypes,
+        AppError::EndpointDisabled(_) => C::EndpointDisabled,
+        AppError::NotSubscribed(_) => C::EventTypeNotSubscribed,
+        AppError::TooManyResends(_) => C::TooManyResends,
+        AppError::NameTaken(_) => C::Conflict,
+        AppError::PlaybackToken(_) => C::InvalidToken,
+        AppError::Database(db) if db.is_unavailable() => C::Unavailable,
+        AppError::ConfirmsStopped => C::Unavailable,
+        AppError::Storage(_) => C::StorageUnavailable,
+        AppError::Database(_) | AppError::Playlist(_) => C::Internal,
+    }
+}
+
+/// The client's message for a code whose error text is not the client's to see (a 5xx,
+/// whose cause goes to the log) or says less than this; `None` where the error's own text
+/// is the message.
+fn opaque_message(code: ErrorCode) -> Option<&'static str> {
+    Some(match code {
+        ErrorCode::Unauthorized => "send a valid API key as `Authorization: Bearer <key>`",
+        ErrorCode::NotFound => "no such resource",
+        ErrorCode::RequestTimeout => "the request body stopped arriving; send it again",
+        ErrorCode::Unavailable => "the service is temporarily unavailable; retry",
+        ErrorCode::SpoolUnavailable => "the upload spool is temporarily unavailable; retry",
+        ErrorCode::StorageUnavailable => "object storage is temporarily unavailable; retry",
+        ErrorCode::Internal => "internal error",
+        _ => return None,
+    })
+}
+
+/// Seconds a client waits before it tries again (`Retry-After`), for the codes that say so.
+fn retry_after(code: ErrorCode) -> Option<u64> {
+    match code {
+        ErrorCode::UploadBusy | ErrorCode::SpoolBusy | ErrorCode::Unavailable => Some(1),
+        ErrorCode::InsufficientStorage => Some(30),
+        ErrorCode::TooManyResends => Some(crate::app::webhooks::RESEND_WINDOW.as_secs()),
+        _ => None,
+    }
+}
+
+/// The log line an error needs: the database's or S3's absence passes (WARN); anything that
+/// needs the operator is an ERROR with its whole cause chain; the client's own mistakes are
+/// not logged here.
+fn log(err: &AppError) {
+    match err {
+        AppError::Database(db) if db.is_unavailable() => log_unavailable(err),
+        // S3 refusing vidq (credentials, a policy, a missing bucket) needs the operator.
+        AppError::Storage(storage) if storage.outage => {
+            tracing::warn!(error = %crate::telemetry::error_chain(err), "request failed: object storage is unavailable");
+        }
+        AppError::Spool(_)
+        | AppError::ConfirmsStopped
+        | AppError::Storage(_)
+        | AppError::Database(_)
+        | AppError::Playlist(_) => log_internal(err),
+        _ => {}
     }
 }
 

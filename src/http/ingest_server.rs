@@ -31,6 +31,7 @@ use crate::app::{self, AppContext};
 use crate::domain::recording::FileState;
 use crate::http::error::ApiError;
 use crate::http::limits::{AcceptGate, MIN_PROGRESS_BYTES};
+use crate::sync::ReadWriteLocked;
 
 /// What one client may hold on the ingest listener (the API port's limits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,8 +130,7 @@ async fn handle(
     let routed = route(&path).and_then(|(key, name)| match aliases {
         None => Some((key.to_owned(), name)),
         Some(aliases) => aliases
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .read_locked()
             .get(key)
             .map(|key| (key.clone(), name)),
     });

@@ -23,6 +23,7 @@ use futures_util::Stream;
 use tokio::time::{Instant, Sleep};
 
 use super::error::ApiError;
+use crate::sync::Locked;
 
 /// A body counts as progressing when this many bytes (or its end) arrive within the idle
 /// limit. One byte is not progress: a client dribbling a byte a second would hold its
@@ -38,7 +39,7 @@ pub struct ConnectionCounter {
 impl ConnectionCounter {
     /// Counts a new connection from `ip`; the slot says whether it is over `max`.
     pub fn open(&self, ip: IpAddr, max: u32) -> ConnectionSlot {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mut open = self.open.locked();
         let count = open.entry(ip).or_insert(0);
         *count += 1;
         ConnectionSlot {
@@ -50,7 +51,7 @@ impl ConnectionCounter {
 
     /// Connections open from `ip` now.
     pub fn count(&self, ip: IpAddr) -> u32 {
-        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let open = self.open.locked();
         open.get(&ip).copied().unwrap_or(0)
     }
 }
@@ -66,7 +67,7 @@ pub struct ConnectionSlot {
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
-        let mut open = self.counter.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mut open = self.counter.open.locked();
         if let Some(count) = open.get_mut(&self.ip) {
             *count -= 1;
             if *count == 0 {

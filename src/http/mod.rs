@@ -10,6 +10,7 @@ pub mod auth;
 pub mod cors;
 pub mod dto;
 pub mod error;
+pub mod error_code;
 pub mod health_listener;
 pub mod ingest_server;
 pub mod json;

@@ -9,6 +9,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
+use crate::sync::Locked;
+
 struct Recorder {
     file: PathBuf,
     seen: Mutex<HashSet<(String, String, u16)>>,
@@ -43,8 +45,7 @@ pub fn record(method: &str, route: &str, status: u16) {
     };
     let new = recorder
         .seen
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .locked()
         .insert((method.to_owned(), route.to_owned(), status));
     if new
         && let Ok(mut file) = std::fs::OpenOptions::new()

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::adapters::ffmpeg::{MediaConfig, encode, probe, repackage as repackage_files};
 use crate::adapters::storage::Storage;
 use crate::db::{DbError, DbPool};
-use crate::domain::ids::VideoId;
+use crate::domain::ids::{ClaimToken, VideoId};
 use crate::domain::job::JobKind;
 use crate::domain::keys;
 use crate::domain::media::{MediaError, MediaInfo};
@@ -43,7 +43,7 @@ pub struct AttemptPlan {
     pub kind: crate::domain::job::JobKind,
     /// The claim's fencing token: the attempt's first ledger write is fenced on it (and
     /// commits synchronously), so nothing is written for a claim the database lost.
-    pub claim_token: uuid::Uuid,
+    pub claim_token: ClaimToken,
 }
 
 /// Keys of the playable outputs, for the finalize to record.
@@ -194,7 +194,7 @@ impl Pipeline {
         }
         let original = scratch.path().join("original");
         if plan.kind == JobKind::Repackage {
-            self.live_original(plan.video.0, scratch.path(), &original, cancel)
+            self.live_original(plan.video, scratch.path(), &original, cancel)
                 .await?;
         } else {
             self.download_original(plan, &original, cancel).await?;

@@ -5,7 +5,7 @@
 //! exists. Copies are hard links under `vidq-originals/` in the work root: handing one to an
 //! attempt copies nothing, and an attempt's scratch directory going away leaves it. At most
 //! [`KEPT`] are kept, the least recently used going first. A copy is a saving, never a
-//! dependency: any failure here is logged and the attempt reads from S3 as before.
+//! dependency: any failure here is logged and the attempt reads from S3 instead.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;

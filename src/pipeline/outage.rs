@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::adapters::storage::StorageError;
 use crate::domain::media::MediaError;
+use crate::sync::Locked;
 
 /// First and longest pause between tries of an S3 that did not answer.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(5));
@@ -47,13 +48,9 @@ impl Outage {
             return Err(super::outputs::storage_error(error));
         }
         let now = Instant::now();
-        let since = *self
-            .since
-            .lock()
-            .expect("the outage's lock")
-            .get_or_insert(now);
+        let since = *self.since.locked().get_or_insert(now);
         let pause = {
-            let mut pause = self.pause.lock().expect("the outage's lock");
+            let mut pause = self.pause.locked();
             let this = *pause;
             *pause = (this * 2).min(BACKOFF.1);
             this

@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::{Pipeline, outputs, until_cancelled};
 use crate::adapters::ffmpeg::repackage;
 use crate::db::{self, DbError};
+use crate::domain::ids::{RecordingId, VideoId};
 use crate::domain::media::MediaError;
 use crate::domain::recording::FileAxis;
 
@@ -39,7 +39,7 @@ impl Pipeline {
     /// Joins the recording of the attempt's video into `original` (see the module's text).
     pub(super) async fn live_original(
         &self,
-        video: Uuid,
+        video: VideoId,
         scratch: &Path,
         original: &Path,
         cancel: &CancellationToken,
@@ -63,7 +63,7 @@ impl Pipeline {
     /// Waits (at most `waits.landing`) until none of the recording's files is `pending`.
     async fn wait_until_landed(
         &self,
-        recording: Uuid,
+        recording: RecordingId,
         cancel: &CancellationToken,
     ) -> Result<(), MediaError> {
         let deadline = Instant::now() + self.waits.landing;
@@ -99,7 +99,7 @@ impl Pipeline {
     /// `original`.
     async fn join(
         &self,
-        recording: Uuid,
+        recording: RecordingId,
         scratch: &Path,
         original: &Path,
         cancel: &CancellationToken,

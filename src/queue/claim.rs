@@ -5,11 +5,10 @@
 use std::time::Duration;
 
 use diesel_async::AsyncPgConnection;
-use uuid::Uuid;
 
 use super::JobError;
 use crate::db;
-use crate::domain::ids::VideoId;
+use crate::domain::ids::{ClaimToken, VideoId};
 use crate::domain::job::JobKind;
 use crate::pipeline::AttemptPlan;
 
@@ -21,7 +20,7 @@ pub struct Claim {
     /// Its video.
     pub video: VideoId,
     /// The fencing token.
-    pub token: Uuid,
+    pub token: ClaimToken,
     /// The run (1, then one more per operator retry); names the keys with the attempt.
     pub run: i32,
     /// This attempt's number within its run.
@@ -56,7 +55,7 @@ impl From<db::jobs::ClaimedJob> for Claim {
     fn from(job: db::jobs::ClaimedJob) -> Self {
         Self {
             job_id: job.id,
-            video: VideoId(job.video_id),
+            video: job.video_id,
             token: job.claim_token,
             run: job.run,
             attempt: job.attempt_count,

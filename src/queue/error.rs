@@ -3,10 +3,9 @@
 //! first, and a fence that matches nothing rolling everything back.
 
 use diesel_async::AsyncPgConnection;
-use uuid::Uuid;
 
 use crate::db::{self, DbError, jobs::AttemptEnd};
-use crate::domain::ids::VideoId;
+use crate::domain::ids::{UserId, VideoId};
 use crate::domain::job::Outcome;
 
 /// Why a claim-dependent transaction changed nothing.
@@ -40,8 +39,11 @@ impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for JobErro
 /// Takes the uploader's lock (`FOR KEY SHARE`: it blocks the user's deletion but not the
 /// user's other finalizations), the first lock of every path. `ClaimLost` if the video or its
 /// owner is gone.
-pub(crate) async fn lock_owner(conn: &AsyncPgConnection, video: VideoId) -> Result<Uuid, JobError> {
-    db::users::lock_owner_of_video(conn, video.0)
+pub(crate) async fn lock_owner(
+    conn: &AsyncPgConnection,
+    video: VideoId,
+) -> Result<UserId, JobError> {
+    db::users::lock_owner_of_video(conn, video)
         .await?
         .ok_or(JobError::ClaimLost)
 }

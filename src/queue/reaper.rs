@@ -26,10 +26,10 @@ pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
                 let owner = lock_owner(conn, video).await?;
                 let code = FailureCode::AttemptsExhausted.as_str();
                 let message = FailureCode::AttemptsExhausted.sentence();
-                let at = db::videos::set_failed(conn, video.0, code, message)
+                let at = db::videos::set_failed(conn, video, code, message)
                     .await
                     .map_err(video_gone)?;
-                db::live_videos::follow_video(conn, video.0, RecordingState::Failed).await?;
+                db::live_videos::follow_video(conn, video, RecordingState::Failed).await?;
                 // A part that died takes its video with it: its head and the other parts are
                 // closed under the head's lock (after the video, by lock order).
                 if let Some(head) = job.parent_id {

@@ -13,6 +13,7 @@ use crate::db::operator_view::Backlog;
 use crate::db::{self, DbPool};
 use crate::http::health_listener::HealthReport;
 use crate::metrics::{self, Exposition};
+use crate::sync::Locked;
 
 /// The relay's last look at the outbox.
 #[derive(Clone, Default)]
@@ -32,7 +33,7 @@ impl RelayHealth {
                 }
                 .await
                 .map_err(|e| crate::telemetry::error_chain(&e));
-                *last.lock().expect("backlog lock") = Some(read);
+                *last.locked() = Some(read);
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(every) => {}
@@ -42,7 +43,7 @@ impl RelayHealth {
     }
 
     fn backlog(&self) -> Option<Result<Backlog, String>> {
-        self.last.lock().expect("backlog lock").clone()
+        self.last.locked().clone()
     }
 }
 

@@ -20,11 +20,11 @@ use chrono::Utc;
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::db::deliveries::{Ack, ClaimedDelivery, Settled};
 use crate::db::wake::{Announce, WakeSession};
 use crate::db::{self, DbPool};
+use crate::domain::ids::WebhookId;
 use crate::domain::retry::{NextTry, RetrySchedule};
 use crate::domain::sink::SinkKind;
 use sink::{Sinks, TryOutcome};
@@ -65,7 +65,7 @@ pub struct Relay {
 struct Settlement {
     ack: Ack,
     /// A `410 Gone` endpoint to turn off.
-    disable: Option<Uuid>,
+    disable: Option<WebhookId>,
 }
 
 /// How often history is pruned.
@@ -426,7 +426,7 @@ impl Relay {
 
     async fn ack_batch(&self, batch: &[Settlement]) {
         let acks: Vec<&Ack> = batch.iter().map(|s| &s.ack).collect();
-        let mut gone: Vec<Uuid> = batch.iter().filter_map(|s| s.disable).collect();
+        let mut gone: Vec<WebhookId> = batch.iter().filter_map(|s| s.disable).collect();
         gone.sort_unstable();
         gone.dedup();
         // What is done stays done across retries: an acknowledgement repeated after a later

@@ -72,31 +72,8 @@ async fn run_on(
     let database = prepare_database(database_url).await?;
     let (s3, storage_config) = start_s3(config).await?;
     let (mut ctx, admin_token) = dev_context(config, &database, &storage_config).await?;
-    let node = super::api::NodeSettings {
-        node_id: super::spool_node(config.queue.node_id.as_deref()),
-        spool_dir: config.spool.dir_or(config.data_dir.join("spool")),
-        ingest: &config.ingest,
-        rtmp: &config.rtmp,
-        live: config.live,
-    };
-    let (node_id, spool_dir) = (node.node_id.clone(), node.spool_dir.clone());
-    let listeners = super::api::attach_ingest(&mut ctx, node, database_url, &shutdown).await?;
-    let rtmp_addr = listeners.rtmp_addr()?;
-    ctx.storage
-        .ensure_bucket()
-        .await
-        .context("creating the bucket in the embedded S3")?;
-    // Detached: `vidq dev` is one developer's machine, and its streams end with it.
-    drop(
-        super::api::serve_ingest(
-            listeners,
-            &ctx,
-            &config.rtmp,
-            &config.http.limits(),
-            &shutdown,
-        )
-        .await?,
-    );
+    let (node_id, spool_dir, rtmp_addr) =
+        start_ingest(config, &mut ctx, database_url, &shutdown).await?;
     let listener = std::net::TcpListener::bind(config.http.addr)
         .with_context(|| format!("cannot listen on {} (VIDQ_HTTP_ADDR)", config.http.addr))?;
     // The worker runs in this process, with no health listener of its own: the API's
@@ -152,6 +129,42 @@ async fn run_on(
     s3.stop().await;
     tracing::info!("vidq dev stopped");
     Ok(())
+}
+
+/// The node's uploads and live streams through vidq: the spool, the ingest listener and
+/// RTMP, serving; returns the node's id, its spool and where RTMP listens.
+async fn start_ingest(
+    config: &DevConfig,
+    ctx: &mut crate::app::AppContext,
+    database_url: &str,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(String, std::path::PathBuf, Option<std::net::SocketAddr>)> {
+    let node = super::api::NodeSettings {
+        node_id: super::spool_node(config.queue.node_id.as_deref()),
+        spool_dir: config.spool.dir_or(config.data_dir.join("spool")),
+        ingest: &config.ingest,
+        rtmp: &config.rtmp,
+        live: config.live,
+    };
+    let (node_id, spool_dir) = (node.node_id.clone(), node.spool_dir.clone());
+    let listeners = super::api::attach_ingest(ctx, node, database_url, shutdown).await?;
+    let rtmp_addr = listeners.rtmp_addr()?;
+    ctx.storage
+        .ensure_bucket()
+        .await
+        .context("creating the bucket in the embedded S3")?;
+    // Detached: `vidq dev` is one developer's machine, and its streams end with it.
+    drop(
+        super::api::serve_ingest(
+            listeners,
+            ctx,
+            &config.rtmp,
+            &config.http.limits(),
+            shutdown,
+        )
+        .await?,
+    );
+    Ok((node_id, spool_dir, rtmp_addr))
 }
 
 /// Creates the database if it is missing and applies the migrations.

@@ -105,7 +105,7 @@ pub async fn run_with(
     let wake = sweeper.waker();
     crate::queue::listener::spawn(
         database_url.to_owned(),
-        db::ingest::SWEEP_CHANNEL,
+        db::uploads::receiving::SWEEP_CHANNEL,
         move || wake.notify_one(),
         shutdown.child_token(),
     )

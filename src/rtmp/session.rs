@@ -22,7 +22,9 @@ use super::flv::{self, Unsupported};
 use super::{APP_NAME, Shared};
 use crate::app::live::PublishRefusal;
 use crate::db::recordings::RecordingRow;
+use crate::domain::ids::RecordingId;
 use crate::http::limits::MIN_PROGRESS_BYTES;
+use crate::sync::ReadWriteLocked;
 
 /// A connection that has not completed the handshake, `connect` and `publish` this long after
 /// it opened is closed: idle or trickling clients cannot hold the listener's slots.
@@ -172,22 +174,7 @@ fn protocol(error: impl std::fmt::Debug) -> Ended {
 
 /// The handshake, `connect` and `publish`, with the key checked.
 async fn negotiate(conn: &mut Conn, peer: SocketAddr, shared: &Shared) -> Result<Published, Ended> {
-    let mut handshake = Handshake::new(PeerType::Server);
-    let remaining = loop {
-        let data = conn.receive().await?.to_vec();
-        match handshake.process_bytes(&data).map_err(protocol)? {
-            HandshakeProcessResult::InProgress { response_bytes } => {
-                conn.send(&response_bytes).await?;
-            }
-            HandshakeProcessResult::Completed {
-                response_bytes,
-                remaining_bytes,
-            } => {
-                conn.send(&response_bytes).await?;
-                break remaining_bytes;
-            }
-        }
-    };
+    let remaining = handshake(conn).await?;
     let (mut session, initial) =
         ServerSession::new(ServerSessionConfig::new()).map_err(protocol)?;
     conn.settle(initial).await?;
@@ -244,17 +231,7 @@ async fn negotiate(conn: &mut Conn, peer: SocketAddr, shared: &Shared) -> Result
                             return Err(Ended::App(error.to_string()));
                         }
                     };
-                    match &refusal {
-                        PublishRefusal::UnknownKey => {
-                            tracing::info!(%peer, "RTMP publish refused: no recording has this stream key")
-                        }
-                        PublishRefusal::OtherNode(node) => {
-                            tracing::info!(%peer, %node, "RTMP publish refused: the recording is taken by another node; publish there")
-                        }
-                        PublishRefusal::Over(state) => {
-                            tracing::info!(%peer, state = state.as_str(), "RTMP publish refused: the recording has ended; create a new one")
-                        }
-                    }
+                    log_refusal(peer, &refusal);
                     let refused = session
                         .reject_request(request_id, "NetStream.Publish.BadName", "refused")
                         .map_err(protocol)?;
@@ -266,6 +243,41 @@ async fn negotiate(conn: &mut Conn, peer: SocketAddr, shared: &Shared) -> Result
             }
         }
         input = conn.receive().await?.to_vec();
+    }
+}
+
+/// The RTMP handshake; returns the bytes that came after it.
+async fn handshake(conn: &mut Conn) -> Result<Vec<u8>, Ended> {
+    let mut handshake = Handshake::new(PeerType::Server);
+    loop {
+        let data = conn.receive().await?.to_vec();
+        match handshake.process_bytes(&data).map_err(protocol)? {
+            HandshakeProcessResult::InProgress { response_bytes } => {
+                conn.send(&response_bytes).await?;
+            }
+            HandshakeProcessResult::Completed {
+                response_bytes,
+                remaining_bytes,
+            } => {
+                conn.send(&response_bytes).await?;
+                return Ok(remaining_bytes);
+            }
+        }
+    }
+}
+
+/// Why a publish was refused, for the operator (the encoder hears only "refused").
+fn log_refusal(peer: SocketAddr, refusal: &PublishRefusal) {
+    match refusal {
+        PublishRefusal::UnknownKey => {
+            tracing::info!(%peer, "RTMP publish refused: no recording has this stream key")
+        }
+        PublishRefusal::OtherNode(node) => {
+            tracing::info!(%peer, %node, "RTMP publish refused: the recording is taken by another node; publish there")
+        }
+        PublishRefusal::Over(state) => {
+            tracing::info!(%peer, state = state.as_str(), "RTMP publish refused: the recording has ended; create a new one")
+        }
     }
 }
 
@@ -284,8 +296,7 @@ async fn stream(conn: &mut Conn, published: Published, shared: &Arc<Shared>) -> 
     let alias = format!("rtmp-{:032x}", rand::random::<u128>());
     shared
         .aliases
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
+        .write_locked()
         .insert(alias.clone(), stream_key);
     let mut media = Media {
         shared: shared.clone(),
@@ -318,11 +329,7 @@ async fn stream(conn: &mut Conn, published: Published, shared: &Arc<Shared>) -> 
             tracing::warn!(recording_id = %recording.id, ?status, stderr = %stderr, "the RTMP stream's FFmpeg ended badly");
         }
     }
-    shared
-        .aliases
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&alias);
+    shared.aliases.write_locked().remove(&alias);
     drop(turn);
     ended
 }
@@ -376,7 +383,7 @@ async fn pump(
 /// A stream's media side: its metadata, and the FFmpeg child started at its first message.
 struct Media {
     shared: Arc<Shared>,
-    recording: uuid::Uuid,
+    recording: RecordingId,
     playlist_url: String,
     metadata: Option<StreamMetadata>,
     encoder: Option<Encoder>,

@@ -8,12 +8,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
+
+use crate::domain::ids::RecordingId;
+use crate::sync::Locked;
 
 /// The recordings being published to on this process.
 #[derive(Default)]
 pub struct Streams {
-    entries: Mutex<HashMap<Uuid, Arc<Entry>>>,
+    entries: Mutex<HashMap<RecordingId, Arc<Entry>>>,
 }
 
 #[derive(Default)]
@@ -27,7 +29,7 @@ struct Entry {
 /// The turn of one publisher; the next one waits until this is dropped.
 pub struct Publishing {
     streams: Arc<Streams>,
-    recording: Uuid,
+    recording: RecordingId,
     entry: Arc<Entry>,
     _turn: tokio::sync::OwnedMutexGuard<()>,
 }
@@ -35,16 +37,20 @@ pub struct Publishing {
 impl Streams {
     /// Takes the recording's turn for a publisher stopped by `stop`: stops the one that holds
     /// it (if any) and waits until it has finished.
-    pub async fn take(self: &Arc<Self>, recording: Uuid, stop: CancellationToken) -> Publishing {
+    pub async fn take(
+        self: &Arc<Self>,
+        recording: RecordingId,
+        stop: CancellationToken,
+    ) -> Publishing {
         let entry = {
-            let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            let mut entries = self.entries.locked();
             entries.entry(recording).or_default().clone()
         };
-        if let Some(previous) = entry.stop.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(previous) = entry.stop.locked().take() {
             previous.cancel();
         }
         let turn = entry.turn.clone().lock_owned().await;
-        *entry.stop.lock().unwrap_or_else(|e| e.into_inner()) = Some(stop);
+        *entry.stop.locked() = Some(stop);
         Publishing {
             streams: self.clone(),
             recording,
@@ -56,11 +62,7 @@ impl Streams {
 
 impl Drop for Publishing {
     fn drop(&mut self) {
-        let mut entries = self
-            .streams
-            .entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut entries = self.streams.entries.locked();
         // Forget the recording once nobody else holds or waits for its entry (the map's
         // reference, this one).
         if Arc::strong_count(&self.entry) <= 2 {

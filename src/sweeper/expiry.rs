@@ -13,7 +13,12 @@ impl<S: SweepStore> Shared<S> {
     pub(super) async fn expire(&self) -> Result<usize, db::DbError> {
         let unfinished = {
             let mut conn = self.pool.get().await?;
-            db::ingest::expire_receiving(&mut conn, &self.settings.node_id, EXPIRE_BATCH).await?
+            db::uploads::receiving::expire_receiving(
+                &mut conn,
+                &self.settings.node_id,
+                EXPIRE_BATCH,
+            )
+            .await?
         };
         for row in &unfinished {
             if let Some(path) = row.spool_path.as_deref()
@@ -33,7 +38,7 @@ impl<S: SweepStore> Shared<S> {
         }
         let expired = {
             let mut conn = self.pool.get().await?;
-            db::ledger::expire_presigned(&mut conn, EXPIRE_BATCH).await?
+            db::uploads::sweep::expire_presigned(&mut conn, EXPIRE_BATCH).await?
         };
         for row in &expired {
             // The contract is closed first, so no confirm can turn this object into a video

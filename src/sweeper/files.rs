@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::work::{Held, Landing, Outcome, Work};
+use super::work::{Held, Landed, Landing, Outcome, Work};
 use super::{Round, Shared, SweepStore, Sweeper};
 use crate::adapters::spool::SpoolCheck;
 use crate::db::{self, recordings::ClaimedFile};
@@ -75,36 +75,9 @@ impl<S: SweepStore> Shared<S> {
         file: &ClaimedFile,
         cancel: &CancellationToken,
     ) -> Outcome {
-        let path = match self.root.check(Some(&file.spool_path)) {
-            SpoolCheck::File { path, size } if i64::try_from(size) == Ok(file.size_bytes) => path,
-            // The encoder sent the file again since the claim: its row holds the new size
-            // now, and the next try PUTs that.
-            SpoolCheck::File { size, .. } => {
-                return self
-                    .fail(
-                        Held::File(file.id),
-                        file.tries,
-                        &format!(
-                            "the spool file has {size} bytes, the ledger {}",
-                            file.size_bytes
-                        ),
-                    )
-                    .await;
-            }
-            SpoolCheck::Refused(reason) => {
-                return self
-                    .reject(Held::File(file.id), Some(&file.spool_path), reason)
-                    .await;
-            }
-            SpoolCheck::Unreadable(error) => {
-                return self
-                    .fail(
-                        Held::File(file.id),
-                        file.tries,
-                        &format!("spool file unreadable: {error}"),
-                    )
-                    .await;
-            }
+        let path = match self.checked_file(file).await {
+            Ok(path) => path,
+            Err(outcome) => return outcome,
         };
         let content_type = if file.object_key.ends_with(".m4s") {
             "video/iso.segment"
@@ -132,6 +105,43 @@ impl<S: SweepStore> Shared<S> {
             Ok(landed) => landed,
             Err(outcome) => return outcome,
         };
+        self.mark_uploaded(file, &path, landed).await
+    }
+
+    /// The file's spool copy at the file boundary, or how the row ended when it cannot be
+    /// sent (another size than the ledger's, refused, unreadable).
+    async fn checked_file(&self, file: &ClaimedFile) -> Result<std::path::PathBuf, Outcome> {
+        match self.root.check(Some(&file.spool_path)) {
+            SpoolCheck::File { path, size } if i64::try_from(size) == Ok(file.size_bytes) => {
+                Ok(path)
+            }
+            // The encoder sent the file again since the claim: its row holds the new size
+            // now, and the next try PUTs that.
+            SpoolCheck::File { size, .. } => {
+                let error = format!(
+                    "the spool file has {size} bytes, the ledger {}",
+                    file.size_bytes
+                );
+                Err(self.fail(Held::File(file.id), file.tries, &error).await)
+            }
+            SpoolCheck::Refused(reason) => Err(self
+                .reject(Held::File(file.id), Some(&file.spool_path), reason)
+                .await),
+            SpoolCheck::Unreadable(error) => {
+                let error = format!("spool file unreadable: {error}");
+                Err(self.fail(Held::File(file.id), file.tries, &error).await)
+            }
+        }
+    }
+
+    /// The CAS `pending -> uploaded` with what S3 holds, and the spool copy removed once it
+    /// holds.
+    async fn mark_uploaded(
+        &self,
+        file: &ClaimedFile,
+        path: &std::path::Path,
+        landed: Landed,
+    ) -> Outcome {
         let marked = async {
             let mut conn = self.pool.get().await?;
             db::recordings::mark_file_uploaded(
@@ -149,15 +159,15 @@ impl<S: SweepStore> Shared<S> {
             Ok(1) => {
                 self.stats.files_uploaded.fetch_add(1, Ordering::Relaxed);
                 // S3 holds it as the ledger says: the spool copy is done.
-                if let Err(error) = tokio::fs::remove_file(&path).await {
+                if let Err(error) = tokio::fs::remove_file(path).await {
                     tracing::warn!(%error, "could not remove a recording file's spool copy");
                 }
-                Outcome::Confirmed
+                Outcome::Stored
             }
             // The file was sent again with another size meanwhile: its next try PUTs that.
             Ok(_) => {
                 self.release(Held::File(file.id)).await;
-                Outcome::AlreadyClosed
+                Outcome::Overtaken
             }
             Err(error) => {
                 self.fail(

@@ -13,6 +13,7 @@ use crate::domain::sweep::{Breaker, BreakerState};
 use crate::domain::upload::UploadState;
 use crate::http::health_listener::HealthReport;
 use crate::metrics::Exposition;
+use crate::sync::Locked;
 
 /// A running sweeper's counters and breaker.
 #[derive(Clone, Debug)]
@@ -31,13 +32,13 @@ const BREAKER_STATES: [BreakerState; 3] = [
 
 impl SweeperHealth {
     fn breaker_state(&self) -> BreakerState {
-        self.breaker.lock().expect("breaker lock").state()
+        self.breaker.locked().state()
     }
 }
 
 impl HealthReport for SweeperHealth {
     fn health(&self) -> Result<serde_json::Value, String> {
-        if let Some(error) = self.stats.round_error.lock().expect("round error").clone() {
+        if let Some(error) = self.stats.round_error.locked().clone() {
             return Err(format!("the last round failed: {error}"));
         }
         let last = self.stats.last_round_unix_ms.load(Ordering::Relaxed);
@@ -114,6 +115,21 @@ impl HealthReport for SweeperHealth {
                 "vidq_sweeper_expired_total",
                 "Uploads expired (presigned never confirmed, or never finished arriving).",
                 load(&s.expired),
+            )
+            .counter(
+                "vidq_sweeper_live_files_uploaded_total",
+                "Live recording files put in S3 (segments, init segments, playlists).",
+                load(&s.files_uploaded),
+            )
+            .counter(
+                "vidq_sweeper_orphans_deleted_total",
+                "Objects no row owns, deleted by the orphan pass past the grace period.",
+                load(&s.orphans_deleted),
+            )
+            .counter(
+                "vidq_sweeper_dead_pending_rows_total",
+                "Pending output rows of dead attempts forgotten by the orphan pass.",
+                load(&s.dead_pending_forgotten),
             );
         exposition.render()
     }

@@ -21,12 +21,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::adapters::spool::SpoolRoot;
 use crate::app::AppError;
 use crate::db::{self, DbPool};
+use crate::domain::ids::UploadId;
 use crate::domain::sweep::{Breaker, Cursor};
+use crate::sync::Locked;
 
 mod doomed;
 mod expiry;
@@ -50,7 +51,7 @@ pub struct Round {
     /// Rows read (and claimed).
     pub read: usize,
     /// Ids the queue took, in id order.
-    pub queued: Vec<Uuid>,
+    pub queued: Vec<UploadId>,
     /// Rows the full queue refused.
     pub saturated: usize,
     /// The breaker was open: nothing was read.
@@ -74,7 +75,7 @@ struct Shared<S> {
 /// A running sweeper: the reader side ([`Sweeper::round`]) and its upload workers.
 pub struct Sweeper<S: SweepStore> {
     shared: Arc<Shared<S>>,
-    cursor: Cursor<Uuid>,
+    cursor: Cursor<UploadId>,
     queue: mpsc::Sender<Work>,
     /// The forward cursor over recording files (`recording_files.id`).
     file_cursor: Cursor<i64>,
@@ -145,11 +146,6 @@ impl<S: SweepStore> Sweeper<S> {
         self.wake.clone()
     }
 
-    /// Rows waiting in the queue.
-    pub fn queued_now(&self) -> usize {
-        self.queue.max_capacity() - self.queue.capacity()
-    }
-
     /// One round: claim a page of due rows through the cursor and offer them to the queue.
     #[tracing::instrument(skip_all, fields(node = %self.shared.settings.node_id))]
     pub async fn round(&mut self) -> Result<Round, db::DbError> {
@@ -163,7 +159,7 @@ impl<S: SweepStore> Sweeper<S> {
         }
         let rows = {
             let mut conn = shared.pool.get().await?;
-            db::ledger::claim_page(
+            db::uploads::sweep::claim_page(
                 &mut conn,
                 &shared.settings.node_id,
                 self.cursor.after(),
@@ -206,7 +202,7 @@ impl<S: SweepStore> Sweeper<S> {
                 );
             }
             let mut conn = shared.pool.get().await?;
-            db::ledger::release(&mut conn, &refused).await?;
+            db::uploads::sweep::release(&mut conn, &refused).await?;
         }
         shared
             .stats
@@ -241,11 +237,7 @@ impl<S: SweepStore> Sweeper<S> {
     /// Runs no orphan pass until `allowed` turns `true` (the role's check of the bucket's
     /// deployment marker).
     pub fn hold_orphan_pass_until(&self, allowed: Arc<std::sync::atomic::AtomicBool>) {
-        *self
-            .shared
-            .orphans_allowed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = allowed;
+        *self.shared.orphans_allowed.locked() = allowed;
     }
 
     /// Rounds until `shutdown`, then waits for the workers.

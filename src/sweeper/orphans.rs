@@ -7,6 +7,7 @@ use std::time::Instant;
 use super::{Shared, SweepStore};
 use crate::app::AppError;
 use crate::db::{self};
+use crate::sync::Locked;
 
 /// The session advisory lock one sweeper holds while it runs the orphan pass.
 pub const ORPHAN_PASS_LOCK: i64 = 7_271_015;
@@ -14,7 +15,7 @@ pub const ORPHAN_PASS_LOCK: i64 = 7_271_015;
 /// What one orphan pass did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OrphanPass {
-    /// Objects listed under `originals/` and `videos/`.
+    /// Objects listed under vidq's four prefixes (`app::reconcile::PREFIXES`).
     pub objects: usize,
     /// Orphans deleted (past the grace period).
     pub deleted: usize,
@@ -28,8 +29,7 @@ impl<S: SweepStore> Shared<S> {
     pub(super) async fn clean_orphans(&self) -> Result<Option<OrphanPass>, AppError> {
         let allowed = self
             .orphans_allowed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .load(std::sync::atomic::Ordering::SeqCst);
         if !allowed {
             tracing::info!("no orphan pass yet: the bucket's deployment marker is not checked");

@@ -1,11 +1,12 @@
-//! The sweeper's counters, read by its health listener and its log lines.
+//! The sweeper's counters, which its health listener exports on `/metrics`.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::db::{self};
+use crate::sync::Locked;
 
-/// Counters of one sweeper (tracing logs them; metrics are another issue).
+/// Counters of one sweeper, each exported by [`super::health`].
 #[derive(Debug, Default)]
 pub struct SweepStats {
     /// Rounds run.
@@ -51,8 +52,7 @@ impl SweepStats {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         self.last_round_unix_ms.store(now, Ordering::Relaxed);
-        *self.round_error.lock().expect("round error") =
-            error.map(|e| crate::telemetry::error_chain(e));
+        *self.round_error.locked() = error.map(|e| crate::telemetry::error_chain(e));
     }
 
     /// Whether every queued row has been dealt with (the queue is empty and no worker

@@ -9,22 +9,22 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::{Shared, SweepStore};
 use crate::adapters::spool::SpoolCheck;
 use crate::adapters::storage::StorageError;
 use crate::app::AppError;
-use crate::db::{self, ledger::ClaimedUpload, recordings::ClaimedFile};
-use crate::domain::ids::{UploadId, UserId};
-use crate::domain::sweep::{Admission, Transition};
+use crate::db::{self, recordings::ClaimedFile, uploads::sweep::ClaimedUpload};
+use crate::domain::ids::UploadId;
+use crate::domain::sweep::{BreakerVerdict, Transition};
 use crate::domain::upload::RejectReason;
+use crate::sync::Locked;
 
 /// The row a worker holds, in whichever ledger it is.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Held {
     /// `uploads.id`.
-    Upload(Uuid),
+    Upload(UploadId),
     /// `recording_files.id`.
     File(i64),
 }
@@ -62,11 +62,19 @@ pub(super) struct Landing<'a> {
 /// How one row ended, for the counters and the log.
 #[derive(Debug)]
 pub(super) enum Outcome {
-    Confirmed,
-    AlreadyClosed,
+    /// S3 holds the file and the row says so: an upload confirmed, a recording file
+    /// marked uploaded.
+    Stored,
+    /// Somebody else moved the row first: the upload was closed (confirmed, expired,
+    /// deleted), or the recording file was sent again with another size.
+    Overtaken,
+    /// Refused for good (its file is missing, outside the spool, or not what it claims).
     Rejected,
+    /// A try failed; the row backs off.
     Failed,
+    /// Released without a PUT: the breaker is open.
     HeldByBreaker,
+    /// Released at shutdown as it was.
     Stopped,
 }
 
@@ -108,10 +116,10 @@ impl<S: SweepStore> Shared<S> {
     }
 
     pub(super) fn breaker_is_shut(&self) -> bool {
-        let breaker = self.breaker.lock().expect("breaker lock");
+        let breaker = self.breaker.locked();
         // Open and still cooling down: a probe would be refused too.
         let mut probe = breaker.clone();
-        matches!(probe.admit(Instant::now()), Admission::Refused)
+        matches!(probe.admit(Instant::now()), BreakerVerdict::Refused)
     }
 
     pub(super) fn note(&self, transition: Option<Transition>) {
@@ -191,21 +199,13 @@ impl<S: SweepStore> Shared<S> {
         cancel: &CancellationToken,
     ) -> Result<Landed, Outcome> {
         let Landing {
-            key,
-            path,
-            size,
-            sha256,
-            content_type,
+            key, size, sha256, ..
         } = landing;
-        let admission = self
-            .breaker
-            .lock()
-            .expect("breaker lock")
-            .admit(Instant::now());
+        let admission = self.breaker.locked().admit(Instant::now());
         match admission {
-            Admission::Allowed => {}
-            Admission::Probe(t) => self.note(Some(t)),
-            Admission::Refused => {
+            BreakerVerdict::Allowed => {}
+            BreakerVerdict::Probe(t) => self.note(Some(t)),
+            BreakerVerdict::Refused => {
                 self.stats.held_by_breaker.fetch_add(1, Ordering::Relaxed);
                 self.release(row).await;
                 return Err(Outcome::HeldByBreaker);
@@ -224,59 +224,70 @@ impl<S: SweepStore> Shared<S> {
                     sha256: head.sha256,
                 }
             }
-            Ok(_) => {
-                self.stats.puts.fetch_add(1, Ordering::Relaxed);
-                match self
-                    .store
-                    .put_file(key, path, content_type, sha256, cancel)
-                    .await
-                {
-                    Ok(sent) if sha256.is_none() => Landed {
-                        put: true,
-                        size: i64::try_from(sent).unwrap_or(i64::MAX),
-                        sha256: None,
-                    },
-                    // What S3 holds now, not what this PUT sent: another PUT of the key
-                    // may have finished after this one.
-                    Ok(_) => match self.store.head(key).await {
-                        Ok(Some(head)) => Landed {
-                            put: true,
-                            size: head.size,
-                            sha256: head.sha256,
-                        },
-                        Ok(None) => {
-                            let error = StorageError {
-                                op: "HeadObject",
-                                key: key.to_owned(),
-                                source: Box::new(std::io::Error::other(
-                                    "the object is missing right after its PUT",
-                                )),
-                                outage: false,
-                            };
-                            return Err(self.storage_failed(row, tries, &error).await);
-                        }
-                        Err(error) => return Err(self.storage_failed(row, tries, &error).await),
-                    },
-                    // Stopped by a shutdown, not failed by S3: the row is given back as it
-                    // was (no try counted, the breaker untouched).
-                    Err(_) if cancel.is_cancelled() => {
-                        self.release(row).await;
-                        return Err(Outcome::Stopped);
-                    }
-                    Err(error) => return Err(self.storage_failed(row, tries, &error).await),
+            Ok(_) => match self.put(&landing, cancel).await {
+                Ok(landed) => landed,
+                // Stopped by a shutdown, not failed by S3: the row is given back as it was
+                // (no try counted, the breaker untouched).
+                Err(_) if cancel.is_cancelled() => {
+                    self.release(row).await;
+                    return Err(Outcome::Stopped);
                 }
-            }
+                Err(error) => return Err(self.storage_failed(row, tries, &error).await),
+            },
             Err(error) => return Err(self.storage_failed(row, tries, &error).await),
         };
-        let transition = self.breaker.lock().expect("breaker lock").on_success();
+        let transition = self.breaker.locked().on_success();
         self.note(transition);
         Ok(landed)
     }
 
+    /// PUTs the file and says what S3 then holds under its key: with a digest to match, read
+    /// back, since another PUT of the key may have finished after this one.
+    async fn put(
+        &self,
+        landing: &Landing<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<Landed, StorageError> {
+        let Landing {
+            key,
+            path,
+            sha256,
+            content_type,
+            ..
+        } = *landing;
+        self.stats.puts.fetch_add(1, Ordering::Relaxed);
+        let sent = self
+            .store
+            .put_file(key, path, content_type, sha256, cancel)
+            .await?;
+        if sha256.is_none() {
+            return Ok(Landed {
+                put: true,
+                size: i64::try_from(sent).unwrap_or(i64::MAX),
+                sha256: None,
+            });
+        }
+        match self.store.head(key).await? {
+            Some(head) => Ok(Landed {
+                put: true,
+                size: head.size,
+                sha256: head.sha256,
+            }),
+            None => Err(StorageError {
+                op: "HeadObject",
+                key: key.to_owned(),
+                source: Box::new(std::io::Error::other(
+                    "the object is missing right after its PUT",
+                )),
+                outage: false,
+            }),
+        }
+    }
+
     /// The confirm's one transaction (upload CAS, video, job, `video.accepted`).
     pub(super) async fn confirm(&self, row: &ClaimedUpload, file: &Path, put: bool) -> Outcome {
-        let owner = UserId(row.owner_id);
-        let upload = UploadId(row.id);
+        let owner = row.owner_id;
+        let upload = row.id;
         let key = row.object_key.clone();
         let accepted = async {
             let mut conn = self.pool.get().await.map_err(db::DbError::from)?;
@@ -294,14 +305,14 @@ impl<S: SweepStore> Shared<S> {
                     tracing::warn!(%error, "could not remove the spool file");
                 }
                 if accepted.is_some() {
-                    Outcome::Confirmed
+                    Outcome::Stored
                 } else {
-                    Outcome::AlreadyClosed
+                    Outcome::Overtaken
                 }
             }
             Err(AppError::UploadClosed { state }) => {
                 tracing::info!(%state, "upload closed before the sweeper confirmed it");
-                Outcome::AlreadyClosed
+                Outcome::Overtaken
             }
             Err(error) => {
                 self.fail(
@@ -324,7 +335,7 @@ impl<S: SweepStore> Shared<S> {
         error: &StorageError,
     ) -> Outcome {
         let transition = {
-            let mut breaker = self.breaker.lock().expect("breaker lock");
+            let mut breaker = self.breaker.locked();
             if error.outage {
                 breaker.on_failure(Instant::now())
             } else {
@@ -352,7 +363,9 @@ impl<S: SweepStore> Shared<S> {
         let stored = async {
             let mut conn = self.pool.get().await?;
             match row {
-                Held::Upload(id) => db::ledger::record_failure(&mut conn, id, secs, error).await,
+                Held::Upload(id) => {
+                    db::uploads::sweep::record_failure(&mut conn, id, secs, error).await
+                }
                 Held::File(id) => {
                     db::recordings::record_file_failure(&mut conn, id, secs, error).await
                 }
@@ -377,7 +390,7 @@ impl<S: SweepStore> Shared<S> {
         let stored = async {
             let mut conn = self.pool.get().await?;
             match row {
-                Held::Upload(id) => db::ledger::reject(&mut conn, id, reason).await,
+                Held::Upload(id) => db::uploads::sweep::reject(&mut conn, id, reason).await,
                 Held::File(id) => {
                     let path = spool_path.unwrap_or_default();
                     db::recordings::reject_file(&mut conn, id, path, reason).await
@@ -395,7 +408,7 @@ impl<S: SweepStore> Shared<S> {
                     "a file sent again replaced the one refused; not rejected"
                 );
                 self.release(row).await;
-                return Outcome::AlreadyClosed;
+                return Outcome::Overtaken;
             }
             Ok(_) => {}
             Err(error) => {
@@ -412,7 +425,7 @@ impl<S: SweepStore> Shared<S> {
         let released = async {
             let mut conn = self.pool.get().await?;
             match row {
-                Held::Upload(id) => db::ledger::release(&mut conn, &[id]).await,
+                Held::Upload(id) => db::uploads::sweep::release(&mut conn, &[id]).await,
                 Held::File(id) => db::recordings::release_files(&mut conn, &[id]).await,
             }
             .map_err(db::DbError::from)

@@ -7,6 +7,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::sync::Locked;
+
 /// How an attempt ended, as the worker recorded it (the order of [`Ended::ALL`], which
 /// also indexes the counters).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,7 +119,7 @@ impl WorkerHealth {
 
     /// Any other database call's result (the dead-job reaper runs on every poll, busy or not).
     pub fn database(&self, result: Result<(), String>) {
-        *self.database_error.lock().expect("not poisoned") = result.err();
+        *self.database_error.locked() = result.err();
     }
 
     /// An attempt started.
@@ -136,7 +138,7 @@ impl WorkerHealth {
     /// are: the node hands such a claim back and claims nothing more.
     pub fn tool_failed(&self, max: u32, reason: &str) -> bool {
         let in_row = self.tool_failures.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut broken = self.tools_broken.lock().expect("not poisoned");
+        let mut broken = self.tools_broken.locked();
         if max > 0 && in_row >= max && broken.is_none() {
             // The dashboard shows it: no path of the node's in it.
             let reason = crate::domain::failure::strip_paths(reason);
@@ -152,13 +154,13 @@ impl WorkerHealth {
 
     /// Why the node's media tools count as broken, while they do.
     pub fn tools_broken(&self) -> Option<String> {
-        self.tools_broken.lock().expect("not poisoned").clone()
+        self.tools_broken.locked().clone()
     }
 
     /// The node's media tools passed their check.
     pub fn tools_work_again(&self) {
         self.tool_failures.store(0, Ordering::Relaxed);
-        *self.tools_broken.lock().expect("not poisoned") = None;
+        *self.tools_broken.locked() = None;
     }
 
     /// Healthy while the loop turned within `stall`, the last database call worked and the
@@ -169,7 +171,7 @@ impl WorkerHealth {
                 "media tools fail on this node, so it claims nothing; they are tried again every minute ({reason})"
             ));
         }
-        if let Some(error) = self.database_error.lock().expect("not poisoned").clone() {
+        if let Some(error) = self.database_error.locked().clone() {
             return Verdict::Unhealthy(format!("database unavailable: {error}"));
         }
         let since = Duration::from_millis(
@@ -195,7 +197,7 @@ impl WorkerHealth {
     pub fn metrics(&self, slots: u32) -> String {
         use crate::metrics;
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
-        let database_up = self.database_error.lock().expect("not poisoned").is_none();
+        let database_up = self.database_error.locked().is_none();
         let exposition = metrics::Exposition::new();
         exposition
             .gauge(

@@ -401,7 +401,7 @@ async fn producers_wake_relays_only_while_one_is_waiting() {
         .execute(&mut *conn)
         .await
         .unwrap();
-    let owner: uuid::Uuid = {
+    let owner: vidq::domain::ids::UserId = {
         use diesel::QueryDsl;
         vidq::db::schema::users::table
             .select(vidq::db::schema::users::id)

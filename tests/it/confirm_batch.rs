@@ -144,7 +144,7 @@ async fn each_confirm_of_a_batch_gets_the_answer_it_would_get_alone() {
     drop(conn);
 
     assert_eq!(answers.len(), batch.len());
-    let created: Vec<Option<Uuid>> = answers
+    let created: Vec<Option<UploadId>> = answers
         .iter()
         .map(|a| match a {
             Ok(Some(accepted)) => accepted.video.upload_id,
@@ -154,13 +154,13 @@ async fn each_confirm_of_a_batch_gets_the_answer_it_would_get_alone() {
     assert_eq!(
         created,
         [
-            Some(first.upload_id.0),
-            Some(bobs.upload_id.0),
+            Some(first.upload_id),
+            Some(bobs.upload_id),
             None,
             None,
             None,
             None,
-            Some(second.upload_id.0)
+            Some(second.upload_id)
         ]
     );
     assert!(
@@ -314,7 +314,7 @@ async fn a_confirm_that_fails_inside_a_batch_costs_the_others_nothing() {
             assert!(matches!(answer, Err(AppError::Database(_))), "{answer:?}");
         } else {
             let accepted = answer.as_ref().unwrap().as_ref().expect("a new video");
-            assert_eq!(accepted.video.upload_id, Some(contracts[i].upload_id.0));
+            assert_eq!(accepted.video.upload_id, Some(contracts[i].upload_id));
         }
     }
     let rows = made(&app).await;

@@ -155,7 +155,7 @@ async fn a_burst_reaches_every_worker_through_the_line_without_a_poll() {
     // after it must find the rest on its own when its turn comes.
     let mut conn = app.pool.get().await.unwrap();
     conn.transaction::<_, diesel::result::Error, _>(async |conn| {
-        vidq::db::synthetic::backlog(conn, owner.0, 12).await?;
+        vidq::db::synthetic::backlog(conn, owner, 12).await?;
         vidq::db::jobs::notify_claimable(conn).await
     })
     .await

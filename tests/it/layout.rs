@@ -1,7 +1,9 @@
 //! Where things live, checked on the source tree: SQL only in `src/db/`, every `VIDQ_*`
-//! setting declared under `src/config/`, states read as enums, no file over 600 lines, no
-//! import cycle between top-level modules, a short README that links every document. A
-//! reader finds a statement, a setting or a behaviour in one place.
+//! setting declared under `src/config/`, states read as enums, typed ids (never a raw
+//! `Uuid`) in the db module's signatures, one policy for poisoned locks, no function over 80
+//! lines outside the benchmarks, no file over 600 lines, no import cycle between top-level
+//! modules, a short README that links every document. A reader finds a statement, a setting
+//! or a behaviour in one place.
 
 use std::path::{Path, PathBuf};
 
@@ -109,6 +111,207 @@ fn state_names_are_spelled_only_by_their_enums_and_the_db_module() {
         found.is_empty(),
         "state spelled as a string outside src/db/ and the domain enums:\n{}",
         found.join("\n")
+    );
+}
+
+#[test]
+fn every_lock_is_taken_under_the_one_poisoning_policy() {
+    let found: Vec<String> = sources()
+        .into_iter()
+        .filter(|(name, _)| name != "src/sync.rs")
+        .filter(|(_, text)| {
+            // Lines joined without their indentation, so a chain split over lines is seen.
+            let flat: String = text.lines().map(str::trim).collect();
+            [".lock().expect(", ".lock().unwrap(", "PoisonError"]
+                .iter()
+                .any(|needle| flat.contains(needle))
+        })
+        .map(|(name, _)| name)
+        .collect();
+    assert!(
+        found.is_empty(),
+        "take std::sync locks through crate::sync (docs/architecture.md, How it is built):\n{}",
+        found.join("\n")
+    );
+}
+
+/// Each `pub` function of `src/db` (any visibility but private) whose signature names a raw
+/// `Uuid`, as `file:line: fn name`.
+fn db_signatures_with_raw_uuids() -> Vec<String> {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut found = Vec::new();
+    for (name, text) in sources() {
+        if !name.starts_with("src/db/") {
+            continue;
+        }
+        for (at, _) in text.match_indices("fn ") {
+            let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+            let head = text[line_start..at].trim();
+            if !head.starts_with("pub") || head.contains("//") {
+                continue;
+            }
+            // The signature runs to the body's `{` (or a `;`): no signature holds either.
+            let end = text[at..].find(['{', ';']).map_or(text.len(), |i| at + i);
+            let signature = &text[at..end];
+            let raw = signature.match_indices("Uuid").any(|(i, _)| {
+                let before = signature[..i].chars().next_back();
+                let after = signature[i + 4..].chars().next();
+                !before.is_some_and(is_word) && !after.is_some_and(is_word)
+            });
+            if raw {
+                let line = text[..at].lines().count();
+                let fn_name: String = signature[3..].chars().take_while(|&c| is_word(c)).collect();
+                found.push(format!("{name}:{line}: fn {fn_name}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_db_module_takes_and_returns_typed_ids_never_a_raw_uuid() {
+    let found = db_signatures_with_raw_uuids();
+    assert!(
+        found.is_empty(),
+        "take the id's own type (VideoId, UploadId, ... in domain::ids; src/db/ids.rs binds \
+         them as uuid columns):\n{}",
+        found.join("\n")
+    );
+}
+
+/// `text` with comments, string literals and char literals blanked (newlines kept), so that
+/// the braces left are the code's own.
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut i = 0;
+    // A literal or comment as blanks, its newlines kept.
+    let blank = |out: &mut String, part: &[char]| {
+        out.extend(part.iter().map(|&c| if c == '\n' { '\n' } else { ' ' }));
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        let word_before = i > 0 && is_word(chars[i - 1]);
+        let end = if c == '/' && next == Some('/') {
+            (i..chars.len())
+                .find(|&j| chars[j] == '\n')
+                .unwrap_or(chars.len())
+        } else if c == '/' && next == Some('*') {
+            (i + 2..chars.len())
+                .find(|&j| chars[j] == '*' && chars.get(j + 1) == Some(&'/'))
+                .map_or(chars.len(), |j| j + 2)
+        } else if !word_before && (c == 'r' || (c == 'b' && next == Some('r'))) && {
+            let start = if c == 'b' { i + 2 } else { i + 1 };
+            let hashes = chars[start..].iter().take_while(|&&h| h == '#').count();
+            chars.get(start + hashes) == Some(&'"')
+        } {
+            let start = if c == 'b' { i + 2 } else { i + 1 };
+            let hashes = chars[start..].iter().take_while(|&&h| h == '#').count();
+            let body = start + hashes + 1;
+            (body..chars.len())
+                .find(|&j| {
+                    chars[j] == '"'
+                        && chars[j + 1..]
+                            .iter()
+                            .take(hashes)
+                            .filter(|&&h| h == '#')
+                            .count()
+                            == hashes
+                })
+                .map_or(chars.len(), |j| j + 1 + hashes)
+        } else if c == '"' {
+            let mut j = i + 1;
+            while j < chars.len() && chars[j] != '"' {
+                j += if chars[j] == '\\' { 2 } else { 1 };
+            }
+            j + 1
+        } else if c == '\'' && next == Some('\\') {
+            (i + 2..chars.len())
+                .find(|&j| chars[j] == '\'')
+                .map_or(chars.len(), |j| j + 1)
+        } else if c == '\'' && chars.get(i + 2) == Some(&'\'') {
+            i + 3
+        } else {
+            out.push(c);
+            i += 1;
+            continue;
+        };
+        let end = end.min(chars.len());
+        blank(&mut out, &chars[i..end]);
+        i = end;
+    }
+    out
+}
+
+/// Every function with a body in `text`: its name, first line and length in lines.
+fn functions(text: &str) -> Vec<(String, usize, usize)> {
+    let code = code_only(text);
+    let bytes = code.as_bytes();
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("fn ") {
+        if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+            continue;
+        }
+        let name: String = code[at + 3..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let Some(open) = code[at..].find(['{', ';']).map(|i| at + i) else {
+            continue;
+        };
+        if bytes[open] == b';' {
+            continue; // a declaration without a body
+        }
+        let mut depth = 0usize;
+        for (i, b) in bytes.iter().enumerate().skip(open) {
+            match b {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        found.push((name.clone(), line_of(at), line_of(i) - line_of(at) + 1));
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_function_scanner_sees_braces_in_strings_and_chars_as_text() {
+    let text = "fn a() {\n    let s = \"{{\";\n    let c = '{';\n    // }\n    let r = r#\"}\"#;\n}\nfn b<'x>(v: &'x str) -> &'x str {\n    v\n}\n";
+    assert_eq!(
+        functions(text),
+        vec![("a".to_owned(), 1, 6), ("b".to_owned(), 7, 3)]
+    );
+}
+
+#[test]
+fn no_function_outside_the_benchmarks_is_over_80_lines() {
+    let mut long: Vec<(usize, String)> = sources()
+        .into_iter()
+        .filter(|(name, _)| !name.starts_with("src/bench/"))
+        .flat_map(|(name, text)| {
+            functions(&text)
+                .into_iter()
+                .filter(|(_, _, lines)| *lines > 80)
+                .map(move |(f, line, lines)| {
+                    (lines, format!("{name}:{line}: fn {f}: {lines} lines"))
+                })
+        })
+        .collect();
+    long.sort_by(|a, b| b.cmp(a));
+    let long: Vec<String> = long.into_iter().map(|(_, line)| line).collect();
+    assert!(
+        long.is_empty(),
+        "split these into functions that each do one step (the longest first):\n{}",
+        long.join("\n")
     );
 }
 

@@ -107,7 +107,7 @@ async fn an_attempt_puts_a_playable_rendition_under_its_own_prefix() {
 
     // The ledger: every object uploaded with the size S3 holds, the playlist confirmed last.
     let mut conn = app.pool.get().await.unwrap();
-    let rows = vidq::db::artifacts::of_attempt(&mut conn, video_id.0, 1, 2)
+    let rows = vidq::db::artifacts::of_attempt(&mut conn, video_id, 1, 2)
         .await
         .unwrap();
     assert_eq!(
@@ -267,7 +267,7 @@ async fn a_ladder_puts_every_rendition_up_and_the_master_playlist_last() {
         }
     }
     let mut conn = app.pool.get().await.unwrap();
-    let rows = vidq::db::artifacts::of_attempt(&mut conn, video_id.0, 1, 1)
+    let rows = vidq::db::artifacts::of_attempt(&mut conn, video_id, 1, 1)
         .await
         .unwrap();
     assert_eq!(

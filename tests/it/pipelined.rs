@@ -153,7 +153,7 @@ struct JobRow {
     #[diesel(sql_type = diesel::sql_types::Text)]
     status: String,
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Uuid>)]
-    claim_token: Option<uuid::Uuid>,
+    claim_token: Option<vidq::domain::ids::ClaimToken>,
 }
 
 async fn job_row(url: &str, job: i64) -> JobRow {
@@ -302,7 +302,7 @@ async fn a_slots_next_claim_answers_while_its_finalize_still_waits_to_commit() {
 #[tokio::test]
 async fn a_claim_sent_ahead_of_a_finalize_whose_fence_fails_is_still_handed_over() {
     let (app, pool, mut stale) = two_jobs_and_a_claim_of_one(1).await;
-    stale.token = uuid::Uuid::now_v7(); // a token the job never had
+    stale.token = vidq::domain::ids::ClaimToken::new(); // a token the job never had
     let output = vidq::pipeline::AttemptOutput::placeholder(&stale.plan());
     let ahead = vidq::queue::complete::claim_ahead_of_finalize_ready(
         &pool,
@@ -339,7 +339,7 @@ async fn a_claim_sent_ahead_of_a_finalize_whose_fence_fails_is_still_handed_over
 #[tokio::test]
 async fn a_finalize_whose_fence_fails_still_hands_over_the_claim_sent_behind_it() {
     let (app, pool, mut stale) = two_jobs_and_a_claim_of_one(1).await;
-    stale.token = uuid::Uuid::now_v7(); // a token the job never had
+    stale.token = vidq::domain::ids::ClaimToken::new(); // a token the job never had
     let output = vidq::pipeline::AttemptOutput::placeholder(&stale.plan());
     let (finalized, next) = vidq::queue::complete::finalize_ready_then_claim(
         &pool,
@@ -409,7 +409,7 @@ async fn a_confirm_alone_commits_in_one_round_trip_and_a_fence_that_matches_noth
                 .unwrap()
                 .expect("the contract was open");
         took.push(started.elapsed());
-        assert_eq!(accepted.video.upload_id, Some(upload.0));
+        assert_eq!(accepted.video.upload_id, Some(upload));
     }
     // The first one also prepares the statements on the connection.
     assert!(

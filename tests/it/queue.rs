@@ -132,7 +132,7 @@ async fn the_claim_is_an_index_scan_with_no_sort_even_with_a_large_backlog() {
         .await
         .unwrap();
     let mut conn = app.pool.get().await.unwrap();
-    vidq::db::synthetic::backlog(&mut conn, owner.0, 20_000)
+    vidq::db::synthetic::backlog(&mut conn, owner, 20_000)
         .await
         .unwrap();
     let plan: Vec<PlanLine> = diesel::sql_query(format!("EXPLAIN {}", vidq::db::jobs::CLAIM_SQL))
@@ -177,7 +177,7 @@ async fn the_synthetic_backlog_has_time_ordered_ids_and_deals_videos_to_each_own
         let (owner, _) = vidq::app::users::create_user(&app.pool, name)
             .await
             .unwrap();
-        owners.push(owner.0);
+        owners.push(owner);
     }
     let mut conn = app.pool.get().await.unwrap();
     vidq::db::synthetic::backlog_of_owners(&mut conn, &owners, 3_001)

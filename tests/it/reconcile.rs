@@ -168,7 +168,7 @@ async fn fix_gives_an_uploaded_upload_through_vidq_whose_object_is_missing_back_
     );
     assert!(fixed.contains("fix: re-queued"), "{fixed}");
     let mut conn = app.pool.get().await.unwrap();
-    let entry = db::ledger::entry(&mut conn, id.0).await.unwrap();
+    let entry = db::uploads::sweep::entry(&mut conn, id).await.unwrap();
     assert_eq!(entry.state, "pending");
     let due = app
         .count(&format!(
@@ -213,7 +213,10 @@ async fn fix_puts_a_confirmed_upload_through_vidq_again_from_its_spool_and_not_w
     // The contract stays confirmed (its video must not be confirmed twice).
     let mut conn = app.pool.get().await.unwrap();
     assert_eq!(
-        db::ledger::entry(&mut conn, id.0).await.unwrap().state,
+        db::uploads::sweep::entry(&mut conn, id)
+            .await
+            .unwrap()
+            .state,
         "confirmed"
     );
     expect(&reconcile(&app, &[]).await, 0);

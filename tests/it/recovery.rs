@@ -247,7 +247,7 @@ async fn a_put_that_fails_is_retried_from_the_ledger_and_lands_when_s3_recovers(
         let (id, file) = case.pending_upload(40_000 + round).await;
         wait_for_state(&case.app, &case.key, &id, "confirmed").await;
         let mut conn = case.app.pool.get().await.unwrap();
-        let entry = db::ledger::entry(&mut conn, id.parse().unwrap())
+        let entry = db::uploads::sweep::entry(&mut conn, id.parse().unwrap())
             .await
             .unwrap();
         assert!(
@@ -363,11 +363,11 @@ async fn release(app: &TestApp, id: &str) {
     .await;
 }
 
-async fn wait_rejected(app: &TestApp, id: UploadId) -> db::ledger::LedgerEntry {
+async fn wait_rejected(app: &TestApp, id: UploadId) -> db::uploads::sweep::LedgerEntry {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let mut conn = app.pool.get().await.unwrap();
-        let entry = db::ledger::entry(&mut conn, id.0).await.unwrap();
+        let entry = db::uploads::sweep::entry(&mut conn, id).await.unwrap();
         if entry.state == "rejected" {
             return entry;
         }

@@ -173,11 +173,11 @@ async fn a_state_or_code_the_code_does_not_know_is_an_error_when_read_never_a_de
     let app = TestApp::spawn().await;
     let key = app.create_user("alice").await;
     let video = app.uploaded_video(&key).await;
-    let id: uuid::Uuid = video["id"].as_str().unwrap().parse().unwrap();
+    let id: vidq::domain::ids::VideoId = video["id"].as_str().unwrap().parse().unwrap();
     #[derive(diesel::QueryableByName)]
     struct Owner {
         #[diesel(sql_type = diesel::sql_types::Uuid)]
-        owner_id: uuid::Uuid,
+        owner_id: vidq::domain::ids::UserId,
     }
     let mut conn = app.pool.get().await.unwrap();
     let owner: Owner = diesel::sql_query(format!("SELECT owner_id FROM videos WHERE id = '{id}'"))

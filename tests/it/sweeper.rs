@@ -61,7 +61,7 @@ impl Fixture {
         )
     }
 
-    async fn pending(&self, count: usize, bytes: usize) -> Vec<Uuid> {
+    async fn pending(&self, count: usize, bytes: usize) -> Vec<UploadId> {
         register_pending(
             &self.app.pool,
             self.spool.path(),
@@ -75,18 +75,18 @@ impl Fixture {
     }
 
     /// One pending row whose spool path is written as given (no file is made).
-    async fn pending_at(&self, spool_path: &str, size: i64) -> Uuid {
+    async fn pending_at(&self, spool_path: &str, size: i64) -> UploadId {
         let id = UploadId::new();
         let mut conn = self.app.pool.get().await.unwrap();
         vidq::bench::sweeper::insert_pending_at(&mut conn, id, self.owner, NODE, spool_path, size)
             .await
             .unwrap();
-        id.0
+        id
     }
 
-    async fn entry(&self, id: Uuid) -> db::ledger::LedgerEntry {
+    async fn entry(&self, id: UploadId) -> db::uploads::sweep::LedgerEntry {
         let mut conn = self.app.pool.get().await.unwrap();
-        db::ledger::entry(&mut conn, id).await.unwrap()
+        db::uploads::sweep::entry(&mut conn, id).await.unwrap()
     }
 }
 
@@ -128,10 +128,10 @@ async fn settle(sweeper: &Sweeper<FaultStore>) {
 /// queued; the round in which the last one was.
 async fn rounds_until_queued(
     sweeper: &mut Sweeper<FaultStore>,
-    wanted: &[Uuid],
+    wanted: &[UploadId],
     limit: usize,
 ) -> Option<usize> {
-    let wanted: HashSet<Uuid> = wanted.iter().copied().collect();
+    let wanted: HashSet<UploadId> = wanted.iter().copied().collect();
     let mut queued = HashSet::new();
     for round in 1..=limit {
         let r = sweeper.round().await.unwrap();
@@ -150,7 +150,7 @@ async fn new_rows_behind_a_thousand_failing_rows_are_all_accepted_by_round_two()
     let fx = Fixture::new().await;
     let failing = fx.pending(1000, 16).await;
     for id in &failing {
-        fx.store.fail_puts_of(&keys::original(UploadId(*id)));
+        fx.store.fail_puts_of(&keys::original(*id));
     }
     let mut sweeper = fx.sweeper(SweeperSettings {
         // Their backoff has not lapsed when the new rows arrive.
@@ -194,7 +194,7 @@ async fn failing_rows_due_again_at_once_do_not_keep_the_cursor_from_new_rows() {
     let fx = Fixture::new().await;
     let failing = fx.pending(1000, 16).await;
     for id in &failing {
-        fx.store.fail_puts_of(&keys::original(UploadId(*id)));
+        fx.store.fail_puts_of(&keys::original(*id));
     }
     let new = fx.pending(128, 16).await;
     let mut sweeper = fx.sweeper(SweeperSettings {
@@ -255,7 +255,7 @@ async fn paths_outside_the_spool_root_are_rejected_and_never_put() {
         assert!(
             fx.app
                 .storage
-                .head(&keys::original(UploadId(id)))
+                .head(&keys::original(id))
                 .await
                 .unwrap()
                 .is_none()
@@ -275,11 +275,7 @@ async fn an_object_already_put_with_the_right_size_is_confirmed_without_a_second
     let landed = ids[0];
     fx.app
         .storage
-        .put_bytes(
-            &keys::original(UploadId(landed)),
-            vec![0x5a; 1000],
-            "video/mp4",
-        )
+        .put_bytes(&keys::original(landed), vec![0x5a; 1000], "video/mp4")
         .await
         .unwrap();
     let mut sweeper = fx.sweeper(settings());
@@ -290,8 +286,8 @@ async fn an_object_already_put_with_the_right_size_is_confirmed_without_a_second
         assert_eq!(fx.entry(*id).await.state, "confirmed");
     }
     let puts = fx.store.puts();
-    assert_eq!(puts.get(&keys::original(UploadId(landed))), None);
-    assert_eq!(puts.get(&keys::original(UploadId(ids[1]))), Some(&1));
+    assert_eq!(puts.get(&keys::original(landed)), None);
+    assert_eq!(puts.get(&keys::original(ids[1])), Some(&1));
     // The confirm's writes, once each: video, job, video.accepted.
     for (table, n) in [
         ("videos", 2),
@@ -343,7 +339,7 @@ async fn a_presigned_contract_past_its_expiry_is_expired_its_object_deleted_and_
         "upload_closed",
     )
     .await;
-    let live_id: Uuid = live["upload_id"].as_str().unwrap().parse().unwrap();
+    let live_id: UploadId = live["upload_id"].as_str().unwrap().parse().unwrap();
     assert_eq!(fx.entry(live_id).await.state, "pending");
     sweeper.stop().await;
 }
@@ -399,7 +395,7 @@ async fn a_confirm_that_loses_to_expiry_after_its_head_answers_upload_closed() {
     backdate_expiry(&fx.app, &id.to_string()).await;
     let mut conn = fx.app.pool.get().await.unwrap();
     assert_eq!(
-        db::ledger::expire_presigned(&mut conn, 10)
+        db::uploads::sweep::expire_presigned(&mut conn, 10)
             .await
             .unwrap()
             .len(),

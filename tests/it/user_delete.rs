@@ -11,7 +11,7 @@ const VIDEOS: i64 = 3_000;
 
 /// Gives `owner` `n` confirmed uploads, each with a queued video, its job and one event, in
 /// four statements.
-async fn bulk_videos(app: &TestApp, owner: uuid::Uuid, n: i64) {
+async fn bulk_videos(app: &TestApp, owner: vidq::domain::ids::UserId, n: i64) {
     let inserted = app
         .count(&format!(
             "WITH u AS (

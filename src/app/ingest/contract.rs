@@ -42,8 +42,8 @@ pub async fn create(
         Utc::now() + chrono::Duration::from_std(ingest.ttl).expect("the TTL is at most 30 days");
     let checksum = checksum.map(|c| c.to_ledger());
     let contract = db::uploads::NewUploadRow {
-        id: id.0,
-        owner_id: owner.0,
+        id,
+        owner_id: owner,
         object_key: &key,
         filename: &request.filename,
         content_type: &request.content_type,
@@ -63,12 +63,12 @@ pub async fn create(
             let mut conn = ctx.db.get().await?;
             conn.transaction::<_, AppError, _>(async |conn| {
                 open_work::admit(conn, owner, OpenWork::Uploads, cap).await?;
-                let row = db::ledger::NewVidqUpload {
+                let row = db::uploads::sweep::NewVidqUpload {
                     contract,
                     spool_path: &spool_path,
                     node_id: &ingest.node_id,
                 };
-                Ok(db::ingest::insert_receiving(conn, &row).await?)
+                Ok(db::uploads::receiving::insert_receiving(conn, &row).await?)
             })
             .await?;
         }
@@ -88,10 +88,10 @@ pub async fn status(
     id: UploadId,
 ) -> Result<UploadStatus, AppError> {
     let mut conn = ctx.db.get().await?;
-    let row = db::uploads::find_owned(&mut conn, owner.0, id.0)
+    let row = db::uploads::find_owned(&mut conn, owner, id)
         .await?
         .ok_or(AppError::NotFound)?;
-    let video_id = db::uploads::video_of(&mut conn, id.0).await?;
+    let video_id = db::uploads::video_of(&mut conn, id).await?;
     let (state, via) = (row.state, row.via);
     Ok(UploadStatus {
         row,
@@ -138,7 +138,7 @@ pub async fn terminate(ctx: &AppContext, owner: UserId, id: UploadId) -> Result<
     };
     let deleted = {
         let mut conn = ctx.db.get().await?;
-        db::ingest::delete_receiving(&mut conn, id.0).await?
+        db::uploads::receiving::delete_receiving(&mut conn, id).await?
     };
     if deleted == 0 {
         return Err(AppError::UploadComplete);

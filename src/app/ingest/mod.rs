@@ -91,7 +91,7 @@ async fn take(
 async fn closed(ctx: &AppContext, id: UploadId) -> AppError {
     let state = async {
         let mut conn = ctx.db.get().await?;
-        Ok::<_, AppError>(db::uploads::state_of(&mut conn, id.0).await?)
+        Ok::<_, AppError>(db::uploads::state_of(&mut conn, id).await?)
     }
     .await;
     match state {
@@ -109,7 +109,7 @@ async fn closed(ctx: &AppContext, id: UploadId) -> AppError {
 async fn lose(ctx: &AppContext, id: UploadId) -> Result<(), AppError> {
     tracing::warn!(upload_id = %id, "the spool file of an upload in progress is lost");
     let mut conn = ctx.db.get().await?;
-    db::ingest::reject_receiving(&mut conn, id.0, RejectReason::SpoolMissing).await?;
+    db::uploads::receiving::reject_receiving(&mut conn, id, RejectReason::SpoolMissing).await?;
     Ok(())
 }
 

@@ -211,7 +211,8 @@ async fn count_kept(
     }
     let mut conn = ctx.db.get().await?;
     let moved =
-        db::ingest::advance(&mut conn, id.0, held as i64, now_held as i64, complete).await?;
+        db::uploads::receiving::advance(&mut conn, id, held as i64, now_held as i64, complete)
+            .await?;
     if moved == 0 {
         // Expired or terminated while the bytes arrived.
         drop(conn);

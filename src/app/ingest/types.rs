@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::db::uploads::UploadRow;
-use crate::domain::ids::UploadId;
+use crate::domain::ids::{UploadId, VideoId};
 use crate::domain::tus::Checksum;
 use crate::domain::upload::{UploadState, UploadVia};
 
@@ -29,7 +29,7 @@ pub struct UploadStatus {
     /// How its bytes reach S3.
     pub via: UploadVia,
     /// The video made from it, once confirmed.
-    pub video_id: Option<uuid::Uuid>,
+    pub video_id: Option<VideoId>,
 }
 
 impl UploadStatus {

@@ -1,11 +1,10 @@
 //! Multipart uploads nothing will finish: those of uploads that expired, and those of a user
 //! being deleted. Aborted (with their tail pieces) so that S3 holds no parts no row names.
 
-use uuid::Uuid;
-
 use super::tail_prefix;
 use crate::app::{AppContext, AppError};
-use crate::db::multiparts;
+use crate::db::uploads::multiparts;
+use crate::domain::ids::UserId;
 
 /// Aborts the multipart uploads of `s3`-store uploads that expired (and of those whose abort
 /// failed before); returns how many. Any API node runs it: rows are taken with SKIP LOCKED.
@@ -45,7 +44,7 @@ pub async fn expire_due(ctx: &AppContext) -> Result<usize, AppError> {
 /// arriving, before the user's rows go: nothing would name them afterwards. Best effort: what
 /// fails is logged (a bucket's `AbortIncompleteMultipartUpload` lifecycle rule is the
 /// backstop); returns how many were aborted.
-pub async fn abort_all_of(ctx: &AppContext, owner: Uuid) -> Result<usize, AppError> {
+pub async fn abort_all_of(ctx: &AppContext, owner: UserId) -> Result<usize, AppError> {
     let open = {
         let mut conn = ctx.db.get().await?;
         multiparts::of_owner(&mut conn, owner).await?

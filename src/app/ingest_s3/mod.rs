@@ -1,6 +1,6 @@
 //! The `s3` tus store (`VIDQ_TUS_STORE=s3`): an upload through vidq is an S3 multipart
 //! upload on its final key (`originals/{id}`), and its offset, parts and tail live in the
-//! ledger (`db::multiparts`), so any API node takes any of its requests and the upload
+//! ledger (`db::uploads::multiparts`), so any API node takes any of its requests and the upload
 //! outlives the node that began it.
 //!
 //! A request takes the upload (a lease, renewed while its bytes move; one request at a time)
@@ -18,13 +18,11 @@
 
 use std::time::Duration;
 
-use uuid::Uuid;
-
 use super::ingest::UploadStatus;
 use super::{AppContext, AppError};
 use crate::adapters::storage::{Completed, StorageError};
-use crate::db::{self, multiparts};
-use crate::domain::ids::{UploadId, UserId};
+use crate::db::{self, uploads::multiparts};
+use crate::domain::ids::UploadId;
 use crate::domain::upload::UploadState;
 
 mod cleanup;
@@ -44,7 +42,7 @@ const MIN_PART: u64 = 5 * 1024 * 1024;
 pub const TAIL_PREFIX: &str = "tus-tail/";
 
 /// The prefix of an upload's tail pieces.
-pub fn tail_prefix(upload: Uuid) -> String {
+pub fn tail_prefix(upload: UploadId) -> String {
     format!("{TAIL_PREFIX}{upload}/")
 }
 
@@ -59,7 +57,7 @@ pub(super) async fn create(
 ) -> Result<(), AppError> {
     use crate::app::open_work::{self, OpenWork};
     use diesel_async::AsyncConnection as _;
-    let owner = UserId(contract.owner_id);
+    let owner = contract.owner_id;
     let mut opened = None;
     let mut conn = ctx.db.get().await?;
     let recorded = conn
@@ -152,13 +150,7 @@ pub(super) async fn finish(ctx: &AppContext, status: &UploadStatus) -> Result<()
     }
     let accepted = {
         let mut conn = ctx.db.get().await?;
-        super::uploads::accept(
-            &mut conn,
-            UserId(row.owner_id),
-            UploadId(id),
-            &row.object_key,
-        )
-        .await
+        super::uploads::accept(&mut conn, row.owner_id, id, &row.object_key).await
     };
     match accepted {
         Ok(Some(_)) => {
@@ -188,7 +180,7 @@ pub(super) async fn terminate(ctx: &AppContext, status: &UploadStatus) -> Result
     }
     ctx.storage.delete_prefix(&tail_prefix(id)).await?;
     let mut conn = ctx.db.get().await?;
-    if db::ingest::delete_receiving(&mut conn, id).await? == 0 {
+    if db::uploads::receiving::delete_receiving(&mut conn, id).await? == 0 {
         return Err(AppError::UploadComplete);
     }
     tracing::info!(upload_id = %id, "upload through vidq terminated; its multipart upload aborted");

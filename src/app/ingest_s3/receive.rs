@@ -4,7 +4,6 @@
 
 use bytes::Bytes;
 use futures_util::Stream;
-use uuid::Uuid;
 
 use super::feed::Feed;
 use super::writer::Writer;
@@ -12,8 +11,8 @@ use super::{MIN_PART, finish};
 use crate::app::ingest::{Admitted, BodyError, Received, UploadStatus};
 use crate::app::upload_locks::UploadGuard;
 use crate::app::{AppContext, AppError};
-use crate::db::multiparts;
-use crate::domain::ids::{UploadId, UserId};
+use crate::db::uploads::multiparts;
+use crate::domain::ids::RequestToken;
 use crate::domain::tus::ChecksumHasher;
 use crate::domain::upload::UploadState;
 
@@ -29,32 +28,11 @@ where
     S: Stream<Item = Result<Bytes, BodyError>> + Unpin,
 {
     let row = &status.row;
-    let token = Uuid::now_v7();
+    let token = RequestToken::new();
     // Enough part numbers for the parts this body can fill (more are reserved if a body
     // without a length runs past them).
     let numbers = (admitted.length.unwrap_or(MIN_PART) / MIN_PART + 2).min(10_000) as i32;
-    let lease = {
-        let mut conn = ctx.db.get().await?;
-        multiparts::lease(&mut conn, row.id, admitted.held as i64, token, numbers).await?
-    };
-    let lease = match lease {
-        Ok(lease) => lease,
-        Err(multiparts::NotLeased::Held) => return Err(AppError::UploadBusy),
-        Err(multiparts::NotLeased::NumbersExhausted) => return Err(AppError::UploadTooFragmented),
-        Err(multiparts::NotLeased::Moved) => {
-            let now =
-                crate::app::ingest::status(ctx, UserId(row.owner_id), UploadId(row.id)).await?;
-            return Err(match now.state {
-                UploadState::Receiving => AppError::OffsetMismatch {
-                    expected: now.row.received_bytes as u64,
-                },
-                UploadState::Expired | UploadState::Rejected => {
-                    AppError::UploadGone { state: now.state }
-                }
-                _ => AppError::UploadComplete,
-            });
-        }
-    };
+    let lease = take_lease(ctx, status, admitted.held, token, numbers).await?;
     let mut writer = Writer {
         ctx,
         upload: row.id,
@@ -84,24 +62,7 @@ where
             .as_ref()
             .map(|c| ChecksumHasher::new(c.algorithm)),
     };
-    let outcome = async {
-        writer.run(&mut feed, guard).await?;
-        let digest_ok = match (&admitted.checksum, feed.hasher.take()) {
-            (Some(want), Some(hasher)) => hasher.finish() == want.digest,
-            _ => true,
-        };
-        if !digest_ok {
-            return Err(AppError::ChecksumMismatch);
-        }
-        if admitted.whole_file && writer.at != writer.declared {
-            return Err(AppError::SizeMismatch {
-                declared: row.declared_size,
-                actual: feed.sent as i64,
-            });
-        }
-        writer.count().await
-    }
-    .await;
+    let outcome = store_and_count(&mut writer, &mut feed, &admitted, guard).await;
     // The upload is let go whatever happened (a lost lease, a failure): the next request
     // need not wait for the lease to end.
     if let Ok(mut conn) = ctx.db.get().await {
@@ -129,4 +90,65 @@ where
         complete,
         expires_at: row.expires_at,
     })
+}
+
+/// The upload's lease for this request at offset `held`, with `numbers` part numbers; the
+/// answer a request gets when another holds it or the upload has moved on.
+async fn take_lease(
+    ctx: &AppContext,
+    status: &UploadStatus,
+    held: u64,
+    token: RequestToken,
+    numbers: i32,
+) -> Result<multiparts::Lease, AppError> {
+    let row = &status.row;
+    let lease = {
+        let mut conn = ctx.db.get().await?;
+        multiparts::lease(&mut conn, row.id, held as i64, token, numbers).await?
+    };
+    match lease {
+        Ok(lease) => Ok(lease),
+        Err(multiparts::NotLeased::Held) => Err(AppError::UploadBusy),
+        Err(multiparts::NotLeased::NumbersExhausted) => Err(AppError::UploadTooFragmented),
+        Err(multiparts::NotLeased::Moved) => {
+            let now = crate::app::ingest::status(ctx, row.owner_id, row.id).await?;
+            Err(match now.state {
+                UploadState::Receiving => AppError::OffsetMismatch {
+                    expected: now.row.received_bytes as u64,
+                },
+                UploadState::Expired | UploadState::Rejected => {
+                    AppError::UploadGone { state: now.state }
+                }
+                _ => AppError::UploadComplete,
+            })
+        }
+    }
+}
+
+/// The body through `writer` into S3, checked against the request's checksum and (for the
+/// single PUT) the declared size, then counted in the ledger.
+async fn store_and_count<S>(
+    writer: &mut Writer<'_>,
+    feed: &mut Feed<S>,
+    admitted: &Admitted,
+    guard: &UploadGuard,
+) -> Result<(), AppError>
+where
+    S: Stream<Item = Result<Bytes, BodyError>> + Unpin,
+{
+    writer.run(feed, guard).await?;
+    let digest_ok = match (&admitted.checksum, feed.hasher.take()) {
+        (Some(want), Some(hasher)) => hasher.finish() == want.digest,
+        _ => true,
+    };
+    if !digest_ok {
+        return Err(AppError::ChecksumMismatch);
+    }
+    if admitted.whole_file && writer.at != writer.declared {
+        return Err(AppError::SizeMismatch {
+            declared: writer.declared as i64,
+            actual: feed.sent as i64,
+        });
+    }
+    writer.count().await
 }

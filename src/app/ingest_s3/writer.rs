@@ -4,7 +4,6 @@
 
 use bytes::Bytes;
 use futures_util::Stream;
-use uuid::Uuid;
 
 use super::feed::Feed;
 use super::{RENEW_EVERY, tail_prefix};
@@ -12,14 +11,15 @@ use crate::adapters::storage::StorageError;
 use crate::app::ingest::BodyError;
 use crate::app::upload_locks::UploadGuard;
 use crate::app::{AppContext, AppError};
-use crate::db::multiparts;
+use crate::db::uploads::multiparts;
+use crate::domain::ids::{RequestToken, UploadId};
 
 /// What one request writes, and where the upload stands as it goes.
 pub(super) struct Writer<'a> {
     pub(super) ctx: &'a AppContext,
-    pub(super) upload: Uuid,
+    pub(super) upload: UploadId,
     pub(super) key: String,
-    pub(super) token: Uuid,
+    pub(super) token: RequestToken,
     pub(super) declared: u64,
     pub(super) part_bytes: u64,
     pub(super) multipart_id: String,
@@ -196,7 +196,7 @@ impl Writer<'_> {
 }
 
 /// Renews the lease every few seconds; returns (the error to answer) once it is lost.
-async fn renew_until_lost(ctx: &AppContext, upload: Uuid, token: Uuid) -> AppError {
+async fn renew_until_lost(ctx: &AppContext, upload: UploadId, token: RequestToken) -> AppError {
     loop {
         tokio::time::sleep(RENEW_EVERY).await;
         let renewed = async {

@@ -14,7 +14,7 @@ pub(super) async fn ceiling(server: &str, confirms: usize, clients: u32) -> Resu
         let (owner, _) = crate::app::users::create_user(&pool, "bench").await?;
         {
             let mut conn = pool.get().await?;
-            db::bench::pending_contracts(&mut conn, owner.0, confirms as i64).await?;
+            db::bench::pending_contracts(&mut conn, owner, confirms as i64).await?;
             db::bench::checkpoint(&mut conn).await?;
         }
         drop(pool);

@@ -11,6 +11,7 @@ use super::load::{confirm_all, confirm_paced, prepare_uploads, read_for};
 use super::scrape::{batch_totals, mean_batch};
 use crate::bench::{BenchS3, Scratch};
 use crate::db;
+use crate::domain::ids::VideoId;
 
 /// One round's numbers: the confirms once per batch setting, in `--confirm-batch` order.
 pub(super) struct Round {
@@ -246,7 +247,7 @@ async fn read_videos(url: &str, first: &str, n: u32) -> anyhow::Result<Vec<Strin
 /// Marks `video` READY with outputs, as a finalize would (the objects need not exist for
 /// the read: it presigns, it does not fetch).
 async fn make_ready(conn: &mut diesel_async::AsyncPgConnection, video: &str) -> anyhow::Result<()> {
-    let id: uuid::Uuid = video.parse()?;
+    let id: VideoId = video.parse()?;
     let base = format!("videos/{id}/r1/a1");
     let (hls, mp4, thumbnail) = (
         format!("{base}/hls/index.m3u8"),

@@ -3,9 +3,8 @@
 
 use std::collections::HashMap;
 
-use uuid::Uuid;
-
 use crate::db::DbPool;
+use crate::domain::ids::UploadId;
 
 /// One check and how it came out.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -23,7 +22,7 @@ pub struct Check {
 /// each arrived), `bad` the deliveries that did not verify.
 pub async fn settled(
     pool: &DbPool,
-    confirmed: &[Uuid],
+    confirmed: &[UploadId],
     received: &HashMap<String, u32>,
     bad: u32,
 ) -> anyhow::Result<Vec<Check>> {

@@ -13,7 +13,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use reqwest::{RequestBuilder, Response, StatusCode};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
+
+use crate::domain::ids::UploadId;
+use crate::sync::Locked;
 
 /// What the clients did and saw.
 #[derive(Default)]
@@ -23,7 +25,7 @@ pub struct Tally {
     /// Uploads completed through tus.
     pub tus: AtomicU32,
     /// The uploads the API confirmed, by id.
-    pub confirmed: Mutex<Vec<Uuid>>,
+    pub confirmed: Mutex<Vec<UploadId>>,
     /// Every status the API answered, with how often.
     pub statuses: Mutex<BTreeMap<u16, u32>>,
     /// Requests to the API or S3 that got no answer (refused, reset, timed out).
@@ -34,22 +36,12 @@ pub struct Tally {
 
 impl Tally {
     fn saw(&self, status: StatusCode) {
-        *self
-            .statuses
-            .lock()
-            .expect("the statuses' lock")
-            .entry(status.as_u16())
-            .or_default() += 1;
+        *self.statuses.locked().entry(status.as_u16()).or_default() += 1;
     }
 
     /// How many answers of `status` the API gave.
     pub fn count(&self, status: u16) -> u32 {
-        self.statuses
-            .lock()
-            .expect("the statuses' lock")
-            .get(&status)
-            .copied()
-            .unwrap_or(0)
+        self.statuses.locked().get(&status).copied().unwrap_or(0)
     }
 }
 
@@ -105,24 +97,20 @@ impl Client {
                 Ok(id) => {
                     let counter = if tus { &tally.tus } else { &tally.presigned };
                     counter.fetch_add(1, Ordering::Relaxed);
-                    tally
-                        .confirmed
-                        .lock()
-                        .expect("the confirmed list's lock")
-                        .push(id);
+                    tally.confirmed.locked().push(id);
                 }
                 Err(Ended::GaveUp) => return,
-                Err(Ended::Refused(why)) => tally
-                    .refused
-                    .lock()
-                    .expect("the refused list's lock")
-                    .push(why),
+                Err(Ended::Refused(why)) => tally.refused.locked().push(why),
             }
             tus = !tus;
         }
     }
 
-    async fn presigned(&self, tally: &Tally, give_up: &CancellationToken) -> Result<Uuid, Ended> {
+    async fn presigned(
+        &self,
+        tally: &Tally,
+        give_up: &CancellationToken,
+    ) -> Result<UploadId, Ended> {
         let body = serde_json::json!({
             "filename": "chaos.mp4",
             "content_type": "video/mp4",
@@ -137,7 +125,7 @@ impl Client {
             })
             .await?;
         let contract: serde_json::Value = expect(created, StatusCode::CREATED, "create").await?;
-        let id = uuid_of(&contract["upload_id"])?;
+        let id = upload_id_of(&contract["upload_id"])?;
         let url = contract["upload_url"]
             .as_str()
             .unwrap_or_default()
@@ -172,7 +160,7 @@ impl Client {
         }
     }
 
-    async fn tus(&self, tally: &Tally, give_up: &CancellationToken) -> Result<Uuid, Ended> {
+    async fn tus(&self, tally: &Tally, give_up: &CancellationToken) -> Result<UploadId, Ended> {
         let length = self.clip.len();
         let metadata = format!(
             "filename {},filetype {}",
@@ -203,7 +191,7 @@ impl Client {
         } else {
             format!("{}{location}", self.api)
         };
-        let id = uuid_of(&serde_json::Value::from(
+        let id = upload_id_of(&serde_json::Value::from(
             url.rsplit('/').next().unwrap_or_default(),
         ))?;
         let piece = length.div_ceil(2);
@@ -318,7 +306,7 @@ async fn expect(
     serde_json::from_str(&text).map_err(|e| Ended::Refused(format!("{what}: {e}: {text}")))
 }
 
-fn uuid_of(value: &serde_json::Value) -> Result<Uuid, Ended> {
+fn upload_id_of(value: &serde_json::Value) -> Result<UploadId, Ended> {
     value
         .as_str()
         .and_then(|s| s.parse().ok())

@@ -27,6 +27,7 @@ use self::checks::Check;
 use self::clients::{Client, Tally};
 use self::cluster::{Cluster, Database};
 use crate::bench::s3_faults::Fault;
+use crate::sync::Locked;
 
 /// `vidq bench chaos`.
 #[derive(Debug, clap::Args)]
@@ -244,11 +245,7 @@ async fn soak(
         supervise(&mut cluster)?;
         let _ = tokio::time::timeout(Duration::from_millis(500), clients.join_next()).await;
     }
-    let confirmed = tally
-        .confirmed
-        .lock()
-        .expect("the confirmed list's lock")
-        .clone();
+    let confirmed = tally.confirmed.locked().clone();
     let mut checks = loop {
         let arrivals = receiver.arrivals();
         // The soak's own connections die with a restart too: a failed read is tried again.
@@ -293,13 +290,9 @@ async fn soak(
             .collect(),
         presigned: tally.presigned.load(std::sync::atomic::Ordering::Relaxed),
         tus: tally.tus.load(std::sync::atomic::Ordering::Relaxed),
-        statuses: tally.statuses.lock().expect("the statuses' lock").clone(),
+        statuses: tally.statuses.locked().clone(),
         no_answer: tally.no_answer.load(std::sync::atomic::Ordering::Relaxed),
-        refused: tally
-            .refused
-            .lock()
-            .expect("the refused list's lock")
-            .clone(),
+        refused: tally.refused.locked().clone(),
         settled_secs,
         error_lines: errors.iter().map(|(r, l)| (r.clone(), l.len())).collect(),
         first_errors: errors

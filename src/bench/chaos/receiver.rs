@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 
 use crate::domain::signature::WebhookSecret;
+use crate::sync::Locked;
 
 /// What arrived.
 #[derive(Default)]
@@ -62,7 +63,7 @@ impl Receiver {
 
     /// Verifies deliveries with `secret` from now on (the endpoint's, given at creation).
     pub fn trust(&self, secret: WebhookSecret) {
-        *self.state.secret.lock().expect("the secret's lock") = Some(secret);
+        *self.state.secret.locked() = Some(secret);
     }
 
     /// The number of distinct `video.ready` events verified so far, kept up to date.
@@ -72,7 +73,7 @@ impl Receiver {
 
     /// A copy of what arrived so far.
     pub fn arrivals(&self) -> Arrivals {
-        let arrivals = self.state.arrivals.lock().expect("the arrivals' lock");
+        let arrivals = self.state.arrivals.locked();
         Arrivals {
             verified: arrivals.verified.clone(),
             bad: arrivals.bad,
@@ -99,7 +100,7 @@ async fn receive(state: web::Data<State>, request: HttpRequest, body: web::Bytes
         header("webhook-timestamp").and_then(|t| t.parse::<i64>().ok()),
         header("webhook-signature").unwrap_or_default(),
     );
-    let secret = state.secret.lock().expect("the secret's lock").clone();
+    let secret = state.secret.locked().clone();
     let verified = match (&id, timestamp, secret) {
         (Some(id), Some(timestamp), Some(secret)) => {
             let expected = secret.sign(id, timestamp, &body);
@@ -109,7 +110,7 @@ async fn receive(state: web::Data<State>, request: HttpRequest, body: web::Bytes
     };
     let is_ready = serde_json::from_slice::<serde_json::Value>(&body)
         .is_ok_and(|event| event["type"] == "video.ready");
-    let mut arrivals = state.arrivals.lock().expect("the arrivals' lock");
+    let mut arrivals = state.arrivals.locked();
     match id {
         Some(id) if verified => {
             if is_ready && arrivals.ready.insert(id.clone()) {

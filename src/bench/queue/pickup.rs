@@ -16,6 +16,7 @@ use crate::db;
 use crate::domain::ids::{UploadId, UserId};
 use crate::queue::line::Listeners;
 use crate::queue::runner::ClaimObserver;
+use crate::sync::Locked;
 
 /// What the pickup test saw.
 pub(super) struct Pickups {
@@ -47,10 +48,7 @@ pub(super) async fn pickups(
         Arc::new(move |job| {
             claims.fetch_add(1, Ordering::Relaxed);
             if let Some(job) = job {
-                claimed
-                    .lock()
-                    .expect("not poisoned")
-                    .insert(job, Instant::now());
+                claimed.locked().insert(job, Instant::now());
             }
         })
     };
@@ -79,7 +77,7 @@ pub(super) async fn pickups(
     for handle in handles {
         let _ = handle.await;
     }
-    let claimed = claimed.lock().expect("not poisoned").clone();
+    let claimed = claimed.locked().clone();
     let latencies = committed
         .iter()
         .filter_map(|(job, at)| claimed.get(job).map(|c| c.saturating_duration_since(*at)))
@@ -137,8 +135,8 @@ async fn enqueue(conn: &mut diesel_async::AsyncPgConnection, owner: UserId) -> a
     db::uploads::insert(
         conn,
         &db::uploads::NewUploadRow {
-            id: upload.0,
-            owner_id: owner.0,
+            id: upload,
+            owner_id: owner,
             object_key: &key,
             filename: "bench.mp4",
             content_type: "video/mp4",

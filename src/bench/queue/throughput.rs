@@ -4,6 +4,7 @@
 use super::ClaimCommit;
 use crate::bench::Scratch;
 use crate::db;
+use crate::domain::ids::UserId;
 
 /// One throughput run.
 pub(super) struct Drained {
@@ -47,11 +48,11 @@ pub(super) async fn throughput(
 }
 
 /// Creates `n` users for a run's videos.
-pub(super) async fn bench_users(pool: &db::DbPool, n: u32) -> anyhow::Result<Vec<uuid::Uuid>> {
+pub(super) async fn bench_users(pool: &db::DbPool, n: u32) -> anyhow::Result<Vec<UserId>> {
     let mut users = Vec::new();
     for i in 1..=n {
         let (user, _) = crate::app::users::create_user(pool, &format!("bench-{i}")).await?;
-        users.push(user.0);
+        users.push(user);
     }
     Ok(users)
 }

@@ -27,6 +27,7 @@ use crate::domain::media::MediaError;
 use crate::pipeline::{AttemptPlan, Attempted};
 use crate::queue::JobBody;
 use crate::queue::runner::Runner;
+use crate::sync::Locked;
 use crate::telemetry::worker_health::WorkerHealth;
 
 /// What a child prints for each READY finalize.
@@ -150,7 +151,7 @@ pub(super) async fn drain_with_processes(
                 } else if let Some(rest) = line.strip_prefix(BATCHES_PREFIX) {
                     let mut numbers = rest.split(' ').filter_map(|n| n.parse::<f64>().ok());
                     if let (Some(count), Some(sum)) = (numbers.next(), numbers.next()) {
-                        let mut total = batches.lock().expect("not poisoned");
+                        let mut total = batches.locked();
                         total.0 += count;
                         total.1 += sum;
                     }
@@ -174,7 +175,7 @@ pub(super) async fn drain_with_processes(
         let _ = reader.await;
     }
     let ready = counted.ready.load(Ordering::SeqCst) as f64;
-    let (batches, batched) = *batches.lock().expect("not poisoned");
+    let (batches, batched) = *batches.locked();
     let transactions = batches + (ready - batched);
     Ok((elapsed, ready / transactions.max(1.0)))
 }

@@ -11,6 +11,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::db::prepared::prepared;
+use crate::domain::ids::WebhookId;
 use crate::domain::sink::SinkKind;
 use crate::domain::upload::UnknownState;
 
@@ -34,7 +35,7 @@ struct ClaimedRow {
     #[diesel(sql_type = Timestamptz)]
     event_created_at: DateTime<Utc>,
     #[diesel(sql_type = Nullable<SqlUuid>)]
-    endpoint_id: Option<Uuid>,
+    endpoint_id: Option<WebhookId>,
     #[diesel(sql_type = Nullable<Text>)]
     url: Option<String>,
     #[diesel(sql_type = Nullable<Text>)]
@@ -49,7 +50,7 @@ struct ClaimedRow {
 #[derive(Debug, Clone)]
 pub struct EndpointTarget {
     /// Endpoint id.
-    pub id: Uuid,
+    pub id: WebhookId,
     /// Where to POST.
     pub url: String,
     /// The current signing secret.

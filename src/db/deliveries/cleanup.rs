@@ -4,9 +4,9 @@
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Double, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
 use crate::db::prepared::prepared;
+use crate::domain::ids::UserId;
 
 /// Deletes up to `limit` outbox rows older than `retention_secs` (by the database's clock)
 /// that are routed and whose deliveries are all finished, oldest first; their deliveries and
@@ -40,7 +40,7 @@ pub async fn prune(
 /// outbox rows went. One page of a user's deletion.
 pub async fn delete_page_of_owner(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
+    owner: UserId,
     limit: i64,
 ) -> QueryResult<usize> {
     #[derive(QueryableByName)]
@@ -73,7 +73,7 @@ pub async fn delete_page_of_owner(
 
 /// Locks the owner's outbox rows, webhook endpoints and deliveries, each in id order, so that
 /// deleting the owner afterwards waits on no relay that waits on it (lock order).
-pub async fn lock_of_owner(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<()> {
+pub async fn lock_of_owner(conn: &mut AsyncPgConnection, owner: UserId) -> QueryResult<()> {
     for sql in [
         "SELECT 1 FROM notification_outbox WHERE owner_id = $1 ORDER BY id FOR UPDATE",
         "SELECT 1 FROM webhook_endpoints WHERE owner_id = $1 ORDER BY id FOR UPDATE",

@@ -5,9 +5,9 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Double, Text, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
 use crate::db::prepared::prepared;
+use crate::domain::ids::{EventId, UserId, WebhookId};
 
 /// The outbox row of an event a resend names.
 #[derive(Debug, Clone, QueryableByName)]
@@ -24,8 +24,8 @@ pub struct ResendableEvent {
 /// outbox before the endpoint, in the lock order); `None` if it is not the owner's.
 pub async fn lock_event_of_owner(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
-    event: Uuid,
+    owner: UserId,
+    event: EventId,
 ) -> QueryResult<Option<ResendableEvent>> {
     prepared(
         "SELECT id AS outbox_id, event_type FROM notification_outbox
@@ -50,7 +50,7 @@ struct DeliveryId {
 pub async fn waiting(
     conn: &mut AsyncPgConnection,
     outbox_id: i64,
-    endpoint: Uuid,
+    endpoint: WebhookId,
 ) -> QueryResult<Option<i64>> {
     prepared(
         "SELECT id FROM event_deliveries
@@ -69,7 +69,7 @@ pub async fn waiting(
 /// database's clock (read through the partial index on resent deliveries).
 pub async fn resends_since(
     conn: &mut AsyncPgConnection,
-    endpoint: Uuid,
+    endpoint: WebhookId,
     window_secs: f64,
 ) -> QueryResult<i64> {
     #[derive(QueryableByName)]
@@ -94,7 +94,7 @@ pub async fn resends_since(
 pub async fn insert_resend(
     conn: &mut AsyncPgConnection,
     outbox_id: i64,
-    endpoint: Uuid,
+    endpoint: WebhookId,
 ) -> QueryResult<i64> {
     prepared(format!(
         "WITH created AS (

@@ -8,6 +8,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::db::prepared::prepared;
+use crate::domain::ids::WebhookId;
 
 /// A delivery as its owner sees it.
 #[derive(Debug, Clone, Queryable)]
@@ -54,7 +55,7 @@ pub struct AttemptRow {
 /// The endpoint's newest deliveries (at most `limit`) with their tries.
 pub async fn of_endpoint(
     conn: &mut AsyncPgConnection,
-    endpoint: Uuid,
+    endpoint: WebhookId,
     limit: i64,
 ) -> QueryResult<(Vec<DeliveryRow>, Vec<AttemptRow>)> {
     use crate::db::schema::{

@@ -5,6 +5,8 @@ use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
+use crate::domain::ids::{ClaimToken, VideoId};
+
 /// A claim: the job, the token that fences every later write, the run and the attempt number.
 #[derive(Debug, Clone, diesel::QueryableByName)]
 pub struct ClaimedJob {
@@ -13,7 +15,7 @@ pub struct ClaimedJob {
     pub id: i64,
     /// Its video.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
-    pub video_id: Uuid,
+    pub video_id: VideoId,
     /// Where the original is.
     #[diesel(sql_type = diesel::sql_types::Text)]
     pub original_s3_key: String,
@@ -22,7 +24,7 @@ pub struct ClaimedJob {
     pub kind: crate::domain::job::JobKind,
     /// The fencing token of this claim.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
-    pub claim_token: Uuid,
+    pub claim_token: ClaimToken,
     /// This attempt's number within its run (1 to `MAX_ATTEMPTS`).
     #[diesel(sql_type = diesel::sql_types::Integer)]
     pub attempt_count: i32,
@@ -201,7 +203,7 @@ pub async fn claim_some(
 pub async fn heartbeat(
     conn: &mut AsyncPgConnection,
     id: i64,
-    token: Uuid,
+    token: ClaimToken,
     lease_secs: f64,
 ) -> QueryResult<usize> {
     use diesel::sql_types::{BigInt, Double, Uuid as SqlUuid};

@@ -3,16 +3,16 @@
 
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
 use super::JOBS_CHANNEL;
 use crate::db::schema::video_encoding_jobs;
+use crate::domain::ids::VideoId;
 use crate::domain::job::JobKind;
 
 /// Enqueues a PENDING job of `kind` for a video; joins the caller's transaction.
 pub async fn insert(
     mut conn: &AsyncPgConnection,
-    video: Uuid,
+    video: VideoId,
     original_key: &str,
     kind: JobKind,
 ) -> QueryResult<i64> {
@@ -31,15 +31,15 @@ pub async fn insert(
 /// statement; returns each job's `(video, id)`. Joins the caller's transaction.
 pub async fn insert_all(
     mut conn: &AsyncPgConnection,
-    videos: Vec<Uuid>,
+    videos: Vec<VideoId>,
     original_keys: Vec<String>,
     kind: JobKind,
-) -> QueryResult<Vec<(Uuid, i64)>> {
+) -> QueryResult<Vec<(VideoId, i64)>> {
     use diesel::sql_types::{Array, BigInt, Text, Uuid as SqlUuid};
     #[derive(QueryableByName)]
     struct Inserted {
         #[diesel(sql_type = SqlUuid)]
-        video_id: Uuid,
+        video_id: VideoId,
         #[diesel(sql_type = BigInt)]
         id: i64,
     }
@@ -69,7 +69,7 @@ pub async fn notify_claimable(mut conn: &AsyncPgConnection) -> QueryResult<()> {
 /// Locks the jobs of these videos `FOR UPDATE`, in id order, after their videos (lock order).
 pub async fn lock_for_videos(
     conn: &mut AsyncPgConnection,
-    videos: &[Uuid],
+    videos: &[VideoId],
 ) -> QueryResult<Vec<i64>> {
     video_encoding_jobs::table
         .filter(video_encoding_jobs::video_id.eq_any(videos))

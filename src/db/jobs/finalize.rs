@@ -4,9 +4,9 @@
 
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
 use crate::db::CountRow;
+use crate::domain::ids::ClaimToken;
 use crate::domain::job::Outcome;
 
 /// How a fenced transition closes the attempt it ends.
@@ -61,7 +61,7 @@ pub const CLAIM_LOST_MESSAGE: &str = "vidq: the claim was lost";
 pub async fn complete(
     mut conn: &AsyncPgConnection,
     id: i64,
-    token: Uuid,
+    token: ClaimToken,
     end: AttemptEnd<'_>,
 ) -> QueryResult<usize> {
     const COMPLETE: &str = "UPDATE video_encoding_jobs
@@ -108,7 +108,7 @@ pub const COMPLETE_ALL_SQL: &str =
 pub async fn complete_all(
     mut conn: &AsyncPgConnection,
     ids: Vec<i64>,
-    tokens: Vec<Uuid>,
+    tokens: Vec<ClaimToken>,
 ) -> QueryResult<usize> {
     use diesel::sql_types::{Array, BigInt, Uuid as SqlUuid};
     let expected = i64::try_from(ids.len()).unwrap_or(i64::MAX);
@@ -125,7 +125,7 @@ pub async fn complete_all(
 pub async fn retry_later(
     conn: &mut AsyncPgConnection,
     id: i64,
-    token: Uuid,
+    token: ClaimToken,
     end: AttemptEnd<'_>,
     delay_secs: f64,
 ) -> QueryResult<usize> {
@@ -145,7 +145,7 @@ pub async fn retry_later(
 pub async fn release(
     conn: &mut AsyncPgConnection,
     id: i64,
-    token: Uuid,
+    token: ClaimToken,
     end: AttemptEnd<'_>,
 ) -> QueryResult<usize> {
     let sql = "UPDATE video_encoding_jobs

@@ -8,13 +8,14 @@ use uuid::Uuid;
 use super::finalize::{AttemptEnd, LOG_ATTEMPT, fenced};
 use crate::db::CountRow;
 use crate::db::schema::video_encoding_jobs;
+use crate::domain::ids::ClaimToken;
 
 /// Fenced `PROCESSING -> DEAD`, closed (`completed_at`) at once; the LAST statement of the
 /// reaper's transaction. 0: someone else reaped it.
 pub async fn mark_dead(
     conn: &mut AsyncPgConnection,
     id: i64,
-    token: Uuid,
+    token: ClaimToken,
     end: AttemptEnd<'_>,
 ) -> QueryResult<usize> {
     let sql = "UPDATE video_encoding_jobs
@@ -38,7 +39,7 @@ pub struct DeadCandidate {
     pub video_id: Uuid,
     /// The expired claim's token.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
-    pub claim_token: Uuid,
+    pub claim_token: ClaimToken,
     /// The run it died in.
     #[diesel(sql_type = diesel::sql_types::Integer)]
     pub run: i32,

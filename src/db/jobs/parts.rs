@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::finalize::{AttemptEnd, fenced};
 use crate::db::CountRow;
+use crate::domain::ids::{ClaimToken, VideoId};
 use crate::domain::job::JobKind;
 
 /// Writes the parts of the head job `id` (held under `token`) and parks the head as its
@@ -24,7 +25,7 @@ use crate::domain::job::JobKind;
 pub async fn plan_parts(
     conn: &mut AsyncPgConnection,
     id: i64,
-    token: Uuid,
+    token: ClaimToken,
     plan: &serde_json::Value,
     parts: &[(JobKind, i32)],
     end: AttemptEnd<'_>,
@@ -121,7 +122,7 @@ pub async fn delete_parts(conn: &mut AsyncPgConnection, head: i64) -> QueryResul
 pub async fn encode_whole(
     conn: &mut AsyncPgConnection,
     id: i64,
-    token: Uuid,
+    token: ClaimToken,
     end: AttemptEnd<'_>,
 ) -> QueryResult<usize> {
     let sql = "UPDATE video_encoding_jobs
@@ -201,7 +202,7 @@ pub struct Progress {
 /// The progress of those of `videos` that are split and still encoding (one statement).
 pub async fn progress_of(
     conn: &mut AsyncPgConnection,
-    videos: &[Uuid],
+    videos: &[VideoId],
 ) -> QueryResult<Vec<Progress>> {
     if videos.is_empty() {
         return Ok(Vec::new());

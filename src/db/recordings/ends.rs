@@ -4,8 +4,8 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
+use crate::domain::ids::RecordingId;
 use crate::domain::recording::{EndReason, FileAxis, FileState, RecordingState};
 
 /// CAS `live -> ending` (`idle`) for `node`'s recordings with nothing received for
@@ -15,7 +15,7 @@ pub async fn end_idle(
     node: &str,
     idle_secs: f64,
     grace_secs: f64,
-) -> QueryResult<Vec<Uuid>> {
+) -> QueryResult<Vec<RecordingId>> {
     end_quiet(conn, node, Quiet::Idle, idle_secs, grace_secs).await
 }
 
@@ -27,7 +27,7 @@ pub async fn expire_waiting(
     node: &str,
     ttl_secs: f64,
     grace_secs: f64,
-) -> QueryResult<Vec<Uuid>> {
+) -> QueryResult<Vec<RecordingId>> {
     end_quiet(conn, node, Quiet::NeverStreamed, ttl_secs, grace_secs).await
 }
 
@@ -47,11 +47,11 @@ async fn end_quiet(
     quiet: Quiet,
     secs: f64,
     grace_secs: f64,
-) -> QueryResult<Vec<Uuid>> {
+) -> QueryResult<Vec<RecordingId>> {
     #[derive(QueryableByName)]
     struct Ended {
         #[diesel(sql_type = diesel::sql_types::Uuid)]
-        id: Uuid,
+        id: RecordingId,
     }
     let (from, reason, since) = match quiet {
         Quiet::Idle => (RecordingState::Live, EndReason::Idle, "last_ingest_at"),
@@ -118,7 +118,10 @@ struct Count {
 /// CAS `waiting | live | ending -> failed` (`no_video_stream`), ended and cut off now: the
 /// broadcast has no video vidq can decode, so no file of it is taken any more and no encode
 /// is tried. 0 when it had ended otherwise already.
-pub async fn fail_without_video(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+pub async fn fail_without_video(
+    conn: &mut AsyncPgConnection,
+    id: RecordingId,
+) -> QueryResult<usize> {
     diesel::sql_query(format!(
         "UPDATE recordings SET state = '{failed}', end_reason = '{reason}',
                 ended_at = COALESCE(ended_at, statement_timestamp()),

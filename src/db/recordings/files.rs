@@ -5,16 +5,16 @@ use diesel::QueryableByName;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Int4, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
 use crate::db::schema::recording_files;
+use crate::domain::ids::RecordingId;
 use crate::domain::recording::{FileAxis, FileState, RecordingState};
 
 /// A file an encoder PUT, written to the spool (and fsynced) before this row.
 #[derive(Debug)]
 pub struct NewRecordingFile<'a> {
     /// Its recording.
-    pub recording: Uuid,
+    pub recording: RecordingId,
     /// Init or segment.
     pub axis: FileAxis,
     /// Segment number (0 for init).
@@ -93,7 +93,7 @@ pub async fn record_file(
         segment = FileAxis::Segment.as_str(),
         excluded = FileState::Excluded.as_str(),
         pending = FileState::Pending.as_str(),
-        channel = crate::db::ingest::SWEEP_CHANNEL,
+        channel = crate::db::uploads::receiving::SWEEP_CHANNEL,
         waiting = RecordingState::Waiting.as_str(),
         live = RecordingState::Live.as_str(),
         ending = RecordingState::Ending.as_str(),
@@ -135,7 +135,7 @@ pub struct RecordedFile {
 /// statement that sees every row committed meanwhile, the durations on the rows that exist.
 pub async fn set_playlist(
     conn: &mut AsyncPgConnection,
-    recording: Uuid,
+    recording: RecordingId,
     playlist: &crate::domain::recording::IngestPlaylist,
 ) -> QueryResult<usize> {
     use diesel_async::AsyncConnection;
@@ -201,7 +201,10 @@ pub struct FileCounts {
 }
 
 /// Counts of a recording's files.
-pub async fn counts(conn: &mut AsyncPgConnection, recording: Uuid) -> QueryResult<FileCounts> {
+pub async fn counts(
+    conn: &mut AsyncPgConnection,
+    recording: RecordingId,
+) -> QueryResult<FileCounts> {
     diesel::sql_query(format!(
         "SELECT count(*) FILTER (WHERE axis = '{segment}') AS received,
                 count(*) FILTER (WHERE axis = '{segment}' AND state = '{uploaded}') AS uploaded,
@@ -223,7 +226,7 @@ pub async fn counts(conn: &mut AsyncPgConnection, recording: Uuid) -> QueryResul
 /// stream that comes back after the process that took it is gone goes on from here.
 pub async fn segment_extent(
     conn: &mut AsyncPgConnection,
-    recording: Uuid,
+    recording: RecordingId,
 ) -> QueryResult<(Option<i32>, i64)> {
     #[derive(QueryableByName)]
     struct Extent {
@@ -246,7 +249,7 @@ pub async fn segment_extent(
 /// A recording file's state and digest now.
 pub async fn file_digest(
     conn: &mut AsyncPgConnection,
-    recording: Uuid,
+    recording: RecordingId,
     axis: FileAxis,
     sequence: i32,
 ) -> QueryResult<Option<(FileState, Option<String>)>> {
@@ -291,7 +294,10 @@ pub struct FileView {
 }
 
 /// Every file of a recording, in number order.
-pub async fn files_of(conn: &mut AsyncPgConnection, recording: Uuid) -> QueryResult<Vec<FileView>> {
+pub async fn files_of(
+    conn: &mut AsyncPgConnection,
+    recording: RecordingId,
+) -> QueryResult<Vec<FileView>> {
     diesel::sql_query(
         "SELECT axis, sequence, duration_ms, state, object_key FROM recording_files
           WHERE recording_id = $1 ORDER BY axis, sequence",

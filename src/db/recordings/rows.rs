@@ -5,9 +5,9 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{Int4, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
 use crate::db::schema::recordings;
+use crate::domain::ids::{RecordingId, UserId};
 use crate::domain::recording::{EndReason, RecordingState};
 
 /// A `recordings` row.
@@ -15,9 +15,9 @@ use crate::domain::recording::{EndReason, RecordingState};
 #[diesel(table_name = recordings)]
 pub struct RecordingRow {
     /// Primary key (UUIDv7).
-    pub id: Uuid,
+    pub id: RecordingId,
     /// The broadcaster.
-    pub owner_id: Uuid,
+    pub owner_id: UserId,
     /// See [`RecordingState`].
     pub state: RecordingState,
     /// The node whose spool holds its files.
@@ -48,8 +48,8 @@ pub struct RecordingRow {
 /// Records a new recording, `waiting`, spooled on `node`.
 pub async fn insert(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
-    owner: Uuid,
+    id: RecordingId,
+    owner: UserId,
     stream_key_hash: &[u8],
     node: &str,
 ) -> QueryResult<RecordingRow> {
@@ -81,8 +81,8 @@ pub async fn by_stream_key(
 /// The recording, only if `owner` holds it.
 pub async fn find_owned(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
-    id: Uuid,
+    owner: UserId,
+    id: RecordingId,
 ) -> QueryResult<Option<RecordingRow>> {
     recordings::table
         .filter(recordings::id.eq(id).and(recordings::owner_id.eq(owner)))
@@ -94,7 +94,7 @@ pub async fn find_owned(
 
 /// Notes that something arrived: `waiting -> live` on the first file, and the time of the
 /// last one (the idle end counts from it).
-pub async fn touch(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+pub async fn touch(conn: &mut AsyncPgConnection, id: RecordingId) -> QueryResult<usize> {
     diesel::sql_query(format!(
         "UPDATE recordings
             SET state = CASE WHEN state = '{waiting}' THEN '{live}' ELSE state END,
@@ -113,7 +113,7 @@ pub async fn touch(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize>
 /// 0 when it had ended already.
 pub async fn end(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
+    id: RecordingId,
     reason: EndReason,
     final_sequence: Option<i32>,
     grace_secs: f64,
@@ -138,14 +138,17 @@ pub async fn end(
 }
 
 /// Deletes a recording and (cascading) its file rows: its video is being deleted.
-pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+pub async fn delete(conn: &mut AsyncPgConnection, id: RecordingId) -> QueryResult<usize> {
     diesel::delete(recordings::table.filter(recordings::id.eq(id)))
         .execute(conn)
         .await
 }
 
 /// The recording, whoever holds it (a playback token authorizes the reader).
-pub async fn find(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<RecordingRow>> {
+pub async fn find(
+    conn: &mut AsyncPgConnection,
+    id: RecordingId,
+) -> QueryResult<Option<RecordingRow>> {
     recordings::table
         .filter(recordings::id.eq(id))
         .select(RecordingRow::as_select())
@@ -155,7 +158,7 @@ pub async fn find(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<
 }
 
 /// One more file of the recording arrived whole and was lost (`segments.lost`).
-pub async fn add_lost_file(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+pub async fn add_lost_file(conn: &mut AsyncPgConnection, id: RecordingId) -> QueryResult<usize> {
     diesel::update(recordings::table.find(id))
         .set(recordings::lost_files.eq(recordings::lost_files + 1))
         .execute(conn)

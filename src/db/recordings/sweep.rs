@@ -35,7 +35,7 @@ pub struct ClaimedFile {
 }
 
 /// Claims up to `limit` due pending files of `node` with an id above `after`, in id order,
-/// for `lease_secs`, in one statement (as `ledger::claim_page` does for uploads).
+/// for `lease_secs`, in one statement (as `uploads::sweep::claim_page` does for uploads).
 pub async fn claim_files(
     conn: &mut AsyncPgConnection,
     node: &str,

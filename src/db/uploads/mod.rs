@@ -1,11 +1,15 @@
 //! Upload contracts: one row per object key a client was told to PUT to.
 
+pub mod multiparts;
+pub mod receiving;
+pub mod sweep;
+
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
-use super::schema::uploads;
+use crate::db::schema::uploads;
+use crate::domain::ids::{UploadId, UserId, VideoId};
 use crate::domain::upload::UploadState;
 
 /// An `uploads` row.
@@ -13,9 +17,9 @@ use crate::domain::upload::UploadState;
 #[diesel(table_name = uploads)]
 pub struct UploadRow {
     /// Primary key (UUIDv7).
-    pub id: Uuid,
+    pub id: UploadId,
     /// The uploader.
-    pub owner_id: Uuid,
+    pub owner_id: UserId,
     /// Server-chosen S3 key.
     pub object_key: String,
     /// The client's filename, a label only.
@@ -55,9 +59,9 @@ pub struct UploadRow {
 #[diesel(table_name = uploads)]
 pub struct NewUploadRow<'a> {
     /// Primary key.
-    pub id: Uuid,
+    pub id: UploadId,
     /// The uploader.
-    pub owner_id: Uuid,
+    pub owner_id: UserId,
     /// Server-chosen key.
     pub object_key: &'a str,
     /// Label.
@@ -89,8 +93,8 @@ pub async fn insert(
 /// The contract, only if `owner` holds it (a stranger's id reads as absent).
 pub async fn find_owned(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
-    id: Uuid,
+    owner: UserId,
+    id: UploadId,
 ) -> QueryResult<Option<UploadRow>> {
     uploads::table
         .filter(uploads::id.eq(id).and(uploads::owner_id.eq(owner)))
@@ -106,9 +110,9 @@ pub async fn find_owned(
 pub async fn find_by_key_hash(
     conn: &mut AsyncPgConnection,
     key_hash: &[u8],
-    id: Uuid,
+    id: UploadId,
 ) -> QueryResult<Option<UploadRow>> {
-    use super::schema::users;
+    use crate::db::schema::users;
     uploads::table
         .inner_join(users::table)
         .filter(uploads::id.eq(id).and(users::api_key_hash.eq(key_hash)))
@@ -126,11 +130,11 @@ pub const UPLOAD_NOT_OPEN_MESSAGE: &str = "vidq: the upload is not open";
 /// there first (the row lock makes a concurrent confirm wait, then re-check the state and
 /// match nothing) or the contract is closed or gone. A fence that matches nothing also fails
 /// the statement on the server (`vidq_fence`), so the transaction is failed there and
-/// a `COMMIT` sent behind it in the same pipeline (`super::pipeline`) rolls it back.
-pub async fn mark_confirmed(mut conn: &AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+/// a `COMMIT` sent behind it in the same pipeline (`crate::db::pipelined`) rolls it back.
+pub async fn mark_confirmed(mut conn: &AsyncPgConnection, id: UploadId) -> QueryResult<usize> {
     // One prepared text (diesel's `eq_any` over a list is re-planned on every call): every
     // confirm runs it.
-    let answer = super::prepared::prepared(format!(
+    let answer = crate::db::prepared::prepared(format!(
         "WITH moved AS (
              UPDATE uploads SET state = '{confirmed}', updated_at = statement_timestamp()
               WHERE id = $1 AND state IN ('{pending}', '{uploaded}')
@@ -141,9 +145,9 @@ pub async fn mark_confirmed(mut conn: &AsyncPgConnection, id: Uuid) -> QueryResu
         uploaded = UploadState::Uploaded.as_str(),
     ))
     .bind::<diesel::sql_types::Uuid, _>(id)
-    .get_result::<super::CountRow>(&mut conn)
+    .get_result::<crate::db::CountRow>(&mut conn)
     .await;
-    super::fence_answer(answer, UPLOAD_NOT_OPEN_MESSAGE)
+    crate::db::fence_answer(answer, UPLOAD_NOT_OPEN_MESSAGE)
 }
 
 /// [`mark_confirmed`] for several contracts in one statement; returns the ids it moved. The
@@ -151,9 +155,9 @@ pub async fn mark_confirmed(mut conn: &AsyncPgConnection, id: Uuid) -> QueryResu
 /// other in a cycle: the later one waits, re-checks the state and leaves the contract out.
 pub async fn mark_all_confirmed(
     mut conn: &AsyncPgConnection,
-    ids: Vec<Uuid>,
-) -> QueryResult<Vec<Uuid>> {
-    let moved: Vec<super::UuidRow> = super::prepared::prepared(format!(
+    ids: Vec<UploadId>,
+) -> QueryResult<Vec<UploadId>> {
+    let moved: Vec<crate::db::UuidRow> = crate::db::prepared::prepared(format!(
         "WITH open AS (
              SELECT id FROM uploads
               WHERE id = ANY($1) AND state IN ('{pending}', '{uploaded}')
@@ -168,11 +172,11 @@ pub async fn mark_all_confirmed(
     .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(ids)
     .load(&mut conn)
     .await?;
-    Ok(moved.into_iter().map(|row| row.id).collect())
+    Ok(moved.into_iter().map(|row| UploadId(row.id)).collect())
 }
 
 /// The contract's state, if it still exists (a confirm whose CAS matched nothing asks why).
-pub async fn state_of(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<String>> {
+pub async fn state_of(conn: &mut AsyncPgConnection, id: UploadId) -> QueryResult<Option<String>> {
     uploads::table
         .filter(uploads::id.eq(id))
         .select(uploads::state)
@@ -182,8 +186,8 @@ pub async fn state_of(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Opt
 }
 
 /// The id of the video made from the contract, if one was.
-pub async fn video_of(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Option<Uuid>> {
-    use super::schema::videos;
+pub async fn video_of(conn: &mut AsyncPgConnection, id: UploadId) -> QueryResult<Option<VideoId>> {
+    use crate::db::schema::videos;
     videos::table
         .filter(videos::upload_id.eq(id))
         .select(videos::id)
@@ -193,7 +197,7 @@ pub async fn video_of(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<Opt
 }
 
 /// Deletes a contract (its video and job cascade with it).
-pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize> {
+pub async fn delete(conn: &mut AsyncPgConnection, id: UploadId) -> QueryResult<usize> {
     diesel::delete(uploads::table.filter(uploads::id.eq(id)))
         .execute(conn)
         .await
@@ -203,9 +207,9 @@ pub async fn delete(conn: &mut AsyncPgConnection, id: Uuid) -> QueryResult<usize
 /// ids and object keys: one page of a user's deletion.
 pub async fn lock_page_of_owner(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
+    owner: UserId,
     limit: i64,
-) -> QueryResult<Vec<(Uuid, String)>> {
+) -> QueryResult<Vec<(UploadId, String)>> {
     uploads::table
         .filter(uploads::owner_id.eq(owner))
         .select((uploads::id, uploads::object_key))
@@ -217,14 +221,14 @@ pub async fn lock_page_of_owner(
 }
 
 /// Deletes contracts; their videos, jobs, artifacts and attempts cascade with them.
-pub async fn delete_many(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> QueryResult<usize> {
+pub async fn delete_many(conn: &mut AsyncPgConnection, ids: &[UploadId]) -> QueryResult<usize> {
     diesel::delete(uploads::table.filter(uploads::id.eq_any(ids)))
         .execute(conn)
         .await
 }
 
 /// Whether the owner has any contract left.
-pub async fn any_of_owner(conn: &mut AsyncPgConnection, owner: Uuid) -> QueryResult<bool> {
+pub async fn any_of_owner(conn: &mut AsyncPgConnection, owner: UserId) -> QueryResult<bool> {
     diesel::select(diesel::dsl::exists(
         uploads::table.filter(uploads::owner_id.eq(owner)),
     ))

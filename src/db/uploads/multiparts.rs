@@ -8,9 +8,9 @@
 use diesel::sql_types::{BigInt, Bool, Int4, Nullable, Text};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
-use super::uploads::NewUploadRow;
+use super::NewUploadRow;
+use crate::domain::ids::{RequestToken, UploadId, UserId};
 use crate::domain::upload::{UploadState, UploadStore, UploadVia};
 
 /// How long a request holds an upload without renewing: a request renews while its bytes
@@ -57,7 +57,7 @@ pub async fn insert(
     part_bytes: i64,
 ) -> diesel::QueryResult<()> {
     conn.transaction(async |conn| {
-        use super::schema::uploads::dsl;
+        use crate::db::schema::uploads::dsl;
         use diesel::ExpressionMethods;
         diesel::insert_into(dsl::uploads)
             .values((
@@ -114,58 +114,13 @@ pub enum NotLeased {
 /// [`LEASE_SECS`].
 pub async fn lease(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
+    id: UploadId,
     offset: i64,
-    token: Uuid,
+    token: RequestToken,
     numbers: i32,
 ) -> diesel::QueryResult<Result<Lease, NotLeased>> {
-    #[derive(QueryableByName)]
-    struct Taken {
-        #[diesel(sql_type = Nullable<Text>)]
-        multipart_id: Option<String>,
-        #[diesel(sql_type = Nullable<BigInt>)]
-        part_bytes: Option<i64>,
-        #[diesel(sql_type = Nullable<Int4>)]
-        first_number: Option<i32>,
-        #[diesel(sql_type = Bool)]
-        held: bool,
-        #[diesel(sql_type = Bool)]
-        exhausted: bool,
-    }
     conn.transaction(async |conn| {
-        // The upload row first (lock order), read at the offset the client claims.
-        let taken: Taken = diesel::sql_query(format!(
-            "WITH upload AS (
-                 SELECT id FROM uploads
-                  WHERE id = $1 AND state = '{receiving}' AND received_bytes = $2
-                  FOR UPDATE),
-             current AS (
-                 SELECT m.* FROM tus_multiparts m JOIN upload u ON u.id = m.upload_id
-                  FOR UPDATE OF m),
-             taken AS (
-                 UPDATE tus_multiparts m
-                    SET lease_token = $3,
-                        lease_until = statement_timestamp() + make_interval(secs => $5),
-                        next_part = m.next_part + $4
-                   FROM current c
-                  WHERE m.upload_id = c.upload_id
-                    AND (c.lease_until IS NULL OR c.lease_until < statement_timestamp())
-                    AND c.next_part + $4 <= 10001
-                 RETURNING m.multipart_id, m.part_bytes, c.next_part AS first_number)
-             SELECT t.multipart_id, t.part_bytes, t.first_number,
-                    EXISTS (SELECT 1 FROM current
-                             WHERE lease_until >= statement_timestamp()) AS held,
-                    EXISTS (SELECT 1 FROM current WHERE next_part + $4 > 10001) AS exhausted
-               FROM (SELECT 1) one LEFT JOIN taken t ON true",
-            receiving = UploadState::Receiving.as_str(),
-        ))
-        .bind::<diesel::sql_types::Uuid, _>(id)
-        .bind::<BigInt, _>(offset)
-        .bind::<diesel::sql_types::Uuid, _>(token)
-        .bind::<Int4, _>(numbers)
-        .bind::<diesel::sql_types::Double, _>(LEASE_SECS)
-        .get_result(conn)
-        .await?;
+        let taken = take(conn, id, offset, token, numbers).await?;
         let (Some(multipart_id), Some(part_bytes), Some(first_number)) =
             (taken.multipart_id, taken.part_bytes, taken.first_number)
         else {
@@ -181,7 +136,7 @@ pub async fn lease(
             "SELECT COALESCE(sum(size_bytes), 0)::int8 AS n FROM tus_parts WHERE upload_id = $1",
         )
         .bind::<diesel::sql_types::Uuid, _>(id)
-        .get_result::<super::CountRow>(conn)
+        .get_result::<crate::db::CountRow>(conn)
         .await?
         .n;
         let tail = tail_of(conn, id).await?;
@@ -196,12 +151,72 @@ pub async fn lease(
     .await
 }
 
+/// What the lease statement found: the lease, or why not (another holds it, the numbers
+/// are used up; neither: the upload has moved on).
+#[derive(QueryableByName)]
+struct Taken {
+    #[diesel(sql_type = Nullable<Text>)]
+    multipart_id: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    part_bytes: Option<i64>,
+    #[diesel(sql_type = Nullable<Int4>)]
+    first_number: Option<i32>,
+    #[diesel(sql_type = Bool)]
+    held: bool,
+    #[diesel(sql_type = Bool)]
+    exhausted: bool,
+}
+
+/// The lease statement: the upload row first (lock order), then its multipart row, taken if
+/// nobody holds it and enough part numbers are left.
+async fn take(
+    conn: &mut AsyncPgConnection,
+    id: UploadId,
+    offset: i64,
+    token: RequestToken,
+    numbers: i32,
+) -> diesel::QueryResult<Taken> {
+    // The upload row first (lock order), read at the offset the client claims.
+    diesel::sql_query(format!(
+        "WITH upload AS (
+             SELECT id FROM uploads
+              WHERE id = $1 AND state = '{receiving}' AND received_bytes = $2
+              FOR UPDATE),
+         current AS (
+             SELECT m.* FROM tus_multiparts m JOIN upload u ON u.id = m.upload_id
+              FOR UPDATE OF m),
+         taken AS (
+             UPDATE tus_multiparts m
+                SET lease_token = $3,
+                    lease_until = statement_timestamp() + make_interval(secs => $5),
+                    next_part = m.next_part + $4
+               FROM current c
+              WHERE m.upload_id = c.upload_id
+                AND (c.lease_until IS NULL OR c.lease_until < statement_timestamp())
+                AND c.next_part + $4 <= 10001
+             RETURNING m.multipart_id, m.part_bytes, c.next_part AS first_number)
+         SELECT t.multipart_id, t.part_bytes, t.first_number,
+                EXISTS (SELECT 1 FROM current
+                         WHERE lease_until >= statement_timestamp()) AS held,
+                EXISTS (SELECT 1 FROM current WHERE next_part + $4 > 10001) AS exhausted
+           FROM (SELECT 1) one LEFT JOIN taken t ON true",
+        receiving = UploadState::Receiving.as_str(),
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(id)
+    .bind::<BigInt, _>(offset)
+    .bind::<diesel::sql_types::Uuid, _>(token)
+    .bind::<Int4, _>(numbers)
+    .bind::<diesel::sql_types::Double, _>(LEASE_SECS)
+    .get_result(conn)
+    .await
+}
+
 /// Reserves `numbers` more part numbers for the request `token`; the first, or `None` when
 /// it no longer holds the upload or the numbers are used up.
 pub async fn reserve(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
-    token: Uuid,
+    id: UploadId,
+    token: RequestToken,
     numbers: i32,
 ) -> diesel::QueryResult<Option<i32>> {
     #[derive(QueryableByName)]
@@ -227,8 +242,8 @@ pub async fn reserve(
 /// HEAD took it over, or it ended and another request took it).
 pub async fn renew(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
-    token: Uuid,
+    id: UploadId,
+    token: RequestToken,
 ) -> diesel::QueryResult<bool> {
     let n = diesel::sql_query(
         "UPDATE tus_multiparts
@@ -246,8 +261,8 @@ pub async fn renew(
 /// Lets go of the upload (the request `token` is done); nothing if it no longer holds it.
 pub async fn release(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
-    token: Uuid,
+    id: UploadId,
+    token: RequestToken,
 ) -> diesel::QueryResult<usize> {
     diesel::sql_query(
         "UPDATE tus_multiparts SET lease_token = NULL, lease_until = NULL
@@ -262,7 +277,7 @@ pub async fn release(
 /// Ends whatever request holds the upload (a tus HEAD: the client is about to resume, so
 /// the request it left behind is dead to it). That request's next CAS or renewal fails; its
 /// part numbers stay its own, so nothing it still writes can land under a counted part.
-pub async fn take_over(conn: &mut AsyncPgConnection, id: Uuid) -> diesel::QueryResult<usize> {
+pub async fn take_over(conn: &mut AsyncPgConnection, id: UploadId) -> diesel::QueryResult<usize> {
     diesel::sql_query(
         "UPDATE tus_multiparts SET lease_token = NULL, lease_until = NULL
           WHERE upload_id = $1 AND lease_token IS NOT NULL",
@@ -289,8 +304,8 @@ pub struct Stored {
 /// completed). `false`: the lease was lost or the upload closed meanwhile, nothing counted.
 pub async fn count(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
-    token: Uuid,
+    id: UploadId,
+    token: RequestToken,
     (from, to): (i64, i64),
     complete: bool,
     stored: &Stored,
@@ -331,7 +346,7 @@ pub async fn count(
 /// The rows of what [`count`] counts.
 async fn record(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
+    id: UploadId,
     stored: &Stored,
 ) -> diesel::QueryResult<()> {
     if stored.took_tail {
@@ -371,7 +386,7 @@ async fn record(
 /// The tail pieces, in file order.
 pub async fn tail_of(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
+    id: UploadId,
 ) -> diesel::QueryResult<Vec<TailPiece>> {
     diesel::sql_query(
         "SELECT start_offset, size_bytes, object_key FROM tus_tail_pieces
@@ -395,7 +410,7 @@ pub struct Multipart {
 /// The upload's multipart upload and parts; `None` once it is gone (completed or dropped).
 pub async fn multipart_of(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
+    id: UploadId,
 ) -> diesel::QueryResult<Option<Multipart>> {
     #[derive(QueryableByName)]
     struct Row {
@@ -424,7 +439,7 @@ pub async fn multipart_of(
 
 /// Forgets the multipart rows of an upload that no longer needs them (completed, or
 /// aborted in S3).
-pub async fn forget(conn: &mut AsyncPgConnection, id: Uuid) -> diesel::QueryResult<usize> {
+pub async fn forget(conn: &mut AsyncPgConnection, id: UploadId) -> diesel::QueryResult<usize> {
     diesel::sql_query("DELETE FROM tus_multiparts WHERE upload_id = $1")
         .bind::<diesel::sql_types::Uuid, _>(id)
         .execute(conn)
@@ -436,7 +451,7 @@ pub async fn forget(conn: &mut AsyncPgConnection, id: Uuid) -> diesel::QueryResu
 pub struct Dropped {
     /// The contract.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
-    pub upload_id: Uuid,
+    pub upload_id: UploadId,
     /// Its final key.
     #[diesel(sql_type = Text)]
     pub object_key: String,
@@ -449,7 +464,7 @@ pub struct Dropped {
 /// deleted: S3 would keep their parts once the rows are gone).
 pub async fn of_owner(
     conn: &mut AsyncPgConnection,
-    owner: Uuid,
+    owner: UserId,
 ) -> diesel::QueryResult<Vec<Dropped>> {
     diesel::sql_query(
         "SELECT u.id AS upload_id, u.object_key, m.multipart_id

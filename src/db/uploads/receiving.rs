@@ -6,9 +6,9 @@
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use uuid::Uuid;
 
-use super::ledger::NewVidqUpload;
+use super::sweep::NewVidqUpload;
+use crate::domain::ids::UploadId;
 use crate::domain::upload::{RejectReason, UploadState, UploadVia};
 
 /// The channel a node's sweeper LISTENs on; the payload is the node id whose spool now
@@ -21,7 +21,7 @@ pub async fn insert_receiving(
     conn: &mut AsyncPgConnection,
     new: &NewVidqUpload<'_>,
 ) -> diesel::QueryResult<usize> {
-    use super::schema::uploads::dsl;
+    use crate::db::schema::uploads::dsl;
     use diesel::ExpressionMethods;
     diesel::insert_into(dsl::uploads)
         .values((
@@ -43,7 +43,7 @@ pub async fn insert_receiving(
 /// upload was expired or terminated in between.
 pub async fn advance(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
+    id: UploadId,
     from: i64,
     to: i64,
     complete: bool,
@@ -81,7 +81,7 @@ pub async fn advance(
 /// Deletes a `receiving` upload (tus termination); 0 when it is no longer receiving.
 pub async fn delete_receiving(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
+    id: UploadId,
 ) -> diesel::QueryResult<usize> {
     diesel::sql_query(format!(
         "DELETE FROM uploads WHERE id = $1 AND state = '{}'",
@@ -97,7 +97,7 @@ pub async fn delete_receiving(
 pub struct ExpiredReceiving {
     /// The contract.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
-    pub id: Uuid,
+    pub id: UploadId,
     /// Its spool file, to remove.
     #[diesel(sql_type = Nullable<Text>)]
     pub spool_path: Option<String>,
@@ -131,7 +131,7 @@ pub async fn expire_receiving(
 /// CAS `receiving -> rejected` with its reason (the spool file was lost mid-upload).
 pub async fn reject_receiving(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
+    id: UploadId,
     reason: RejectReason,
 ) -> diesel::QueryResult<usize> {
     diesel::sql_query(format!(

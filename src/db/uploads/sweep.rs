@@ -1,13 +1,15 @@
 //! The upload ledger's statements for the sweeper: claim a page of due rows through the
 //! cursor, record a failed try, reject for good, release claims, expire lapsed presigned
-//! contracts. Only `uploads` rows are locked here (lock order step 2 in `db/mod.rs`).
+//! contracts, and give a row back to it (`vidq reconcile --fix`). Only `uploads` rows are
+//! locked here (lock order step 2 in `db/mod.rs`).
 
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Double, Int4, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
-use super::uploads::NewUploadRow;
+use super::NewUploadRow;
+use crate::domain::ids::{UploadId, UserId};
 use crate::domain::upload::{RejectReason, UploadState, UploadVia};
 
 /// A pending row claimed by this node's sweeper.
@@ -15,10 +17,10 @@ use crate::domain::upload::{RejectReason, UploadState, UploadVia};
 pub struct ClaimedUpload {
     /// The contract.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
-    pub id: Uuid,
+    pub id: UploadId,
     /// The uploader.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
-    pub owner_id: Uuid,
+    pub owner_id: UserId,
     /// The contracted key.
     #[diesel(sql_type = Text)]
     pub object_key: String,
@@ -43,7 +45,7 @@ pub struct ClaimedUpload {
 pub async fn claim_page(
     conn: &mut AsyncPgConnection,
     node: &str,
-    after: Option<Uuid>,
+    after: Option<UploadId>,
     limit: i64,
     lease_secs: f64,
 ) -> diesel::QueryResult<Vec<ClaimedUpload>> {
@@ -64,7 +66,7 @@ pub async fn claim_page(
         vidq = UploadVia::Vidq.as_str(),
     );
     let mut rows: Vec<ClaimedUpload> = diesel::sql_query(sql)
-        .bind::<diesel::sql_types::Uuid, _>(after.unwrap_or(Uuid::nil()))
+        .bind::<diesel::sql_types::Uuid, _>(after.unwrap_or(UploadId(Uuid::nil())))
         .bind::<Text, _>(node)
         .bind::<BigInt, _>(limit)
         .bind::<Double, _>(lease_secs)
@@ -77,7 +79,7 @@ pub async fn claim_page(
 
 /// Gives claims back without a try (the queue was full, the breaker open): the rows are
 /// due again at once, for this sweeper's next round or another's.
-pub async fn release(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> diesel::QueryResult<usize> {
+pub async fn release(conn: &mut AsyncPgConnection, ids: &[UploadId]) -> diesel::QueryResult<usize> {
     if ids.is_empty() {
         return Ok(0);
     }
@@ -94,7 +96,7 @@ pub async fn release(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> diesel::Quer
 /// the database clock, the error, and the claim released. Only while the row is pending.
 pub async fn record_failure(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
+    id: UploadId,
     delay_secs: f64,
     error: &str,
 ) -> diesel::QueryResult<usize> {
@@ -115,7 +117,7 @@ pub async fn record_failure(
 /// CAS `pending -> rejected` with its reason: never PUT, never tried again.
 pub async fn reject(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
+    id: UploadId,
     reason: RejectReason,
 ) -> diesel::QueryResult<usize> {
     diesel::sql_query(format!(
@@ -136,7 +138,7 @@ pub async fn reject(
 pub struct ExpiredUpload {
     /// The contract.
     #[diesel(sql_type = diesel::sql_types::Uuid)]
-    pub id: Uuid,
+    pub id: UploadId,
     /// Its key, whose object (if the client PUT one) is to be deleted.
     #[diesel(sql_type = Text)]
     pub object_key: String,
@@ -187,7 +189,7 @@ pub async fn insert_pending(
     conn: &mut AsyncPgConnection,
     new: &NewVidqUpload<'_>,
 ) -> diesel::QueryResult<usize> {
-    use super::schema::uploads::dsl;
+    use crate::db::schema::uploads::dsl;
     use diesel::ExpressionMethods;
     diesel::insert_into(dsl::uploads)
         .values((
@@ -221,9 +223,29 @@ pub struct LedgerEntry {
 }
 
 /// The ledger fields of one contract.
-pub async fn entry(conn: &mut AsyncPgConnection, id: Uuid) -> diesel::QueryResult<LedgerEntry> {
+pub async fn entry(conn: &mut AsyncPgConnection, id: UploadId) -> diesel::QueryResult<LedgerEntry> {
     diesel::sql_query("SELECT state, reject_reason, tries, last_error FROM uploads WHERE id = $1")
         .bind::<diesel::sql_types::Uuid, _>(id)
         .get_result(conn)
         .await
+}
+
+/// CAS `uploaded -> pending` for an upload through vidq whose object is missing: the sweeper
+/// PUTs it again from the spool at its next round (`next_try_at` cleared, claim dropped).
+/// 0 when the row moved on meanwhile.
+pub async fn requeue_upload(
+    conn: &mut AsyncPgConnection,
+    id: UploadId,
+) -> diesel::QueryResult<usize> {
+    diesel::sql_query(format!(
+        "UPDATE uploads SET state = '{pending}', next_try_at = NULL, claimed_until = NULL,
+                updated_at = statement_timestamp()
+          WHERE id = $1 AND state = '{uploaded}' AND via = '{vidq}'",
+        pending = UploadState::Pending.as_str(),
+        uploaded = UploadState::Uploaded.as_str(),
+        vidq = UploadVia::Vidq.as_str(),
+    ))
+    .bind::<diesel::sql_types::Uuid, _>(id)
+    .execute(conn)
+    .await
 }

@@ -4,13 +4,17 @@
 //! "Upload recovery": recovery is judged on the object at the contracted key with the right
 //! size, not on an empty queue).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::upload::UploadState;
 use super::video::VideoStatus;
+
+mod owned;
+
+use owned::Owned;
 
 /// An upload contract that owns its key.
 #[derive(Debug, Clone)]
@@ -115,7 +119,7 @@ impl Kind {
 #[derive(Debug, Clone, Default)]
 pub struct LiveLedger {
     /// Recordings that exist.
-    pub recordings: std::collections::HashSet<Uuid>,
+    pub recordings: HashSet<Uuid>,
     /// Their files that own a key: `pending` (a PUT may be in flight) or `uploaded`.
     pub files: Vec<LiveFileRecord>,
 }
@@ -182,8 +186,8 @@ impl Report {
     }
 }
 
-/// Compares the ledger with the listing. Objects outside `originals/` and `videos/` are not
-/// vidq's and are left alone.
+/// Compares the ledger with the listing. Objects outside `originals/`, `videos/`, `live/` and
+/// `tus-tail/` are not vidq's and are left alone.
 pub fn compare(
     uploads: &[UploadRecord],
     artifacts: &[ArtifactRecord],
@@ -199,111 +203,17 @@ pub fn compare(
         objects: objects.len(),
         ..Report::default()
     };
-    let mut check = |key: &str, size: i64, sha256: Option<&str>, owner: Owner, what: String| {
+    for row in expected_objects(uploads, artifacts, live) {
         report.rows += 1;
-        match listed.get(key) {
-            None => report.differences.push(Difference {
-                kind: Kind::Missing,
-                key: key.to_owned(),
-                reason: format!("{what} has no object; expected {size} bytes"),
-                owner,
-            }),
-            Some(object) if object.size != size => report.differences.push(Difference {
-                kind: Kind::SizeMismatch,
-                key: key.to_owned(),
-                reason: format!("object has {} bytes, {what} declares {size}", object.size),
-                owner,
-            }),
-            Some(object) => {
-                // A row with a digest landed only once S3 held its object with that digest:
-                // another digest, or none, means the object was written over since.
-                let held = match (&object.sha256, sha256) {
-                    (StoredDigest::Sha256(held), Some(want)) if held != want => {
-                        Some(format!("bytes with SHA-256 {held}"))
-                    }
-                    (StoredDigest::Absent, Some(_)) => {
-                        Some("bytes stored without a SHA-256".into())
-                    }
-                    _ => None,
-                };
-                if let (Some(held), Some(want)) = (held, sha256) {
-                    report.differences.push(Difference {
-                        kind: Kind::DigestMismatch,
-                        key: key.to_owned(),
-                        reason: format!("object holds {held}, {what} names SHA-256 {want}"),
-                        owner,
-                    });
-                }
-            }
-        }
-    };
-    for upload in uploads {
-        if matches!(upload.state, UploadState::Uploaded | UploadState::Confirmed) {
-            check(
-                &upload.key,
-                upload.size,
-                None,
-                Owner::Upload(upload.id),
-                format!("upload {} ({})", upload.id, upload.state.as_str()),
-            );
-        }
+        report.differences.extend(judge(&listed, row));
     }
-    for artifact in artifacts {
-        check(
-            &artifact.key,
-            artifact.size,
-            None,
-            Owner::Artifact(artifact.video),
-            format!("artifact of video {} (uploaded)", artifact.video),
-        );
-    }
-
-    for file in live.files.iter().filter(|f| f.uploaded) {
-        check(
-            &file.key,
-            file.size,
-            file.sha256.as_deref(),
-            Owner::Recording(file.recording),
-            format!("file of recording {} (uploaded)", file.recording),
-        );
-    }
-    let live_keys: std::collections::HashSet<&str> =
-        live.files.iter().map(|f| f.key.as_str()).collect();
-
-    let contracted: std::collections::HashSet<&str> =
-        uploads.iter().map(|u| u.key.as_str()).collect();
-    let tail_pieces: std::collections::HashSet<&str> = uploads
-        .iter()
-        .flat_map(|u| u.tail_pieces.iter().map(String::as_str))
-        .collect();
-    let videos: HashMap<Uuid, &VideoRecord> = videos.iter().map(|v| (v.id, v)).collect();
+    let owned = Owned::of(uploads, videos, live);
     let grace = chrono::Duration::seconds(i64::try_from(grace_secs).unwrap_or(i64::MAX));
     let mut orphans = Vec::new();
     for object in objects {
-        let reason = if object.key.starts_with("originals/") {
-            (!contracted.contains(object.key.as_str())).then(|| "no live upload owns it".to_owned())
-        } else if let Some(rest) = object.key.strip_prefix("videos/") {
-            video_orphan(rest, &videos)
-        } else if object.key.starts_with("tus-tail/") {
-            (!tail_pieces.contains(object.key.as_str()))
-                .then(|| "no upload still arriving names it as a tail piece".to_owned())
-        } else if let Some(rest) = object.key.strip_prefix("live/") {
-            let recording = rest
-                .split('/')
-                .next()
-                .and_then(|id| id.parse::<Uuid>().ok());
-            match recording {
-                Some(id) if !live.recordings.contains(&id) => {
-                    Some(format!("recording {id} does not exist"))
-                }
-                Some(_) if live_keys.contains(object.key.as_str()) => None,
-                Some(_) => Some("no file of the recording owns it".to_owned()),
-                None => Some("not under a recording's prefix".to_owned()),
-            }
-        } else {
-            None
+        let Some(reason) = owned.orphan_reason(&object.key) else {
+            continue;
         };
-        let Some(reason) = reason else { continue };
         // `checked_sub` fails only for absurd graces: then nothing is old enough.
         let old = now
             .checked_sub_signed(grace)
@@ -327,69 +237,97 @@ pub fn compare(
     report
 }
 
-/// Why a key under `videos/` (without that prefix) is an orphan, or `None` if a live video
-/// owns it: a READY video owns its live attempt's prefix; any other video owns its job's
-/// current attempt's prefix (an encode may be writing there).
-fn video_orphan(rest: &str, videos: &HashMap<Uuid, &VideoRecord>) -> Option<String> {
-    let (id, rest) = rest.split_once('/').unwrap_or((rest, ""));
-    let Ok(id) = id.parse::<Uuid>() else {
-        return Some("not under a video's prefix".to_owned());
-    };
-    let Some(video) = videos.get(&id) else {
-        return Some(format!("video {id} does not exist"));
-    };
-    if let Some(run) = part_run_of(rest) {
-        // A split video's parts: its stitch reads them until the video is READY.
-        let current_run = video.current.map(|(run, _)| run);
-        return match (video.status, current_run) {
-            (VideoStatus::Ready, _) => Some("a part of a video that is ready".to_owned()),
-            (_, Some(current)) if current == run => None,
-            _ => Some(format!(
-                "a part of run r{run}, not the job's current run ({} video)",
-                video.status.as_str()
-            )),
-        };
-    }
-    let Some(attempt) = attempt_of(rest) else {
-        return Some("not under an attempt prefix (videos/{id}/r{run}/a{attempt}/)".to_owned());
-    };
-    let (run, n) = attempt;
-    if video.status == VideoStatus::Ready {
-        return match video.live {
-            Some(live) if live == attempt => None,
-            Some((lr, la)) => Some(format!(
-                "attempt r{run}/a{n} is not the live attempt r{lr}/a{la} of a ready video"
-            )),
-            None => Some("a ready video without a live attempt".to_owned()),
-        };
-    }
-    match video.current {
-        Some(current) if current == attempt => None,
-        Some((cr, ca)) => Some(format!(
-            "attempt r{run}/a{n} is not the job's current attempt r{cr}/a{ca} ({} video)",
-            video.status.as_str()
-        )),
-        None => Some(format!("{} video without a job", video.status.as_str())),
-    }
+/// What one ledger row says the bucket holds.
+struct ExpectedObject<'a> {
+    key: &'a str,
+    size: i64,
+    /// The digest S3 must hold, when the row has one.
+    sha256: Option<&'a str>,
+    owner: Owner,
+    /// The row, as the report names it.
+    what: String,
 }
 
-/// The run of a part's object, `r{run}/p{part}/a{attempt}/...`.
-fn part_run_of(rest: &str) -> Option<i32> {
-    let mut parts = rest.splitn(4, '/');
-    let run = parts.next()?.strip_prefix('r')?.parse().ok()?;
-    parts.next()?.strip_prefix('p')?.parse::<i32>().ok()?;
-    parts.next()?.strip_prefix('a')?.parse::<i32>().ok()?;
-    parts.next()?;
-    Some(run)
+/// Every ledger row that says S3 holds its object: uploads confirmed (or landed), artifacts
+/// and recording files uploaded.
+fn expected_objects<'a>(
+    uploads: &'a [UploadRecord],
+    artifacts: &'a [ArtifactRecord],
+    live: &'a LiveLedger,
+) -> Vec<ExpectedObject<'a>> {
+    let uploads = uploads
+        .iter()
+        .filter(|u| matches!(u.state, UploadState::Uploaded | UploadState::Confirmed))
+        .map(|upload| ExpectedObject {
+            key: &upload.key,
+            size: upload.size,
+            sha256: None,
+            owner: Owner::Upload(upload.id),
+            what: format!("upload {} ({})", upload.id, upload.state.as_str()),
+        });
+    let artifacts = artifacts.iter().map(|artifact| ExpectedObject {
+        key: &artifact.key,
+        size: artifact.size,
+        sha256: None,
+        owner: Owner::Artifact(artifact.video),
+        what: format!("artifact of video {} (uploaded)", artifact.video),
+    });
+    let files = live
+        .files
+        .iter()
+        .filter(|f| f.uploaded)
+        .map(|file| ExpectedObject {
+            key: &file.key,
+            size: file.size,
+            sha256: file.sha256.as_deref(),
+            owner: Owner::Recording(file.recording),
+            what: format!("file of recording {} (uploaded)", file.recording),
+        });
+    uploads.chain(artifacts).chain(files).collect()
 }
 
-/// `(run, attempt)` of `r{run}/a{attempt}/...`.
-fn attempt_of(rest: &str) -> Option<(i32, i32)> {
-    let mut parts = rest.splitn(3, '/');
-    let run = parts.next()?.strip_prefix('r')?.parse().ok()?;
-    let attempt = parts.next()?.strip_prefix('a')?.parse().ok()?;
-    parts.next()?;
-    Some((run, attempt))
+/// How the listing differs from what `row` says, if it does: no object, another size, or
+/// (for a row with a digest) other bytes.
+fn judge(listed: &HashMap<&str, &BucketObject>, row: ExpectedObject<'_>) -> Option<Difference> {
+    let ExpectedObject {
+        key,
+        size,
+        sha256,
+        owner,
+        what,
+    } = row;
+    let difference = |kind, reason| {
+        Some(Difference {
+            kind,
+            key: key.to_owned(),
+            reason,
+            owner,
+        })
+    };
+    let Some(object) = listed.get(key) else {
+        return difference(
+            Kind::Missing,
+            format!("{what} has no object; expected {size} bytes"),
+        );
+    };
+    if object.size != size {
+        return difference(
+            Kind::SizeMismatch,
+            format!("object has {} bytes, {what} declares {size}", object.size),
+        );
+    }
+    // A row with a digest landed only once S3 held its object with that digest: another
+    // digest, or none, means the object was written over since.
+    let want = sha256?;
+    let held = match &object.sha256 {
+        StoredDigest::Sha256(held) if held != want => format!("bytes with SHA-256 {held}"),
+        StoredDigest::Absent => "bytes stored without a SHA-256".into(),
+        _ => return None,
+    };
+    difference(
+        Kind::DigestMismatch,
+        format!("object holds {held}, {what} names SHA-256 {want}"),
+    )
 }
 
 #[cfg(test)]
@@ -405,8 +343,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn rows_and_objects_are_judged_and_young_orphans_are_left_out() {
+    /// A ledger and a listing with one of each case: (ids: ready, queued, gone, up).
+    struct Fixture {
+        ids: [Uuid; 4],
+        uploads: [UploadRecord; 3],
+        artifacts: [ArtifactRecord; 1],
+        videos: [VideoRecord; 2],
+        objects: Vec<BucketObject>,
+    }
+
+    fn fixture() -> Fixture {
         let ready = Uuid::now_v7();
         let queued = Uuid::now_v7();
         let gone = Uuid::now_v7();
@@ -453,7 +399,7 @@ mod tests {
                 current: Some((2, 1)),
             },
         ];
-        let objects = [
+        let objects = vec![
             object(&format!("originals/{up}"), 11, 9999),
             object("originals/p", 5, 9999),
             object("originals/stray", 5, 9999),
@@ -469,15 +415,37 @@ mod tests {
             object(&format!("videos/{ready}/r1/p0/a2/v0.ts"), 7, 9999),
             object("elsewhere/file", 1, 9999),
         ];
-        let report = compare(
-            &uploads,
-            &artifacts,
-            &videos,
-            &LiveLedger::default(),
-            &objects,
-            Utc::now(),
-            3600,
-        );
+        Fixture {
+            ids: [ready, queued, gone, up],
+            uploads,
+            artifacts,
+            videos,
+            objects,
+        }
+    }
+
+    #[test]
+    fn rows_and_objects_are_judged_and_young_orphans_are_left_out() {
+        let Fixture {
+            ids: [ready, queued, gone, up],
+            uploads,
+            artifacts,
+            videos,
+            objects,
+        } = fixture();
+        let live = LiveLedger::default();
+        let judged = |grace| {
+            compare(
+                &uploads,
+                &artifacts,
+                &videos,
+                &live,
+                &objects,
+                Utc::now(),
+                grace,
+            )
+        };
+        let report = judged(3600);
         let got: Vec<(Kind, String)> = report
             .differences
             .iter()
@@ -500,15 +468,7 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(report.young, 1);
         assert_eq!(report.rows, 3);
-        let zero = compare(
-            &uploads,
-            &artifacts,
-            &videos,
-            &LiveLedger::default(),
-            &objects,
-            Utc::now(),
-            0,
-        );
+        let zero = judged(0);
         assert_eq!(zero.count(Kind::Orphan), 7);
     }
 

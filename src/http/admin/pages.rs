@@ -260,86 +260,108 @@ impl Panels {
             oldest_pending: age_or_dash(overview.oldest_pending_secs),
             outbox_pending: overview.outbox.pending,
             outbox_oldest: age_or_dash(overview.outbox.oldest_secs),
-            sweep: overview
-                .sweep
-                .into_iter()
-                .map(|s| SweepLine {
-                    axis: s.axis,
-                    pending: s.pending,
-                    retrying: s.retrying,
-                    oldest: age_or_dash(s.oldest_secs),
-                })
-                .collect(),
+            sweep: overview.sweep.into_iter().map(SweepLine::from).collect(),
             breakers,
             chart: chart(&overview.ready),
-            nodes: overview
-                .nodes
-                .into_iter()
-                .map(|n| NodeLine {
-                    stale: n.seen_secs > 15.0,
-                    seen: format!("{} ago", age(n.seen_secs)),
-                    up: age(n.up_secs),
-                    detail: describe_detail(&n.detail),
-                    holding: n.holding.unwrap_or_default(),
-                    role: n.role,
-                    node_id: n.node_id,
-                    slots: n.slots,
-                })
-                .collect(),
+            nodes: overview.nodes.into_iter().map(NodeLine::from).collect(),
             running: overview
                 .running
                 .into_iter()
-                .map(|r| RunningLine {
-                    job_id: r.job_id,
-                    video_id: r.video_id.to_string(),
-                    kind: kind_shown(r.kind, r.part, None),
-                    run: r.run,
-                    attempt: r.attempt,
-                    node_id: r.node_id,
-                    running: age(r.running_secs),
-                    lease_left: if r.lease_left_secs < 0.0 {
-                        format!("expired {} ago", age(-r.lease_left_secs))
-                    } else {
-                        age(r.lease_left_secs)
-                    },
-                    expired: r.lease_left_secs < 0.0,
-                })
+                .map(RunningLine::from)
                 .collect(),
             attention: overview.attention.into_iter().map(JobRow::from).collect(),
             recent: overview.recent.into_iter().map(JobRow::from).collect(),
             endpoints: overview
                 .endpoints
                 .into_iter()
-                .map(|e| EndpointLine {
-                    owner: e.owner,
-                    url: e.url,
-                    pending: e.pending,
-                    oldest: age_or_dash(e.oldest_pending_secs),
-                    lag: age_or_dash(e.lag_p50_secs),
-                    retrying: e.retrying,
-                    given_up: e.given_up_last_day,
-                    disabled: e.disabled_at.map(|at| {
-                        format!(
-                            "{} ({} ago)",
-                            e.disabled_reason.unwrap_or_default(),
-                            age((chrono::Utc::now() - at).as_seconds_f64())
-                        )
-                    }),
-                })
+                .map(EndpointLine::from)
                 .collect(),
             recordings: overview
                 .recordings
                 .into_iter()
-                .map(|r| RecordingLine {
-                    id: r.id.to_string(),
-                    owner: r.owner,
-                    state: r.state.to_string(),
-                    node_id: r.node_id,
-                    segments: r.segments,
-                    uploaded: r.uploaded,
-                    idle: age_or_dash(r.idle_secs),
-                })
+                .map(RecordingLine::from)
                 .collect(),
+        }
+    }
+}
+
+impl From<view::SweepBacklog> for SweepLine {
+    fn from(s: view::SweepBacklog) -> Self {
+        Self {
+            axis: s.axis,
+            pending: s.pending,
+            retrying: s.retrying,
+            oldest: age_or_dash(s.oldest_secs),
+        }
+    }
+}
+
+impl From<view::NodeReport> for NodeLine {
+    fn from(n: view::NodeReport) -> Self {
+        Self {
+            stale: n.seen_secs > 15.0,
+            seen: format!("{} ago", age(n.seen_secs)),
+            up: age(n.up_secs),
+            detail: describe_detail(&n.detail),
+            holding: n.holding.unwrap_or_default(),
+            role: n.role,
+            node_id: n.node_id,
+            slots: n.slots,
+        }
+    }
+}
+
+impl From<view::RunningAttempt> for RunningLine {
+    fn from(r: view::RunningAttempt) -> Self {
+        Self {
+            job_id: r.job_id,
+            video_id: r.video_id.to_string(),
+            kind: kind_shown(r.kind, r.part, None),
+            run: r.run,
+            attempt: r.attempt,
+            node_id: r.node_id,
+            running: age(r.running_secs),
+            lease_left: if r.lease_left_secs < 0.0 {
+                format!("expired {} ago", age(-r.lease_left_secs))
+            } else {
+                age(r.lease_left_secs)
+            },
+            expired: r.lease_left_secs < 0.0,
+        }
+    }
+}
+
+impl From<view::EndpointHealth> for EndpointLine {
+    fn from(e: view::EndpointHealth) -> Self {
+        Self {
+            owner: e.owner,
+            url: e.url,
+            pending: e.pending,
+            oldest: age_or_dash(e.oldest_pending_secs),
+            lag: age_or_dash(e.lag_p50_secs),
+            retrying: e.retrying,
+            given_up: e.given_up_last_day,
+            disabled: e.disabled_at.map(|at| {
+                format!(
+                    "{} ({} ago)",
+                    e.disabled_reason.unwrap_or_default(),
+                    age((chrono::Utc::now() - at).as_seconds_f64())
+                )
+            }),
+        }
+    }
+}
+
+impl From<view::OpenRecording> for RecordingLine {
+    fn from(r: view::OpenRecording) -> Self {
+        Self {
+            id: r.id.to_string(),
+            owner: r.owner,
+            state: r.state.to_string(),
+            node_id: r.node_id,
+            segments: r.segments,
+            uploaded: r.uploaded,
+            idle: age_or_dash(r.idle_secs),
         }
     }
 }

@@ -10,6 +10,7 @@ use actix_web::{HttpResponse, web};
 use super::path_id;
 use super::playback::{ApiBase, PlaybackQuery};
 use crate::app::{self, AppContext};
+use crate::domain::ids::RecordingId;
 use crate::http::auth::Caller;
 use crate::http::dto::RecordingDto;
 use crate::http::error::ApiError;
@@ -116,7 +117,7 @@ pub async fn playlist(
         .body(text))
 }
 
-fn playback_url(ctx: &AppContext, base: &ApiBase, id: uuid::Uuid) -> String {
+fn playback_url(ctx: &AppContext, base: &ApiBase, id: RecordingId) -> String {
     format!("{}{}", base.0, app::live::playback_path(ctx, id))
 }
 

@@ -135,24 +135,7 @@ pub async fn create(
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let headers = req.headers();
-    if headers.contains_key("Upload-Defer-Length") {
-        return Err(ApiError::bad_request(
-            "Upload-Defer-Length is not supported: send Upload-Length",
-        ));
-    }
-    let length = tus::parse_bytes("Upload-Length", text(&req, "Upload-Length")?)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    if length == 0 {
-        return Err(ApiError::bad_request(
-            "Upload-Length must be at least 1 byte: an empty file is no video",
-        ));
-    }
-    if length > ctx.upload.max_upload_bytes {
-        return Err(ApiError::too_large(format!(
-            "Upload-Length {length} is over Tus-Max-Size {}",
-            ctx.upload.max_upload_bytes
-        )));
-    }
+    let length = upload_length(&req, ctx.upload.max_upload_bytes)?;
     let metadata = tus::parse_metadata(text(&req, "Upload-Metadata")?)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let Some(filetype) = metadata.filetype.as_deref() else {
@@ -209,6 +192,29 @@ pub async fn create(
         answer.insert_header(("Upload-Offset", offset.to_string()));
     }
     Ok(answer.finish())
+}
+
+/// A creation's `Upload-Length`: given (deferring it is not supported), at least a byte, and
+/// at most `max` (`Tus-Max-Size`).
+fn upload_length(req: &HttpRequest, max: u64) -> Result<u64, ApiError> {
+    if req.headers().contains_key("Upload-Defer-Length") {
+        return Err(ApiError::bad_request(
+            "Upload-Defer-Length is not supported: send Upload-Length",
+        ));
+    }
+    let length = tus::parse_bytes("Upload-Length", text(req, "Upload-Length")?)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if length == 0 {
+        return Err(ApiError::bad_request(
+            "Upload-Length must be at least 1 byte: an empty file is no video",
+        ));
+    }
+    if length > max {
+        return Err(ApiError::too_large(format!(
+            "Upload-Length {length} is over Tus-Max-Size {max}"
+        )));
+    }
+    Ok(length)
 }
 
 /// `HEAD`: the offset vidq holds (taking the upload over from a request whose client is

@@ -57,9 +57,9 @@ pub async fn claim_ahead_of_finalize_ready(
 /// The claim is the plain autocommitted claim statement, unchanged, and the finalize's
 /// transaction is the same as without it (the COMPLETED update last, a fence that matches
 /// nothing rolls it all back); only their order on the wire changes. The claim does not depend
-/// on the finalize: it takes a job whether or not the fence holds, as it did behind the
-/// `COMMIT`. A recording's video, whose finalize takes two round trips, sends its claim
-/// behind the `COMMIT` as before, and `answer` hears once the transaction has ended.
+/// on the finalize: it takes a job whether or not the fence holds, as a claim behind the
+/// `COMMIT` does. A recording's video, whose finalize takes two round trips, sends its claim
+/// behind the `COMMIT`, and `answer` hears once the transaction has ended.
 pub async fn finalize_ready_claiming_ahead(
     pool: &DbPool,
     claim: &Claim,

@@ -33,6 +33,7 @@ use crate::domain::job::JobKind;
 use crate::pipeline::AttemptOutput;
 use crate::queue::error::{fenced, is_transient};
 use crate::queue::{CarriedClaim, Claim, ClaimAnswer, JobError, NextClaim, claim};
+use crate::sync::Locked;
 
 /// One slot's finished attempt, waiting for its finalize.
 #[derive(Debug)]
@@ -63,10 +64,7 @@ impl EarlyAnswer {
 
     /// The answer's channel, if nobody has taken it yet.
     fn take(&self) -> Option<ClaimAnswer> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
+        self.0.locked().take()
     }
 }
 
@@ -277,13 +275,13 @@ async fn statements(c: &AsyncPgConnection, members: &[&ReadyAttempt]) -> Result<
             .map_err(JobError::from)
     };
     let owners = async {
-        let videos = by_video.iter().map(|m| m.claim.video.0).collect();
+        let videos = by_video.iter().map(|m| m.claim.video).collect();
         db::users::lock_owners_of_videos(c, videos)
             .await
             .map_err(JobError::from)
     };
     let videos = async {
-        let ids = by_video.iter().map(|m| m.claim.video.0).collect();
+        let ids = by_video.iter().map(|m| m.claim.video).collect();
         db::videos::set_all_ready(c, ids, &facts)
             .await
             .map_err(JobError::from)

@@ -61,12 +61,12 @@ async fn finalize_failed_once(
         let (_, _, _, _, completed) = futures_util::try_join!(
             lock_owner(c, claim.video),
             async {
-                db::videos::set_failed(c, claim.video.0, error.code.as_str(), &message)
+                db::videos::set_failed(c, claim.video, error.code.as_str(), &message)
                     .await
                     .map_err(video_gone)
             },
             async {
-                db::live_videos::follow_video(c, claim.video.0, RecordingState::Failed)
+                db::live_videos::follow_video(c, claim.video, RecordingState::Failed)
                     .await
                     .map_err(JobError::from)
             },
@@ -100,7 +100,7 @@ async fn finalize_part_failed_once(
     let mut conn = pool.get().await?;
     conn.transaction::<_, JobError, _>(async |conn| {
         lock_owner(conn, claim.video).await?;
-        db::videos::set_failed(conn, claim.video.0, error.code.as_str(), &message)
+        db::videos::set_failed(conn, claim.video, error.code.as_str(), &message)
             .await
             .map_err(video_gone)?;
         db::jobs::parts::lock_head(conn, head)

@@ -110,7 +110,7 @@ async fn lock_and_set_ready(
     futures_util::try_join!(
         lock_owner(c, claim.video),
         async {
-            db::videos::set_ready(c, claim.video.0, facts)
+            db::videos::set_ready(c, claim.video, facts)
                 .await
                 .map_err(video_gone)
         },
@@ -131,7 +131,7 @@ pub(super) async fn owe_superseded(c: &AsyncPgConnection, claim: &Claim) -> Resu
         return Ok(());
     }
     futures_util::try_join!(
-        db::artifacts::forget_superseded(c, claim.video.0, claim.run, claim.attempt),
+        db::artifacts::forget_superseded(c, claim.video, claim.run, claim.attempt),
         db::doomed_objects::owe(c, &[], &dead),
     )
     .map(drop)
@@ -185,9 +185,8 @@ pub(super) async fn finalize_ready_once(
     let began = tx
         .begin_with(async {
             let live = async {
-                let followed =
-                    db::live_videos::follow_video(c, claim.video.0, RecordingState::Ready);
-                let segments = db::live_videos::segments_of_video(c, claim.video.0);
+                let followed = db::live_videos::follow_video(c, claim.video, RecordingState::Ready);
+                let segments = db::live_videos::segments_of_video(c, claim.video);
                 let (followed, segments) = futures_util::try_join!(followed, segments)?;
                 Ok::<_, JobError>((followed > 0).then_some(segments))
             };

@@ -499,7 +499,7 @@ async fn three_claims_and_a_pool_failing_on_their_batch(
     let claimed = claim_some(app, "node-a", 30.0, 3).await;
     assert_eq!(claimed.len(), 3);
     let proxy =
-        FailOnce::in_front_of(&app.db.url, claimed[0].token.as_bytes().to_vec(), failure).await;
+        FailOnce::in_front_of(&app.db.url, claimed[0].token.0.as_bytes().to_vec(), failure).await;
     let pool = vidq::db::connect(&proxy.url_for(&app.db.url), 1)
         .await
         .unwrap();

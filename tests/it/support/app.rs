@@ -189,7 +189,7 @@ impl TestApp {
                 spool.path(),
                 SPOOL_NODE.to_owned(),
                 &vidq::config::IngestArgs {
-                    tus_store: options.tus.0.to_owned(),
+                    tus_store: options.tus.0.parse().expect("a store's name"),
                     tus_part_bytes: options.tus.1,
                     ..Default::default()
                 },
@@ -253,7 +253,7 @@ impl TestApp {
         let wake = sweeper.waker();
         vidq::queue::listener::spawn(
             self.db.url.clone(),
-            vidq::db::ingest::SWEEP_CHANNEL,
+            vidq::db::uploads::receiving::SWEEP_CHANNEL,
             move || wake.notify_one(),
             self.shutdown.child_token(),
         )

@@ -10,9 +10,8 @@ use diesel_async::RunQueryDsl;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 use vidq::domain::event::Event;
-use vidq::domain::ids::{UploadId, VideoId};
+use vidq::domain::ids::{UploadId, UserId, VideoId};
 use vidq::roles::relay::RelayArgs;
 
 use crate::support::app::TestApp;
@@ -76,7 +75,7 @@ async fn register_body(app: &TestApp, key: &str, body: &Value) -> Value {
     response.json().await.unwrap()
 }
 
-pub async fn user_id(app: &TestApp, name: &str) -> Uuid {
+pub async fn user_id(app: &TestApp, name: &str) -> UserId {
     use vidq::db::schema::users;
     let mut conn = app.pool.get().await.unwrap();
     users::table
@@ -88,7 +87,7 @@ pub async fn user_id(app: &TestApp, name: &str) -> Uuid {
 }
 
 /// Commits `n` events for `owner`, each in its own transaction, as producers do.
-pub async fn produce(app: &TestApp, owner: Uuid, n: usize) -> Vec<String> {
+pub async fn produce(app: &TestApp, owner: UserId, n: usize) -> Vec<String> {
     let conn = app.pool.get().await.unwrap();
     let mut ids = Vec::new();
     for _ in 0..n {
