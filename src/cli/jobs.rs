@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use crate::config::DatabaseConfig;
 use crate::db;
 use crate::domain::job::JobStatus;
-use crate::queue::operator::{OperatorAction, operator};
+use crate::queue::operator::{self, OperatorAction};
 
 /// `vidq jobs ...`.
 #[derive(Debug, Subcommand)]
@@ -93,12 +93,12 @@ pub async fn run(command: JobsCommand) -> anyhow::Result<()> {
         }
         JobsCommand::Retry(args) => {
             drop(conn);
-            operator(&pool, args.id, OperatorAction::Retry).await?;
+            operator::apply(&pool, args.id, OperatorAction::Retry).await?;
             eprintln!("job {} is back in the queue", args.id);
         }
         JobsCommand::Cancel(args) => {
             drop(conn);
-            operator(&pool, args.id, OperatorAction::Cancel).await?;
+            operator::apply(&pool, args.id, OperatorAction::Cancel).await?;
             eprintln!(
                 "job {} cancelled; its video failed with `cancelled`",
                 args.id

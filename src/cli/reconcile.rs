@@ -17,9 +17,8 @@ use crate::adapters::storage::Storage;
 pub use crate::config::ReconcileConfig;
 use crate::db;
 use crate::db::reconcile::UploadKey;
-use crate::domain::ids::UploadId;
 use crate::domain::reconcile::{BucketObject, Difference, Kind, Owner, Report};
-use crate::domain::upload::{UploadState, UploadVia};
+use crate::domain::upload::UploadVia;
 
 /// What `--fix` did about one difference.
 #[derive(Debug)]
@@ -193,7 +192,7 @@ async fn fix(
                     let root = spool.get_or_insert_with(|| {
                         SpoolRoot::open(&spool_dir).map_err(|e| crate::telemetry::error_chain(&e))
                     });
-                    redrive(difference, row, root, storage, conn).await
+                    redrive(difference, row, root, storage).await
                 }
                 None => Fix {
                     done: false,
@@ -206,15 +205,13 @@ async fn fix(
     fixes
 }
 
-/// Re-drives an upload through vidq from its spool file: an `uploaded` row goes back to
-/// `pending` for the sweeper; a `confirmed` row (its video exists, so it must not be
-/// confirmed twice) has its spool file PUT again to the same key here.
+/// Re-drives a confirmed upload through vidq whose object is missing: its video exists, so
+/// it must not be confirmed twice; its spool file is PUT again to the same key here.
 async fn redrive(
     difference: &Difference,
     row: &UploadKey,
     root: &Result<SpoolRoot, String>,
     storage: &Storage,
-    conn: &mut diesel_async::AsyncPgConnection,
 ) -> Fix {
     let not = |action: String| Fix {
         done: false,
@@ -245,19 +242,6 @@ async fn redrive(
             return not(format!("cannot be re-driven now: the spool file: {err}"));
         }
     };
-    if row.state == UploadState::Uploaded {
-        return match db::uploads::sweep::requeue_upload(conn, UploadId(row.id)).await {
-            Ok(1) => Fix {
-                done: true,
-                action: "re-queued: pending for the sweeper".into(),
-            },
-            Ok(_) => not("not re-queued: the row moved on meanwhile".into()),
-            Err(err) => not(format!(
-                "not re-queued: {}",
-                crate::telemetry::error_chain(&err)
-            )),
-        };
-    }
     match storage
         .put_file(&difference.key, &path, &row.content_type)
         .await

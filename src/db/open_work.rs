@@ -37,12 +37,7 @@ pub async fn lock_and_has_room(
         .await?;
     let open = match kind {
         OpenWork::Uploads => {
-            let states = [
-                UploadState::Receiving,
-                UploadState::Pending,
-                UploadState::Uploaded,
-            ]
-            .map(UploadState::as_str);
+            let states = [UploadState::Receiving, UploadState::Pending].map(UploadState::as_str);
             count_open(conn, "uploads", &states, owner, cap).await?
         }
         OpenWork::Recordings => {

@@ -1,7 +1,5 @@
-//! What `vidq reconcile` reads of the ledger (plain reads in one read-only snapshot, no row
-//! locks, so it never waits on or blocks the lock order in `db/mod.rs`) and its one write:
-//! giving an `uploaded` upload through vidq back to the sweeper (a single-statement CAS on
-//! `uploads`, lock order step 2).
+//! What `vidq reconcile` reads of the ledger: plain reads in one read-only snapshot, no row
+//! locks, so it never waits on or blocks the lock order in `db/mod.rs`.
 
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Int4, Nullable, Text};

@@ -28,8 +28,6 @@ spelled_states! {
         Receiving = "receiving",
         /// Contract issued; the object may or may not be in S3 yet.
         Pending = "pending",
-        /// vidq wrote the object and checked its size; not yet turned into a video.
-        Uploaded = "uploaded",
         /// A video and its encoding job exist for it.
         Confirmed = "confirmed",
         /// Refused for good (reason recorded).
@@ -42,7 +40,7 @@ spelled_states! {
 impl UploadState {
     /// States from which a confirm may turn the contract into a video.
     pub fn confirmable(self) -> bool {
-        matches!(self, Self::Pending | Self::Uploaded)
+        self == Self::Pending
     }
 }
 
@@ -224,7 +222,6 @@ mod tests {
         for s in [
             UploadState::Receiving,
             UploadState::Pending,
-            UploadState::Uploaded,
             UploadState::Confirmed,
             UploadState::Rejected,
             UploadState::Expired,

@@ -2,11 +2,12 @@
 
 spelled_states! {
     /// Where a video is: waiting for a worker, being encoded, playable, or failed for good.
-    /// The API and events spell it as the database does.
+    /// The API and events spell it as the database does; the database stores all but
+    /// `processing`, which the API reports for a queued video whose job a worker holds.
     pub enum VideoStatus {
         /// Its encoding job waits for a worker.
         Queued = "queued",
-        /// A worker holds its job.
+        /// A worker holds its job (reported, never stored: the row stays `queued`).
         Processing = "processing",
         /// Outputs are in S3 and playable.
         Ready = "ready",

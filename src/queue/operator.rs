@@ -66,7 +66,7 @@ pub enum OperatorAction {
 
 /// Applies an operator's retry or cancel in one transaction, locks in the usual order, the
 /// job's change a compare-and-set on the status it was seen in.
-pub async fn operator(pool: &DbPool, id: i64, action: OperatorAction) -> Result<(), OperatorError> {
+pub async fn apply(pool: &DbPool, id: i64, action: OperatorAction) -> Result<(), OperatorError> {
     let mut conn = pool.get().await.map_err(JobError::from)?;
     conn.transaction::<_, OperatorError, _>(async |conn| {
         let job = db::jobs::find(conn, id)

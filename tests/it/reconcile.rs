@@ -153,33 +153,6 @@ async fn vidq_upload(app: &TestApp, spool: &std::path::Path, state: &str) -> (Up
 }
 
 #[tokio::test]
-async fn fix_gives_an_uploaded_upload_through_vidq_whose_object_is_missing_back_to_the_sweeper() {
-    let app = TestApp::spawn().await;
-    let spool = tempfile::tempdir().unwrap();
-    let (id, key) = vidq_upload(&app, spool.path(), "uploaded").await;
-
-    let report = expect(&reconcile(&app, &[]).await, 1);
-    assert!(line_of(&report, "missing", &key).contains("(uploaded)"));
-
-    let spool_dir = spool.path().to_str().unwrap();
-    let fixed = expect(
-        &reconcile(&app, &["--fix", "--spool-dir", spool_dir]).await,
-        0,
-    );
-    assert!(fixed.contains("fix: re-queued"), "{fixed}");
-    let mut conn = app.pool.get().await.unwrap();
-    let entry = db::uploads::sweep::entry(&mut conn, id).await.unwrap();
-    assert_eq!(entry.state, "pending");
-    let due = app
-        .count(&format!(
-            "SELECT count(*) AS n FROM uploads WHERE id = '{}' AND next_try_at IS NULL",
-            id.0
-        ))
-        .await;
-    assert_eq!(due, 1, "due at once for the sweeper");
-}
-
-#[tokio::test]
 async fn fix_puts_a_confirmed_upload_through_vidq_again_from_its_spool_and_not_without_it() {
     let app = TestApp::spawn().await;
     let spool = tempfile::tempdir().unwrap();

@@ -60,6 +60,25 @@ async fn unknown_states_are_refused_by_the_schema() {
 }
 
 #[tokio::test]
+async fn states_nothing_writes_are_refused_by_the_schema() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let video = app.uploaded_video(&key).await;
+    let id = video["id"].as_str().unwrap();
+    // A claimed job's video is reported `processing` by the API; its row stays `queued`.
+    let processing = format!("UPDATE videos SET status = 'processing' WHERE id = '{id}'");
+    assert!(exec(&app, &processing).await.is_err());
+    // A contract goes from `pending` to `confirmed` in one step.
+    let uploaded = format!(
+        "UPDATE uploads SET state = 'uploaded' WHERE id = (SELECT upload_id FROM videos WHERE id = '{id}')"
+    );
+    assert!(exec(&app, &uploaded).await.is_err());
+    // The states around them are still taken.
+    let queued = format!("UPDATE videos SET status = 'queued' WHERE id = '{id}'");
+    assert_eq!(exec(&app, &queued).await.unwrap(), 1);
+}
+
+#[tokio::test]
 async fn the_claim_has_one_partial_index_over_both_claimable_states() {
     let app = TestApp::spawn().await;
     // Exactly one index can serve the claim (a partial index over PENDING rows); the other

@@ -38,7 +38,7 @@ impl UploadStatus {
     pub fn received_bytes(&self) -> i64 {
         match (self.via, self.state) {
             (UploadVia::Vidq, _) => self.row.received_bytes,
-            (_, UploadState::Uploaded | UploadState::Confirmed) => self.row.declared_size,
+            (_, UploadState::Confirmed) => self.row.declared_size,
             _ => 0,
         }
     }

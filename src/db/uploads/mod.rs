@@ -137,12 +137,11 @@ pub async fn mark_confirmed(mut conn: &AsyncPgConnection, id: UploadId) -> Query
     let answer = crate::db::prepared::prepared(format!(
         "WITH moved AS (
              UPDATE uploads SET state = '{confirmed}', updated_at = statement_timestamp()
-              WHERE id = $1 AND state IN ('{pending}', '{uploaded}')
+              WHERE id = $1 AND state = '{pending}'
              RETURNING 1)
          SELECT vidq_fence(count(*), '{UPLOAD_NOT_OPEN_MESSAGE}') AS n FROM moved",
         confirmed = UploadState::Confirmed.as_str(),
         pending = UploadState::Pending.as_str(),
-        uploaded = UploadState::Uploaded.as_str(),
     ))
     .bind::<diesel::sql_types::Uuid, _>(id)
     .get_result::<crate::db::CountRow>(&mut conn)
@@ -160,14 +159,13 @@ pub async fn mark_all_confirmed(
     let moved: Vec<crate::db::UuidRow> = crate::db::prepared::prepared(format!(
         "WITH open AS (
              SELECT id FROM uploads
-              WHERE id = ANY($1) AND state IN ('{pending}', '{uploaded}')
+              WHERE id = ANY($1) AND state = '{pending}'
               ORDER BY id FOR UPDATE)
          UPDATE uploads u SET state = '{confirmed}', updated_at = statement_timestamp()
            FROM open WHERE u.id = open.id
          RETURNING u.id",
         confirmed = UploadState::Confirmed.as_str(),
         pending = UploadState::Pending.as_str(),
-        uploaded = UploadState::Uploaded.as_str(),
     ))
     .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(ids)
     .load(&mut conn)

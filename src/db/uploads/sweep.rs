@@ -1,7 +1,6 @@
 //! The upload ledger's statements for the sweeper: claim a page of due rows through the
 //! cursor, record a failed try, reject for good, release claims, expire lapsed presigned
-//! contracts, and give a row back to it (`vidq reconcile --fix`). Only `uploads` rows are
-//! locked here (lock order step 2 in `db/mod.rs`).
+//! contracts. Only `uploads` rows are locked here (lock order step 2 in `db/mod.rs`).
 
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Double, Int4, Nullable, Text};
@@ -228,24 +227,4 @@ pub async fn entry(conn: &mut AsyncPgConnection, id: UploadId) -> diesel::QueryR
         .bind::<diesel::sql_types::Uuid, _>(id)
         .get_result(conn)
         .await
-}
-
-/// CAS `uploaded -> pending` for an upload through vidq whose object is missing: the sweeper
-/// PUTs it again from the spool at its next round (`next_try_at` cleared, claim dropped).
-/// 0 when the row moved on meanwhile.
-pub async fn requeue_upload(
-    conn: &mut AsyncPgConnection,
-    id: UploadId,
-) -> diesel::QueryResult<usize> {
-    diesel::sql_query(format!(
-        "UPDATE uploads SET state = '{pending}', next_try_at = NULL, claimed_until = NULL,
-                updated_at = statement_timestamp()
-          WHERE id = $1 AND state = '{uploaded}' AND via = '{vidq}'",
-        pending = UploadState::Pending.as_str(),
-        uploaded = UploadState::Uploaded.as_str(),
-        vidq = UploadVia::Vidq.as_str(),
-    ))
-    .bind::<diesel::sql_types::Uuid, _>(id)
-    .execute(conn)
-    .await
 }

@@ -257,7 +257,7 @@ fn expected_objects<'a>(
 ) -> Vec<ExpectedObject<'a>> {
     let uploads = uploads
         .iter()
-        .filter(|u| matches!(u.state, UploadState::Uploaded | UploadState::Confirmed))
+        .filter(|u| u.state == UploadState::Confirmed)
         .map(|upload| ExpectedObject {
             key: &upload.key,
             size: upload.size,
@@ -376,7 +376,7 @@ mod tests {
                 id: Uuid::now_v7(),
                 key: "originals/m".into(),
                 size: 5,
-                state: UploadState::Uploaded,
+                state: UploadState::Confirmed,
                 tail_pieces: vec![],
             },
         ];

@@ -317,7 +317,7 @@ async fn job_action(
         "cancel" => (OperatorAction::Cancel, "cancelled; its video failed"),
         _ => return Err(ApiError::not_found()),
     };
-    let (status, text) = match crate::queue::operator::operator(&ctx.db, id, action).await {
+    let (status, text) = match crate::queue::operator::apply(&ctx.db, id, action).await {
         Ok(()) => {
             tracing::info!(job_id = id, ?action, subject = %session.subject, "operator action from the dashboard");
             (StatusCode::OK, format!("job {id}: {done}"))

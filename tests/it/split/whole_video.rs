@@ -15,7 +15,7 @@ use vidq::domain::media::MediaError;
 use vidq::pipeline::{AttemptPlan, Attempted, Handed, Pipeline};
 use vidq::queue::JobBody;
 use vidq::queue::complete::{RETRY_DELAY, fail_or_retry, parts};
-use vidq::queue::operator::{OperatorAction, OperatorError, operator};
+use vidq::queue::operator::{self, OperatorAction, OperatorError};
 
 use super::split_media;
 use crate::support::app::TestApp;
@@ -117,13 +117,13 @@ async fn cancel_and_retry_act_on_the_whole_split_video() {
             "SELECT min(id) AS n FROM video_encoding_jobs WHERE parent_id = {head}"
         ))
         .await;
-    let refused = operator(&app.pool, part, OperatorAction::Cancel).await;
+    let refused = operator::apply(&app.pool, part, OperatorAction::Cancel).await;
     assert!(
         matches!(refused, Err(OperatorError::PartOfVideo { head: h, .. }) if h == head),
         "{refused:?}"
     );
 
-    operator(&app.pool, head, OperatorAction::Cancel)
+    operator::apply(&app.pool, head, OperatorAction::Cancel)
         .await
         .unwrap();
     let video = app.video(&key, &id).await;
@@ -132,7 +132,7 @@ async fn cancel_and_retry_act_on_the_whole_split_video() {
     assert_eq!(app.count(&events(id, "video.failed")).await, 1);
 
     // The retry is a new run of all of it: the old parts go, the new run plans its own.
-    operator(&app.pool, head, OperatorAction::Retry)
+    operator::apply(&app.pool, head, OperatorAction::Retry)
         .await
         .unwrap();
     let old_parts =
