@@ -4,6 +4,7 @@
 //! and what its status shows.
 
 use super::{AppContext, AppError};
+use crate::app::ReceiveError;
 use crate::db::{self, recordings::RecordingRow};
 use crate::domain::api_key::{ApiKey, hash_presented_key};
 use crate::domain::ids::{RecordingId, UserId, VideoId};
@@ -39,7 +40,10 @@ pub use super::live_files::{Ingested, ingest};
 /// Creates a recording whose files this node will spool.
 #[tracing::instrument(skip_all, fields(owner = %owner))]
 pub async fn create(ctx: &AppContext, owner: UserId) -> Result<CreatedRecording, AppError> {
-    let ingest = ctx.ingest.as_ref().ok_or(AppError::IngestDisabled)?;
+    let ingest = ctx
+        .ingest
+        .as_ref()
+        .ok_or(AppError::Receive(ReceiveError::IngestDisabled))?;
     use super::open_work::{self, OpenWork};
     use diesel_async::AsyncConnection as _;
     let key = ApiKey::generate();
@@ -72,7 +76,7 @@ pub async fn status(
         .await?
         .ok_or(AppError::NotFound)?;
     let counts = db::recordings::counts(&mut conn, id).await?;
-    let video_id = db::live_videos::video_of(&mut conn, id).await?;
+    let video_id = db::recordings::videos::video_of(&mut conn, id).await?;
     let state = row.state;
     Ok(RecordingStatus {
         row,
@@ -84,7 +88,10 @@ pub async fn status(
 
 /// `POST /v1/live/{id}/end`: the broadcaster says it is over.
 pub async fn end(ctx: &AppContext, owner: UserId, id: RecordingId) -> Result<(), AppError> {
-    let ingest = ctx.ingest.as_ref().ok_or(AppError::IngestDisabled)?;
+    let ingest = ctx
+        .ingest
+        .as_ref()
+        .ok_or(AppError::Receive(ReceiveError::IngestDisabled))?;
     let mut conn = ctx.db.get().await?;
     db::recordings::find_owned(&mut conn, owner, id)
         .await?
@@ -134,7 +141,10 @@ pub async fn publishable(
     ctx: &AppContext,
     stream_key: &str,
 ) -> Result<Result<RecordingRow, PublishRefusal>, AppError> {
-    let ingest = ctx.ingest.as_ref().ok_or(AppError::IngestDisabled)?;
+    let ingest = ctx
+        .ingest
+        .as_ref()
+        .ok_or(AppError::Receive(ReceiveError::IngestDisabled))?;
     let mut conn = ctx.db.get().await?;
     let Some(recording) =
         db::recordings::by_stream_key(&mut conn, &hash_presented_key(stream_key)).await?

@@ -20,6 +20,7 @@ use super::ingest::BodyError;
 use super::live::MAX_FILE_BYTES;
 use super::{AppContext, AppError};
 use crate::adapters::spool::AppendEnd;
+use crate::app::{LiveFileError, ReceiveError, UploadError};
 use crate::db::{self, DbError, retrying::while_unavailable_for};
 use crate::domain::api_key::hash_presented_key;
 use crate::domain::ids::RecordingId;
@@ -55,21 +56,24 @@ pub async fn ingest<S>(
 where
     S: Stream<Item = Result<Bytes, BodyError>> + Unpin,
 {
-    let ingest = ctx.ingest.as_ref().ok_or(AppError::IngestDisabled)?;
-    let kind = recording::classify(name).map_err(AppError::BadIngestName)?;
+    let ingest = ctx
+        .ingest
+        .as_ref()
+        .ok_or(AppError::Receive(ReceiveError::IngestDisabled))?;
+    let kind = recording::classify(name).map_err(LiveFileError::BadIngestName)?;
     if length.is_some_and(|n| n > MAX_FILE_BYTES) {
-        return Err(AppError::PastUploadLength {
+        return Err(AppError::Receive(ReceiveError::PastUploadLength {
             length: MAX_FILE_BYTES,
-        });
+        }));
     }
     // The stream key first: a wrong key is refused before a byte of its body is read or
     // written. The ingest listener reads a body to its end even after the encoder has shut its
     // side (FFmpeg does at once), so nothing is cut short while the key is looked up.
     let recording = recording_of(ctx, ingest, stream_key, name).await?;
     if recording.node_id != ingest.node_id {
-        return Err(AppError::WrongNode {
+        return Err(AppError::Receive(ReceiveError::WrongNode {
             node: recording.node_id,
-        });
+        }));
     }
     // A file goes to a name of its own first and is renamed into the recording once whole.
     let incoming = ingest.incoming.new_file();
@@ -285,12 +289,12 @@ async fn refuse_without_video(
     const MOST: u64 = 4 * 1024 * 1024;
     let file = tokio::fs::File::open(ingest.spool.path().join(incoming))
         .await
-        .map_err(|e| AppError::Spool(e.into()))?;
+        .map_err(|e| AppError::Receive(ReceiveError::Spool(e.into())))?;
     let mut bytes = Vec::new();
     file.take(MOST)
         .read_to_end(&mut bytes)
         .await
-        .map_err(|e| AppError::Spool(e.into()))?;
+        .map_err(|e| AppError::Receive(ReceiveError::Spool(e.into())))?;
     let why = match crate::domain::init_segment::video_codec(&bytes) {
         Ok(_) => return Ok(()),
         // Not parsed: nothing is known of its tracks, so it is kept as any file is (its
@@ -302,7 +306,7 @@ async fn refuse_without_video(
         Err(why) => why,
     };
     super::live::fail_without_video(ctx, id, &why.to_string()).await?;
-    Err(AppError::NoVideoStream(why))
+    Err(AppError::LiveFile(LiveFileError::NoVideoStream(why)))
 }
 
 /// A whole init or segment, spooled under an incoming name.
@@ -375,7 +379,7 @@ async fn keep_file(
         Some((FileState::Uploaded, Some(digest))) if digest == sha256 => {
             Ok(Ingested::AlreadyLanded)
         }
-        _ => Err(AppError::FileLanded.into()),
+        _ => Err(AppError::LiveFile(LiveFileError::FileLanded).into()),
     }
 }
 
@@ -450,9 +454,11 @@ where
     const MAX: usize = 4 * 1024 * 1024;
     let mut text = Vec::new();
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(AppError::BodyInterrupted)?;
+        let chunk = chunk.map_err(ReceiveError::BodyInterrupted)?;
         if text.len() + chunk.len() > MAX {
-            return Err(AppError::PastUploadLength { length: MAX as u64 });
+            return Err(AppError::Receive(ReceiveError::PastUploadLength {
+                length: MAX as u64,
+            }));
         }
         text.extend_from_slice(&chunk);
     }
@@ -487,9 +493,9 @@ where
                 sent += chunk.len() as u64;
                 digest.update(&chunk);
                 if sent > MAX_FILE_BYTES {
-                    failure = Some(AppError::PastUploadLength {
+                    failure = Some(AppError::Receive(ReceiveError::PastUploadLength {
                         length: MAX_FILE_BYTES,
-                    });
+                    }));
                     break AppendEnd::Discard;
                 }
                 if append.write(chunk).await.is_err() {
@@ -497,19 +503,19 @@ where
                 }
             }
             Some(Err(error)) => {
-                failure = Some(AppError::BodyInterrupted(error));
+                failure = Some(AppError::Receive(ReceiveError::BodyInterrupted(error)));
                 break AppendEnd::Discard;
             }
             None if length.is_some_and(|n| n != sent) => {
-                failure = Some(AppError::SizeMismatch {
+                failure = Some(AppError::Upload(UploadError::SizeMismatch {
                     declared: length.unwrap_or_default() as i64,
                     actual: sent as i64,
-                });
+                }));
                 break AppendEnd::Discard;
             }
             // No file of a recording is empty; an encoder that sends one has failed.
             None if sent == 0 => {
-                failure = Some(AppError::EmptyFile);
+                failure = Some(AppError::LiveFile(LiveFileError::EmptyFile));
                 break AppendEnd::Discard;
             }
             None => break AppendEnd::Complete,

@@ -8,7 +8,7 @@
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 
-use crate::db::{self, DbError, DbPool, live_videos::WholeRecording};
+use crate::db::{self, DbError, DbPool, recordings::videos::WholeRecording};
 use crate::domain::event::Event;
 use crate::domain::ids::{RecordingId, VideoId};
 use crate::domain::job::JobKind;
@@ -27,7 +27,7 @@ pub struct Settled {
 pub async fn settle_ended(pool: &DbPool, node: &str) -> Result<Settled, DbError> {
     let mut conn = pool.get().await?;
     let mut settled = Settled::default();
-    for whole in db::live_videos::whole(&mut conn, node).await? {
+    for whole in db::recordings::videos::whole(&mut conn, node).await? {
         // One recording's failure must not hold back the others (nor the failed pass).
         match make_video(&mut conn, whole).await {
             Ok(Some(video)) => {
@@ -42,7 +42,7 @@ pub async fn settle_ended(pool: &DbPool, node: &str) -> Result<Settled, DbError>
             }
         }
     }
-    settled.failed = db::live_videos::fail_unplayable(&mut conn, node).await?;
+    settled.failed = db::recordings::videos::fail_unplayable(&mut conn, node).await?;
     for id in &settled.failed {
         tracing::warn!(recording_id = %id,
             "live recording ended without an init or a segment in S3; it cannot become a video");
@@ -60,10 +60,10 @@ async fn make_video(
         if db::users::lock_for_key_share(conn, whole.owner_id)
             .await?
             .is_none()
-            || !db::live_videos::lock_for_video(conn, whole.id).await?
+            || !db::recordings::videos::lock_for_video(conn, whole.id).await?
             // Read again after the lock, in a statement of its own (a fresh snapshot): a
             // sweeper that made the video while this one waited for the lock has committed.
-            || db::live_videos::video_of(conn, whole.id).await?.is_some()
+            || db::recordings::videos::video_of(conn, whole.id).await?.is_some()
         {
             return Ok(None);
         }

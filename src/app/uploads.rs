@@ -12,6 +12,7 @@ use super::open_work::{self, OpenWork};
 use super::videos::{VideoView, view};
 use super::{AppContext, AppError};
 use crate::adapters::storage::PresignedPut;
+use crate::app::UploadError;
 use crate::db::{self, videos::VideoRow, videos::VideoWithAttempts};
 use crate::domain::event::Event;
 use crate::domain::ids::{UploadId, UserId, VideoId};
@@ -155,7 +156,7 @@ async fn confirm_found(
             .map(Confirmed::AlreadyConfirmed);
     }
     if !state.confirmable() {
-        return Err(AppError::UploadClosed { state });
+        return Err(AppError::Upload(UploadError::UploadClosed { state }));
     }
 
     // S3 is asked with no connection held and no transaction open.
@@ -164,7 +165,7 @@ async fn confirm_found(
         // object) since it was read; the latter is a 404 like any unknown id.
         let mut conn = ctx.db.get().await?;
         return match db::uploads::find_owned(&mut conn, owner, upload_id).await? {
-            Some(_) => Err(AppError::UploadIncomplete),
+            Some(_) => Err(AppError::Upload(UploadError::UploadIncomplete)),
             None => Err(AppError::NotFound),
         };
     };
@@ -174,10 +175,10 @@ async fn confirm_found(
             actual = head.size,
             "confirm refused: size mismatch"
         );
-        return Err(AppError::SizeMismatch {
+        return Err(AppError::Upload(UploadError::SizeMismatch {
             declared: upload.declared_size,
             actual: head.size,
-        });
+        }));
     }
 
     // Committed in a batch with the confirms queued beside it (`app::confirm_batch`).
@@ -396,7 +397,7 @@ async fn not_confirmed(
         .ok_or(AppError::NotFound)?;
     match state.parse().map_err(db::DbError::from)? {
         UploadState::Confirmed => Ok(None),
-        state => Err(AppError::UploadClosed { state }),
+        state => Err(AppError::Upload(UploadError::UploadClosed { state })),
     }
 }
 

@@ -179,12 +179,12 @@ async fn delete_recording_page(
         if db::users::lock_for_key_share(conn, user).await?.is_none() {
             return Ok(None);
         }
-        let recordings = db::live_videos::page_of_owner(conn, user, DELETE_PAGE).await?;
+        let recordings = db::recordings::videos::page_of_owner(conn, user, DELETE_PAGE).await?;
         if recordings.is_empty() {
             return Ok(None);
         }
         let videos = db::videos::lock_for_recordings(conn, &recordings).await?;
-        db::live_videos::delete_recordings(conn, &recordings).await?;
+        db::recordings::videos::delete_recordings(conn, &recordings).await?;
         let mut debt = Debt::of(Vec::new(), &videos);
         debt.prefixes.extend(
             recordings
@@ -218,7 +218,7 @@ async fn delete_user_row(ctx: &AppContext, user: UserId) -> Result<bool, AppErro
             return Ok(true);
         }
         if db::uploads::any_of_owner(conn, user).await?
-            || !db::live_videos::page_of_owner(conn, user, 1)
+            || !db::recordings::videos::page_of_owner(conn, user, 1)
                 .await?
                 .is_empty()
         {

@@ -7,6 +7,7 @@ use chrono::Utc;
 use diesel_async::AsyncConnection;
 
 use super::{AppContext, AppError};
+use crate::app::WebhookError;
 use crate::db::{
     self, DbError, deliveries::AttemptRow, deliveries::DeliveryRow, webhooks::EndpointRow,
 };
@@ -250,16 +251,18 @@ pub async fn resend(
             .await?
             .ok_or(AppError::NotFound)?;
         if endpoint.disabled_at.is_some() {
-            return Err(AppError::EndpointDisabled(
+            return Err(AppError::Webhook(WebhookError::EndpointDisabled(
                 endpoint
                     .disabled_reason
                     .unwrap_or_else(|| "disabled".into()),
-            ));
+            )));
         }
         if let Some(types) = &endpoint.event_types
             && !types.iter().flatten().any(|t| *t == event.event_type)
         {
-            return Err(AppError::NotSubscribed(event.event_type));
+            return Err(AppError::Webhook(WebhookError::NotSubscribed(
+                event.event_type,
+            )));
         }
         if let Some(waiting) = db::deliveries::waiting(conn, event.outbox_id, endpoint.id).await? {
             return Ok(waiting);
@@ -267,7 +270,9 @@ pub async fn resend(
         if db::deliveries::resends_since(conn, endpoint.id, RESEND_WINDOW.as_secs_f64()).await?
             >= MAX_RESENDS_PER_MINUTE
         {
-            return Err(AppError::TooManyResends(MAX_RESENDS_PER_MINUTE));
+            return Err(AppError::Webhook(WebhookError::TooManyResends(
+                MAX_RESENDS_PER_MINUTE,
+            )));
         }
         Ok(db::deliveries::insert_resend(conn, event.outbox_id, endpoint.id).await?)
     })

@@ -94,7 +94,6 @@ pub mod events;
 pub mod identity;
 mod ids;
 pub mod jobs;
-pub mod live_videos;
 pub mod login_tries;
 pub mod migrations;
 pub mod nodes;

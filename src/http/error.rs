@@ -14,6 +14,7 @@ use crate::app::AppError;
 use crate::domain::upload::UploadRequestError;
 
 use super::error_code::ErrorCode;
+use crate::app::{LiveFileError, ReceiveError, UploadError, WebhookError};
 
 /// An error response: status, stable code and a message safe to show the client.
 #[derive(Debug)]
@@ -249,58 +250,88 @@ impl From<AppError> for ApiError {
     }
 }
 
-/// The stable code of each application error.
+/// The stable code of each application error: its own kinds here, each concern's in a
+/// function of its own.
 fn code_of(err: &AppError) -> ErrorCode {
     use ErrorCode as C;
     match err {
         AppError::NotFound => C::NotFound,
         AppError::Unauthorized => C::Unauthorized,
         AppError::BadRequest(_) => C::BadRequest,
-        AppError::InvalidUpload(kind) => match kind {
-            UploadRequestError::UnsupportedMediaType(_) => C::UnsupportedMediaType,
-            UploadRequestError::TooLarge { .. } => C::TooLarge,
-            UploadRequestError::BadFilename | UploadRequestError::BadSize => C::BadRequest,
-        },
-        AppError::UploadIncomplete => C::UploadIncomplete,
-        // The bytes are well formed; they conflict with the size the contract declared.
-        AppError::SizeMismatch { .. } => C::SizeMismatch,
-        AppError::UploadClosed { .. } => C::UploadClosed,
-        AppError::IngestDisabled => C::IngestDisabled,
-        AppError::NotThroughVidq => C::PresignedUpload,
-        AppError::WrongNode { .. } => C::WrongNode,
-        AppError::UploadBusy => C::UploadBusy,
-        AppError::UploadGone { .. } | AppError::SpoolLost => C::UploadGone,
-        AppError::UploadComplete => C::UploadComplete,
-        AppError::UploadTooFragmented => C::UploadTooFragmented,
-        AppError::BadIngestName(_) => C::BadFileName,
-        AppError::WholeFileOnly | AppError::ResumableInProgress { .. } => C::WrongUploadMethod,
-        AppError::FileLanded => C::FileLanded,
-        AppError::EmptyFile => C::EmptyFile,
-        AppError::NoVideoStream(_) => C::NoVideoStream,
-        AppError::SpoolBusy(_) => C::SpoolBusy,
-        AppError::OffsetMismatch { .. } => C::OffsetMismatch,
-        AppError::PastUploadLength { .. } => C::TooLarge,
-        AppError::ChecksumMismatch => C::ChecksumMismatch,
-        AppError::BodyInterrupted(crate::app::ingest::BodyError::Idle) => C::RequestTimeout,
-        AppError::BodyInterrupted(crate::app::ingest::BodyError::Broken) => C::BodyInterrupted,
-        AppError::ContentTypeMismatch { .. } => C::UnsupportedMediaType,
         AppError::TooManyOpen { kind, .. } => match kind {
             crate::app::open_work::OpenWork::Uploads => C::TooManyOpenUploads,
             crate::app::open_work::OpenWork::Recordings => C::TooManyOpenRecordings,
         },
-        AppError::SpoolFull => C::InsufficientStorage,
-        AppError::Spool(_) => C::SpoolUnavailable,
-        AppError::WebhookUrl(_) => C::InvalidWebhookUrl,
-        AppError::EventTypes(_) => C::InvalidEventTypes,
-        AppError::EndpointDisabled(_) => C::EndpointDisabled,
-        AppError::NotSubscribed(_) => C::EventTypeNotSubscribed,
-        AppError::TooManyResends(_) => C::TooManyResends,
         AppError::NameTaken(_) => C::Conflict,
         AppError::PlaybackToken(_) => C::InvalidToken,
         AppError::Database(db) if db.is_unavailable() => C::Unavailable,
         AppError::ConfirmsStopped => C::Unavailable,
         AppError::Storage(_) => C::StorageUnavailable,
         AppError::Database(_) | AppError::Playlist(_) => C::Internal,
+        AppError::Upload(err) => upload_code(err),
+        AppError::Receive(err) => receive_code(err),
+        AppError::LiveFile(err) => live_file_code(err),
+        AppError::Webhook(err) => webhook_code(err),
+    }
+}
+
+fn upload_code(err: &UploadError) -> ErrorCode {
+    use ErrorCode as C;
+    match err {
+        UploadError::InvalidUpload(kind) => match kind {
+            UploadRequestError::UnsupportedMediaType(_) => C::UnsupportedMediaType,
+            UploadRequestError::TooLarge { .. } => C::TooLarge,
+            UploadRequestError::BadFilename | UploadRequestError::BadSize => C::BadRequest,
+        },
+        UploadError::UploadIncomplete => C::UploadIncomplete,
+        // The bytes are well formed; they conflict with the size the contract declared.
+        UploadError::SizeMismatch { .. } => C::SizeMismatch,
+        UploadError::UploadClosed { .. } => C::UploadClosed,
+    }
+}
+
+fn receive_code(err: &ReceiveError) -> ErrorCode {
+    use crate::app::ingest::BodyError;
+    use ErrorCode as C;
+    match err {
+        ReceiveError::IngestDisabled => C::IngestDisabled,
+        ReceiveError::NotThroughVidq => C::PresignedUpload,
+        ReceiveError::WrongNode { .. } => C::WrongNode,
+        ReceiveError::UploadBusy => C::UploadBusy,
+        ReceiveError::UploadGone { .. } | ReceiveError::SpoolLost => C::UploadGone,
+        ReceiveError::UploadComplete => C::UploadComplete,
+        ReceiveError::UploadTooFragmented => C::UploadTooFragmented,
+        ReceiveError::WholeFileOnly | ReceiveError::ResumableInProgress { .. } => {
+            C::WrongUploadMethod
+        }
+        ReceiveError::SpoolBusy(_) => C::SpoolBusy,
+        ReceiveError::OffsetMismatch { .. } => C::OffsetMismatch,
+        ReceiveError::PastUploadLength { .. } => C::TooLarge,
+        ReceiveError::ChecksumMismatch => C::ChecksumMismatch,
+        ReceiveError::BodyInterrupted(BodyError::Idle) => C::RequestTimeout,
+        ReceiveError::BodyInterrupted(BodyError::Broken) => C::BodyInterrupted,
+        ReceiveError::ContentTypeMismatch { .. } => C::UnsupportedMediaType,
+        ReceiveError::SpoolFull => C::InsufficientStorage,
+        ReceiveError::Spool(_) => C::SpoolUnavailable,
+    }
+}
+
+fn live_file_code(err: &LiveFileError) -> ErrorCode {
+    match err {
+        LiveFileError::BadIngestName(_) => ErrorCode::BadFileName,
+        LiveFileError::FileLanded => ErrorCode::FileLanded,
+        LiveFileError::EmptyFile => ErrorCode::EmptyFile,
+        LiveFileError::NoVideoStream(_) => ErrorCode::NoVideoStream,
+    }
+}
+
+fn webhook_code(err: &WebhookError) -> ErrorCode {
+    match err {
+        WebhookError::WebhookUrl(_) => ErrorCode::InvalidWebhookUrl,
+        WebhookError::EventTypes(_) => ErrorCode::InvalidEventTypes,
+        WebhookError::EndpointDisabled(_) => ErrorCode::EndpointDisabled,
+        WebhookError::NotSubscribed(_) => ErrorCode::EventTypeNotSubscribed,
+        WebhookError::TooManyResends(_) => ErrorCode::TooManyResends,
     }
 }
 
@@ -340,7 +371,7 @@ fn log(err: &AppError) {
         AppError::Storage(storage) if storage.outage => {
             tracing::warn!(error = %crate::telemetry::error_chain(err), "request failed: object storage is unavailable");
         }
-        AppError::Spool(_)
+        AppError::Receive(ReceiveError::Spool(_))
         | AppError::ConfirmsStopped
         | AppError::Storage(_)
         | AppError::Database(_)

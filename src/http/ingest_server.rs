@@ -25,6 +25,7 @@ use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio_util::sync::CancellationToken;
 
+use crate::app::ReceiveError;
 use crate::app::ingest::BodyError;
 use crate::app::live::Ingested;
 use crate::app::{self, AppContext};
@@ -149,9 +150,9 @@ async fn handle(
                 Ok(Ingested::AlreadyLanded) => Ok(200),
                 Ok(Ingested::Playlist { .. }) => Ok(204),
                 // A segment has no offset to resume from: it is sent again whole.
-                Err(crate::app::AppError::BodyInterrupted(
+                Err(crate::app::AppError::Receive(ReceiveError::BodyInterrupted(
                     crate::app::ingest::BodyError::Broken,
-                )) => Err(ApiError::body_interrupted(
+                ))) => Err(ApiError::body_interrupted(
                     "the request body ended early; nothing of this file was kept: PUT it again",
                 )),
                 Err(error) => Err(error.into()),

@@ -46,7 +46,7 @@ impl Pipeline {
     ) -> Result<(), MediaError> {
         let recording = {
             let mut conn = self.db.get().await.map_err(db_error)?;
-            db::live_videos::recording_of(&mut conn, video)
+            db::recordings::videos::recording_of(&mut conn, video)
                 .await
                 .map_err(db_error)?
                 .ok_or_else(|| {
@@ -71,9 +71,12 @@ impl Pipeline {
         loop {
             let pending = {
                 let mut conn = self.db.get().await.map_err(db_error)?;
-                until_cancelled(cancel, db::live_videos::pending_files(&mut conn, recording))
-                    .await?
-                    .map_err(db_error)?
+                until_cancelled(
+                    cancel,
+                    db::recordings::videos::pending_files(&mut conn, recording),
+                )
+                .await?
+                .map_err(db_error)?
             };
             if pending == 0 {
                 return Ok(());
@@ -106,7 +109,7 @@ impl Pipeline {
     ) -> Result<(), MediaError> {
         let files = {
             let mut conn = self.db.get().await.map_err(db_error)?;
-            db::live_videos::kept_files(&mut conn, recording)
+            db::recordings::videos::kept_files(&mut conn, recording)
                 .await
                 .map_err(db_error)?
         };

@@ -81,7 +81,7 @@ pub async fn apply(pool: &DbPool, id: i64, action: OperatorAction) -> Result<(),
         db::videos::lock_for_update(conn, video).await?;
         // A live recording's row follows its video below: locked now, before the job (lock
         // order).
-        db::live_videos::lock_recording_of(conn, video).await?;
+        db::recordings::videos::lock_recording_of(conn, video).await?;
         let (status, run, parent) = db::jobs::lock_status(conn, id)
             .await?
             .ok_or(OperatorError::NotFound(id))?;
@@ -108,7 +108,7 @@ pub async fn apply(pool: &DbPool, id: i64, action: OperatorAction) -> Result<(),
                     ));
                 }
                 db::videos::requeue(conn, video).await?;
-                db::live_videos::follow_video(conn, video, RecordingState::Ended).await?;
+                db::recordings::videos::follow_video(conn, video, RecordingState::Ended).await?;
                 // A split video starts over whole: a new run plans its parts anew.
                 db::jobs::parts::delete_parts(conn, id).await?;
                 let changed = db::jobs::requeue(conn, id, status.as_str()).await?;
@@ -122,7 +122,7 @@ pub async fn apply(pool: &DbPool, id: i64, action: OperatorAction) -> Result<(),
                 let code = FailureCode::Cancelled.as_str();
                 let message = FailureCode::Cancelled.sentence();
                 let at = db::videos::set_failed(conn, video, code, message).await?;
-                db::live_videos::follow_video(conn, video, RecordingState::Failed).await?;
+                db::recordings::videos::follow_video(conn, video, RecordingState::Failed).await?;
                 let event = Event::video_failed(video, run, at, code, message);
                 db::outbox::insert(conn, owner, &event).await?;
                 let changed = db::jobs::cancel(conn, id, status.as_str()).await?;

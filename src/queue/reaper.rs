@@ -29,7 +29,7 @@ pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
                 let at = db::videos::set_failed(conn, video, code, message)
                     .await
                     .map_err(video_gone)?;
-                db::live_videos::follow_video(conn, video, RecordingState::Failed).await?;
+                db::recordings::videos::follow_video(conn, video, RecordingState::Failed).await?;
                 // A part that died takes its video with it: its head and the other parts are
                 // closed under the head's lock (after the video, by lock order).
                 if let Some(head) = job.parent_id {

@@ -14,6 +14,7 @@ use super::{Shared, SweepStore};
 use crate::adapters::spool::SpoolCheck;
 use crate::adapters::storage::StorageError;
 use crate::app::AppError;
+use crate::app::UploadError;
 use crate::db::{self, recordings::ClaimedFile, uploads::sweep::ClaimedUpload};
 use crate::domain::ids::UploadId;
 use crate::domain::sweep::{BreakerVerdict, Transition};
@@ -310,7 +311,7 @@ impl<S: SweepStore> Shared<S> {
                     Outcome::Overtaken
                 }
             }
-            Err(AppError::UploadClosed { state }) => {
+            Err(AppError::Upload(UploadError::UploadClosed { state })) => {
                 tracing::info!(%state, "upload closed before the sweeper confirmed it");
                 Outcome::Overtaken
             }

@@ -15,6 +15,7 @@ use vidq::domain::upload::UploadState;
 use crate::support::app::{TestApp, TestAppOptions};
 use crate::support::db::plans_of;
 use crate::support::wait::wait_for_lock_waits;
+use vidq::app::UploadError;
 
 #[derive(QueryableByName)]
 struct Id {
@@ -166,9 +167,9 @@ async fn each_confirm_of_a_batch_gets_the_answer_it_would_get_alone() {
     assert!(
         matches!(
             answers[2],
-            Err(AppError::UploadClosed {
+            Err(AppError::Upload(UploadError::UploadClosed {
                 state: UploadState::Expired
-            })
+            }))
         ),
         "{:?}",
         answers[2]

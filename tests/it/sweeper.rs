@@ -21,6 +21,7 @@ use vidq::domain::sweep::{Backoff, BreakerSettings};
 use vidq::sweeper::{Sweeper, SweeperSettings};
 
 use crate::support::app::{TestApp, assert_error};
+use vidq::app::UploadError;
 
 const NODE: &str = "node-a";
 
@@ -407,9 +408,9 @@ async fn a_confirm_that_loses_to_expiry_after_its_head_answers_upload_closed() {
     assert!(
         matches!(
             result,
-            Err(vidq::app::AppError::UploadClosed {
+            Err(vidq::app::AppError::Upload(UploadError::UploadClosed {
                 state: vidq::domain::upload::UploadState::Expired
-            })
+            }))
         ),
         "{result:?}"
     );

@@ -3,6 +3,7 @@
 
 use super::{Receive, Received, UploadStatus};
 use crate::app::AppError;
+use crate::app::{ReceiveError, UploadError};
 use crate::db;
 use crate::domain::tus::Checksum;
 use crate::domain::upload::UploadState;
@@ -47,7 +48,7 @@ pub(super) fn admit(status: &UploadStatus, receive: &Receive) -> Result<Admissio
                 complete: true,
                 expires_at: row.expires_at,
             })),
-            _ => Err(AppError::UploadComplete),
+            _ => Err(AppError::Receive(ReceiveError::UploadComplete)),
         };
     }
     // The contract names the bytes' media type; a PUT that says otherwise (text/html
@@ -58,32 +59,38 @@ pub(super) fn admit(status: &UploadStatus, receive: &Receive) -> Result<Admissio
         if !essence.eq_ignore_ascii_case(&row.content_type)
             && !essence.eq_ignore_ascii_case("application/octet-stream")
         {
-            return Err(AppError::ContentTypeMismatch {
+            return Err(AppError::Receive(ReceiveError::ContentTypeMismatch {
                 sent: essence.to_owned(),
                 contract: row.content_type.clone(),
-            });
+            }));
         }
     }
     // A contract checked as one whole file takes the single PUT only, and a PUT never
     // starts over bytes that arrived through tus.
     if !whole_file && row.checksum.is_some() {
-        return Err(AppError::WholeFileOnly);
+        return Err(AppError::Receive(ReceiveError::WholeFileOnly));
     }
     if whole_file && held != 0 {
-        return Err(AppError::ResumableInProgress { held });
+        return Err(AppError::Receive(ReceiveError::ResumableInProgress {
+            held,
+        }));
     }
     if !whole_file && offset != held {
-        return Err(AppError::OffsetMismatch { expected: held });
+        return Err(AppError::Receive(ReceiveError::OffsetMismatch {
+            expected: held,
+        }));
     }
     match receive.length {
         Some(length) if whole_file && length != declared => {
-            return Err(AppError::SizeMismatch {
+            return Err(AppError::Upload(UploadError::SizeMismatch {
                 declared: row.declared_size,
                 actual: length as i64,
-            });
+            }));
         }
         Some(length) if offset.checked_add(length).is_none_or(|end| end > declared) => {
-            return Err(AppError::PastUploadLength { length: declared });
+            return Err(AppError::Receive(ReceiveError::PastUploadLength {
+                length: declared,
+            }));
         }
         _ => {}
     }

@@ -5,6 +5,7 @@ use chrono::Utc;
 
 use super::{ReceivingUpload, UploadStatus, ingest, is_s3, spool_error, take};
 use crate::adapters::spool::AppendError;
+use crate::app::ReceiveError;
 use crate::app::open_work::{self, OpenWork};
 use crate::app::{AppContext, AppError};
 use crate::db;
@@ -122,7 +123,7 @@ pub async fn terminate(ctx: &AppContext, owner: UserId, id: UploadId) -> Result<
     let ingest = ingest(ctx)?;
     let (status, _guard) = take(ctx, owner, id).await?;
     if status.state != UploadState::Receiving {
-        return Err(AppError::UploadComplete);
+        return Err(AppError::Receive(ReceiveError::UploadComplete));
     }
     if is_s3(&status) {
         return crate::app::ingest_s3::terminate(ctx, &status).await;
@@ -141,7 +142,7 @@ pub async fn terminate(ctx: &AppContext, owner: UserId, id: UploadId) -> Result<
         db::uploads::receiving::delete_receiving(&mut conn, id).await?
     };
     if deleted == 0 {
-        return Err(AppError::UploadComplete);
+        return Err(AppError::Receive(ReceiveError::UploadComplete));
     }
     if let Some(path) = status.row.spool_path.as_deref()
         && let Err(error) = ingest.spool.remove(path).await

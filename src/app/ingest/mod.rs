@@ -20,6 +20,7 @@ use chrono::Utc;
 use super::upload_locks::UploadGuard;
 use super::{AppContext, AppError};
 use crate::adapters::spool::AppendError;
+use crate::app::ReceiveError;
 use crate::db;
 use crate::domain::ids::{UploadId, UserId};
 use crate::domain::upload::{RejectReason, UploadState, UploadStore, UploadVia};
@@ -41,7 +42,9 @@ const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
 
 /// This node's ingest, or the error of a node that takes no uploads through vidq.
 fn ingest(ctx: &AppContext) -> Result<&Ingest, AppError> {
-    ctx.ingest.as_ref().ok_or(AppError::IngestDisabled)
+    ctx.ingest
+        .as_ref()
+        .ok_or(AppError::Receive(ReceiveError::IngestDisabled))
 }
 
 /// The upload keeps its bytes in S3's multipart upload (the `s3` store).
@@ -61,26 +64,26 @@ async fn take(
         .locks
         .acquire(id.0, TAKEOVER_WAIT)
         .await
-        .ok_or(AppError::UploadBusy)?;
+        .ok_or(AppError::Receive(ReceiveError::UploadBusy))?;
     let status = status(ctx, owner, id).await?;
     if status.via != UploadVia::Vidq {
-        return Err(AppError::NotThroughVidq);
+        return Err(AppError::Receive(ReceiveError::NotThroughVidq));
     }
     if !is_s3(&status) && status.row.node_id.as_deref() != Some(&ingest.node_id) {
-        return Err(AppError::WrongNode {
+        return Err(AppError::Receive(ReceiveError::WrongNode {
             node: status.row.node_id.clone().unwrap_or_default(),
-        });
+        }));
     }
     match status.state {
         UploadState::Expired | UploadState::Rejected => {
-            return Err(AppError::UploadGone {
+            return Err(AppError::Receive(ReceiveError::UploadGone {
                 state: status.state,
-            });
+            }));
         }
         UploadState::Receiving if status.row.expires_at < Utc::now() => {
-            return Err(AppError::UploadGone {
+            return Err(AppError::Receive(ReceiveError::UploadGone {
                 state: UploadState::Expired,
-            });
+            }));
         }
         _ => {}
     }
@@ -96,7 +99,7 @@ async fn closed(ctx: &AppContext, id: UploadId) -> AppError {
     .await;
     match state {
         Ok(Some(state)) => match state.parse() {
-            Ok(state) => AppError::UploadGone { state },
+            Ok(state) => AppError::Receive(ReceiveError::UploadGone { state }),
             Err(e) => AppError::Database(db::DbError::from(e)),
         },
         Ok(None) => AppError::NotFound,
@@ -115,15 +118,15 @@ async fn lose(ctx: &AppContext, id: UploadId) -> Result<(), AppError> {
 
 pub(crate) fn spool_error(error: AppendError) -> AppError {
     match error {
-        AppendError::Lost { .. } => AppError::SpoolLost,
-        AppendError::Busy(full) => AppError::SpoolBusy(full),
-        AppendError::Held => AppError::UploadBusy,
+        AppendError::Lost { .. } => AppError::Receive(ReceiveError::SpoolLost),
+        AppendError::Busy(full) => AppError::Receive(ReceiveError::SpoolBusy(full)),
+        AppendError::Held => AppError::Receive(ReceiveError::UploadBusy),
         AppendError::Io(io) if io.kind() == std::io::ErrorKind::StorageFull => {
             tracing::warn!(
                 "the spool disk is full: a write was refused (507); the sweeper frees space as it lands what is there"
             );
-            AppError::SpoolFull
+            AppError::Receive(ReceiveError::SpoolFull)
         }
-        other => AppError::Spool(other),
+        other => AppError::Receive(ReceiveError::Spool(other)),
     }
 }

@@ -15,6 +15,7 @@ use super::{
 use crate::adapters::spool::{AppendEnd, SpoolAppend};
 use crate::app::upload_locks::UploadGuard;
 use crate::app::{AppContext, AppError};
+use crate::app::{ReceiveError, UploadError};
 use crate::db;
 use crate::domain::ids::{UploadId, UserId};
 use crate::domain::tus::Checksum;
@@ -94,7 +95,7 @@ where
         "upload bytes received and fsynced"
     );
     if appended.checksum_mismatch {
-        return Err(AppError::ChecksumMismatch);
+        return Err(AppError::Receive(ReceiveError::ChecksumMismatch));
     }
     if let Some(failure) = failure {
         return Err(failure);
@@ -158,7 +159,7 @@ where
         let next = tokio::select! {
             next = body.next() => next,
             () = guard.stop.cancelled() => {
-                failure = Some(AppError::UploadBusy);
+                failure = Some(AppError::Receive(ReceiveError::UploadBusy));
                 break AppendEnd::Interrupted;
             }
         };
@@ -166,7 +167,9 @@ where
             Some(Ok(chunk)) => {
                 sent += chunk.len() as u64;
                 if offset + sent > declared {
-                    failure = Some(AppError::PastUploadLength { length: declared });
+                    failure = Some(AppError::Receive(ReceiveError::PastUploadLength {
+                        length: declared,
+                    }));
                     break AppendEnd::Discard;
                 }
                 if append.write(chunk).await.is_err() {
@@ -174,14 +177,14 @@ where
                 }
             }
             Some(Err(error)) => {
-                failure = Some(AppError::BodyInterrupted(error));
+                failure = Some(AppError::Receive(ReceiveError::BodyInterrupted(error)));
                 break AppendEnd::Interrupted;
             }
             None if whole_file && sent != declared => {
-                failure = Some(AppError::SizeMismatch {
+                failure = Some(AppError::Upload(UploadError::SizeMismatch {
                     declared: declared as i64,
                     actual: sent as i64,
-                });
+                }));
                 break AppendEnd::Discard;
             }
             None => break AppendEnd::Complete,
@@ -230,7 +233,7 @@ async fn unless_lost<T>(
     result: Result<T, AppError>,
 ) -> Result<T, AppError> {
     match result {
-        Err(AppError::SpoolLost) => {
+        Err(AppError::Receive(ReceiveError::SpoolLost)) => {
             lose(ctx, id).await?;
             Err(closed(ctx, id).await)
         }

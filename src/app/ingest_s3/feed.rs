@@ -6,6 +6,7 @@ use futures_util::{Stream, StreamExt};
 
 use crate::adapters::storage::BodySender;
 use crate::app::AppError;
+use crate::app::ReceiveError;
 use crate::app::ingest::BodyError;
 use crate::domain::tus::ChecksumHasher;
 
@@ -38,7 +39,9 @@ where
             None if self.ended => return Ok(None),
             None => match self.body.next().await {
                 Some(Ok(chunk)) => chunk,
-                Some(Err(error)) => return Err(AppError::BodyInterrupted(error)),
+                Some(Err(error)) => {
+                    return Err(AppError::Receive(ReceiveError::BodyInterrupted(error)));
+                }
                 None => {
                     self.ended = true;
                     return Ok(None);
@@ -49,9 +52,9 @@ where
             self.ahead.push(chunk.split_off(max as usize));
         }
         if self.sent + chunk.len() as u64 > self.limit {
-            return Err(AppError::PastUploadLength {
+            return Err(AppError::Receive(ReceiveError::PastUploadLength {
                 length: self.declared,
-            });
+            }));
         }
         self.sent += chunk.len() as u64;
         if let Some(hasher) = &mut self.hasher {
@@ -73,7 +76,9 @@ where
                     have += chunk.len() as u64;
                     self.ahead.insert(0, chunk);
                 }
-                Some(Err(error)) => return Err(AppError::BodyInterrupted(error)),
+                Some(Err(error)) => {
+                    return Err(AppError::Receive(ReceiveError::BodyInterrupted(error)));
+                }
                 None => self.ended = true,
             }
         }
@@ -83,10 +88,12 @@ where
     /// Sends exactly `n` bytes into `tx`; an error if the body ends first.
     pub(super) async fn send(&mut self, mut n: u64, tx: &BodySender) -> Result<(), AppError> {
         while n > 0 {
-            let chunk = self
-                .next(n)
-                .await?
-                .ok_or(AppError::BodyInterrupted(BodyError::Broken))?;
+            let chunk =
+                self.next(n)
+                    .await?
+                    .ok_or(AppError::Receive(ReceiveError::BodyInterrupted(
+                        BodyError::Broken,
+                    )))?;
             n -= chunk.len() as u64;
             if tx.send(chunk).await.is_err() {
                 // The S3 call ended early: its own error says why.

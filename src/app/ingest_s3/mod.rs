@@ -21,6 +21,7 @@ use std::time::Duration;
 use super::ingest::UploadStatus;
 use super::{AppContext, AppError};
 use crate::adapters::storage::{Completed, StorageError};
+use crate::app::ReceiveError;
 use crate::db::{self, uploads::multiparts};
 use crate::domain::ids::UploadId;
 use crate::domain::upload::UploadState;
@@ -181,7 +182,7 @@ pub(super) async fn terminate(ctx: &AppContext, status: &UploadStatus) -> Result
     ctx.storage.delete_prefix(&tail_prefix(id)).await?;
     let mut conn = ctx.db.get().await?;
     if db::uploads::receiving::delete_receiving(&mut conn, id).await? == 0 {
-        return Err(AppError::UploadComplete);
+        return Err(AppError::Receive(ReceiveError::UploadComplete));
     }
     tracing::info!(upload_id = %id, "upload through vidq terminated; its multipart upload aborted");
     Ok(())

@@ -11,6 +11,7 @@ use super::{MIN_PART, finish};
 use crate::app::ingest::{Admitted, BodyError, Received, UploadStatus};
 use crate::app::upload_locks::UploadGuard;
 use crate::app::{AppContext, AppError};
+use crate::app::{ReceiveError, UploadError};
 use crate::db::uploads::multiparts;
 use crate::domain::ids::RequestToken;
 use crate::domain::tus::ChecksumHasher;
@@ -108,18 +109,20 @@ async fn take_lease(
     };
     match lease {
         Ok(lease) => Ok(lease),
-        Err(multiparts::NotLeased::Held) => Err(AppError::UploadBusy),
-        Err(multiparts::NotLeased::NumbersExhausted) => Err(AppError::UploadTooFragmented),
+        Err(multiparts::NotLeased::Held) => Err(AppError::Receive(ReceiveError::UploadBusy)),
+        Err(multiparts::NotLeased::NumbersExhausted) => {
+            Err(AppError::Receive(ReceiveError::UploadTooFragmented))
+        }
         Err(multiparts::NotLeased::Moved) => {
             let now = crate::app::ingest::status(ctx, row.owner_id, row.id).await?;
             Err(match now.state {
-                UploadState::Receiving => AppError::OffsetMismatch {
+                UploadState::Receiving => AppError::Receive(ReceiveError::OffsetMismatch {
                     expected: now.row.received_bytes as u64,
-                },
+                }),
                 UploadState::Expired | UploadState::Rejected => {
-                    AppError::UploadGone { state: now.state }
+                    AppError::Receive(ReceiveError::UploadGone { state: now.state })
                 }
-                _ => AppError::UploadComplete,
+                _ => AppError::Receive(ReceiveError::UploadComplete),
             })
         }
     }
@@ -142,13 +145,13 @@ where
         _ => true,
     };
     if !digest_ok {
-        return Err(AppError::ChecksumMismatch);
+        return Err(AppError::Receive(ReceiveError::ChecksumMismatch));
     }
     if admitted.whole_file && writer.at != writer.declared {
-        return Err(AppError::SizeMismatch {
+        return Err(AppError::Upload(UploadError::SizeMismatch {
             declared: writer.declared as i64,
             actual: feed.sent as i64,
-        });
+        }));
     }
     writer.count().await
 }

@@ -8,6 +8,7 @@ use futures_util::Stream;
 use super::feed::Feed;
 use super::{RENEW_EVERY, tail_prefix};
 use crate::adapters::storage::StorageError;
+use crate::app::ReceiveError;
 use crate::app::ingest::BodyError;
 use crate::app::upload_locks::UploadGuard;
 use crate::app::{AppContext, AppError};
@@ -68,7 +69,7 @@ impl Writer<'_> {
             tokio::select! {
                 landed = step => landed?,
                 lost = renew_until_lost(ctx, upload, token) => return Err(lost),
-                () = guard.stop.cancelled() => return Err(AppError::UploadBusy),
+                () = guard.stop.cancelled() => return Err(AppError::Receive(ReceiveError::UploadBusy)),
             }
             if self.count_each {
                 self.count().await?;
@@ -151,7 +152,7 @@ impl Writer<'_> {
             let mut conn = self.ctx.db.get().await?;
             let first = multiparts::reserve(&mut conn, self.upload, self.token, 4)
                 .await?
-                .ok_or(AppError::UploadTooFragmented)?;
+                .ok_or(AppError::Receive(ReceiveError::UploadTooFragmented))?;
             self.numbers = (first, 4);
         }
         let number = self.numbers.0;
@@ -177,7 +178,7 @@ impl Writer<'_> {
         .await?;
         if !counted {
             // Taken over (a HEAD, a lease that ended) or closed meanwhile.
-            return Err(AppError::UploadBusy);
+            return Err(AppError::Receive(ReceiveError::UploadBusy));
         }
         self.committed = self.at;
         self.uncounted = multiparts::Stored::default();
@@ -206,7 +207,7 @@ async fn renew_until_lost(ctx: &AppContext, upload: UploadId, token: RequestToke
         .await;
         match renewed {
             Ok(true) => {}
-            Ok(false) => return AppError::UploadBusy,
+            Ok(false) => return AppError::Receive(ReceiveError::UploadBusy),
             Err(error) => return error,
         }
     }

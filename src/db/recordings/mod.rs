@@ -5,12 +5,14 @@
 //! The statements are grouped by who runs them: the recording row's own life (`rows`), the
 //! ingest registering files and playlists (`files`), the sweeper landing files in S3
 //! (`sweep`) and ending recordings nobody ended (`ends`). Callers use the names re-exported
-//! here.
+//! here; what makes a finished recording into its video, and keeps the two in step, is
+//! `videos`.
 
 mod ends;
 mod files;
 mod rows;
 mod sweep;
+pub mod videos;
 
 pub use ends::{close_past_cutoff, end_idle, expire_waiting, fail_without_video};
 pub use files::{

@@ -13,6 +13,7 @@ use futures_util::{Stream, StreamExt};
 
 use super::path_id;
 use super::playback::ApiBase;
+use crate::app::ReceiveError;
 use crate::app::ingest::{BodyError, Receive, UploadStatus};
 use crate::app::{self, AppContext, AppError};
 use crate::domain::tus;
@@ -427,7 +428,7 @@ pub async fn overridden(
 /// A presigned upload is no tus resource.
 fn tus_error(error: AppError) -> ApiError {
     match error {
-        AppError::NotThroughVidq => ApiError::not_found(),
+        AppError::Receive(ReceiveError::NotThroughVidq) => ApiError::not_found(),
         other => other.into(),
     }
 }

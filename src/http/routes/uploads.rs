@@ -7,6 +7,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::playback::ApiBase;
 use super::{path_id, path_id_after_key};
+use crate::app::ReceiveError;
 use crate::app::{self, AppContext, ingest::Receive, uploads::Confirmed};
 use crate::domain::tus::Checksum;
 use crate::domain::upload::UploadVia;
@@ -219,11 +220,11 @@ pub async fn put_content(
     .await
     .map_err(|error| match error {
         // The single PUT has no offset to resume from: the whole file is sent again.
-        crate::app::AppError::BodyInterrupted(crate::app::ingest::BodyError::Broken) => {
-            ApiError::body_interrupted(
-                "the request body ended early; nothing was kept: PUT the whole file again",
-            )
-        }
+        crate::app::AppError::Receive(ReceiveError::BodyInterrupted(
+            crate::app::ingest::BodyError::Broken,
+        )) => ApiError::body_interrupted(
+            "the request body ended early; nothing was kept: PUT the whole file again",
+        ),
         other => other.into(),
     })?;
     let status = app::ingest::status(&ctx, caller.0, upload_id).await?;

@@ -66,7 +66,7 @@ async fn finalize_failed_once(
                     .map_err(video_gone)
             },
             async {
-                db::live_videos::follow_video(c, claim.video, RecordingState::Failed)
+                db::recordings::videos::follow_video(c, claim.video, RecordingState::Failed)
                     .await
                     .map_err(JobError::from)
             },

@@ -185,8 +185,9 @@ pub(super) async fn finalize_ready_once(
     let began = tx
         .begin_with(async {
             let live = async {
-                let followed = db::live_videos::follow_video(c, claim.video, RecordingState::Ready);
-                let segments = db::live_videos::segments_of_video(c, claim.video);
+                let followed =
+                    db::recordings::videos::follow_video(c, claim.video, RecordingState::Ready);
+                let segments = db::recordings::videos::segments_of_video(c, claim.video);
                 let (followed, segments) = futures_util::try_join!(followed, segments)?;
                 Ok::<_, JobError>((followed > 0).then_some(segments))
             };

@@ -125,7 +125,7 @@ pub async fn follow_video(
     video: VideoId,
     state: RecordingState,
 ) -> diesel::QueryResult<usize> {
-    super::prepared::prepared(format!(
+    crate::db::prepared::prepared(format!(
         "UPDATE recordings SET state = $2, updated_at = statement_timestamp()
           WHERE id = (SELECT recording_id FROM videos WHERE id = $1)
             AND state IN ('{ended}', '{ready}', '{failed}')",
@@ -196,7 +196,7 @@ pub async fn segments_of_video(
         #[diesel(sql_type = BigInt)]
         excluded: i64,
     }
-    let row: Segments = super::prepared::prepared(format!(
+    let row: Segments = crate::db::prepared::prepared(format!(
         "SELECT count(*) FILTER (WHERE f.state = '{uploaded}') AS kept,
                 count(*) FILTER (WHERE f.state = '{excluded}') AS excluded
            FROM videos v JOIN recording_files f ON f.recording_id = v.recording_id
