@@ -108,7 +108,22 @@ impl Farm {
                 "{id}: S3 holds the file byte for byte"
             );
         }
-        assert_eq!(self.d.storage.list_multiparts("").await.unwrap(), vec![]);
+        // Every multipart upload S3 still holds is named by an upload still arriving: a
+        // create whose answer a killed node never sent leaves one, which that upload's expiry
+        // aborts. None is orphaned.
+        for (object, multipart) in self.d.storage.list_multiparts("").await.unwrap() {
+            let named = self
+                .d
+                .count(&format!(
+                    "SELECT count(*) AS n FROM tus_multiparts m JOIN uploads u ON u.id = m.upload_id
+                      WHERE m.multipart_id = '{multipart}' AND u.state = 'receiving'"
+                ))
+                .await;
+            assert_eq!(
+                named, 1,
+                "{object}: multipart upload {multipart} no upload names"
+            );
+        }
     }
 }
 
@@ -188,6 +203,8 @@ async fn real_clients_upload_through_a_load_balancer_and_every_node_takes_part()
         eprintln!("upload {id}: 204 PATCHes per node {served:?}");
     }
     farm.all_ready(&key, &done).await;
+    // With every node up, every upload finished: no multipart upload is left open.
+    assert_eq!(farm.d.storage.list_multiparts("").await.unwrap(), vec![]);
     farm.d.ends_clean().await;
 }
 
