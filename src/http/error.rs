@@ -10,11 +10,10 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::app::AppError;
+use crate::app::{AppError, LiveFileError, ReceiveError, UploadError, WebhookError};
 use crate::domain::upload::UploadRequestError;
 
 use super::error_code::ErrorCode;
-use crate::app::{LiveFileError, ReceiveError, UploadError, WebhookError};
 
 /// An error response: status, stable code and a message safe to show the client.
 #[derive(Debug)]

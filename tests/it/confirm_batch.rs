@@ -7,15 +7,14 @@ use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use reqwest::StatusCode;
 use serde_json::Value;
 use uuid::Uuid;
-use vidq::app::AppError;
 use vidq::app::confirm_batch::{Acceptance, BatchSettings, ConfirmBatcher};
+use vidq::app::{AppError, UploadError};
 use vidq::domain::ids::{UploadId, UserId};
 use vidq::domain::upload::UploadState;
 
 use crate::support::app::{TestApp, TestAppOptions};
 use crate::support::db::plans_of;
 use crate::support::wait::wait_for_lock_waits;
-use vidq::app::UploadError;
 
 #[derive(QueryableByName)]
 struct Id {

@@ -2,8 +2,7 @@
 //! the upload's state, the request's media type, offset, length and checksum against the row.
 
 use super::{Receive, Received, UploadStatus};
-use crate::app::AppError;
-use crate::app::{ReceiveError, UploadError};
+use crate::app::{AppError, ReceiveError, UploadError};
 use crate::db;
 use crate::domain::tus::Checksum;
 use crate::domain::upload::UploadState;

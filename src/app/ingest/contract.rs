@@ -5,9 +5,8 @@ use chrono::Utc;
 
 use super::{ReceivingUpload, UploadStatus, ingest, is_s3, spool_error, take};
 use crate::adapters::spool::AppendError;
-use crate::app::ReceiveError;
 use crate::app::open_work::{self, OpenWork};
-use crate::app::{AppContext, AppError};
+use crate::app::{AppContext, AppError, ReceiveError};
 use crate::db;
 use crate::domain::ids::{UploadId, UserId};
 use crate::domain::keys;

@@ -14,8 +14,7 @@ use super::{
 };
 use crate::adapters::spool::{AppendEnd, SpoolAppend};
 use crate::app::upload_locks::UploadGuard;
-use crate::app::{AppContext, AppError};
-use crate::app::{ReceiveError, UploadError};
+use crate::app::{AppContext, AppError, ReceiveError, UploadError};
 use crate::db;
 use crate::domain::ids::{UploadId, UserId};
 use crate::domain::tus::Checksum;

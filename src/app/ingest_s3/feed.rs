@@ -5,9 +5,8 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
 use crate::adapters::storage::BodySender;
-use crate::app::AppError;
-use crate::app::ReceiveError;
 use crate::app::ingest::BodyError;
+use crate::app::{AppError, ReceiveError};
 use crate::domain::tus::ChecksumHasher;
 
 /// A request's body as it is read: chunks, cut to size on demand, hashed and counted as they

@@ -8,10 +8,9 @@ use futures_util::Stream;
 use super::feed::Feed;
 use super::{RENEW_EVERY, tail_prefix};
 use crate::adapters::storage::StorageError;
-use crate::app::ReceiveError;
 use crate::app::ingest::BodyError;
 use crate::app::upload_locks::UploadGuard;
-use crate::app::{AppContext, AppError};
+use crate::app::{AppContext, AppError, ReceiveError};
 use crate::db::uploads::multiparts;
 use crate::domain::ids::{RequestToken, UploadId};
 
