@@ -24,7 +24,7 @@ pub struct UploadKey {
     /// Its state (spelled as [`UploadState`]).
     #[diesel(sql_type = Text)]
     pub state: crate::domain::upload::UploadState,
-    /// How its bytes reach S3 (spelled as [`UploadVia`]).
+    /// How its bytes reach S3 (spelled as [`UploadVia`](crate::domain::upload::UploadVia)).
     #[diesel(sql_type = Text)]
     pub via: crate::domain::upload::UploadVia,
     /// Spool file, relative to the root (uploads through vidq).
