@@ -45,11 +45,22 @@ pub struct Detail<'a> {
 }
 
 fn code_schema() -> utoipa::openapi::Object {
+    let meanings: String = ErrorCode::ALL
+        .iter()
+        .map(|code| {
+            format!(
+                "\n- `{}` ({}): {}",
+                code.as_str(),
+                code.status().as_u16(),
+                code.sentence()
+            )
+        })
+        .collect();
     utoipa::openapi::ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::Type::String)
-        .description(Some(
-            "The stable code: clients branch on it; it never changes meaning.",
-        ))
+        .description(Some(format!(
+            "The stable code: clients branch on it; it never changes meaning.{meanings}"
+        )))
         .enum_values(Some(ErrorCode::ALL.iter().map(|code| code.as_str())))
         .build()
 }
@@ -74,26 +85,25 @@ impl ApiError {
         Self::new(ErrorCode::BadRequest, message)
     }
 
+    /// An answer whose message is its code's fixed one ([`opaque_message`]).
+    fn opaque(code: ErrorCode) -> Self {
+        Self::new(code, opaque_message(code).unwrap_or(code.sentence()))
+    }
+
     /// 401 `unauthorized`.
     pub fn unauthorized() -> Self {
-        Self::new(
-            ErrorCode::Unauthorized,
-            "send a valid API key as `Authorization: Bearer <key>`",
-        )
+        Self::opaque(ErrorCode::Unauthorized)
     }
 
     /// 404 `not_found`; the same for an unknown id and a stranger's, so ids can't be probed.
     pub fn not_found() -> Self {
-        Self::new(ErrorCode::NotFound, "no such resource")
+        Self::opaque(ErrorCode::NotFound)
     }
 
     /// 408 `request_timeout`: the body stopped coming. The connection is closed, since the
     /// rest of the body may still arrive.
     pub fn request_timeout() -> Self {
-        Self::new(
-            ErrorCode::RequestTimeout,
-            "the request body stopped arriving; send it again",
-        )
+        Self::opaque(ErrorCode::RequestTimeout)
     }
 
     /// 412 `unsupported_version`: a tus request of another protocol version.
@@ -168,15 +178,12 @@ impl ApiError {
 
     /// 503 `unavailable`: the database is out of reach for a moment; the client retries.
     pub fn unavailable() -> Self {
-        Self::new(
-            ErrorCode::Unavailable,
-            "the service is temporarily unavailable; retry",
-        )
+        Self::opaque(ErrorCode::Unavailable)
     }
 
     /// 500 `internal`, opaque; the caller logs the cause.
     pub fn internal() -> Self {
-        Self::new(ErrorCode::Internal, "internal error")
+        Self::opaque(ErrorCode::Internal)
     }
 
     /// The stable code.
@@ -243,7 +250,7 @@ impl From<AppError> for ApiError {
         log(&err);
         let code = code_of(&err);
         match opaque_message(code) {
-            Some(message) => Self::new(code, message),
+            Some(_) => Self::opaque(code),
             None => Self::new(code, err.to_string()),
         }
     }

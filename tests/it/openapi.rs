@@ -207,6 +207,18 @@ async fn the_document_is_openapi_3_1_and_lists_every_route_with_the_methods_it_a
         codes.as_array().unwrap().contains(&json!("not_found")),
         "{codes}"
     );
+    // Each code's status and meaning stand beside it, for every code the enum lists.
+    let meanings = doc["components"]["schemas"]["ErrorDetail"]["properties"]["code"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(meanings.contains("- `upload_busy` (423): "), "{meanings}");
+    for code in codes.as_array().unwrap() {
+        let code = code.as_str().unwrap();
+        assert!(
+            meanings.contains(&format!("- `{code}` (")),
+            "{code}: {meanings}"
+        );
+    }
     assert_eq!(
         doc["components"]["securitySchemes"]["api_key"]["scheme"],
         "bearer"
