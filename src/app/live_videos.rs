@@ -77,7 +77,7 @@ async fn make_video(
         )
         .await?;
         let event = Event::video_accepted_from_recording(video, whole.id, row.created_at);
-        db::outbox::insert(conn, whole.owner_id, &event).await?;
+        db::deliveries::outbox::insert(conn, whole.owner_id, &event).await?;
         db::jobs::notify_claimable(conn).await?;
         Ok(Some(video))
     })

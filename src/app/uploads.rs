@@ -252,7 +252,7 @@ pub async fn accept(
                 db::videos::insert(c, video_id, owner, upload_id),
                 db::jobs::insert(c, video_id, object_key, JobKind::Encode),
                 db::jobs::notify_claimable(c),
-                db::outbox::insert_stamped(c, &event),
+                db::deliveries::outbox::insert_stamped(c, &event),
             ))
         })
         .await?;
@@ -361,7 +361,7 @@ async fn insert_created(
                 db::videos::insert_all(c, ids, owners, uploads),
                 db::jobs::insert_all(c, job_videos, keys, JobKind::Encode),
                 db::jobs::notify_claimable(c),
-                db::outbox::insert_all_stamped(c, &events),
+                db::deliveries::outbox::insert_all_stamped(c, &events),
             )
             .map_err(AppError::from)
         })

@@ -245,7 +245,7 @@ async fn latency(
     for _ in 0..args.events {
         tick.tick().await;
         let event = Event::video_accepted(VideoId::new(), UploadId::new(), Utc::now());
-        db::outbox::insert(&conn, owner, &event).await?;
+        db::deliveries::outbox::insert(&conn, owner, &event).await?;
         committed.push((event.id.to_string(), Instant::now()));
     }
     let reached = seen.reached.notified();

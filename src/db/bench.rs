@@ -216,7 +216,7 @@ SELECT pg_notify('{events}', '') FROM ins WHERE NOT {nobody_waits};
 COMMIT;
 "#,
         jobs = super::jobs::JOBS_CHANNEL,
-        events = super::outbox::EVENTS_CHANNEL,
+        events = super::deliveries::outbox::EVENTS_CHANNEL,
         nobody_waits = super::wake::nobody_waits_sql(),
     )
 }

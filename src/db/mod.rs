@@ -99,7 +99,6 @@ pub mod migrations;
 pub mod nodes;
 pub mod open_work;
 pub mod operator_view;
-pub mod outbox;
 pub mod pipelined;
 pub mod pool;
 pub mod prepared;

@@ -111,7 +111,7 @@ COMMIT;
                 "$3",
                 "cardinality(current_setting('vidq_bench.jobs')::int8[])"
             ),
-        events = super::outbox::EVENTS_CHANNEL,
+        events = super::deliveries::outbox::EVENTS_CHANNEL,
         nobody_waits = super::wake::nobody_waits_sql(),
     )
 }

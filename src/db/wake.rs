@@ -10,7 +10,7 @@
 //!   ([`WakeSession::announce`]), then looks for work once more, then sleeps; it releases the
 //!   lock ([`WakeSession::withdraw`]) when it is busy again.
 //! - A producer's outbox insert tries the lock SHARED for its transaction; failing means
-//!   someone waits, and only then does it NOTIFY (`db::outbox::insert`).
+//!   someone waits, and only then does it NOTIFY (`db::deliveries::outbox::insert`).
 //! - A waiter that stops waiting while others slept "covered" by it NOTIFYs once, so they
 //!   take over ([`WakeSession::hand_over`]).
 //! - A producer that got the shared lock holds it until it commits, so a waiter cannot

@@ -88,7 +88,7 @@ pub fn check_event_types(types: &[String]) -> Result<(), EventTypesError> {
 }
 
 /// How `occurred_at` is written: RFC 3339, UTC, always six fractional digits. A finalize
-/// has the database write it (`db::outbox::insert_stamped`, with `to_char` and this pattern)
+/// has the database write it (`db::deliveries::outbox::insert_stamped`, with `to_char` and this pattern)
 /// so the whole transaction can go out in one round trip.
 pub const OCCURRED_AT_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.6fZ";
 

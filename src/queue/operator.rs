@@ -124,7 +124,7 @@ pub async fn apply(pool: &DbPool, id: i64, action: OperatorAction) -> Result<(),
                 let at = db::videos::set_failed(conn, video, code, message).await?;
                 db::recordings::videos::follow_video(conn, video, RecordingState::Failed).await?;
                 let event = Event::video_failed(video, run, at, code, message);
-                db::outbox::insert(conn, owner, &event).await?;
+                db::deliveries::outbox::insert(conn, owner, &event).await?;
                 let changed = db::jobs::cancel(conn, id, status.as_str()).await?;
                 // A split video's parts stop with it.
                 db::jobs::parts::close_family(conn, id).await?;

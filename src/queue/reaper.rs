@@ -38,7 +38,7 @@ pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
                         .ok_or(JobError::ClaimLost)?;
                 }
                 let event = Event::video_failed(video, job.run, at, code, message);
-                db::outbox::insert(conn, owner, &event).await?;
+                db::deliveries::outbox::insert(conn, owner, &event).await?;
                 let ended = AttemptEnd {
                     outcome: Outcome::Dead,
                     error: Some((FailureCode::LeaseExpired.as_str(), message)),

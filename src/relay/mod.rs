@@ -150,7 +150,7 @@ impl Relay {
             };
             crate::queue::listener::spawn(
                 url.clone(),
-                db::outbox::EVENTS_CHANNEL,
+                db::deliveries::outbox::EVENTS_CHANNEL,
                 on_notify,
                 shutdown.child_token(),
             )

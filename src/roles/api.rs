@@ -354,7 +354,7 @@ pub async fn listen_for_events(ctx: &AppContext, database_url: &str, shutdown: &
     let signal = ctx.events.clone();
     crate::queue::listener::spawn(
         database_url.to_owned(),
-        db::outbox::EVENTS_CHANNEL,
+        db::deliveries::outbox::EVENTS_CHANNEL,
         move || signal.tick(),
         shutdown.child_token(),
     )

@@ -414,7 +414,7 @@ async fn producers_wake_relays_only_while_one_is_waiting() {
         vidq::domain::ids::UploadId::new(),
         chrono::Utc::now(),
     );
-    vidq::db::outbox::insert(&conn, owner, &event)
+    vidq::db::deliveries::outbox::insert(&conn, owner, &event)
         .await
         .unwrap();
     assert_eq!(announce(&mut waiter).await.unwrap(), Announce::Busy);

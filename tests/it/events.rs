@@ -55,10 +55,14 @@ async fn an_event_whose_transaction_is_still_open_holds_back_later_ones() {
     // Transaction A writes first (lower id, lower xid) and stays open.
     let mut a = AsyncPgConnection::establish(&app.db.url).await.unwrap();
     diesel::sql_query("BEGIN").execute(&mut a).await.unwrap();
-    vidq::db::outbox::insert(&a, owner, &early).await.unwrap();
+    vidq::db::deliveries::outbox::insert(&a, owner, &early)
+        .await
+        .unwrap();
     // Transaction B writes after it and commits at once.
     let b = app.pool.get().await.unwrap();
-    vidq::db::outbox::insert(&b, owner, &late).await.unwrap();
+    vidq::db::deliveries::outbox::insert(&b, owner, &late)
+        .await
+        .unwrap();
 
     // A cursor on the id column would hand out B now and skip A for ever; the feed waits.
     let (ids, cursor) = page(&app, &key, "").await;
@@ -86,7 +90,7 @@ async fn concurrent_producers_and_a_reader_following_cursors_see_every_event_onc
                     // id and xid order.
                     let hold = Duration::from_millis((p * 7 + i * 13) % 23);
                     conn.transaction::<_, diesel::result::Error, _>(async |c| {
-                        vidq::db::outbox::insert(c, owner, &event).await?;
+                        vidq::db::deliveries::outbox::insert(c, owner, &event).await?;
                         tokio::time::sleep(hold).await;
                         Ok(())
                     })
@@ -138,7 +142,7 @@ async fn the_feed_is_the_callers_own_filters_by_type_and_refuses_bad_input() {
         "invalid_media",
         "not a video",
     );
-    vidq::db::outbox::insert(&conn, owner, &failed)
+    vidq::db::deliveries::outbox::insert(&conn, owner, &failed)
         .await
         .unwrap();
     let accepted = produce(&app, owner, 2).await;

@@ -1,5 +1,6 @@
-//! The relay's queue: one delivery per (event, destination), routed from the outbox exactly
-//! once, claimed with `FOR UPDATE SKIP LOCKED` and a lease, acknowledged with an UPDATE
+//! The outbox and the relay's queue, the two tables every event passes through: producers
+//! insert events in their own transactions (`outbox`); one delivery per (event,
+//! destination) is routed from the outbox exactly once, claimed with `FOR UPDATE SKIP LOCKED` and a lease, acknowledged with an UPDATE
 //! fenced on the claim token. The same shape as encoding jobs, so several relays can run.
 //!
 //! The statements are grouped by the step of a delivery's life they serve: [`route()`]
@@ -10,6 +11,7 @@
 mod ack;
 mod claim;
 mod cleanup;
+pub mod outbox;
 mod resend;
 mod route;
 mod views;

@@ -102,7 +102,7 @@ pub async fn insert_resend(
              VALUES ($1, 'webhook', $2, true)
              RETURNING id)
          SELECT id FROM created, pg_notify('{}', '')",
-        crate::db::outbox::EVENTS_CHANNEL
+        crate::db::deliveries::outbox::EVENTS_CHANNEL
     ))
     .bind::<BigInt, _>(outbox_id)
     .bind::<SqlUuid, _>(endpoint)

@@ -287,7 +287,7 @@ async fn statements(c: &AsyncPgConnection, members: &[&ReadyAttempt]) -> Result<
             .map_err(JobError::from)
     };
     let events = async {
-        db::outbox::insert_all_stamped(c, &events)
+        db::deliveries::outbox::insert_all_stamped(c, &events)
             .await
             .map_err(JobError::from)
     };

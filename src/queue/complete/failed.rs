@@ -71,7 +71,7 @@ async fn finalize_failed_once(
                     .map_err(JobError::from)
             },
             async {
-                db::outbox::insert_stamped(c, &event)
+                db::deliveries::outbox::insert_stamped(c, &event)
                     .await
                     .map_err(JobError::from)
             },
@@ -116,7 +116,7 @@ async fn finalize_part_failed_once(
             error.code.as_str(),
             &message,
         );
-        db::outbox::insert_stamped(&*conn, &event).await?;
+        db::deliveries::outbox::insert_stamped(&*conn, &event).await?;
         Ok(())
     })
     .await

@@ -146,7 +146,7 @@ async fn event_and_fence(
     event: &Event,
 ) -> Result<(), JobError> {
     let (_, completed) = futures_util::try_join!(
-        db::outbox::insert_stamped(c, event),
+        db::deliveries::outbox::insert_stamped(c, event),
         db::jobs::complete(c, claim.job_id, claim.token, end(Outcome::Completed, None)),
     )?;
     fenced(completed)

@@ -92,7 +92,7 @@ pub async fn produce(app: &TestApp, owner: UserId, n: usize) -> Vec<String> {
     let mut ids = Vec::new();
     for _ in 0..n {
         let event = Event::video_accepted(VideoId::new(), UploadId::new(), Utc::now());
-        vidq::db::outbox::insert(&conn, owner, &event)
+        vidq::db::deliveries::outbox::insert(&conn, owner, &event)
             .await
             .unwrap();
         ids.push(event.id.to_string());

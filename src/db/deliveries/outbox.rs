@@ -8,10 +8,10 @@ use crate::domain::event::Event;
 use crate::domain::ids::UserId;
 
 /// The channel relays LISTEN on (declared with the wake-up rules it follows).
-pub use super::wake::EVENTS_CHANNEL;
+pub use crate::db::wake::EVENTS_CHANNEL;
 
 /// Inserts an event into the caller's transaction and, in the same statement, wakes relays
-/// and long-polling feed readers when it commits, if any is waiting (see [`super::wake`]).
+/// and long-polling feed readers when it commits, if any is waiting (see [`crate::db::wake`]).
 pub async fn insert(conn: &AsyncPgConnection, owner: UserId, event: &Event) -> QueryResult<()> {
     insert_with(conn, Some(owner), event, "VALUES ($1, $2, $3, $4, $5)").await
 }
@@ -36,7 +36,7 @@ pub async fn insert_stamped(conn: &AsyncPgConnection, event: &Event) -> QueryRes
 /// with one wake-up test for all of them. Events whose video is gone insert nothing.
 pub async fn insert_all_stamped(mut conn: &AsyncPgConnection, events: &[Event]) -> QueryResult<()> {
     use diesel::sql_types::{Array, Jsonb, Text, Uuid as SqlUuid};
-    super::prepared::prepared(format!(
+    crate::db::prepared::prepared(format!(
         "WITH ins AS (
              INSERT INTO notification_outbox (event_id, event_type, owner_id, video_id, payload)
              SELECT e.event_id, e.event_type, v.owner_id, v.id,
@@ -50,7 +50,7 @@ pub async fn insert_all_stamped(mut conn: &AsyncPgConnection, events: &[Event]) 
          SELECT pg_notify('{EVENTS_CHANNEL}', '')
           WHERE EXISTS (SELECT 1 FROM ins) AND NOT {nobody_waits}",
         pattern = OCCURRED_AT_SQL_PATTERN,
-        nobody_waits = super::wake::nobody_waits_sql()
+        nobody_waits = crate::db::wake::nobody_waits_sql()
     ))
     .bind::<Array<SqlUuid>, _>(events.iter().map(|e| e.id.0).collect::<Vec<_>>())
     .bind::<Array<Text>, _>(
@@ -77,12 +77,12 @@ async fn insert_with(
     source: &str,
 ) -> QueryResult<()> {
     use diesel::sql_types::{Jsonb, Text, Uuid as SqlUuid};
-    super::prepared::prepared(format!(
+    crate::db::prepared::prepared(format!(
         "WITH ins AS (
              INSERT INTO notification_outbox (event_id, event_type, owner_id, video_id, payload)
              {source} RETURNING 1)
          SELECT pg_notify('{EVENTS_CHANNEL}', '') FROM ins WHERE NOT {nobody_waits}",
-        nobody_waits = super::wake::nobody_waits_sql()
+        nobody_waits = crate::db::wake::nobody_waits_sql()
     ))
     .bind::<SqlUuid, _>(event.id.0)
     .bind::<Text, _>(event.event_type.as_str())
