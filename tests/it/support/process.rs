@@ -25,13 +25,36 @@ pub fn routes_seen_dir() -> std::path::PathBuf {
     .clone()
 }
 
-/// A loopback port free a moment ago (for child processes that need a fixed one).
+/// A loopback port free a moment ago (for child processes that need a fixed one). Taken
+/// below the kernel's ephemeral range (`ip_local_port_range`) and never twice in one run: a
+/// port from `bind(0)` could meanwhile become the source port of any outgoing connection
+/// (a pool's, a client's) before the child that was handed it binds it.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: std::sync::OnceLock<AtomicU32> = std::sync::OnceLock::new();
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    const FIRST: u32 = 10_000;
+    if ephemeral_from <= FIRST + 1_000 {
+        // No room below the ephemeral range: take what the kernel hands out.
+        return std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+    }
+    let span = ephemeral_from - FIRST;
+    // Each run starts elsewhere, so a child a previous run left behind is not met first.
+    let next = NEXT.get_or_init(|| AtomicU32::new(std::process::id() % span));
+    loop {
+        let port = FIRST + next.fetch_add(1, Ordering::Relaxed) % span;
+        let port = u16::try_from(port).expect("below the ephemeral range");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Whether something accepts TCP connections on `addr` within a second.
