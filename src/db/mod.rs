@@ -18,7 +18,7 @@
 //!    revoking the key when a user deletion starts; `FOR UPDATE` by the last step of a user
 //!    deletion only. So a user deletion and that user's other writes meet at this first row.
 //!    A batch of confirms (`app::uploads::accept_all`) locks all its uploaders at once, in id
-//!    order, and so does a batch of a worker's READY finalizes (`queue::complete::batch`). That
+//!    order, and so does a batch of a worker's READY finalizes (`queue::complete::ready`). That
 //!    batch then updates its videos with one statement and completes its jobs with another,
 //!    last, each visiting its rows in the order of the plan, not of the ids: no other
 //!    writer of those rows takes more than one of them at a time except a user deletion's

@@ -7,9 +7,9 @@
 //! on a busy small machine each round trip is two wake-ups (the client's task and the
 //! server's backend), and those, not the statements, were most of a finalize's cost.
 //!
-//! A statement that is not part of the transaction can ride behind its `COMMIT` in the same
-//! flight ([`PipelinedTx::run_then`]): a worker's finalize carries the claim of its slot's next
-//! job that way. It runs after the transaction has ended, whichever way it ended.
+//! A statement that is not part of the transaction can ride in the same flight, sent before
+//! its `BEGIN` on the same connection and autocommitted on its own: a worker's READY finalize
+//! carries the claim of its freed slot's next job that way (`queue::claim_ahead`).
 //!
 //! Two rules make a pipeline safe:
 //! - A statement sent with the `COMMIT` must fail on the server, never only in the client,
@@ -80,34 +80,13 @@ impl<'c> PipelinedTx<'c> {
     where
         E: From<diesel::result::Error>,
     {
-        self.commit_with_then(statements, std::future::ready(()))
-            .await
-            .0
-    }
-
-    /// [`PipelinedTx::commit_with`], and `after` sent right behind the `COMMIT`, in the same
-    /// flight: a statement of its own (autocommitted), which runs once the transaction has
-    /// ended, whether it committed or rolled back. Its answer is returned beside the
-    /// transaction's.
-    pub async fn commit_with_then<T, E, U>(
-        &self,
-        statements: impl Future<Output = Result<T, E>>,
-        after: impl Future<Output = U>,
-    ) -> (Result<T, E>, U)
-    where
-        E: From<diesel::result::Error>,
-    {
-        let (result, committed, after) =
-            futures_util::future::join3(statements, self.send("COMMIT"), after).await;
+        let (result, committed) = futures_util::future::join(statements, self.send("COMMIT")).await;
         // A COMMIT that got an answer ended the transaction, committed or rolled back; one
         // that did not (a broken connection) leaves it open, and so the connection broken.
         if committed.is_ok() {
             self.open.store(false, Ordering::SeqCst);
         }
-        (
-            result.and_then(|value| committed.map(|_| value).map_err(E::from)),
-            after,
-        )
+        result.and_then(|value| committed.map(|_| value).map_err(E::from))
     }
 
     /// The whole transaction in one round trip: `BEGIN`, `statements`, `COMMIT`, sent back to
@@ -116,26 +95,10 @@ impl<'c> PipelinedTx<'c> {
     where
         E: From<diesel::result::Error>,
     {
-        self.run_then(statements, std::future::ready(())).await.0
-    }
-
-    /// [`PipelinedTx::run`], and `after` behind the `COMMIT` in the same round trip, as in
-    /// [`PipelinedTx::commit_with_then`].
-    pub async fn run_then<T, E, U>(
-        &self,
-        statements: impl Future<Output = Result<T, E>>,
-        after: impl Future<Output = U>,
-    ) -> (Result<T, E>, U)
-    where
-        E: From<diesel::result::Error>,
-    {
         self.open.store(true, Ordering::SeqCst);
-        let (began, (result, after)) = futures_util::future::join(
-            self.send("BEGIN"),
-            self.commit_with_then(statements, after),
-        )
-        .await;
-        (began.map_err(E::from).and(result), after)
+        let (began, result) =
+            futures_util::future::join(self.send("BEGIN"), self.commit_with(statements)).await;
+        began.map_err(E::from).and(result)
     }
 
     /// Ends the transaction without its changes.

@@ -1,6 +1,6 @@
 //! A worker's hold on a job ([`Claim`]) and the one place the claim statement is sent
-//! ([`claim`]): by the claim loop for its free slots ([`super::runner`]), and in a READY
-//! finalize's flight for the freed slot's next job ([`super::complete`]).
+//! ([`claim`]): by the claim loop for its free slots ([`super::runner`]), and ahead of a READY
+//! finalize for the freed slots' next jobs ([`super::claim_ahead`]).
 
 use std::time::Duration;
 
@@ -87,7 +87,7 @@ impl Claim {
     }
 }
 
-/// Who claims the next job when a finalize carries one ([`finalize_ready_then_claim`]).
+/// Who claims the freed slots' next jobs ahead of their finalize ([`super::claim_ahead`]).
 #[derive(Clone, Copy, Debug)]
 pub struct NextClaim<'a> {
     /// Written to `claimed_by`.
@@ -95,13 +95,6 @@ pub struct NextClaim<'a> {
     /// The new claim's lease.
     pub lease: std::time::Duration,
 }
-
-/// What the claim a finalize carried found: `None` if none went out, else the claim's answer
-/// (a job, or `None` when nothing was claimable).
-pub type CarriedClaim = Option<Result<Option<Claim>, JobError>>;
-
-/// Where the answer of a claim sent ahead of a finalize goes, as soon as it has one.
-pub type ClaimAnswer = tokio::sync::oneshot::Sender<Result<Option<Claim>, JobError>>;
 
 /// Claims up to `slots` jobs for `node`, each leased for `lease`: the queue's only claim.
 /// One slot sends the single-row claim statement, several the several-row one; either is
@@ -119,11 +112,4 @@ pub(crate) async fn claim(
     }
     let jobs = db::jobs::claim_some(c, node, lease, slots).await?;
     Ok(jobs.into_iter().map(Claim::from).collect())
-}
-
-impl NextClaim<'_> {
-    /// The next job of one freed slot, if any is claimable.
-    pub(crate) async fn one(self, c: &AsyncPgConnection) -> Result<Option<Claim>, JobError> {
-        Ok(claim(c, self.node, self.lease, 1).await?.pop())
-    }
 }

@@ -5,6 +5,7 @@
 //! same one. Operators' retry and cancel ([`operator`]) and the [`reaper`] live here too.
 
 pub mod claim;
+pub mod claim_ahead;
 pub mod complete;
 pub mod error;
 pub mod heartbeat;
@@ -15,7 +16,7 @@ pub mod reaper;
 pub mod runner;
 mod slot;
 
-pub use claim::{CarriedClaim, Claim, ClaimAnswer, NextClaim, TimeSince};
+pub use claim::{Claim, NextClaim, TimeSince};
 pub use error::JobError;
 
 use futures_util::future::BoxFuture;

@@ -1,6 +1,7 @@
 //! One slot of a worker: it runs its claimed attempt under a heartbeat and a deadline,
 //! records how the attempt ended through the [`Completer`], and goes on with the next job
-//! its READY finalize claimed, until an attempt ends without one.
+//! claimed ahead of its READY finalize ([`super::claim_ahead`]), until an attempt ends
+//! without one.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
@@ -12,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::complete::{Completer, Finalizing};
+use super::claim_ahead::{Heard, NextJob, Rider};
+use super::complete::{Completer, ReadyAttempt};
 use super::heartbeat::{StopReason, keep_alive};
 use super::runner::Runner;
 use super::{Claim, JobBody, JobError};
@@ -24,8 +26,8 @@ use crate::telemetry::worker_health::Ended;
 
 impl<B: JobBody> Runner<B> {
     /// One slot's life: runs `claim`, and as long as each finalize brings the next job (see
-    /// [`super::complete::finalize_ready_then_claim`]) runs that one too. The slot is given back when an
-    /// attempt ends without a next job; the claim loop then takes over.
+    /// [`super::claim_ahead`]) runs that one too. The slot is given back when an attempt ends
+    /// without a next job; the claim loop then takes over.
     pub(super) async fn slot(
         self: Arc<Self>,
         mut claim: Claim,
@@ -109,67 +111,67 @@ impl<B: JobBody> Runner<B> {
             .catch_unwind()
             .await
             .unwrap_or_else(|panic| Err(panicked(panic.as_ref())));
-        let worked = started.elapsed();
-        let why = reason.get().copied();
+        let ended = Ending {
+            why: reason.get().copied(),
+            worked: started.elapsed(),
+        };
         // Ends the heartbeat and the deadline watch (neither sets a reason on this path).
         stop.cancel();
-        let carry = !shutdown.is_cancelled();
-        self.conclude(claim, result, why, worked, completer, endings, carry)
+        self.conclude(claim, result, ended, completer, endings, &shutdown)
             .await
     }
 
-    /// Records how the attempt ended. With `carry`, a READY finalize also claims the slot's
-    /// next job in its flight; returned is what that claim found. The claim goes ahead of the
-    /// finalize's transaction and answers first: the slot goes on with its next job at once,
-    /// and the rest of this attempt's end is recorded by a task of `endings` once the
-    /// finalize answers.
-    #[allow(clippy::too_many_arguments)]
+    /// Records how the attempt ended. A READY finalize also claims the slot's next job
+    /// ahead of its transaction unless the worker is `stopping`: the slot goes on with that
+    /// job as soon as the claim answers, and the rest of this attempt's end is recorded by a
+    /// task of `endings` once the finalize answers.
     async fn conclude(
         self: &Arc<Self>,
         claim: Claim,
         result: Result<crate::pipeline::Attempted, MediaError>,
-        why: Option<StopReason>,
-        worked: Duration,
+        ended: Ending,
         completer: &Completer,
         endings: &TaskTracker,
-        carry: bool,
+        stopping: &CancellationToken,
     ) -> Next {
-        let (outcome, next) = match result {
+        let outcome = match result {
             // A finished result is always offered to the fenced finalize, even when the
             // heartbeat gave up (a renewal that timed out may still have committed): the
             // fence, not this node's guess, decides whether the claim is still ours.
             Ok(crate::pipeline::Attempted::Ready(output)) => {
-                let (finalizing, next) =
-                    self.finalize_ready(&claim, &output, completer, carry).await;
-                if let Finalizing::Running(_) = finalizing {
-                    let (this, completer) = (self.clone(), completer.clone());
-                    endings.spawn(
-                        async move {
-                            let outcome = this.ready(&claim, finalizing.answer().await).await;
-                            this.record_end(&claim, outcome, why, worked, &completer)
-                                .await;
-                        }
-                        .in_current_span(),
-                    );
-                    return next;
-                }
-                (self.ready(&claim, finalizing.answer().await).await, next)
+                let attempt = ReadyAttempt {
+                    claim: claim.clone(),
+                    output,
+                };
+                let Some((rider, next)) = Rider::unless_stopping(stopping) else {
+                    let finalized = completer.finalize_ready(attempt, None).await;
+                    let outcome = self.ready(&claim, finalized).await;
+                    self.record_end(&claim, outcome, ended, completer).await;
+                    return Next::NotAsked;
+                };
+                let (this, completer_of_task) = (self.clone(), completer.clone());
+                endings.spawn(
+                    async move {
+                        let finalized =
+                            completer_of_task.finalize_ready(attempt, Some(rider)).await;
+                        let outcome = this.ready(&claim, finalized).await;
+                        this.record_end(&claim, outcome, ended, &completer_of_task)
+                            .await;
+                    }
+                    .in_current_span(),
+                );
+                return self.next_job(next, completer, stopping).await;
             }
-            Ok(crate::pipeline::Attempted::Handed(handed)) => (
+            Ok(crate::pipeline::Attempted::Handed(handed)) => {
                 completer.hand_on(&claim, handed).await.map(|()| {
                     self.health.tools_ran();
                     Ended::Handed
-                }),
-                Next::NotAsked,
-            ),
-            Err(error) => (
-                self.not_ready(&claim, error, why, completer).await,
-                Next::NotAsked,
-            ),
+                })
+            }
+            Err(error) => self.not_ready(&claim, error, ended.why, completer).await,
         };
-        self.record_end(&claim, outcome, why, worked, completer)
-            .await;
-        next
+        self.record_end(&claim, outcome, ended, completer).await;
+        Next::NotAsked
     }
 
     /// What a READY finalize's answer means for the attempt.
@@ -259,13 +261,12 @@ crate::domain::failure::FailureCode::DeadlineExceeded,
 
     /// The end of an attempt, however it went: a claim found lost at the fence is logged as
     /// lost, an end that could not be recorded is left to the lease, and the counters and
-    /// the attempt's duration (`worked`, its body's time) are updated.
+    /// the attempt's duration (its body's time) are updated.
     async fn record_end(
         &self,
         claim: &Claim,
         outcome: Result<Ended, JobError>,
-        why: Option<StopReason>,
-        worked: Duration,
+        body: Ending,
         completer: &Completer,
     ) {
         let ended = match outcome {
@@ -287,7 +288,7 @@ crate::domain::failure::FailureCode::DeadlineExceeded,
         };
         if ended == Ended::Lost {
             // Once per lost claim, by who noticed first.
-            let at = if why == Some(StopReason::Lost) {
+            let at = if body.why == Some(StopReason::Lost) {
                 "heartbeat"
             } else {
                 "finalize"
@@ -297,43 +298,65 @@ crate::domain::failure::FailureCode::DeadlineExceeded,
         self.health.attempt_ended(ended);
         metrics::ATTEMPT_SECONDS
             .with_label_values(&[claim.kind.as_str(), ended.label()])
-            .observe(worked.as_secs_f64());
+            .observe(body.worked.as_secs_f64());
     }
 
-    /// The READY finalize; with `carry`, carrying the claim of the slot's next job, and what
-    /// that claim found.
-    async fn finalize_ready(
+    /// What the claim sent ahead of the finalize found, as the slot's next step: a job
+    /// heard once the worker is stopping is handed back unstarted (`claim_ahead`, rule 3).
+    async fn next_job(
         &self,
-        claim: &Claim,
-        output: &crate::pipeline::AttemptOutput,
+        next: NextJob,
         completer: &Completer,
-        carry: bool,
-    ) -> (Finalizing, Next) {
+        stopping: &CancellationToken,
+    ) -> Next {
         // Counted with the other claims; not timed in `CLAIM_SECONDS`, as its round trip is
         // the finalize's.
-        let (finalized, claimed) = completer.finalize_ready(claim, output, carry).await;
-        let next = match claimed {
-            Some(Ok(claimed)) => {
-                self.health.claimed(Ok(claimed.is_some()));
-                self.observe_claim(claimed.as_ref());
-                claimed.map_or(Next::QueueEmpty, |claimed| Next::Job(Box::new(claimed)))
+        match next.heard(stopping).await {
+            Heard::Job(job) => {
+                self.health.claimed(Ok(true));
+                self.observe_claim(Some(&job));
+                Next::Job(Box::new(job))
             }
-            Some(Err(error)) => {
+            Heard::QueueEmpty => {
+                self.health.claimed(Ok(false));
+                self.observe_claim(None);
+                Next::QueueEmpty
+            }
+            Heard::Failed(error) => {
                 let error = crate::telemetry::error_chain(&error);
                 tracing::warn!(%error, "the claim sent with the finalize failed");
                 self.health.claimed(Err(error));
                 Next::NotAsked
             }
-            None => Next::NotAsked,
-        };
-        (finalized, next)
+            Heard::Nothing => Next::NotAsked,
+            Heard::AfterStop(job) => {
+                self.observe_claim(Some(&job));
+                match completer.release(&job).await {
+                    Ok(()) => tracing::info!(
+                        job_id = job.job_id,
+                        "a job claimed as the worker stopped was handed back unstarted"
+                    ),
+                    Err(error) => tracing::warn!(job_id = job.job_id,
+                        error = %crate::telemetry::error_chain(&error),
+                        "could not hand back a job claimed as the worker stopped; its lease will expire"),
+                }
+                Next::NotAsked
+            }
+        }
     }
 }
 
-/// What the claim a finalize carried found.
+/// How an attempt's body ended: why it was stopped, if it was, and how long it worked.
+#[derive(Clone, Copy, Debug)]
+struct Ending {
+    why: Option<StopReason>,
+    worked: Duration,
+}
+
+/// What a slot does after an attempt.
 enum Next {
-    /// No claim went with the finalize (shutting down, another ending than READY, a failed
-    /// claim or a failed first try): the claim loop looks.
+    /// No next job was heard (stopping, another ending than READY, a failed claim, none
+    /// sent, or one handed back at the stop): the claim loop looks.
     NotAsked,
     /// The slot's next job.
     Job(Box<Claim>),
@@ -344,7 +367,7 @@ enum Next {
 /// How a slot ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum SlotEnd {
-    /// Its finalize's claim found nothing claimable.
+    /// The claim sent ahead of its finalize found nothing claimable.
     QueueEmpty,
     /// Any other way.
     Other,

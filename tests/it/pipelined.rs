@@ -9,8 +9,12 @@ use diesel::sql_types::BigInt;
 use diesel_async::RunQueryDsl;
 use vidq::db::pipelined::PipelinedTx;
 
+use tokio_util::sync::CancellationToken;
+use vidq::queue::claim_ahead::Heard;
+
 use crate::support::app::TestApp;
 use crate::support::db::{TestDb, UsersHeld};
+use crate::support::queue;
 use crate::support::wait::wait_for_lock_waits;
 
 #[derive(QueryableByName)]
@@ -165,13 +169,6 @@ async fn job_row(url: &str, job: i64) -> JobRow {
         .unwrap()
 }
 
-fn next_claim() -> vidq::queue::NextClaim<'static> {
-    vidq::queue::NextClaim {
-        node: "node",
-        lease: Duration::from_secs(60),
-    }
-}
-
 /// An app with two queued jobs, a pool of `connections` to its database, and a claim of
 /// the first job.
 async fn two_jobs_and_a_claim_of_one(
@@ -190,9 +187,10 @@ async fn two_jobs_and_a_claim_of_one(
     (app, pool, claim)
 }
 
-/// A busy worker's slot makes one round trip per job: the claim of its next job rides behind
-/// the finalize's COMMIT. Every answer the server sends here is held 300 ms, so each round
-/// trip costs at least that: a claim sent on its own after the finalize would take 600 ms.
+/// A busy worker's slot makes one round trip per job: the claim of its next job rides in the
+/// flight of the finalize, ahead of its `BEGIN`. Every answer the server sends here is held
+/// 300 ms, so each round trip costs at least that: a claim sent on its own after the finalize
+/// would take 600 ms.
 #[tokio::test]
 async fn a_finalize_carries_its_slots_next_claim_in_the_same_round_trip() {
     const DELAY: Duration = Duration::from_millis(300);
@@ -211,20 +209,17 @@ async fn a_finalize_carries_its_slots_next_claim_in_the_same_round_trip() {
         .map(vidq::queue::Claim::from)
         .expect("a job to claim");
     let finalize = async |claim: &vidq::queue::Claim| {
-        let output = vidq::pipeline::AttemptOutput::placeholder(&claim.plan());
         let started = std::time::Instant::now();
-        let (finalized, next) = vidq::queue::complete::finalize_ready_then_claim(
-            &pool,
-            claim,
-            &output,
-            Some(next_claim()),
-        )
-        .await;
-        finalized.expect("the claim was ours");
-        let next = next
-            .expect("a claim went out with the finalize")
-            .expect("the claim ran")
-            .expect("a job was waiting");
+        let (riders, mut listeners) = queue::riders(&[true]);
+        let (answers, orphans) =
+            queue::finalize_riding(&pool, &[queue::ready(claim)], riders).await;
+        answers[0].as_ref().expect("the claim was ours");
+        assert!(orphans.is_empty());
+        let next = listeners.remove(0).expect("a rider");
+        let next = match next.heard(&CancellationToken::new()).await {
+            Heard::Job(next) => next,
+            other => panic!("a job was waiting: {other:?}"),
+        };
         (next, started.elapsed())
     };
     // The first one also prepares the statements on the connection.
@@ -246,42 +241,34 @@ async fn a_finalize_carries_its_slots_next_claim_in_the_same_round_trip() {
     );
 }
 
-/// A worker with one slot sends the claim of the slot's next job AHEAD of its finalize, and
-/// has the claim's answer while the finalize still runs. Here another transaction holds the
-/// uploader's row, so the finalize waits at its first statement: the next job is handed over
-/// all the same (behind the COMMIT it would wait as long as the row is held), and the
+/// A slot's next claim goes AHEAD of its finalize, and the slot has the claim's answer while
+/// the finalize still runs. Here another transaction holds the uploader's row, so the
+/// finalize waits at its first statement: the next job is handed over all the same, and the
 /// finalize commits once the row is let go.
 #[tokio::test]
 async fn a_slots_next_claim_answers_while_its_finalize_still_waits_to_commit() {
     let (app, pool, first) = two_jobs_and_a_claim_of_one(2).await;
     let held = UsersHeld::hold(&app.db.url).await;
-    let output = vidq::pipeline::AttemptOutput::placeholder(&first.plan());
-    let ahead = tokio::time::timeout(
+    let (riders, mut listeners) = queue::riders(&[true]);
+    let finalizing = tokio::spawn({
+        let (pool, attempt) = (pool.clone(), queue::ready(&first));
+        async move { queue::finalize_riding(&pool, &[attempt], riders).await }
+    });
+    let next = tokio::time::timeout(
         Duration::from_secs(10),
-        vidq::queue::complete::claim_ahead_of_finalize_ready(
-            &pool,
-            &first,
-            &output,
-            "node",
-            Duration::from_secs(60),
-        ),
+        queue::job_heard(listeners.remove(0).expect("a rider")),
     )
     .await
-    .expect("the claim answers while the finalize waits for the uploader's row");
-    let next = ahead
-        .claimed
-        .expect("a claim went out ahead of the finalize")
-        .expect("the claim ran")
-        .expect("the other job was waiting");
-    assert_ne!(next.job_id, first.job_id);
-    let claimed = job_row(&app.db.url, next.job_id).await;
+    .expect("the claim answers while the finalize waits for the uploader's row")
+    .expect("the other job was waiting");
+    assert_ne!(next, first.job_id);
+    let claimed = job_row(&app.db.url, next).await;
     assert_eq!(claimed.status, "PROCESSING");
-    assert_eq!(claimed.claim_token, Some(next.token));
     // Its transaction is blocked behind the held row (`pg_stat_activity` shows it waiting
     // for the lock), so it cannot have committed.
     wait_for_lock_waits(&app, 1).await;
     assert!(
-        !ahead.finalized.is_finished(),
+        !finalizing.is_finished(),
         "the finalize waits for the uploader's row"
     );
     assert_eq!(
@@ -289,80 +276,36 @@ async fn a_slots_next_claim_answers_while_its_finalize_still_waits_to_commit() {
         "PROCESSING"
     );
     held.let_go().await;
-    ahead
-        .finalized
-        .await
-        .expect("the finalize's task answers")
-        .expect("the claim was ours");
+    let (answers, orphans) = finalizing.await.expect("the finalize's task answers");
+    answers[0].as_ref().expect("the claim was ours");
+    assert!(orphans.is_empty(), "the slot was listening");
     assert_eq!(job_row(&app.db.url, first.job_id).await.status, "COMPLETED");
 }
 
-/// The claim sent ahead of a finalize does not depend on it: when the fence matches nothing
-/// the transaction rolls back, and the job the claim took is still handed over.
+/// The claim sent ahead of a finalize is a statement of its own and does not depend on it:
+/// when the finalize's fence matches nothing and its transaction rolls back, the job the claim
+/// took is still handed over, so it is run now rather than left PROCESSING until its lease
+/// runs out, and the rolled-back finalize wrote nothing.
 #[tokio::test]
 async fn a_claim_sent_ahead_of_a_finalize_whose_fence_fails_is_still_handed_over() {
     let (app, pool, mut stale) = two_jobs_and_a_claim_of_one(1).await;
     stale.token = vidq::domain::ids::ClaimToken::new(); // a token the job never had
-    let output = vidq::pipeline::AttemptOutput::placeholder(&stale.plan());
-    let ahead = vidq::queue::complete::claim_ahead_of_finalize_ready(
-        &pool,
-        &stale,
-        &output,
-        "node",
-        Duration::from_secs(60),
-    )
-    .await;
-    let next = ahead
-        .claimed
-        .expect("a claim went out ahead of the finalize")
-        .expect("the claim ran")
-        .expect("the other job was waiting");
-    let finalized = ahead.finalized.await.expect("the finalize's task answers");
+    let (riders, mut listeners) = queue::riders(&[true]);
+    let (answers, orphans) = queue::finalize_riding(&pool, &[queue::ready(&stale)], riders).await;
     assert!(
-        matches!(finalized, Err(vidq::queue::JobError::ClaimLost)),
-        "{finalized:?}"
+        matches!(answers[0], Err(vidq::queue::JobError::ClaimLost)),
+        "{:?}",
+        answers[0]
     );
-    assert_eq!(
-        job_row(&app.db.url, next.job_id).await.claim_token,
-        Some(next.token)
-    );
+    assert!(orphans.is_empty());
+    let next = queue::job_heard(listeners.remove(0).expect("a rider"))
+        .await
+        .expect("the other job was waiting");
+    assert_ne!(next, stale.job_id);
+    assert_eq!(job_row(&app.db.url, next).await.status, "PROCESSING");
     assert_eq!(
         job_row(&app.db.url, stale.job_id).await.status,
         "PROCESSING",
-        "the rolled-back finalize wrote nothing"
-    );
-}
-
-/// The claim behind a finalize is a statement of its own: when the finalize's fence matches
-/// nothing and its transaction rolls back, the job that claim took is still handed over, so
-/// it is run now rather than left PROCESSING until its lease runs out.
-#[tokio::test]
-async fn a_finalize_whose_fence_fails_still_hands_over_the_claim_sent_behind_it() {
-    let (app, pool, mut stale) = two_jobs_and_a_claim_of_one(1).await;
-    stale.token = vidq::domain::ids::ClaimToken::new(); // a token the job never had
-    let output = vidq::pipeline::AttemptOutput::placeholder(&stale.plan());
-    let (finalized, next) = vidq::queue::complete::finalize_ready_then_claim(
-        &pool,
-        &stale,
-        &output,
-        Some(next_claim()),
-    )
-    .await;
-    assert!(
-        matches!(finalized, Err(vidq::queue::JobError::ClaimLost)),
-        "{finalized:?}"
-    );
-    let next = next
-        .expect("a claim went out with the finalize")
-        .expect("the claim ran")
-        .expect("the other job was waiting");
-    assert_ne!(next.job_id, stale.job_id);
-    let claimed = job_row(&app.db.url, next.job_id).await;
-    assert_eq!(claimed.status, "PROCESSING");
-    assert_eq!(claimed.claim_token, Some(next.token));
-    let untouched = job_row(&app.db.url, stale.job_id).await;
-    assert_eq!(
-        untouched.status, "PROCESSING",
         "the rolled-back finalize wrote nothing"
     );
     let video: Count =

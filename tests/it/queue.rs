@@ -18,6 +18,7 @@ use crate::support::wait::wait_for_count;
 
 mod attempt_log;
 mod batch;
+mod claim_stop;
 mod failures;
 mod fencing;
 mod lifecycle;

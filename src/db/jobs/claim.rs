@@ -124,8 +124,8 @@ pub fn with_synchronous_claims(url: &str) -> Result<String, url::ParseError> {
 }
 
 /// Claims the next job for `node` with a lease of `lease_secs`; commits at once. Takes a
-/// shared connection so that it can also be sent behind another transaction's `COMMIT`, in
-/// the same round trip ([`crate::db::pipelined::PipelinedTx::run_then`]).
+/// shared connection so that it can also be sent ahead of another transaction in the same
+/// flight (`queue::claim_ahead`).
 pub async fn claim(
     mut conn: &AsyncPgConnection,
     node: &str,

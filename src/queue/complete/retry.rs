@@ -25,7 +25,8 @@ const FINALIZE_BACKOFF: std::time::Duration = std::time::Duration::from_millis(1
 /// own row says whether it ended with `outcome`, which is then success.
 ///
 /// `first` is how the first try went: the caller makes that try itself, because a READY
-/// finalize's first try also carries its slot's next claim, and the tries after it go alone.
+/// finalize's first try may carry statements ahead of it (the freed slots' next claim) or be
+/// shared with other finalizes, and the tries after it go alone.
 pub(super) async fn retry_transient<F, Fut>(
     pool: &DbPool,
     claim: &Claim,
@@ -52,7 +53,7 @@ where
                 tries += 1;
                 once().await
             }
-            None => once().await,
+            Some(FirstTry::NotMade) | None => once().await,
         };
         match answer {
             Err(JobError::ClaimLost) if tries > 1 => {
@@ -89,7 +90,10 @@ where
 pub(super) enum FirstTry {
     /// The caller made it, and this is its answer.
     Answered(Result<(), JobError>),
-    /// It was part of a batch of finalizes ([`super::batch`]) that failed on a transient
-    /// error, so it may have committed.
+    /// It was part of a transaction of several finalizes ([`super::ready`]) that failed on
+    /// a transient error, so it may have committed.
     FailedInBatch,
+    /// None was made yet: the first try is this loop's own (the finalize's transaction,
+    /// shared with others, failed without committing).
+    NotMade,
 }

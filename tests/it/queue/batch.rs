@@ -1,18 +1,21 @@
 //! A worker with several slots: its claims go out as one statement, and finalizes that meet
-//! commit in one transaction (`queue::complete::batch`), each still fenced on its own claim.
+//! commit in one transaction (`queue::complete::ready`), each still fenced on its own claim,
+//! with the slots' next claims in one statement ahead of it (`queue::claim_ahead`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use vidq::queue::complete::{self, EarlyAnswer, ReadyAttempt, finalize_ready_all};
-use vidq::queue::{Claim, JobError, NextClaim};
+use vidq::queue::claim_ahead::Heard;
+use vidq::queue::complete::{self, ReadyAttempt};
+use vidq::queue::{Claim, JobError};
 
 use crate::support::app::TestApp;
 use crate::support::db::{UsersHeld, plans_of};
 use crate::support::proxy::{FailOnce, Failure};
 use crate::support::queue::{
-    Worker, claim, each_job_ran_once_and_announced_once, expire_lease, fast_settings, video_id,
+    RIDERS_NODE, Worker, claim, each_job_ran_once_and_announced_once, expire_lease, fast_settings,
+    finalize_riding, finalize_together, job_heard, ready, riders, video_id,
 };
 use crate::support::scripted::{Scripted, Step, output};
 use crate::support::wait::{wait_for_count, wait_for_lock_waits};
@@ -32,31 +35,6 @@ async fn queued_jobs(app: &TestApp, n: usize) {
     let key = app.create_user("alice").await;
     for _ in 0..n {
         app.uploaded_video(&key).await;
-    }
-}
-
-fn ready(claim: &Claim, carry: bool) -> ReadyAttempt {
-    ReadyAttempt {
-        claim: claim.clone(),
-        output: output(&claim.plan()),
-        carry,
-        early: None,
-    }
-}
-
-fn next() -> NextClaim<'static> {
-    NextClaim {
-        node: "batcher",
-        lease: Duration::from_secs(30),
-    }
-}
-
-/// The job a carried claim found, if it found one.
-fn carried_job(answer: &vidq::queue::CarriedClaim) -> Option<i64> {
-    match answer {
-        Some(Ok(found)) => found.as_ref().map(|claim| claim.job_id),
-        Some(Err(error)) => panic!("the carried claim failed: {error}"),
-        None => panic!("no claim was carried"),
     }
 }
 
@@ -152,8 +130,8 @@ async fn a_batchs_statements_are_not_planned_again_on_every_execution() {
     let pool = vidq::db::pool::connect(&app.db.url, 1).await.unwrap();
     for _ in 0..8 {
         let claimed = claim_some(&app, "node-a", 30.0, 2).await;
-        let batch = [ready(&claimed[0], false), ready(&claimed[1], false)];
-        for (finalized, _) in finalize_ready_all(&pool, &batch, next()).await {
+        let batch = [ready(&claimed[0]), ready(&claimed[1])];
+        for finalized in finalize_together(&pool, &batch).await {
             assert!(finalized.is_ok(), "{finalized:?}");
         }
     }
@@ -173,26 +151,21 @@ async fn a_batch_commits_every_video_event_and_job_in_one_transaction_and_claims
     let claimed = claim_some(&app, "node-a", 30.0, 3).await;
     assert_eq!(claimed.len(), 3);
     // Three slots finish; two want a next job and one does not. Two jobs are left.
-    let batch = [
-        ready(&claimed[0], true),
-        ready(&claimed[1], false),
-        ready(&claimed[2], true),
-    ];
-    let answers = finalize_ready_all(&app.pool, &batch, next()).await;
+    let batch: Vec<ReadyAttempt> = claimed.iter().map(ready).collect();
+    let (riders, mut listeners) = riders(&[true, false, true]);
+    let (answers, orphans) = finalize_riding(&app.pool, &batch, riders).await;
     assert_eq!(answers.len(), 3);
-    for (finalized, _) in &answers {
+    for finalized in &answers {
         assert!(finalized.is_ok(), "{finalized:?}");
     }
-    assert!(
-        answers[1].1.is_none(),
-        "a slot that asked for nothing gets no claim"
-    );
-    let (first, third) = (carried_job(&answers[0].1), carried_job(&answers[2].1));
+    assert!(orphans.is_empty(), "every slot that asked was listening");
+    let first = job_heard(listeners[0].take().unwrap()).await;
+    let third = job_heard(listeners[2].take().unwrap()).await;
     assert!(first.is_some() && third.is_some() && first != third);
     assert_eq!(
         app.count(&format!(
             "SELECT count(*) AS n FROM video_encoding_jobs
-              WHERE id IN ({}, {}) AND status = 'PROCESSING' AND claimed_by = 'batcher'",
+              WHERE id IN ({}, {}) AND status = 'PROCESSING' AND claimed_by = '{RIDERS_NODE}'",
             first.unwrap(),
             third.unwrap()
         ))
@@ -246,48 +219,27 @@ async fn a_batch_commits_every_video_event_and_job_in_one_transaction_and_claims
     );
 }
 
-/// Slots that hear their next claims early get them as soon as the claim statement answers,
-/// ahead of the batch's transaction: here another transaction holds the uploader's row, so
-/// the batch waits at its first statement, and both slots have their next jobs all the same.
-/// A slot that asked for nothing hears nothing, and the batch commits once the row is let go.
+/// Slots hear their next claims as soon as the claim statement answers, ahead of the batch's
+/// transaction: here another transaction holds the uploader's row, so the batch waits at its
+/// first statement, and both asking slots have their next jobs all the same. The batch
+/// commits once the row is let go.
 #[tokio::test]
 async fn slots_hear_their_next_claims_before_their_batch_commits() {
     let app = TestApp::spawn().await;
     queued_jobs(&app, 5).await;
     let claimed = claim_some(&app, "node-a", 30.0, 3).await;
     let held = UsersHeld::hold(&app.db.url).await;
-    let mut heard = Vec::new();
-    let batch: Vec<ReadyAttempt> = claimed
-        .iter()
-        .enumerate()
-        .map(|(i, claim)| {
-            let (answer, early) = tokio::sync::oneshot::channel();
-            heard.push(early);
-            ReadyAttempt {
-                early: Some(EarlyAnswer::new(answer)),
-                ..ready(claim, i != 1)
-            }
-        })
-        .collect();
+    let batch: Vec<ReadyAttempt> = claimed.iter().map(ready).collect();
+    let (riders, listeners) = riders(&[true, false, true]);
     let pool = app.pool.clone();
-    let committing = tokio::spawn(async move { finalize_ready_all(&pool, &batch, next()).await });
+    let committing = tokio::spawn(async move { finalize_riding(&pool, &batch, riders).await });
     let mut next_jobs = Vec::new();
-    for (i, early) in heard.into_iter().enumerate() {
-        let early = tokio::time::timeout(Duration::from_secs(10), early)
+    for next in listeners.into_iter().flatten() {
+        let job = tokio::time::timeout(Duration::from_secs(10), job_heard(next))
             .await
-            .expect("the claims answer while the batch waits for the uploader's row");
-        if i == 1 {
-            assert!(
-                early.is_err(),
-                "a slot that asked for nothing hears nothing"
-            );
-            continue;
-        }
-        let job = early
-            .expect("a claim went out")
-            .expect("the claim ran")
+            .expect("the claims answer while the batch waits for the uploader's row")
             .expect("two jobs were waiting");
-        next_jobs.push(job.job_id);
+        next_jobs.push(job);
     }
     assert_ne!(next_jobs[0], next_jobs[1]);
     // Its transaction is blocked behind the held row (`pg_stat_activity` shows it waiting
@@ -298,14 +250,11 @@ async fn slots_hear_their_next_claims_before_their_batch_commits() {
         "the batch waits for the uploader's row"
     );
     held.let_go().await;
-    let answers = committing.await.unwrap();
-    for (finalized, carried) in &answers {
+    let (answers, orphans) = committing.await.unwrap();
+    for finalized in &answers {
         assert!(finalized.is_ok(), "{finalized:?}");
-        assert!(
-            carried.is_none(),
-            "claims heard early are not answered again"
-        );
     }
+    assert!(orphans.is_empty(), "both asking slots were listening");
     let done = claimed
         .iter()
         .map(|c| c.job_id.to_string())
@@ -321,7 +270,7 @@ async fn slots_hear_their_next_claims_before_their_batch_commits() {
     assert_eq!(
         app.count(&format!(
             "SELECT count(*) AS n FROM video_encoding_jobs
-              WHERE id IN ({}, {}) AND status = 'PROCESSING' AND claimed_by = 'batcher'",
+              WHERE id IN ({}, {}) AND status = 'PROCESSING' AND claimed_by = '{RIDERS_NODE}'",
             next_jobs[0], next_jobs[1]
         ))
         .await,
@@ -347,19 +296,15 @@ async fn a_lost_fence_in_a_batch_rolls_the_batch_back_and_costs_only_its_own_fin
         "the expired lease was taken over"
     );
 
-    let batch = [
-        ready(&held[0], false),
-        ready(&zombie, false),
-        ready(&held[1], false),
-    ];
-    let answers = finalize_ready_all(&app.pool, &batch, next()).await;
-    assert!(answers[0].0.is_ok(), "{:?}", answers[0].0);
+    let batch = [ready(&held[0]), ready(&zombie), ready(&held[1])];
+    let answers = finalize_together(&app.pool, &batch).await;
+    assert!(answers[0].is_ok(), "{:?}", answers[0]);
     assert!(
-        matches!(answers[1].0, Err(JobError::ClaimLost)),
+        matches!(answers[1], Err(JobError::ClaimLost)),
         "{:?}",
-        answers[1].0
+        answers[1]
     );
-    assert!(answers[2].0.is_ok(), "{:?}", answers[2].0);
+    assert!(answers[2].is_ok(), "{:?}", answers[2]);
 
     // I3: the lost claim's video, job and events are as the winner's claim left them.
     let lost = zombie.video;
@@ -407,8 +352,8 @@ async fn a_finalize_retried_after_its_batch_failed_finds_the_batch_committed_or_
     let mut claimed = claim_some(&app, "node-a", 30.0, 2).await;
     claimed.push(claim(&app, "node-a", 30.0).await.unwrap());
     // A batch that committed, though its answer never reached the worker.
-    let batch = [ready(&claimed[0], false), ready(&claimed[1], false)];
-    for (finalized, _) in finalize_ready_all(&app.pool, &batch, next()).await {
+    let batch = [ready(&claimed[0]), ready(&claimed[1])];
+    for finalized in finalize_together(&app.pool, &batch).await {
         finalized.unwrap();
     }
     for claim in &claimed[..2] {
@@ -464,15 +409,17 @@ async fn slots_that_ask_for_more_jobs_than_are_left_get_what_there_is_and_then_n
     let app = TestApp::spawn().await;
     queued_jobs(&app, 4).await;
     let claimed = claim_some(&app, "node-a", 30.0, 3).await;
-    let batch: Vec<ReadyAttempt> = claimed.iter().map(|c| ready(c, true)).collect();
-    let answers = finalize_ready_all(&app.pool, &batch, next()).await;
-    let carried: Vec<Option<i64>> = answers
-        .iter()
-        .map(|(finalized, carried)| {
-            assert!(finalized.is_ok(), "{finalized:?}");
-            carried_job(carried)
-        })
-        .collect();
+    let batch: Vec<ReadyAttempt> = claimed.iter().map(ready).collect();
+    let (riders, listeners) = riders(&[true, true, true]);
+    let (answers, orphans) = finalize_riding(&app.pool, &batch, riders).await;
+    for finalized in &answers {
+        assert!(finalized.is_ok(), "{finalized:?}");
+    }
+    assert!(orphans.is_empty());
+    let mut carried = Vec::new();
+    for next in listeners.into_iter().flatten() {
+        carried.push(job_heard(next).await);
+    }
     assert!(
         carried[0].is_some(),
         "the one job left goes to the first slot"
@@ -503,8 +450,8 @@ async fn three_claims_and_a_pool_failing_on_their_batch(
     let pool = vidq::db::connect(&proxy.url_for(&app.db.url), 1)
         .await
         .unwrap();
-    let warm_up: Vec<ReadyAttempt> = earlier.iter().map(|c| ready(c, false)).collect();
-    for (finalized, _) in finalize_ready_all(&pool, &warm_up, next()).await {
+    let warm_up: Vec<ReadyAttempt> = earlier.iter().map(ready).collect();
+    for finalized in finalize_together(&pool, &warm_up).await {
         finalized.unwrap();
     }
     assert!(!proxy.fired.load(Ordering::SeqCst));
@@ -535,16 +482,16 @@ async fn a_batch_whose_commit_answer_is_lost_is_found_committed_and_announced_on
     let app = TestApp::spawn().await;
     let (claimed, pool, proxy) =
         three_claims_and_a_pool_failing_on_their_batch(&app, Failure::AnswerLost).await;
-    let batch: Vec<ReadyAttempt> = claimed.iter().map(|c| ready(c, false)).collect();
+    let batch: Vec<ReadyAttempt> = claimed.iter().map(ready).collect();
 
-    let answers = finalize_ready_all(&pool, &batch, next()).await;
+    let answers = finalize_together(&pool, &batch).await;
     assert!(
         proxy.fired.load(Ordering::SeqCst),
         "the batch's answer was lost"
     );
     // The worker never heard the COMMIT's answer; each finalize's retry finds its claim gone
     // and the job row says its attempt completed, so each answers success.
-    for (finalized, _) in &answers {
+    for finalized in &answers {
         assert!(finalized.is_ok(), "{finalized:?}");
     }
     assert_eq!(
@@ -565,13 +512,15 @@ async fn a_batch_cut_before_its_commit_reached_the_server_is_finalized_each_on_i
     let app = TestApp::spawn().await;
     let (claimed, pool, proxy) =
         three_claims_and_a_pool_failing_on_their_batch(&app, Failure::RequestCut).await;
-    let batch: Vec<ReadyAttempt> = claimed.iter().map(|c| ready(c, true)).collect();
+    let batch: Vec<ReadyAttempt> = claimed.iter().map(ready).collect();
+    let (riders, listeners) = riders(&[true, true, true]);
 
-    let answers = finalize_ready_all(&pool, &batch, next()).await;
+    let (answers, orphans) = finalize_riding(&pool, &batch, riders).await;
     assert!(proxy.fired.load(Ordering::SeqCst), "the batch was cut");
-    for (finalized, _) in &answers {
+    for finalized in &answers {
         assert!(finalized.is_ok(), "{finalized:?}");
     }
+    assert!(orphans.is_empty());
     // What reached the server of the batch (its uploaders' lock, its videos' update, its
     // events) rolled back with the connection, so each finalize committed on its own.
     assert_eq!(completing_transactions(&app, &claimed).await, (3, 3));
@@ -580,10 +529,36 @@ async fn a_batch_cut_before_its_commit_reached_the_server_is_finalized_each_on_i
             .await,
         5
     );
+    // The claim ahead of the batch was cut with it or ran before the cut: either way every
+    // job it took was heard by a slot, and no other job left the queue.
+    let mut heard = Vec::new();
+    for next in listeners.into_iter().flatten() {
+        match next
+            .heard(&tokio_util::sync::CancellationToken::new())
+            .await
+        {
+            Heard::Job(job) => heard.push(job.job_id),
+            Heard::QueueEmpty | Heard::Nothing | Heard::Failed(_) => {}
+            Heard::AfterStop(job) => {
+                panic!("nothing stopped, yet {} came after a stop", job.job_id)
+            }
+        }
+    }
+    let pending =
+        app.count("SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'PENDING'");
     assert_eq!(
-        app.count("SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'PENDING'")
-            .await,
+        pending.await + heard.len() as i64,
         2,
-        "no job was claimed behind a COMMIT that never ran"
+        "claimed and heard: {heard:?}"
     );
+    for job in heard {
+        assert_eq!(
+            app.count(&format!(
+                "SELECT count(*) AS n FROM video_encoding_jobs
+                  WHERE id = {job} AND status = 'PROCESSING' AND claimed_by = '{RIDERS_NODE}'"
+            ))
+            .await,
+            1
+        );
+    }
 }

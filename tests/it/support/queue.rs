@@ -1,15 +1,17 @@
 //! Queue helpers: worker settings for tests, an in-process worker, claims sent by hand and
-//! their leases ended on demand, the video id of an API answer, and the checks every "each
-//! job once" test ends with.
+//! their leases ended on demand, READY finalizes sent by hand with next claims riding ahead,
+//! the video id of an API answer, and the checks every "each job once" test ends with.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use vidq::db::DbPool;
 use vidq::domain::ids::VideoId;
-use vidq::queue::Claim;
-use vidq::queue::JobBody;
+use vidq::queue::claim_ahead::{Heard, NextJob, Rider, Riders};
+use vidq::queue::complete::ReadyAttempt;
 use vidq::queue::runner::{ClaimObserver, Runner, WorkerSettings};
+use vidq::queue::{Claim, JobBody, JobError, NextClaim};
 
 use crate::support::app::TestApp;
 use crate::support::scripted::Scripted;
@@ -136,4 +138,70 @@ pub async fn expire_lease(app: &TestApp, claim: &Claim) {
         expired, 1,
         "the claim still held its job when its lease was ended"
     );
+}
+
+/// Who claims the next jobs of the riders built here.
+pub const RIDERS_NODE: &str = "batcher";
+
+/// `riding.len()` slots, those where it is true asking for their next jobs, claimed as
+/// [`RIDERS_NODE`] with a 30 s lease; each asking slot's listener, in order.
+pub fn riders(riding: &[bool]) -> (Riders<'static>, Vec<Option<NextJob>>) {
+    let mut asking = Vec::new();
+    let listeners = riding
+        .iter()
+        .map(|&rides| {
+            rides.then(|| {
+                let (rider, next) = Rider::new();
+                asking.push(rider);
+                next
+            })
+        })
+        .collect();
+    let next = NextClaim {
+        node: RIDERS_NODE,
+        lease: Duration::from_secs(30),
+    };
+    (Riders::new(next, asking), listeners)
+}
+
+/// The READY of `claim` with a placeholder output.
+pub fn ready(claim: &Claim) -> ReadyAttempt {
+    ReadyAttempt {
+        claim: claim.clone(),
+        output: crate::support::scripted::output(&claim.plan()),
+    }
+}
+
+/// Finalizes `attempts` READY as a worker does, `riders`' claim ahead of the first
+/// transaction; returns each finalize's answer and the jobs claimed for riders nobody
+/// listened to any more.
+pub async fn finalize_riding(
+    pool: &DbPool,
+    attempts: &[ReadyAttempt],
+    riders: Riders<'_>,
+) -> (Vec<Result<(), JobError>>, Vec<Claim>) {
+    let ahead = async move |c: &diesel_async::AsyncPgConnection| riders.claim(c).await;
+    let (answers, orphans) =
+        vidq::queue::complete::finalize_ready_all(pool, attempts, Some(ahead)).await;
+    (
+        answers,
+        orphans.map(|orphans| orphans.0).unwrap_or_default(),
+    )
+}
+
+/// Finalizes `attempts` READY as a worker does, no claim ahead.
+pub async fn finalize_together(
+    pool: &DbPool,
+    attempts: &[ReadyAttempt],
+) -> Vec<Result<(), JobError>> {
+    finalize_riding(pool, attempts, riders(&[]).0).await.0
+}
+
+/// The job a rider heard of (`None`: the queue was empty); any other answer fails the test.
+pub async fn job_heard(next: NextJob) -> Option<i64> {
+    match next.heard(&CancellationToken::new()).await {
+        Heard::Job(job) => Some(job.job_id),
+        Heard::QueueEmpty => None,
+        other => panic!("the rider heard {other:?}"),
+    }
 }
