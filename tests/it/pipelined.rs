@@ -256,14 +256,15 @@ async fn a_slots_next_claim_answers_while_its_finalize_still_waits_to_commit() {
     });
     let next = tokio::time::timeout(
         Duration::from_secs(10),
-        queue::job_heard(listeners.remove(0).expect("a rider")),
+        queue::claim_heard(listeners.remove(0).expect("a rider")),
     )
     .await
     .expect("the claim answers while the finalize waits for the uploader's row")
     .expect("the other job was waiting");
-    assert_ne!(next, first.job_id);
-    let claimed = job_row(&app.db.url, next).await;
+    assert_ne!(next.job_id, first.job_id);
+    let claimed = job_row(&app.db.url, next.job_id).await;
     assert_eq!(claimed.status, "PROCESSING");
+    assert_eq!(claimed.claim_token, Some(next.token));
     // Its transaction is blocked behind the held row (`pg_stat_activity` shows it waiting
     // for the lock), so it cannot have committed.
     wait_for_lock_waits(&app, 1).await;
@@ -298,11 +299,13 @@ async fn a_claim_sent_ahead_of_a_finalize_whose_fence_fails_is_still_handed_over
         answers[0]
     );
     assert!(orphans.is_empty());
-    let next = queue::job_heard(listeners.remove(0).expect("a rider"))
+    let next = queue::claim_heard(listeners.remove(0).expect("a rider"))
         .await
         .expect("the other job was waiting");
-    assert_ne!(next, stale.job_id);
-    assert_eq!(job_row(&app.db.url, next).await.status, "PROCESSING");
+    assert_ne!(next.job_id, stale.job_id);
+    let claimed = job_row(&app.db.url, next.job_id).await;
+    assert_eq!(claimed.status, "PROCESSING");
+    assert_eq!(claimed.claim_token, Some(next.token));
     assert_eq!(
         job_row(&app.db.url, stale.job_id).await.status,
         "PROCESSING",

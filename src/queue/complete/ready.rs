@@ -122,8 +122,9 @@ fn groups(attempts: &[ReadyAttempt]) -> Vec<Vec<usize>> {
 }
 
 /// One try of the READY transaction of `members`, with `ahead`'s statements before its
-/// `BEGIN` in the same flight (polled first, so sent first). Returns the transaction's
-/// answer and `ahead`'s, which is `None` when there was none or no connection could be had.
+/// `BEGIN` in the same flight (polled first, so sent first; the transaction's [`Writes`] are
+/// worked out before either is queued). Returns the transaction's answer and `ahead`'s,
+/// which is `None` when there was none or no connection could be had.
 async fn try_once<T>(
     pool: &DbPool,
     members: &[&ReadyAttempt],
@@ -133,6 +134,7 @@ async fn try_once<T>(
         Ok(conn) => conn,
         Err(error) => return (Err(error.into()), None),
     };
+    let writes = Writes::of(members);
     let tx = PipelinedTx::new(&mut conn);
     let c = tx.conn();
     let ahead = async {
@@ -141,7 +143,7 @@ async fn try_once<T>(
             None => None,
         }
     };
-    let (ahead, finalized) = futures_util::future::join(ahead, transaction(&tx, members)).await;
+    let (ahead, finalized) = futures_util::future::join(ahead, transaction(&tx, &writes)).await;
     (finalized, ahead)
 }
 
@@ -190,29 +192,68 @@ async fn retry_alone(
     .await
 }
 
-/// The READY transaction of `members` (one or more; a recording's video only alone) on
-/// `tx`: in one round trip, or two for a recording's video, whose event counts the segments
-/// kept, read in the transaction once its video is locked. Statements that fail only in the
-/// client (a video or its owner gone) are those of a video whose job went with it, so the
-/// fence fails on the server too.
-pub(super) async fn transaction(
-    tx: &PipelinedTx<'_>,
-    members: &[&ReadyAttempt],
-) -> Result<(), JobError> {
+/// What one READY transaction writes, worked out before its first statement is queued. The
+/// connection's writer sends whatever is queued whenever it runs, so work done between two
+/// statements (an event's JSON, a sort) splits the flight: the server then answers a part
+/// before the rest arrives, and a worker pays a send, a wake-up and a server read more per
+/// finalize. Built once, the statements are queued back to back and go out together.
+pub(super) struct Writes<'a> {
+    /// The members, in video id order (the order of the uploaders' locks and the events).
+    by_video: Vec<&'a ReadyAttempt>,
+    videos: Vec<crate::domain::ids::VideoId>,
+    facts: Vec<db::videos::ReadyFacts<'a>>,
+    /// The prefixes each member's other attempts left behind (only members that have some).
+    superseded: Vec<(&'a Claim, Vec<String>)>,
+    /// The events, with no segment counts (a recording's are made once they are read).
+    events: Vec<Event>,
+    /// The jobs and their claims' tokens, in job id order (the fences' lock order).
+    job_ids: Vec<i64>,
+    tokens: Vec<crate::domain::ids::ClaimToken>,
+}
+
+impl<'a> Writes<'a> {
+    /// The writes of `members` (one or more).
+    pub(super) fn of(members: &[&'a ReadyAttempt]) -> Self {
+        let by_video = sorted(members, |m| m.claim.video.0);
+        let by_job = sorted(members, |m| m.claim.job_id);
+        let superseded = by_video
+            .iter()
+            .map(|m| (&m.claim, superseded_prefixes(&m.claim)))
+            .filter(|(_, dead)| !dead.is_empty())
+            .collect();
+        Self {
+            videos: by_video.iter().map(|m| m.claim.video).collect(),
+            facts: by_video.iter().map(|m| ready_facts(m)).collect(),
+            superseded,
+            events: events(&by_video, None),
+            job_ids: by_job.iter().map(|m| m.claim.job_id).collect(),
+            tokens: by_job.iter().map(|m| m.claim.token).collect(),
+            by_video,
+        }
+    }
+}
+
+/// The READY transaction of `writes` (one member or more; a recording's video only alone)
+/// on `tx`: in one round trip, or two for a recording's video, whose event counts the
+/// segments kept, read in the transaction once its video is locked. Statements that fail
+/// only in the client (a video or its owner gone) are those of a video whose job went with
+/// it, so the fence fails on the server too.
+pub(super) async fn transaction(tx: &PipelinedTx<'_>, writes: &Writes<'_>) -> Result<(), JobError> {
     let c = tx.conn();
-    if let [recording] = members
+    if let [recording] = writes.by_video[..]
         && recording.claim.kind == JobKind::Repackage
     {
         let began = tx.begin_with(async {
-            futures_util::try_join!(write_videos(c, members), segments_kept(c, recording))
+            futures_util::try_join!(write_videos(c, writes), segments_kept(c, recording))
         });
         let (_, live) = began.await?;
-        return tx.commit_with(events_and_fences(c, members, live)).await;
+        let events = events(&writes.by_video, live);
+        return tx.commit_with(events_and_fences(c, writes, &events)).await;
     }
     tx.run(async {
         futures_util::try_join!(
-            write_videos(c, members),
-            events_and_fences(c, members, None)
+            write_videos(c, writes),
+            events_and_fences(c, writes, &writes.events)
         )
         .map(drop)
     })
@@ -222,52 +263,72 @@ pub(super) async fn transaction(
 /// The first statements: for several members the plan setting their array statements need
 /// ([`db::prepared::generic_plans_in_this_transaction`]), the uploaders' locks in id order,
 /// the videos' facts, and what the members' other attempts left behind.
-async fn write_videos(c: &AsyncPgConnection, members: &[&ReadyAttempt]) -> Result<(), JobError> {
-    let by_video = sorted(members, |m| m.claim.video.0);
-    let videos: Vec<_> = by_video.iter().map(|m| m.claim.video).collect();
-    let facts: Vec<_> = by_video.iter().map(|m| ready_facts(m)).collect();
+async fn write_videos(c: &AsyncPgConnection, writes: &Writes<'_>) -> Result<(), JobError> {
     let plans = async {
-        if by_video.len() > 1 {
+        if writes.videos.len() > 1 {
             db::prepared::generic_plans_in_this_transaction(c).await?;
         }
         Ok::<_, JobError>(())
     };
     let owners = async {
-        match videos[..] {
+        match writes.videos[..] {
             [video] => lock_owner(c, video).await.map(drop),
-            _ => db::users::lock_owners_of_videos(c, videos.clone())
+            _ => db::users::lock_owners_of_videos(c, writes.videos.clone())
                 .await
                 .map(drop)
                 .map_err(JobError::from),
         }
     };
     let set = async {
-        match (&videos[..], &facts[..]) {
+        match (&writes.videos[..], &writes.facts[..]) {
             ([video], [facts]) => db::videos::set_ready(c, *video, facts)
                 .await
                 .map(drop)
                 .map_err(video_gone),
-            _ => db::videos::set_all_ready(c, videos.clone(), &facts)
+            _ => db::videos::set_all_ready(c, writes.videos.clone(), &writes.facts)
                 .await
                 .map(drop)
                 .map_err(JobError::from),
         }
     };
-    let superseded =
-        futures_util::future::try_join_all(by_video.iter().map(|m| owe_superseded(c, &m.claim)));
-    // Sent in this order: the plan setting first, then the statements it is for.
+    let superseded = futures_util::future::try_join_all(
+        (writes.superseded.iter()).map(|(claim, dead)| owe_superseded(c, claim, dead)),
+    );
     futures_util::try_join!(plans, owners, set, superseded).map(drop)
 }
 
-/// The last statements: the members' events (`live`: a recording's kept and excluded
-/// segments), and as the LAST statement the fenced completion of every member's job (which
-/// also closes its attempt).
+/// The last statements: the members' `events`, and as the LAST statement the fenced
+/// completion of every member's job (which also closes its attempt).
 async fn events_and_fences(
     c: &AsyncPgConnection,
-    members: &[&ReadyAttempt],
-    live: Option<(i64, i64)>,
+    writes: &Writes<'_>,
+    events: &[Event],
 ) -> Result<(), JobError> {
-    let events: Vec<Event> = sorted(members, |m| m.claim.video.0)
+    let inserted = async {
+        match events {
+            [event] => db::deliveries::outbox::insert_stamped(c, event).await,
+            _ => db::deliveries::outbox::insert_all_stamped(c, events).await,
+        }
+    };
+    let completed = async {
+        match (&writes.job_ids[..], &writes.tokens[..]) {
+            ([id], [token]) => {
+                db::jobs::complete(c, *id, *token, end(Outcome::Completed, None)).await
+            }
+            _ => {
+                let (ids, tokens) = (writes.job_ids.clone(), writes.tokens.clone());
+                db::jobs::complete_all(c, ids, tokens).await
+            }
+        }
+    };
+    let (_, completed) = futures_util::try_join!(inserted, completed)?;
+    fenced(completed)
+}
+
+/// The `video.ready` events of `by_video`, in its order (`live`: a recording's kept and
+/// excluded segments).
+fn events(by_video: &[&ReadyAttempt], live: Option<(i64, i64)>) -> Vec<Event> {
+    by_video
         .iter()
         .map(|m| {
             Event::video_ready(
@@ -277,29 +338,7 @@ async fn events_and_fences(
                 ready_data(&m.output, live),
             )
         })
-        .collect();
-    let by_job = sorted(members, |m| m.claim.job_id);
-    let inserted = async {
-        match &events[..] {
-            [event] => db::deliveries::outbox::insert_stamped(c, event).await,
-            _ => db::deliveries::outbox::insert_all_stamped(c, &events).await,
-        }
-    };
-    let completed = async {
-        match by_job[..] {
-            [alone] => {
-                let (id, token) = (alone.claim.job_id, alone.claim.token);
-                db::jobs::complete(c, id, token, end(Outcome::Completed, None)).await
-            }
-            _ => {
-                let ids = by_job.iter().map(|m| m.claim.job_id).collect();
-                let tokens = by_job.iter().map(|m| m.claim.token).collect();
-                db::jobs::complete_all(c, ids, tokens).await
-            }
-        }
-    };
-    let (_, completed) = futures_util::try_join!(inserted, completed)?;
-    fenced(completed)
+        .collect()
 }
 
 /// `members` in the order of `key`.
@@ -325,20 +364,26 @@ async fn segments_kept(
     Ok((followed > 0).then_some(segments))
 }
 
-/// In the READY transaction of an attempt that is not its run's first, of a later run or of a
-/// split video: forgets the ledger rows of every other attempt and part, and owes the bucket
-/// their prefixes (`db::doomed_objects`). The worker deletes them right after the commit; if
-/// it dies first, or S3 is down past its patience, a sweeper does 30 s later. Nothing is sent
-/// for a first attempt of a first run, which left nothing behind.
-async fn owe_superseded(c: &AsyncPgConnection, claim: &Claim) -> Result<(), JobError> {
+/// What an attempt that is not its run's first, of a later run or of a split video left
+/// behind: every other attempt's and part's prefix. Empty for a first attempt of a first
+/// run, which left nothing behind.
+fn superseded_prefixes(claim: &Claim) -> Vec<String> {
     let split = claim.kind == JobKind::Stitch;
-    let dead = keys::superseded_prefixes(claim.video, claim.run, claim.attempt, split);
-    if dead.is_empty() {
-        return Ok(());
-    }
+    keys::superseded_prefixes(claim.video, claim.run, claim.attempt, split)
+}
+
+/// In the READY transaction of an attempt that left `dead` prefixes behind: forgets the
+/// ledger rows of every other attempt and part, and owes the bucket their prefixes
+/// (`db::doomed_objects`). The worker deletes them right after the commit; if it dies first,
+/// or S3 is down past its patience, a sweeper does 30 s later.
+async fn owe_superseded(
+    c: &AsyncPgConnection,
+    claim: &Claim,
+    dead: &[String],
+) -> Result<(), JobError> {
     futures_util::try_join!(
         db::artifacts::forget_superseded(c, claim.video, claim.run, claim.attempt),
-        db::doomed_objects::owe(c, &[], &dead),
+        db::doomed_objects::owe(c, &[], dead),
     )
     .map(drop)
     .map_err(JobError::from)

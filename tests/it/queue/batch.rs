@@ -147,10 +147,10 @@ async fn a_batchs_statements_are_not_planned_again_on_every_execution() {
 #[tokio::test]
 async fn a_batch_commits_every_video_event_and_job_in_one_transaction_and_claims_the_next_jobs() {
     let app = TestApp::spawn().await;
-    queued_jobs(&app, 5).await;
+    queued_jobs(&app, 6).await;
     let claimed = claim_some(&app, "node-a", 30.0, 3).await;
     assert_eq!(claimed.len(), 3);
-    // Three slots finish; two want a next job and one does not. Two jobs are left.
+    // Three slots finish; two want a next job and one does not. Three jobs are left.
     let batch: Vec<ReadyAttempt> = claimed.iter().map(ready).collect();
     let (riders, mut listeners) = riders(&[true, false, true]);
     let (answers, orphans) = finalize_riding(&app.pool, &batch, riders).await;
@@ -171,6 +171,12 @@ async fn a_batch_commits_every_video_event_and_job_in_one_transaction_and_claims
         ))
         .await,
         2
+    );
+    assert_eq!(
+        app.count("SELECT count(*) AS n FROM video_encoding_jobs WHERE status = 'PENDING'")
+            .await,
+        1,
+        "no job is claimed for the slot that asked for nothing"
     );
 
     let ids = claimed

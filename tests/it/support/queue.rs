@@ -197,11 +197,16 @@ pub async fn finalize_together(
     finalize_riding(pool, attempts, riders(&[]).0).await.0
 }
 
-/// The job a rider heard of (`None`: the queue was empty); any other answer fails the test.
-pub async fn job_heard(next: NextJob) -> Option<i64> {
+/// The claim a rider heard of (`None`: the queue was empty); any other answer fails the test.
+pub async fn claim_heard(next: NextJob) -> Option<Claim> {
     match next.heard(&CancellationToken::new()).await {
-        Heard::Job(job) => Some(job.job_id),
+        Heard::Job(job) => Some(job),
         Heard::QueueEmpty => None,
         other => panic!("the rider heard {other:?}"),
     }
+}
+
+/// The id of the job a rider heard of, as [`claim_heard`].
+pub async fn job_heard(next: NextJob) -> Option<i64> {
+    claim_heard(next).await.map(|job| job.job_id)
 }
