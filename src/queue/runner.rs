@@ -265,7 +265,8 @@ impl<B: JobBody> Runner<B> {
             // A slot handing its claim back because the worker stops frees its permit while
             // this round may still run (it began before the stop, in a reap or a claim):
             // that permit must not claim again. The check comes after the count, so a permit
-            // freed that way is always seen with the stop.
+            // freed that way is always seen with the stop (rule 1 of `super::claim_ahead`'s
+            // "Claims and a stop").
             if shutdown.is_cancelled() {
                 return Claimed::Stopping;
             }
@@ -345,7 +346,8 @@ fn log_abnormal_end(ended: Result<(), tokio::task::JoinError>) {
 }
 
 /// Waits (bounded) for the running attempts to hand their claims back, and for the
-/// finalizes still committing to answer.
+/// finalizes still committing to answer (rule 5 of `super::claim_ahead`'s "Claims and a
+/// stop").
 async fn drain(mut running: JoinSet<SlotEnd>, endings: TaskTracker) {
     tracing::info!(
         running = running.len(),

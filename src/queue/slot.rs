@@ -122,9 +122,9 @@ impl<B: JobBody> Runner<B> {
     }
 
     /// Records how the attempt ended. A READY finalize also claims the slot's next job
-    /// ahead of its transaction unless the worker is `stopping`: the slot goes on with that
-    /// job as soon as the claim answers, and the rest of this attempt's end is recorded by a
-    /// task of `endings` once the finalize answers.
+    /// ahead of its transaction unless the worker is `stopping` (`claim_ahead`, rule 2): the
+    /// slot goes on with that job as soon as the claim answers, and the rest of this
+    /// attempt's end is recorded by a task of `endings` once the finalize answers.
     async fn conclude(
         self: &Arc<Self>,
         claim: Claim,
