@@ -331,15 +331,9 @@ crate::domain::failure::FailureCode::DeadlineExceeded,
             Heard::Nothing => Next::NotAsked,
             Heard::AfterStop(job) => {
                 self.observe_claim(Some(&job));
-                match completer.release(&job).await {
-                    Ok(()) => tracing::info!(
-                        job_id = job.job_id,
-                        "a job claimed as the worker stopped was handed back unstarted"
-                    ),
-                    Err(error) => tracing::warn!(job_id = job.job_id,
-                        error = %crate::telemetry::error_chain(&error),
-                        "could not hand back a job claimed as the worker stopped; its lease will expire"),
-                }
+                completer
+                    .hand_back(&job, "claimed as the worker stopped")
+                    .await;
                 Next::NotAsked
             }
         }

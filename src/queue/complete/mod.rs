@@ -124,24 +124,29 @@ async fn finalize_with_riders(
     let ahead = (!riders.is_empty())
         .then_some(async move |c: &diesel_async::AsyncPgConnection| riders.claim(c).await);
     let (finalized, orphans) = finalize_ready_all(pool, &attempts, ahead).await;
-    release_orphans(pool, orphans.unwrap_or_default()).await;
+    let Orphans(orphans) = orphans.unwrap_or_default();
+    for orphan in &orphans {
+        hand_back(pool, orphan, "claimed for a slot that is gone").await;
+    }
     finalized
 }
 
-/// Hands back the jobs claimed for slots that stopped listening.
-async fn release_orphans(pool: &DbPool, Orphans(orphans): Orphans) {
-    for orphan in &orphans {
-        if let Err(error) = release(pool, orphan).await {
-            tracing::warn!(job_id = orphan.job_id,
-                error = %crate::telemetry::error_chain(&error),
-                "could not hand back a job claimed for a slot that is gone; its lease will expire");
-        }
+/// Hands back `job`, claimed for a slot that will not run it (`why`), unstarted and with its
+/// attempt restored; if that fails, its lease will expire.
+async fn hand_back(pool: &DbPool, job: &Claim, why: &str) {
+    match release(pool, job).await {
+        Ok(()) => tracing::info!(job_id = job.job_id, why, "a job was handed back unstarted"),
+        Err(error) => tracing::warn!(job_id = job.job_id, why,
+            error = %crate::telemetry::error_chain(&error),
+            "could not hand back an unstarted job; its lease will expire"),
     }
 }
 
 impl Completer {
-    fn pool(&self) -> &DbPool {
-        &self.pool
+    /// Hands back `job`, claimed for this worker's slot but not to be run (`why`): see
+    /// [`crate::queue::claim_ahead`], rule 3.
+    pub async fn hand_back(&self, job: &Claim, why: &str) {
+        hand_back(&self.pool, job, why).await;
     }
 
     /// A failed attempt: the video FAILED (a permanent error, or no attempt left), or the
@@ -152,17 +157,17 @@ impl Completer {
         error: &MediaError,
         delay: std::time::Duration,
     ) -> Result<bool, JobError> {
-        fail_or_retry(self.pool(), claim, error, delay).await
+        fail_or_retry(&self.pool, claim, error, delay).await
     }
 
     /// Hands `claim` back with its attempt restored (shutdown, or this node's tools fail).
     pub async fn release(&self, claim: &Claim) -> Result<(), JobError> {
-        release(self.pool(), claim).await
+        release(&self.pool, claim).await
     }
 
     /// Records an attempt whose work goes on in other jobs of a split video (see [`parts`]).
     pub async fn hand_on(&self, claim: &Claim, handed: Handed) -> Result<(), JobError> {
-        let pool = self.pool();
+        let pool = &self.pool;
         match handed {
             Handed::Planned(plan) => parts::record_plan(pool, claim, &plan).await,
             Handed::PartStored => parts::record_part_stored(pool, claim).await,
@@ -172,7 +177,7 @@ impl Completer {
 
     /// Records that this node lost `claim`, and why (best effort).
     pub async fn record_lost(&self, claim: &Claim, reason: &str) -> Result<(), JobError> {
-        record_lost(self.pool(), claim, reason).await
+        record_lost(&self.pool, claim, reason).await
     }
 }
 
