@@ -97,13 +97,14 @@ pub static HEARTBEAT_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("a valid counter")
 });
 
-/// Split videos whose stitch could not pass its checks and that were encoded whole instead.
-pub static STITCH_FALLBACKS: LazyLock<IntCounter> = LazyLock::new(|| {
-    IntCounter::new(
-        "vidq_worker_stitch_fallbacks_total",
-        "Split videos whose stitch failed its checks; each is encoded again as one job.",
+/// Split videos sent to the whole encode after their parts began, by reason
+/// (`crate::domain::split::Fallback::label`).
+pub static SPLIT_FALLBACKS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "vidq_worker_split_fallbacks_total",
+        "Split videos encoded again as one job: a chunk or the stitch failed its checks, or a part failed where the whole encode might not.",
+        &["reason"],
     )
-    .expect("a valid counter")
 });
 
 /// Live files that arrived whole and were lost: the database stayed away past

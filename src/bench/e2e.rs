@@ -76,8 +76,8 @@ fn clip(dir: &Path, seconds: f64) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// The worker's own FFmpeg work on `clip` (probe, encode, thumbnail: three calls),
-/// run as plain command lines on core 0 with one thread.
+/// The worker's own FFmpeg work on `clip` (probe, timing probe, encode, thumbnail: four
+/// calls), run as plain command lines on core 0 with one thread.
 async fn plain_ffmpeg_seconds(clip: &Path) -> anyhow::Result<f64> {
     let config = MediaConfig {
         threads: 1,
@@ -86,18 +86,31 @@ async fn plain_ffmpeg_seconds(clip: &Path) -> anyhow::Result<f64> {
     let info = probe::probe(&config, clip, &CancellationToken::new()).await?;
     let out = tempfile::tempdir()?;
     std::fs::create_dir_all(out.path().join("hls"))?;
-    let mut steps = vec![(&config.ffprobe, probe::args(clip))];
+    let timeline =
+        encode::whole_timeline(&config, clip, out.path(), &CancellationToken::new()).await?;
+    let listing = out.path().join("timing.json");
+    let mut steps = vec![
+        (&config.ffprobe, probe::args(clip)),
+        (
+            &config.ffprobe,
+            crate::adapters::ffmpeg::split::timing_args(clip, &listing),
+        ),
+    ];
     let rungs = encode::rungs(&config, &info);
     for rung in &rungs {
         std::fs::create_dir_all(out.path().join("hls").join(&rung.prefix))?;
     }
     steps.push((
         &config.ffmpeg,
-        encode::encode_args(&config, &info, clip, out.path(), &rungs),
+        encode::encode_args(&config, &info, timeline.as_ref(), clip, out.path(), &rungs),
     ));
+    let video_secs = timeline.as_ref().map_or(info.duration_ms as f64 / 1000.0, |t| {
+        t.video_secs()
+    });
+    let mp4 = out.path().join(crate::domain::keys::outputs::MP4);
     steps.push((
         &config.ffmpeg,
-        encode::thumbnail_args(&config, &info, clip, out.path()),
+        encode::thumbnail_args(&config, video_secs / 2.0, &mp4, out.path()),
     ));
     let started = Instant::now();
     for (program, args) in steps {

@@ -61,6 +61,15 @@ pub async fn encode(args: EncodeArgs) -> anyhow::Result<()> {
         Ok(info) => info,
         Err(err) => return refuse(&err),
     };
+    std::fs::create_dir_all(&args.out)?;
+    let timeline = match encode::whole_timeline(&config, &args.file, &args.out, &cancel).await {
+        Ok(timeline) => timeline,
+        Err(err) => return refuse(&err),
+    };
+    let info = match &timeline {
+        Some(line) => info.timed_by(line),
+        None => info,
+    };
     let probed = started.elapsed();
     if args.print_commands {
         // The commands write into these directories, as the encode would create them.
@@ -69,17 +78,29 @@ pub async fn encode(args: EncodeArgs) -> anyhow::Result<()> {
         }
         let commands = json!({
             "probe": command(&config.ffprobe, &probe::args(&args.file)),
+            "timing": command(
+                &config.ffprobe,
+                &crate::adapters::ffmpeg::split::timing_args(&args.file, &args.out.join("timing.json")),
+            ),
             // One call for the whole ladder (one decode); a list, as callers read it.
             "encode": [command(
                 &config.ffmpeg,
-                &encode::encode_args(&config, &info, &args.file, &args.out, &encode::rungs(&config, &info)),
+                &encode::encode_args(&config, &info, timeline.as_ref(), &args.file, &args.out,
+                    &encode::rungs(&config, &info)),
             )],
-            "thumbnail": command(&config.ffmpeg, &encode::thumbnail_args(&config, &info, &args.file, &args.out)),
+            "thumbnail": command(&config.ffmpeg, &encode::thumbnail_args(
+                &config,
+                timeline.as_ref().map_or(info.duration_ms as f64 / 1000.0, |t| t.video_secs()) / 2.0,
+                &args.out.join(crate::domain::keys::outputs::MP4),
+                &args.out,
+            )),
         });
         println!("{}", serde_json::to_string_pretty(&commands)?);
         return Ok(());
     }
-    let files = match encode::encode(&config, &info, &args.file, &args.out, &cancel).await {
+    let files = match encode::encode(&config, &info, timeline.as_ref(), &args.file, &args.out, &cancel)
+        .await
+    {
         Ok(files) => files,
         Err(err) => return refuse(&err),
     };

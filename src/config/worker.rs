@@ -43,14 +43,19 @@ pub struct MediaArgs {
     #[arg(long = "max-height", env = "VIDQ_MAX_HEIGHT", value_name = "PX", default_value_t = 2160,
           value_parser = clap::value_parser!(i32).range(16..=16_384))]
     pub max_height: i32,
-    /// Highest accepted frame rate.
+    /// Highest accepted source frame rate (a faster source fails as `too_high_frame_rate`).
     #[arg(
-        long = "max-fps",
-        env = "VIDQ_MAX_FPS",
+        long = "max-source-fps",
+        env = "VIDQ_MAX_SOURCE_FPS",
         value_name = "FPS",
         default_value_t = 120.0
     )]
-    pub max_fps: f64,
+    pub max_source_fps: f64,
+    /// Highest output frame rate: a source whose densest stretch runs faster is encoded at
+    /// this rate (both the whole and the split encode read the rate from the packets).
+    #[arg(long = "max-fps", env = "VIDQ_MAX_FPS", value_name = "FPS", default_value_t = 60,
+          value_parser = clap::value_parser!(u32).range(1..=240))]
+    pub max_fps: u32,
     /// Short sides of the HLS renditions, comma-separated (e.g. `1080,720,480`; default one
     /// rendition at 720p). The MP4 is made at the largest; rungs above the source are skipped.
     #[arg(long = "ladder", env = "VIDQ_LADDER", value_name = "HEIGHTS", value_delimiter = ',', default_value = "720",

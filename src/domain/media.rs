@@ -15,9 +15,10 @@ pub struct MediaInfo {
     pub duration_ms: i64,
     /// Codec of the first video stream.
     pub video_codec: String,
-    /// Coded width.
+    /// Displayed width (a quarter-turn rotation is applied: a portrait phone clip is
+    /// portrait).
     pub width: i32,
-    /// Coded height.
+    /// Displayed height.
     pub height: i32,
     /// Average frame rate.
     pub fps: f64,
@@ -26,6 +27,16 @@ pub struct MediaInfo {
 }
 
 impl MediaInfo {
+    /// The facts of the output made on `timeline`: its frame rate and its length (video or
+    /// sound, whichever runs longer).
+    pub fn timed_by(self, timeline: &super::timeline::Timeline) -> Self {
+        Self {
+            fps: timeline.rate.per_second(),
+            duration_ms: (timeline.duration_secs() * 1000.0).round() as i64,
+            ..self
+        }
+    }
+
     /// Whether there is an audio stream to encode.
     pub fn has_audio(&self) -> bool {
         self.audio_codec.is_some()

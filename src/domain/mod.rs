@@ -82,6 +82,7 @@ pub mod signature;
 pub mod sink;
 pub mod split;
 pub mod sweep;
+pub mod timeline;
 pub mod tus;
 pub mod upload;
 pub mod video;

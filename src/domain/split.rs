@@ -10,81 +10,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::media::MediaInfo;
-
-/// A frame rate as FFmpeg writes it (`30000/1001`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rate {
-    /// Frames...
-    pub num: i64,
-    /// ...per this many seconds.
-    pub den: i64,
-}
-
-impl Rate {
-    /// `"30000/1001"`; `None` for `0/0`, a zero or negative part, or text that is not a ratio.
-    pub fn parse(text: &str) -> Option<Self> {
-        let (num, den) = text.split_once('/')?;
-        let (num, den): (i64, i64) = (num.trim().parse().ok()?, den.trim().parse().ok()?);
-        (num > 0 && den > 0).then_some(Self { num, den })
-    }
-
-    /// Frames per second.
-    pub fn per_second(self) -> f64 {
-        self.num as f64 / self.den as f64
-    }
-
-    /// The first frame shown at or after `seconds` (a whole number of seconds) from the origin.
-    pub fn first_frame_at(self, seconds: i64) -> i64 {
-        // ceil(seconds * num / den), in integers: exact for any rate.
-        (seconds * self.num + self.den - 1) / self.den
-    }
-
-    /// When frame `index` is shown, in seconds from the origin.
-    pub fn time_of(self, index: i64) -> f64 {
-        index as f64 * self.den as f64 / self.num as f64
-    }
-
-    /// `num/den`, as FFmpeg's options take it.
-    pub fn ffmpeg(self) -> String {
-        format!("{}/{}", self.num, self.den)
-    }
-}
-
-/// Frame rates a variable-rate source is normalised to: the common one nearest its average.
-const COMMON_RATES: &[Rate] = &[
-    Rate {
-        num: 24000,
-        den: 1001,
-    },
-    Rate { num: 24, den: 1 },
-    Rate { num: 25, den: 1 },
-    Rate {
-        num: 30000,
-        den: 1001,
-    },
-    Rate { num: 30, den: 1 },
-    Rate { num: 50, den: 1 },
-    Rate {
-        num: 60000,
-        den: 1001,
-    },
-    Rate { num: 60, den: 1 },
-];
-
-/// What the probe says of the first video stream's timing, beyond [`MediaInfo`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct StreamTiming {
-    /// The stream's base rate (`r_frame_rate`).
-    pub base_rate: Option<Rate>,
-    /// Its average rate (`avg_frame_rate`).
-    pub average_rate: Option<Rate>,
-    /// The first frame's time in the container, in seconds (the grid's origin).
-    pub start_secs: f64,
-    /// When the last frame ends (its time plus its duration), in seconds.
-    pub end_secs: Option<f64>,
-    /// Display rotation in degrees (0, 90, 180, 270 are the ones vidq can stitch).
-    pub rotation: i32,
-}
+pub use super::timeline::{Rate, StreamTiming};
+use super::timeline::{NoTimeline, Timeline};
 
 /// How splitting is configured (`VIDQ_CHUNK_SECS`, `VIDQ_CHUNK_MIN_SOURCE_SECS`, and the
 /// segment length chunks are measured in).
@@ -134,6 +61,16 @@ pub struct SplitPlan {
     pub frames: i64,
     /// The first frame of each chunk; the last chunk ends at `frames`.
     pub chunk_starts: Vec<i64>,
+    /// Where each chunk's decode starts, in seconds on the source's clock (the keyframe at or
+    /// before the last frame shown before the chunk); `None`: from the beginning, the first
+    /// frame held back to the origin. Empty in a plan made before vidq stored them: each
+    /// chunk then starts [`LEGACY_PREROLL_SECS`] early.
+    #[serde(default)]
+    pub seeks: Vec<Option<f64>>,
+    /// Seconds of sound from the origin (0: as long as the video, in a plan made before vidq
+    /// stored it). The audio part keeps all of it; the video keeps its last frame on screen.
+    #[serde(default)]
+    pub audio_secs: f64,
     /// HLS segment length in seconds: a keyframe starts every segment.
     pub segment_secs: u32,
     /// Short sides of the renditions, largest first (the ladder as the planning worker had it).
@@ -188,7 +125,30 @@ pub struct ChunkRange {
     pub end: i64,
 }
 
+/// How far before its first frame a chunk of a plan without `seeks` starts its decode.
+pub const LEGACY_PREROLL_SECS: f64 = 3.0;
+
 impl SplitPlan {
+    /// Where chunk `part`'s decode starts, on the source's clock (see [`SplitPlan::seeks`]).
+    pub fn seek(&self, part: i32) -> Option<f64> {
+        let index = usize::try_from(part).ok()?;
+        match self.seeks.get(index) {
+            Some(seek) => *seek,
+            None if part == 0 => None,
+            None => {
+                let first = *self.chunk_starts.get(index)?;
+                Some((self.origin_secs + self.rate.time_of(first) - LEGACY_PREROLL_SECS).max(0.0))
+            }
+        }
+    }
+
+    /// Samples of sound the output has at `sample_rate`: the audio's length, or the video's
+    /// where it is longer (silence fills the rest).
+    pub fn audio_samples(&self, sample_rate: i64) -> i64 {
+        let seconds = self.rate.time_of(self.frames).max(self.audio_secs);
+        (seconds * sample_rate as f64).round() as i64
+    }
+
     /// How many chunks.
     pub fn chunks(&self) -> i32 {
         i32::try_from(self.chunk_starts.len()).unwrap_or(i32::MAX)
@@ -239,6 +199,28 @@ impl SplitPlan {
     }
 }
 
+/// Why a split video is encoded whole after its parts began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// The stitched video failed its checks.
+    StitchCheck,
+    /// A chunk's output failed its checks (its frame count, or its first keyframe).
+    ChunkCheck,
+    /// A part failed for good (a permanent error, or its last attempt).
+    PartFailed,
+}
+
+impl Fallback {
+    /// The reason as a metric label (`vidq_worker_split_fallbacks_total{reason}`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::StitchCheck => "stitch_check",
+            Self::ChunkCheck => "chunk_check",
+            Self::PartFailed => "part_failed",
+        }
+    }
+}
+
 /// Why a source is encoded as one job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WholeBecause {
@@ -254,9 +236,34 @@ pub enum WholeBecause {
     OddRotation,
     /// Fewer than two chunks' worth of frames.
     OneChunk,
+    /// One grid would drop or hold unevenly more than 1% of its frames (see
+    /// [`crate::domain::timeline::off_grid_share`]): the whole encode keeps its own timing.
+    OffGrid,
+}
+
+impl From<NoTimeline> for WholeBecause {
+    fn from(no: NoTimeline) -> Self {
+        match no {
+            NoTimeline::NoFrameRate => Self::NoFrameRate,
+            NoTimeline::NoLength => Self::NoLength,
+        }
+    }
 }
 
 impl WholeBecause {
+    /// The reason as a metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::SplittingOff => "splitting_off",
+            Self::Short => "short",
+            Self::NoFrameRate => "no_frame_rate",
+            Self::NoLength => "no_length",
+            Self::OddRotation => "odd_rotation",
+            Self::OneChunk => "one_chunk",
+            Self::OffGrid => "off_grid",
+        }
+    }
+
     /// The log's sentence.
     pub fn sentence(self) -> &'static str {
         match self {
@@ -266,40 +273,18 @@ impl WholeBecause {
             Self::NoLength => "the source's packets carry no times to measure it by",
             Self::OddRotation => "the source's rotation is not a quarter turn",
             Self::OneChunk => "the source fills only one chunk",
+            Self::OffGrid => "one frame grid would drop or hold unevenly over 1% of its frames",
         }
     }
 }
 
-/// Whether two rates agree to within 0.1% (a container's average of a constant-rate stream is
-/// often a rounded ratio).
-fn close(a: Rate, b: Rate) -> bool {
-    (a.per_second() - b.per_second()).abs() <= a.per_second() * 0.001
-}
-
-/// The grid rate of a source: its own rate when that is constant, else the common rate
-/// nearest its average (a phone's variable rate is normalised to it).
-fn grid_rate(timing: &StreamTiming) -> Option<Rate> {
-    let sane = |r: &Rate| r.per_second() >= 1.0 && r.per_second() <= 240.0;
-    match (
-        timing.base_rate.filter(sane),
-        timing.average_rate.filter(sane),
-    ) {
-        (Some(base), Some(average)) if close(base, average) => Some(base),
-        (_, Some(average)) => COMMON_RATES.iter().copied().min_by(|a, b| {
-            let d = |r: &Rate| (r.per_second() - average.per_second()).abs();
-            d(a).total_cmp(&d(b))
-        }),
-        (Some(base), None) => Some(base),
-        (None, None) => None,
-    }
-}
-
-/// Whether `media` (with its `timing`) is split, and how. `short_sides` is the ladder the
-/// renditions will have.
+/// Whether `media` is split, and how: `timing` is what the timing probe read, `timeline`
+/// the grid both paths put it on (`Err`: it has none), `short_sides` the ladder.
 pub fn decide(
     settings: SplitSettings,
     media: &MediaInfo,
     timing: &StreamTiming,
+    timeline: Result<&Timeline, NoTimeline>,
     short_sides: Vec<i32>,
 ) -> Result<SplitPlan, WholeBecause> {
     if settings.min_source_secs == 0 {
@@ -311,12 +296,11 @@ pub fn decide(
     if !matches!(timing.rotation.rem_euclid(360), 0 | 90 | 180 | 270) {
         return Err(WholeBecause::OddRotation);
     }
-    let rate = grid_rate(timing).ok_or(WholeBecause::NoFrameRate)?;
-    let end = timing
-        .end_secs
-        .filter(|end| *end > timing.start_secs)
-        .ok_or(WholeBecause::NoLength)?;
-    let frames = ((end - timing.start_secs) * rate.per_second()).round() as i64;
+    let timeline = timeline?;
+    if !timeline.faithful() {
+        return Err(WholeBecause::OffGrid);
+    }
+    let (rate, frames) = (timeline.rate, timeline.frames);
     let chunk = i64::from(settings.chunk_secs);
     let mut chunk_starts = vec![0];
     loop {
@@ -329,17 +313,23 @@ pub fn decide(
     if chunk_starts.len() < 2 {
         return Err(WholeBecause::OneChunk);
     }
+    let seeks = chunk_starts
+        .iter()
+        .map(|&first| timing.seek_for(timeline, first))
+        .collect();
     Ok(SplitPlan {
         rate,
-        origin_secs: timing.start_secs,
+        origin_secs: timeline.origin_secs,
         frames,
         chunk_starts,
+        seeks,
+        audio_secs: timeline.audio_secs,
         segment_secs: settings.segment_secs,
         short_sides,
         has_audio: media.has_audio(),
         media: PlannedMedia {
             container: media.container.clone(),
-            duration_ms: media.duration_ms,
+            duration_ms: (timeline.duration_secs() * 1000.0).round() as i64,
             video_codec: media.video_codec.clone(),
             width: media.width,
             height: media.height,
@@ -365,14 +355,32 @@ mod tests {
         }
     }
 
+    /// Frames at the base rate (or 29.97 fps where it has none) for `seconds`, a keyframe a
+    /// second, audio over the same span.
     fn timing(base: &str, average: &str, seconds: f64) -> StreamTiming {
+        let fps = Rate::parse(base).map_or(30000.0 / 1001.0, Rate::per_second);
+        let frames: Vec<f64> = (0..(seconds * fps).round() as i64)
+            .map(|i| i as f64 / fps)
+            .collect();
         StreamTiming {
             base_rate: Rate::parse(base),
             average_rate: Rate::parse(average),
-            start_secs: 0.0,
+            keyframe_times: frames.iter().step_by(fps.round() as usize).copied().collect(),
+            frame_times: frames,
             end_secs: Some(seconds),
-            rotation: 0,
+            audio_span: Some((0.0, seconds)),
+            ..StreamTiming::default()
         }
+    }
+
+    fn decide(
+        settings: SplitSettings,
+        media: &MediaInfo,
+        timing: &StreamTiming,
+        sides: Vec<i32>,
+    ) -> Result<SplitPlan, WholeBecause> {
+        let line = crate::domain::timeline::timeline(timing, 60);
+        super::decide(settings, media, timing, line.as_ref().map_err(|e| *e), sides)
     }
 
     #[test]
@@ -419,22 +427,22 @@ mod tests {
     }
 
     #[test]
-    fn a_variable_rate_source_is_normalised_to_the_common_rate_nearest_its_average() {
+    fn every_chunk_but_the_first_seeks_to_the_keyframe_before_its_first_frame() {
         let plan = decide(
             SplitSettings::DEFAULT,
             &media(200, true),
-            &timing("90000/1", "2997/100", 200.0),
+            &timing("25/1", "25/1", 200.0),
             vec![720],
         )
         .unwrap();
-        assert_eq!(
-            plan.rate,
-            Rate {
-                num: 30000,
-                den: 1001
-            }
-        );
-        assert_eq!(plan.frames, 5994, "200 s on the 29.97 fps grid");
+        assert_eq!(plan.seek(0), None);
+        // Chunk 1 starts at 48 s; the last frame before it is at 47.96 s, in the GOP of 47 s.
+        assert_eq!(plan.seek(1), Some(47.0));
+        let legacy = SplitPlan {
+            seeks: Vec::new(),
+            ..plan
+        };
+        assert_eq!(legacy.seek(1), Some(45.0), "a stored plan without seeks");
     }
 
     #[test]
@@ -459,14 +467,21 @@ mod tests {
             decide(s, &media(600, true), &tilted, vec![720]),
             Err(WholeBecause::OddRotation)
         );
+        // One frame held for the whole length, and no rate declared.
+        let mut still = timing("0/0", "0/0", 600.0);
+        still.frame_times.truncate(1);
         assert_eq!(
-            decide(
-                s,
-                &media(600, true),
-                &timing("0/0", "0/0", 600.0),
-                vec![720]
-            ),
+            decide(s, &media(600, true), &still, vec![720]),
             Err(WholeBecause::NoFrameRate)
+        );
+        let mut uneven = cfr.clone();
+        uneven.frame_times = (0..18_000).map(|i| f64::from(i) / 24.0).collect();
+        uneven.frame_times.extend((0..3_000).map(|i| 750.0 + f64::from(i) / 30.0));
+        uneven.end_secs = Some(850.0);
+        assert_eq!(
+            decide(s, &media(850, true), &uneven, vec![720]),
+            Err(WholeBecause::OffGrid),
+            "24 fps, then 30: on one grid one frame in four is held twice"
         );
         let mut unmeasured = cfr.clone();
         unmeasured.end_secs = None;

@@ -109,8 +109,9 @@ pub enum Handed {
     Planned(Box<crate::domain::split::SplitPlan>),
     /// A part's outputs are stored: record it (the last part wakes the stitch).
     PartStored,
-    /// The stitched output failed a check: encode the video whole instead.
-    Unstitchable(String),
+    /// A part failed where the whole encode might not (its chunk failed its checks, or the
+    /// part failed for good): the video is encoded whole instead.
+    Unsplittable(crate::domain::split::Fallback, String),
 }
 
 impl Attempted {
@@ -206,32 +207,74 @@ impl Pipeline {
             height = media.height,
             "probed"
         );
-        if plan.kind == JobKind::Encode
-            && let Some(split) = self
-                .plan_split(plan, &media, &original, scratch.path(), cancel)
-                .await?
+        if plan.kind == JobKind::Repackage {
+            let out = scratch.path().join("out");
+            // The recording is H.264/AAC already: its segments are cut again, not re-encoded.
+            let files = repackage_files::vod(&self.media, &media, &original, &out, cancel).await?;
+            // A recording's joined original is one of the attempt's outputs (an upload's is in
+            // S3 already, under the key its client PUT it to).
+            return self
+                .store(plan, media, &files, Some(original.as_path()), cancel)
+                .await;
+        }
+        let timing =
+            crate::adapters::ffmpeg::split::timing(&self.media, &original, scratch.path(), cancel)
+                .await?;
+        let line = crate::domain::timeline::timeline(&timing, self.media.max_fps);
+        if let Some(split) = self
+            .plan_split(plan, &media, &timing, line.as_ref().map_err(|e| *e), cancel)
+            .await?
         {
             // Its parts read it again: this worker keeps a copy for those it takes.
             originals::Originals::new(&self.work_root).keep(&plan.original_key, &original);
             return Ok(Attempted::Handed(Handed::Planned(Box::new(split))));
         }
-        let out = scratch.path().join("out");
-        let files = if plan.kind == JobKind::Repackage {
-            // The recording is H.264/AAC already: its segments are cut again, not re-encoded.
-            repackage_files::vod(&self.media, &media, &original, &out, cancel).await?
-        } else {
-            encode::encode(&self.media, &media, &original, &out, cancel).await?
+        let whole = line.ok().filter(crate::domain::timeline::Timeline::faithful);
+        self.encode_whole(plan, media, whole.as_ref(), &original, scratch.path(), cancel)
+            .await
+    }
+
+    /// The whole encode of `original` on `timeline` (`None`: its own timing), its outputs
+    /// stored under the attempt's prefix.
+    async fn encode_whole(
+        &self,
+        plan: &AttemptPlan,
+        media: MediaInfo,
+        timeline: Option<&crate::domain::timeline::Timeline>,
+        original: &std::path::Path,
+        scratch: &std::path::Path,
+        cancel: &CancellationToken,
+    ) -> Result<Attempted, MediaError> {
+        let media = match timeline {
+            Some(line) => media.timed_by(line),
+            None => media,
         };
-        tracing::info!(renditions = files.renditions.len(), "encoded");
+        let out = scratch.join("out");
+        let files = encode::encode(&self.media, &media, timeline, original, &out, cancel).await?;
+        tracing::info!(
+            renditions = files.renditions.len(),
+            grid = timeline.map(|t| t.rate.ffmpeg()),
+            "encoded"
+        );
+        self.store(plan, media, &files, None, cancel).await
+    }
+
+    /// Stores an attempt's playable outputs (and `joined`, a recording's original) under its
+    /// prefix: READY is next.
+    async fn store(
+        &self,
+        plan: &AttemptPlan,
+        media: MediaInfo,
+        files: &encode::EncodedFiles,
+        joined: Option<&std::path::Path>,
+        cancel: &CancellationToken,
+    ) -> Result<Attempted, MediaError> {
         // Not dropped on a stop: it stops itself, so a multipart upload is aborted first.
-        // A recording's joined original is one of the attempt's outputs (an upload's is in S3
-        // already, under the key its client PUT it to).
-        let joined = (plan.kind == JobKind::Repackage).then_some(original.as_path());
         let keys = outputs::upload(
             &self.storage,
             &self.db,
             plan,
-            &files,
+            files,
             joined,
             self.waits.storage,
             cancel,

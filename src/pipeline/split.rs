@@ -15,7 +15,9 @@ use crate::domain::failure::FailureCode;
 use crate::domain::job::JobKind;
 use crate::domain::keys;
 use crate::domain::media::{MediaError, MediaInfo};
-use crate::domain::split::SplitPlan;
+use crate::domain::job::MAX_ATTEMPTS;
+use crate::domain::split::{Fallback, SplitPlan, StreamTiming};
+use crate::domain::timeline::{NoTimeline, Timeline};
 
 fn db_error(err: impl Into<db::DbError>) -> MediaError {
     outputs::storage_error(err.into())
@@ -30,15 +32,16 @@ fn chunk_name(rendition: usize) -> String {
 const AUDIO_NAME: &str = "audio.ts";
 
 impl Pipeline {
-    /// After an encode's probe: the plan that splits `media` into parts, or `None` to encode
-    /// it as one job (why is logged). Only a source long enough to split pays for the timing
-    /// probe (one demux pass) and the read of its job's plan.
+    /// After an encode's probe and timing probe: the plan that splits `media` into parts, or
+    /// `None` to encode it as one job (why is logged). Only a source long enough to split pays
+    /// for the read of its job's plan. The last attempt is never split: the stitch needs an
+    /// attempt of its own (I6 counts the planning, the stitch and a fallback in one budget).
     pub(super) async fn plan_split(
         &self,
         plan: &AttemptPlan,
         media: &MediaInfo,
-        original: &Path,
-        scratch: &Path,
+        timing: &StreamTiming,
+        timeline: Result<&Timeline, NoTimeline>,
         cancel: &CancellationToken,
     ) -> Result<Option<SplitPlan>, MediaError> {
         let settings = self.media.split;
@@ -47,17 +50,20 @@ impl Pipeline {
         {
             return Ok(None);
         }
-        let head = self.head_plan(plan.job_id, cancel).await?;
-        if head.whole {
-            tracing::info!("encoding whole: this video's stitch failed its checks before");
+        if plan.attempt >= MAX_ATTEMPTS {
+            tracing::info!("encoding whole: the last attempt leaves none for a stitch");
             return Ok(None);
         }
-        let timing = split::timing(&self.media, original, scratch, cancel).await?;
+        let head = self.head_plan(plan.job_id, cancel).await?;
+        if head.whole {
+            tracing::info!("encoding whole: this video's split encode failed before");
+            return Ok(None);
+        }
         let sides = encode::rungs(&self.media, media)
             .into_iter()
             .map(|rung| rung.short_side)
             .collect();
-        match crate::domain::split::decide(settings, media, &timing, sides) {
+        match crate::domain::split::decide(settings, media, timing, timeline, sides) {
             Ok(split) => {
                 tracing::info!(
                     chunks = split.chunks(),
@@ -139,8 +145,19 @@ impl Pipeline {
                     )
                 })?;
                 let files =
-                    split::encode_chunk(&self.media, &split, range, &original, &out, cancel)
-                        .await?;
+                    match split::encode_chunk(&self.media, &split, range, &original, &out, cancel)
+                        .await?
+                    {
+                        Ok(files) => files,
+                        Err(fault) => {
+                            // Encoding it again would meet the same frames: the whole encode
+                            // keeps the source's own timeline.
+                            return Ok(Attempted::Handed(Handed::Unsplittable(
+                                Fallback::ChunkCheck,
+                                fault,
+                            )));
+                        }
+                    };
                 tracing::info!(
                     part,
                     first = range.first,
@@ -177,7 +194,8 @@ impl Pipeline {
 
     /// The stitch: every part's files from S3, joined and muxed once into the playback
     /// outputs, checked against the plan, and stored under the stitch's attempt prefix. A
-    /// result that fails a check is not stored: the video is encoded whole instead.
+    /// result that fails a check is not stored: this attempt encodes the video whole instead,
+    /// so a fallback needs no attempt of its own, whatever this one's number.
     pub(super) async fn run_stitch(
         &self,
         plan: &AttemptPlan,
@@ -236,7 +254,13 @@ impl Pipeline {
         if let Err(fault) =
             split::check_stitched(&self.media, &split, &files.mp4, scratch, cancel).await?
         {
-            return Ok(Attempted::Handed(Handed::Unstitchable(fault.to_string())));
+            tracing::error!(%fault, "the stitched video failed its checks; encoding it whole instead");
+            crate::metrics::SPLIT_FALLBACKS
+                .with_label_values(&[Fallback::StitchCheck.label()])
+                .inc();
+            let _ = tokio::fs::remove_dir_all(&parts_dir).await;
+            let _ = tokio::fs::remove_dir_all(&out).await;
+            return self.encode_whole_now(plan, scratch, cancel).await;
         }
         tracing::info!(
             chunks = split.chunks(),
@@ -257,6 +281,25 @@ impl Pipeline {
             media: MediaInfo::from(&split.media),
             keys,
         }))
+    }
+
+    /// The whole encode of a split video, in this attempt: its original again (this worker's
+    /// kept copy, or S3), probed, timed and encoded as any upload is.
+    async fn encode_whole_now(
+        &self,
+        plan: &AttemptPlan,
+        scratch: &Path,
+        cancel: &CancellationToken,
+    ) -> Result<Attempted, MediaError> {
+        let original = scratch.join("original");
+        self.download_original(plan, &original, cancel).await?;
+        let media = crate::adapters::ffmpeg::probe::probe(&self.media, &original, cancel).await?;
+        let timing = split::timing(&self.media, &original, scratch, cancel).await?;
+        let whole = crate::domain::timeline::timeline(&timing, self.media.max_fps)
+            .ok()
+            .filter(Timeline::faithful);
+        self.encode_whole(plan, media, whole.as_ref(), &original, scratch, cancel)
+            .await
     }
 
     /// A part's stored file into `to`; a part whose file is gone is an error another attempt

@@ -243,7 +243,7 @@ impl WorkerHealth {
             .family(&*metrics::ATTEMPT_SECONDS)
             .family(&*metrics::TIME_TO_READY_SECONDS)
             .family(&*metrics::HEARTBEAT_FAILURES)
-            .family(&*metrics::STITCH_FALLBACKS)
+            .family(&*metrics::SPLIT_FALLBACKS)
             .family(&*metrics::CLAIMS_LOST)
             .family(&*metrics::FINALIZE_BATCH_SIZE);
         exposition.render()

@@ -166,7 +166,7 @@ async fn an_hls_playlist_or_concat_script_named_mp4_is_refused_without_reading_w
             .unwrap();
         let out = dir.path().join(format!("{name}.out"));
         assert!(
-            encode::encode(&config(), &info, &hostile, &out, &CancellationToken::new())
+            encode::encode(&config(), &info, None, &hostile, &out, &CancellationToken::new())
                 .await
                 .is_err()
         );
@@ -233,12 +233,16 @@ async fn encode_writes_hls_fmp4_an_mp4_with_moov_first_and_a_thumbnail() {
     assert_eq!(thumb, (320, 240), "small sources are not upscaled");
 }
 
-/// Probes and encodes `clip` into `out` as a worker would; panics on a refusal.
+/// Probes, times and encodes `clip` into `out` as a worker would; panics on a refusal.
 async fn encode_clip(config: &MediaConfig, clip: &Path, out: &Path) -> encode::EncodedFiles {
-    let info = probe::probe(config, clip, &CancellationToken::new())
+    let cancel = CancellationToken::new();
+    let info = probe::probe(config, clip, &cancel).await.unwrap();
+    std::fs::create_dir_all(out).unwrap();
+    let timeline = encode::whole_timeline(config, clip, out, &cancel)
         .await
         .unwrap();
-    encode::encode(config, &info, clip, out, &CancellationToken::new())
+    assert!(timeline.is_some(), "{} has a grid", clip.display());
+    encode::encode(config, &info, timeline.as_ref(), clip, out, &cancel)
         .await
         .unwrap()
 }
@@ -270,6 +274,7 @@ async fn an_encode_over_its_time_limit_is_killed_and_leaves_nothing_running() {
     let err = encode::encode(
         &hurried,
         &info,
+        None,
         &clip,
         dir.path(),
         &CancellationToken::new(),
@@ -300,7 +305,7 @@ async fn a_cancelled_encode_is_killed_at_once() {
         stopper.cancel();
         std::time::Instant::now()
     });
-    let err = encode::encode(&config(), &info, &clip, dir.path(), &cancel)
+    let err = encode::encode(&config(), &info, None, &clip, dir.path(), &cancel)
         .await
         .unwrap_err();
     let returned_at = std::time::Instant::now();

@@ -14,6 +14,7 @@ use super::process;
 use super::{DEMUXER_ALLOW_LIST, MediaConfig, PROTOCOL_ALLOW_LIST};
 use crate::domain::keys::outputs;
 use crate::domain::media::{MediaError, MediaInfo};
+use crate::domain::timeline::{Rate, Timeline};
 
 /// Widest thumbnail.
 const THUMBNAIL_MAX_WIDTH: i32 = 640;
@@ -93,22 +94,58 @@ pub fn rungs(config: &MediaConfig, info: &MediaInfo) -> Vec<Rung> {
         .collect()
 }
 
-/// The frame size a rung scales the source to (what the scale filter below computes).
+/// The frame size a rung scales the source to (what [`scale_filter`] computes): `info`'s
+/// size is the displayed one, so a portrait source gets a portrait size.
 fn scaled(info: &MediaInfo, short_side: i32) -> (i32, i32) {
     let even = |x: f64| ((x / 2.0).round() as i32 * 2).max(2);
+    let even_down = |x: i32| (x / 2 * 2).max(2);
     if info.width >= info.height {
-        let h = short_side.min(info.height);
+        let h = short_side.min(even_down(info.height));
         (
             even(f64::from(info.width) * f64::from(h) / f64::from(info.height)),
             h,
         )
     } else {
-        let w = short_side.min(info.width);
+        let w = short_side.min(even_down(info.width));
         (
             w,
             even(f64::from(info.height) * f64::from(w) / f64::from(info.width)),
         )
     }
+}
+
+/// Scales a frame to at most `side` on its short side (landscape: the height; portrait: the
+/// width), never up, and to even sides, which 4:2:0 needs: the short side is rounded down
+/// (a 361-line source gives 360), the long one keeps the aspect ratio (`-2`).
+pub(super) fn scale_filter(side: i32) -> String {
+    format!(
+        "scale=w='if(gte(iw,ih),-2,min({side},trunc(iw/2)*2))':h='if(gte(iw,ih),min({side},trunc(ih/2)*2),-2)'"
+    )
+}
+
+/// Puts the first video stream on a timeline's grid (docs/architecture.md, "One frame rate
+/// for both paths"): its origin moved to 0, the `fps` filter making it `rate` (a frame is
+/// held, or dropped, where the source has none, or two, in a slot), and its last frame held a
+/// little so the grid's last slots exist for the `trim` that follows. With
+/// `held_from_origin` the first frame is also held back to the origin (video that starts
+/// after its sound).
+pub(super) fn grid_filter(rate: Rate, origin_secs: f64, held_from_origin: bool) -> String {
+    format!(
+        "setpts=PTS-{origin_secs:.6}/TB,fps={rate}{start},tpad=stop_mode=clone:stop_duration=2",
+        rate = rate.ffmpeg(),
+        start = if held_from_origin { ":start_time=0" } else { "" },
+    )
+}
+
+/// The sound on a timeline: its origin moved to 0 (a late start filled with silence), resampled
+/// to AAC's 48 kHz stereo, and exactly `samples` long (a short track padded with silence to
+/// the video's length; a long one kept whole, since `samples` counts all of it).
+pub(super) fn audio_filter(origin_secs: f64, samples: i64) -> String {
+    format!(
+        "asetpts=PTS-{origin_secs:.6}/TB,aresample=48000:async=1:first_pts=0,\
+         aformat=sample_fmts=fltp:sample_rates=48000:channel_layouts=stereo,\
+         apad=whole_len={samples},atrim=end_sample={samples}"
+    )
 }
 
 /// Input options every FFmpeg call on an original takes: local files only, accepted
@@ -140,21 +177,28 @@ pub(super) fn hardened_input(
     args
 }
 
-/// The encode's one command line: the hardened input decoded once, a `split` filter feeding
-/// one scale per rung, then per rung its outputs: that rung's video and the audio, the
-/// encoders (`video_encoding`, `audio_encoding`), and the tee muxer writing the rung's
+/// The encode's one command line: the hardened input decoded once, put on `timeline`'s grid
+/// (`None`: the source keeps its own timing, every frame at its time), a `split` filter
+/// feeding one scale per rung, then per rung its outputs: that rung's video and the audio,
+/// the encoders (`video_encoding`, `audio_encoding`), and the tee muxer writing the rung's
 /// `tee_outputs`. One decode serves the whole ladder.
 pub fn encode_args(
     config: &MediaConfig,
     info: &MediaInfo,
+    timeline: Option<&Timeline>,
     input: &Path,
     out: &Path,
     rungs: &[Rung],
 ) -> Vec<OsString> {
     let segment = config.segment_seconds.max(1);
     let mut args = hardened_input(config, input, None);
+    if timeline.is_some() {
+        // The source's own clock: the graph and the audio filter measure from the origin.
+        let at_input = args.len() - 2;
+        args.insert(at_input, "-copyts".into());
+    }
     args.push("-filter_complex".into());
-    args.push(ladder_graph(rungs).into());
+    args.push(ladder_graph(timeline, rungs).into());
     for (n, rung) in rungs.iter().enumerate() {
         let mut output: Vec<String> = ["-map".to_owned(), format!("[v{n}]")].to_vec();
         output.extend(
@@ -168,6 +212,14 @@ pub fn encode_args(
             ]
             .map(str::to_owned),
         );
+        match timeline {
+            Some(line) if info.has_audio() => output.extend([
+                "-af".to_owned(),
+                audio_filter(line.origin_secs, audio_samples(line)),
+            ]),
+            Some(_) => {}
+            None => output.extend(["-fps_mode".to_owned(), "vfr".to_owned()]),
+        }
         output.extend(video_encoding(info, segment));
         output.extend(audio_encoding());
         // Both outputs of the tee share the encoders, so the codec headers must be global.
@@ -185,19 +237,29 @@ pub fn encode_args(
     args
 }
 
-/// The ladder's filter graph: the first video stream split into one branch per rung, each
-/// scaled to at most its short side (landscape: the height; portrait: the width; -2 keeps the
-/// aspect ratio with an even size, which yuv420p needs), labelled `[v0]`, `[v1]`...
-fn ladder_graph(rungs: &[Rung]) -> String {
-    let scale = |side: i32| {
-        format!(
-            "scale=w='if(gte(iw,ih),-2,min({side},iw))':h='if(gte(iw,ih),min({side},ih),-2)',format=yuv420p"
-        )
+/// Samples of sound a whole encode on `timeline` writes at 48 kHz: all of the source's, or
+/// the video's length where that is longer.
+fn audio_samples(timeline: &Timeline) -> i64 {
+    (timeline.duration_secs() * 48_000.0).round() as i64
+}
+
+/// The ladder's filter graph: the first video stream on `timeline`'s grid (exactly its
+/// frames, the first held back to the origin), split into one branch per rung, each scaled by
+/// [`scale_filter`], labelled `[v0]`, `[v1]`...
+fn ladder_graph(timeline: Option<&Timeline>, rungs: &[Rung]) -> String {
+    let scale = |side: i32| format!("{},format=yuv420p", scale_filter(side));
+    let source = match timeline {
+        Some(line) => format!(
+            "[0:v:0]{},trim=end_pts={},",
+            grid_filter(line.rate, line.origin_secs, true),
+            line.frames
+        ),
+        None => "[0:v:0]".to_owned(),
     };
     if let [rung] = rungs {
-        return format!("[0:v:0]{}[v0]", scale(rung.short_side));
+        return format!("{source}{}[v0]", scale(rung.short_side));
     }
-    let mut graph = format!("[0:v:0]split={}", rungs.len());
+    let mut graph = format!("{source}split={}", rungs.len());
     for n in 0..rungs.len() {
         graph.push_str(&format!("[s{n}]"));
     }
@@ -294,15 +356,10 @@ fn tee_escape(path: &Path) -> String {
     out
 }
 
-/// The thumbnail's command line: one frame from the middle, at most 640 wide.
-pub fn thumbnail_args(
-    config: &MediaConfig,
-    info: &MediaInfo,
-    input: &Path,
-    out: &Path,
-) -> Vec<OsString> {
-    let middle = info.duration_ms as f64 / 2000.0;
-    let mut args = hardened_input(config, input, Some(middle));
+/// The thumbnail's command line: the frame `at_secs` into `mp4` (the encoded MP4, whose video
+/// starts at 0), at most 640 wide.
+pub fn thumbnail_args(config: &MediaConfig, at_secs: f64, mp4: &Path, out: &Path) -> Vec<OsString> {
+    let mut args = hardened_input(config, mp4, Some(at_secs));
     let scale = format!("scale='min({THUMBNAIL_MAX_WIDTH},iw)':-2");
     for s in [
         "-map",
@@ -322,11 +379,28 @@ pub fn thumbnail_args(
     args
 }
 
-/// Encodes `input` into `out` (which must be empty): every rung, the thumbnail, and the
-/// master playlist when there is more than one rung.
+/// The timeline a whole encode of `input` puts it on: the timing probe (its listing written
+/// under `scratch`), then the grid if one shows the source faithfully; `None` keeps the
+/// source's own timing (docs/architecture.md, "One frame rate for both paths").
+pub async fn whole_timeline(
+    config: &MediaConfig,
+    input: &Path,
+    scratch: &Path,
+    cancel: &CancellationToken,
+) -> Result<Option<Timeline>, MediaError> {
+    let timing = super::split::timing(config, input, scratch, cancel).await?;
+    Ok(crate::domain::timeline::timeline(&timing, config.max_fps)
+        .ok()
+        .filter(Timeline::faithful))
+}
+
+/// Encodes `input` into `out` (which must be empty) on `timeline`'s grid (`None`: its own
+/// timing): every rung, the thumbnail, and the master playlist when there is more than one
+/// rung.
 pub async fn encode(
     config: &MediaConfig,
     info: &MediaInfo,
+    timeline: Option<&Timeline>,
     input: &Path,
     out: &Path,
     cancel: &CancellationToken,
@@ -344,7 +418,7 @@ pub async fn encode(
     }
     process::run(
         &config.ffmpeg,
-        &encode_args(config, info, input, out, &rungs),
+        &encode_args(config, info, timeline, input, out, &rungs),
         config.call_timeout,
         cancel,
     )
@@ -356,7 +430,8 @@ pub async fn encode(
         let (width, height) = scaled(info, rung.short_side);
         renditions.push(collect(&dir, &rung.prefix, width, height).await?);
     }
-    let thumbnail = thumbnail(config, info, input, out, cancel).await?;
+    let video_secs = timeline.map_or(info.duration_ms as f64 / 1000.0, Timeline::video_secs);
+    let thumbnail = thumbnail(config, video_secs, &out.join(outputs::MP4), out, cancel).await?;
     let playlist = out.join(outputs::PLAYLIST);
     if renditions.len() > 1 {
         let master = master_playlist(&renditions, info.duration_ms)
@@ -381,22 +456,24 @@ pub async fn encode(
     Ok(files)
 }
 
-/// Makes `out/thumb.jpg` from `input`; its path once it exists.
+/// Makes `out/thumb.jpg` from the middle of the video stream of `mp4`, which lasts
+/// `video_secs` (not the sound's length: a track that outlasts the picture would put the
+/// middle where no frame is); its path once it exists.
 pub(super) async fn thumbnail(
     config: &MediaConfig,
-    info: &MediaInfo,
-    input: &Path,
+    video_secs: f64,
+    mp4: &Path,
     out: &Path,
     cancel: &CancellationToken,
 ) -> Result<PathBuf, MediaError> {
     process::run(
         &config.ffmpeg,
-        &thumbnail_args(config, info, input, out),
+        &thumbnail_args(config, video_secs / 2.0, mp4, out),
         config.call_timeout,
         cancel,
     )
     .await
-    .map_err(|err| classify_encode(err, input))?;
+    .map_err(|err| classify_encode(err, mp4))?;
     let path = out.join(outputs::THUMBNAIL);
     if !tokio::fs::try_exists(&path).await.unwrap_or(false) {
         return Err(missing(outputs::THUMBNAIL));
@@ -522,22 +599,31 @@ mod tests {
             prefix: prefix.into(),
             with_mp4,
         };
-        let run = |rungs: &[Rung]| {
+        let timeline = Timeline {
+            rate: Rate { num: 25, den: 1 },
+            origin_secs: 1.5,
+            frames: 250,
+            audio_secs: 10.5,
+            off_grid: 0.0,
+            capped: false,
+        };
+        let run = |timeline: Option<&Timeline>, rungs: &[Rung]| {
             line(&encode_args(
                 &config,
                 &info(),
+                timeline,
                 Path::new("/in/orig"),
                 Path::new("/out"),
                 rungs,
             ))
         };
-        assert_eq!(run(&[rung(720, "", true)]), ONE);
+        assert_eq!(run(Some(&timeline), &[rung(720, "", true)]), ONE);
         assert_eq!(
-            run(&[rung(720, "v0/", true), rung(360, "v1/", false)]),
+            run(None, &[rung(720, "v0/", true), rung(360, "v1/", false)]),
             LADDER
         );
     }
 
-    const ONE: &str = r#"-nostdin -hide_banner -loglevel error -y -protocol_whitelist file -format_whitelist mov,mp4,m4a,3gp,3g2,mj2,matroska,webm -max_pixels 8294400 -i /in/orig -filter_complex [0:v:0]scale=w='if(gte(iw,ih),-2,min(720,iw))':h='if(gte(iw,ih),min(720,ih),-2)',format=yuv420p[v0] -map [v0] -map 0:a:0? -map_metadata -1 -map_chapters -1 -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/index.m3u8|[f=mp4:movflags=+faststart]/out/video.mp4"#;
-    const LADDER: &str = r#"-nostdin -hide_banner -loglevel error -y -protocol_whitelist file -format_whitelist mov,mp4,m4a,3gp,3g2,mj2,matroska,webm -max_pixels 8294400 -i /in/orig -filter_complex [0:v:0]split=2[s0][s1];[s0]scale=w='if(gte(iw,ih),-2,min(720,iw))':h='if(gte(iw,ih),min(720,ih),-2)',format=yuv420p[v0];[s1]scale=w='if(gte(iw,ih),-2,min(360,iw))':h='if(gte(iw,ih),min(360,ih),-2)',format=yuv420p[v1] -map [v0] -map 0:a:0? -map_metadata -1 -map_chapters -1 -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/v0/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/v0/index.m3u8|[f=mp4:movflags=+faststart]/out/video.mp4 -map [v1] -map 0:a:0? -map_metadata -1 -map_chapters -1 -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/v1/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/v1/index.m3u8"#;
+    const ONE: &str = r#"-nostdin -hide_banner -loglevel error -y -protocol_whitelist file -format_whitelist mov,mp4,m4a,3gp,3g2,mj2,matroska,webm -max_pixels 8294400 -copyts -i /in/orig -filter_complex [0:v:0]setpts=PTS-1.500000/TB,fps=25/1:start_time=0,tpad=stop_mode=clone:stop_duration=2,trim=end_pts=250,scale=w='if(gte(iw,ih),-2,min(720,trunc(iw/2)*2))':h='if(gte(iw,ih),min(720,trunc(ih/2)*2),-2)',format=yuv420p[v0] -map [v0] -map 0:a:0? -map_metadata -1 -map_chapters -1 -af asetpts=PTS-1.500000/TB,aresample=48000:async=1:first_pts=0,aformat=sample_fmts=fltp:sample_rates=48000:channel_layouts=stereo,apad=whole_len=504000,atrim=end_sample=504000 -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/index.m3u8|[f=mp4:movflags=+faststart]/out/video.mp4"#;
+    const LADDER: &str = r#"-nostdin -hide_banner -loglevel error -y -protocol_whitelist file -format_whitelist mov,mp4,m4a,3gp,3g2,mj2,matroska,webm -max_pixels 8294400 -i /in/orig -filter_complex [0:v:0]split=2[s0][s1];[s0]scale=w='if(gte(iw,ih),-2,min(720,trunc(iw/2)*2))':h='if(gte(iw,ih),min(720,trunc(ih/2)*2),-2)',format=yuv420p[v0];[s1]scale=w='if(gte(iw,ih),-2,min(360,trunc(iw/2)*2))':h='if(gte(iw,ih),min(360,trunc(ih/2)*2),-2)',format=yuv420p[v1] -map [v0] -map 0:a:0? -map_metadata -1 -map_chapters -1 -fps_mode vfr -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/v0/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/v0/index.m3u8|[f=mp4:movflags=+faststart]/out/video.mp4 -map [v1] -map 0:a:0? -map_metadata -1 -map_chapters -1 -fps_mode vfr -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/v1/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/v1/index.m3u8"#;
 }

@@ -41,6 +41,8 @@ pub struct MediaConfig {
     pub threads: u32,
     /// Which sources are split into chunks, and how long a chunk is.
     pub split: crate::domain::split::SplitSettings,
+    /// Highest output frame rate (`VIDQ_MAX_FPS`).
+    pub max_fps: u32,
 }
 
 impl From<&crate::config::MediaArgs> for MediaConfig {
@@ -53,8 +55,9 @@ impl From<&crate::config::MediaArgs> for MediaConfig {
                 max_duration_ms: i64::try_from(args.max_duration_secs * 1000).unwrap_or(i64::MAX),
                 max_width: args.max_width,
                 max_height: args.max_height,
-                max_fps: args.max_fps,
+                max_fps: args.max_source_fps,
             },
+            max_fps: args.max_fps,
             ladder: args.ladder.clone(),
             segment_seconds: args.segment_secs,
             threads: args.ffmpeg_threads,
@@ -78,6 +81,7 @@ impl Default for MediaConfig {
             segment_seconds: 4,
             threads: 0,
             split: crate::domain::split::SplitSettings::DEFAULT,
+            max_fps: 60,
         }
     }
 }

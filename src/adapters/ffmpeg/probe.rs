@@ -151,6 +151,13 @@ struct Stream {
     duration: Option<String>,
     #[serde(default)]
     disposition: Disposition,
+    #[serde(default)]
+    side_data_list: Vec<SideData>,
+}
+
+#[derive(Deserialize)]
+struct SideData {
+    rotation: Option<f64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -210,6 +217,18 @@ pub fn parse(json: &[u8]) -> Result<MediaInfo, MediaError> {
                 "the video stream has no frame size",
             ));
         }
+    };
+    // FFmpeg shows the picture turned by its display matrix, so a quarter turn swaps the
+    // sides: the video is reported, and its renditions labelled, by the size people see.
+    let quarter_turn = video
+        .side_data_list
+        .iter()
+        .find_map(|d| d.rotation)
+        .is_some_and(|r| (r.round() as i64).rem_euclid(180) == 90);
+    let (width, height) = if quarter_turn {
+        (height, width)
+    } else {
+        (width, height)
     };
     let seconds = format
         .duration
@@ -285,6 +304,16 @@ mod tests {
         );
         assert!((info.fps - 29.97).abs() < 0.01);
         assert_eq!(info.audio_codec.as_deref(), Some("aac"));
+    }
+
+    #[test]
+    fn a_quarter_turned_stream_is_reported_by_its_displayed_size() {
+        let json = br#"{"streams":[
+            {"codec_type":"video","codec_name":"h264","width":480,"height":270,"avg_frame_rate":"30/1",
+             "side_data_list":[{"side_data_type":"Display Matrix","rotation":-90}]}],
+          "format":{"format_name":"mov,mp4,m4a,3gp,3g2,mj2","duration":"10"}}"#;
+        let info = parse(json).unwrap();
+        assert_eq!((info.width, info.height), (270, 480));
     }
 
     #[test]

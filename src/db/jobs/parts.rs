@@ -18,8 +18,9 @@ use crate::domain::job::JobKind;
 
 /// Writes the parts of the head job `id` (held under `token`) and parks the head as its
 /// stitch: the plan on its row, kind `stitch`, PENDING but claimable never (`available_at`
-/// infinity) until its last part completes ([`wake_stitch`]), attempts counted from 0 again
-/// (the planning attempt wrote nothing to S3). The planning attempt is logged as `planned`.
+/// infinity) until its last part completes ([`wake_stitch`]). Its attempts count on: the
+/// planning was attempt 1 (or 2), the stitch is the next (I6: at most 3 per job per run, each
+/// numbered once). The planning attempt is logged as `planned`.
 /// Fenced on the claim, the LAST statement; 0 rows: the claim was lost, and the caller rolls
 /// the parts back with the rest of its transaction.
 pub async fn plan_parts(
@@ -49,7 +50,7 @@ pub async fn plan_parts(
         return Ok(0);
     }
     let park = "UPDATE video_encoding_jobs
-                   SET status = 'PENDING', kind = 'stitch', plan = $6, attempt_count = 0,
+                   SET status = 'PENDING', kind = 'stitch', plan = $6,
                        available_at = 'infinity', claim_token = NULL, claimed_by = NULL,
                        claimed_at = NULL, lease_until = NULL, last_error = NULL
                  WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2
@@ -107,8 +108,8 @@ pub async fn close_family(conn: &mut AsyncPgConnection, head: i64) -> QueryResul
     .await
 }
 
-/// Deletes the parts of `head` (an operator retry starts the video over; a stitch that could
-/// not pass its checks encodes it whole). Their attempt log goes with them.
+/// Deletes the parts of `head` (an operator retry starts the video over; a part that sends
+/// the video to the whole encode). Their attempt log goes with them.
 pub async fn delete_parts(conn: &mut AsyncPgConnection, head: i64) -> QueryResult<usize> {
     use crate::db::schema::video_encoding_jobs as jobs;
     diesel::delete(jobs::table.filter(jobs::parent_id.eq(head)))
@@ -116,25 +117,27 @@ pub async fn delete_parts(conn: &mut AsyncPgConnection, head: i64) -> QueryResul
         .await
 }
 
-/// A stitch that cannot pass its checks: the head goes back to an `encode` of the whole video
-/// (`whole`, so it is never split again), claimable at once, keeping its attempt count so the
-/// whole encode writes under a prefix of its own. Fenced on the stitch's claim.
-pub async fn encode_whole(
+/// A split video that a part sends to the whole encode: its head, parked as the stitch, goes
+/// back to an `encode` of the whole video (`whole`, so it is never split again), claimable at
+/// once, its attempts counted on from its planning (I6). In the part's transaction, under the
+/// head's lock, after the part's own fenced statement. Returns 1, or 0 if the head was not
+/// waiting for its parts (a cancel or another part's fallback came first).
+pub async fn head_to_whole(
     conn: &mut AsyncPgConnection,
-    id: i64,
-    token: ClaimToken,
-    end: AttemptEnd<'_>,
+    head: i64,
+    why: &str,
 ) -> QueryResult<usize> {
-    let sql = "UPDATE video_encoding_jobs
-                  SET status = 'PENDING', kind = 'encode', whole = true, plan = NULL,
-                      available_at = statement_timestamp(), claim_token = NULL, claimed_by = NULL,
-                      claimed_at = NULL, lease_until = NULL, last_error = $4 || ': ' || $5
-                WHERE id = $1 AND status = 'PROCESSING' AND claim_token = $2 AND kind = 'stitch'
-                  AND lease_until > statement_timestamp() AND attempt_count < 3";
-    fenced_query!(fenced(sql), id, token, end)
-        .get_result(conn)
-        .await
-        .map(CountRow::rows)
+    diesel::sql_query(
+        "UPDATE video_encoding_jobs
+            SET kind = 'encode', whole = true, plan = NULL,
+                available_at = statement_timestamp(), enqueued_at = statement_timestamp(),
+                last_error = $2
+          WHERE id = $1 AND kind = 'stitch' AND status = 'PENDING' AND parent_id IS NULL",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(head)
+    .bind::<diesel::sql_types::Text, _>(why)
+    .execute(conn)
+    .await
 }
 
 /// What a part or a stitch reads of its head: the plan, the run, and whether the video must

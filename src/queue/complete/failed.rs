@@ -6,6 +6,8 @@ use diesel_async::AsyncConnection;
 use super::retry::{FirstTry, retry_transient};
 use crate::db::{self, DbPool};
 use crate::domain::event::Event;
+use crate::domain::failure::FailureCode;
+use crate::domain::split::Fallback;
 use crate::domain::job::{MAX_ATTEMPTS, Outcome};
 use crate::domain::media::MediaError;
 use crate::domain::recording::RecordingState;
@@ -130,7 +132,17 @@ pub async fn fail_or_retry(
     error: &MediaError,
     delay: std::time::Duration,
 ) -> Result<bool, JobError> {
-    if error.is_permanent() || claim.attempt >= MAX_ATTEMPTS {
+    let ends_the_video = error.is_permanent() || claim.attempt >= MAX_ATTEMPTS;
+    if ends_the_video && claim.part_of.is_some() && error.code != FailureCode::OriginalMissing {
+        // A part's failure is not the video's: the whole encode may well succeed where a
+        // chunk's seek or a part's decode did not (I12). Only a missing original, which the
+        // whole encode would meet too, fails the video from a part.
+        let detail = format!("{}: {}", error.code.as_str(), error.message);
+        return super::parts::encode_whole_instead(pool, claim, Fallback::PartFailed, &detail)
+            .await
+            .map(|()| false);
+    }
+    if ends_the_video {
         return finalize_failed(pool, claim, error).await.map(|()| false);
     }
     let message = error.public_message();

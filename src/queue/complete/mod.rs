@@ -171,7 +171,9 @@ impl Completer {
         match handed {
             Handed::Planned(plan) => parts::record_plan(pool, claim, &plan).await,
             Handed::PartStored => parts::record_part_stored(pool, claim).await,
-            Handed::Unstitchable(reason) => parts::encode_whole_instead(pool, claim, &reason).await,
+            Handed::Unsplittable(reason, detail) => {
+                parts::encode_whole_instead(pool, claim, reason, &detail).await
+            }
         }
     }
 

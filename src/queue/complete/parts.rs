@@ -1,7 +1,9 @@
 //! The ends of a split video's attempts that READY and FAILED do not cover: the head's plan
 //! (its parts enqueued, the head parked as their stitch), a part stored (and, by the last
-//! part, the stitch woken), and a stitch that could not pass its checks (the video encoded
-//! whole instead). Each is one transaction fenced on the attempt's claim, like every other end.
+//! part, the stitch woken), and a part that sends the video to the whole encode (a chunk that
+//! failed its checks, a part that failed for good). Each is one transaction fenced on the
+//! attempt's claim, like every other end. A stitch that fails its checks needs none of these:
+//! its own attempt encodes the video whole (`pipeline::split`).
 
 use diesel_async::AsyncConnection;
 
@@ -9,7 +11,7 @@ use super::retry::{FirstTry, retry_transient};
 use crate::db::{self, DbPool};
 use crate::domain::failure::FailureCode;
 use crate::domain::job::{JobKind, Outcome};
-use crate::domain::split::SplitPlan;
+use crate::domain::split::{Fallback, SplitPlan};
 use crate::queue::error::{end, fenced, lock_owner};
 use crate::queue::{Claim, JobError};
 
@@ -102,33 +104,50 @@ pub async fn record_part_stored(pool: &DbPool, claim: &Claim) -> Result<(), JobE
     tried(pool, claim, Outcome::Completed, once).await
 }
 
-/// A stitch whose output failed a check that re-encoding its chunks cannot fix: the head
-/// becomes an `encode` of the whole video (never split again), its parts deleted, claimable
-/// at once; fenced on the stitch's claim. Logged and counted.
+/// A part that sends its video to the whole encode (`reason`, with `detail` for the log): the
+/// part's fenced statement, its siblings deleted (their objects are left to the next READY's
+/// clean-up, or to the orphan pass), and the head made an `encode` of the whole video,
+/// claimable at once, all in one transaction. Logged and counted by reason.
 #[tracing::instrument(skip_all, fields(job_id = claim.job_id, video_id = %claim.video, run = claim.run, attempt = claim.attempt))]
 pub async fn encode_whole_instead(
     pool: &DbPool,
     claim: &Claim,
-    reason: &str,
+    reason: Fallback,
+    detail: &str,
 ) -> Result<(), JobError> {
-    tracing::error!(%reason, "the stitched video failed its checks; encoding it whole instead");
+    let Some((head, part)) = claim.part_of else {
+        return Err(JobError::ClaimLost);
+    };
+    tracing::error!(part, reason = reason.label(), %detail,
+        "a part of the split video failed where the whole encode may not; encoding it whole instead");
     let code = FailureCode::StitchFailed;
+    let why = format!("{}: {}", code.as_str(), reason.label());
     let once = || async {
         let mut conn = pool.get().await?;
         conn.transaction::<_, JobError, _>(async |conn| {
             lock_owner(conn, claim.video).await?;
-            db::jobs::parts::lock_head(conn, claim.job_id)
+            db::jobs::parts::lock_head(conn, head)
                 .await?
                 .ok_or(JobError::ClaimLost)?;
-            db::jobs::parts::delete_parts(conn, claim.job_id).await?;
             let ended = end(Outcome::Retry, Some((code.as_str(), code.sentence())));
-            fenced(db::jobs::parts::encode_whole(conn, claim.job_id, claim.token, ended).await?)?;
+            fenced(db::jobs::complete(&*conn, claim.job_id, claim.token, ended).await?)?;
+            if db::jobs::parts::head_to_whole(conn, head, &why).await? == 0 {
+                // Cancelled, deleted or sent whole already: nothing more to do, and nothing
+                // to undo (the part's own end stands).
+                return Ok(false);
+            }
+            db::jobs::parts::delete_parts(conn, head).await?;
             db::jobs::notify_claimable(conn).await?;
-            Ok(())
+            Ok(true)
         })
         .await
+        .map(|went| {
+            if went {
+                crate::metrics::SPLIT_FALLBACKS
+                    .with_label_values(&[reason.label()])
+                    .inc();
+            }
+        })
     };
-    tried(pool, claim, Outcome::Retry, once).await?;
-    crate::metrics::STITCH_FALLBACKS.inc();
-    Ok(())
+    tried(pool, claim, Outcome::Retry, once).await
 }

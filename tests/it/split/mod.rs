@@ -6,6 +6,7 @@
 
 mod processes;
 mod quality;
+mod sources;
 mod whole_video;
 
 use std::path::{Path, PathBuf};

@@ -75,12 +75,55 @@ fn open_jobs(id: VideoId) -> String {
 }
 
 #[tokio::test]
-async fn a_part_that_fails_fails_the_video_once_and_closes_every_other_part() {
+async fn a_part_that_fails_for_good_sends_the_video_to_the_whole_encode() {
+    let (app, key, id, head, work) = planned().await;
+    let first = claim(&app, "enc-a", 60.0).await.unwrap();
+    let second = claim(&app, "enc-b", 60.0).await.unwrap();
+    // A decode error the whole encode may not meet (a chunk's seek, a part's own decode).
+    let broken = MediaError::permanent(FailureCode::InvalidMedia, "injected: unreadable");
+    let retried = fail_or_retry(&app.pool, &first, &broken, RETRY_DELAY)
+        .await
+        .unwrap();
+    assert!(!retried);
+    assert_eq!(app.count(&events(id, "video.failed")).await, 0);
+    let whole = format!(
+        "SELECT count(*) AS n FROM video_encoding_jobs
+          WHERE id = {head} AND kind = 'encode' AND whole AND status = 'PENDING'
+            AND available_at <= statement_timestamp()"
+    );
+    assert_eq!(app.count(&whole).await, 1, "the head is a whole encode now");
+    let parts = format!("SELECT count(*) AS n FROM video_encoding_jobs WHERE parent_id = {head}");
+    assert_eq!(app.count(&parts).await, 0, "its parts are gone");
+    // The part another worker still holds finds its claim gone, and writes nothing.
+    let late = parts::record_part_stored(&app.pool, &second).await;
+    assert!(
+        matches!(late, Err(vidq::queue::JobError::ClaimLost)),
+        "{late:?}"
+    );
+    // The whole encode runs on the head's next attempt: planning was its first (I6).
+    let body = Arc::new(pipeline(&app, work.path()));
+    let worker = Worker::start(&app.db.url, body, fast_settings("enc-c")).await;
+    wait_for_count(
+        &app,
+        &format!("SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready'"),
+        1,
+        Duration::from_secs(120),
+    )
+    .await;
+    worker.stop().await;
+    let video = app.video(&key, &id).await;
+    assert_eq!(video["attempts"], 2, "{video}");
+    assert_eq!(app.count(&events(id, "video.ready")).await, 1);
+}
+
+#[tokio::test]
+async fn a_part_that_finds_the_original_gone_fails_the_video_once_and_closes_every_other_part() {
     let (app, key, id, _, _work) = planned().await;
     let first = claim(&app, "enc-a", 60.0).await.unwrap();
     let second = claim(&app, "enc-b", 60.0).await.unwrap();
     assert!(first.kind.is_part() && second.kind.is_part());
-    let broken = MediaError::permanent(FailureCode::InvalidMedia, "injected: unreadable");
+    // What the whole encode would meet too: the video fails from the part.
+    let broken = MediaError::permanent(FailureCode::OriginalMissing, "injected: gone");
     let retried = fail_or_retry(&app.pool, &first, &broken, RETRY_DELAY)
         .await
         .unwrap();
@@ -229,21 +272,16 @@ async fn a_stitch_that_fails_its_checks_falls_back_to_a_whole_encode() {
     )
     .await;
     worker.stop().await;
-    // Encoded whole: the job is an `encode` that may never be split again, its parts gone,
-    // and the failed stitch is in its attempt log.
-    let whole = format!(
+    // Encoded whole by the stitch's own attempt (the second of the head's: planning was the
+    // first), so a fallback costs no attempt whatever the stitch's number.
+    let stitched = format!(
         "SELECT count(*) AS n FROM video_encoding_jobs
-          WHERE video_id = '{id}' AND parent_id IS NULL AND kind = 'encode' AND whole
-            AND status = 'COMPLETED'"
+          WHERE video_id = '{id}' AND parent_id IS NULL AND kind = 'stitch'
+            AND status = 'COMPLETED' AND attempt_count = 2"
     );
-    assert_eq!(app.count(&whole).await, 1);
-    let jobs = format!("SELECT count(*) AS n FROM video_encoding_jobs WHERE video_id = '{id}'");
-    assert_eq!(app.count(&jobs).await, 1);
-    let logged = format!(
-        "SELECT count(*) AS n FROM job_attempt_log l JOIN video_encoding_jobs j ON j.id = l.job_id
-          WHERE j.video_id = '{id}' AND l.error_code = 'stitch_failed'"
-    );
-    assert_eq!(app.count(&logged).await, 1);
+    assert_eq!(app.count(&stitched).await, 1);
+    let video = app.video(&key, &id).await;
+    assert_eq!(video["attempts"], 2, "{video}");
     assert_eq!(app.count(&events(id, "video.ready")).await, 1);
     let out = super::download_outputs(&app, id, 2).await;
     let source = super::quality::frame_count(&clip).await;

@@ -125,7 +125,9 @@ pub fn truncated() -> PathBuf {
 pub enum SplitSource {
     /// H.264 with up to 8 B-frames in a row, 25 fps.
     BFrameHeavy,
-    /// Variable frame rate as phones write it: 30 fps, then 24 fps, timestamps kept (MKV).
+    /// Variable frame rate as phones write it: 30 fps, then 15 fps, timestamps kept (MKV). (A
+    /// rate one grid cannot show evenly, such as 30 then 24, is encoded whole: see
+    /// `domain::timeline`.)
     VariableRate,
     /// Shot rotated: 90° in the display matrix, at 30000/1001 fps.
     Rotated,
@@ -159,7 +161,7 @@ pub fn split_source(kind: SplitSource) -> PathBuf {
             make("split_bframes.mp4", &args)
         }
         SplitSource::VariableRate => {
-            let (first, second, a) = (pattern("30", 10), pattern("24", 10), sine(20));
+            let (first, second, a) = (pattern("30", 10), pattern("15", 10), sine(20));
             let mut args = vec![
                 "-f",
                 "lavfi",
@@ -185,7 +187,7 @@ pub fn split_source(kind: SplitSource) -> PathBuf {
             args.extend(x264);
             args.extend(aac);
             args.extend(["-f", "matroska"]);
-            make("split_vfr.mkv", &args)
+            make("split_vfr_30_15.mkv", &args)
         }
         SplitSource::Rotated => {
             let upright = {
@@ -274,6 +276,160 @@ pub fn split_source(kind: SplitSource) -> PathBuf {
             args.extend(aac);
             args.extend(["-f", "mov"]);
             make("split_short_last.mov", &args)
+        }
+    }
+}
+
+/// The sources a black-box probe of split-and-stitch found it failing on (docs/architecture.md,
+/// "One frame rate for both paths"), as phones, screen recorders and odd muxers write them.
+/// Each carries sync marks: a white frame every 4 s of its own picture and a 50 ms 1 kHz beep
+/// every 4 s of its sound, on the same instants unless its kind says otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UploadedSource {
+    /// 30 s at 25 fps whose timestamps start at 10 s (MP4, `start_time` 10).
+    StartsLate,
+    /// 32 s at 30 fps with no frames from 5 s to 12 s (a paused recorder), sound throughout.
+    Paused,
+    /// 30 s at 25 fps whose last 8 s of video packets cannot be decoded.
+    UndecodableTail,
+    /// 40 s of sound; the video starts 10 s after it and runs to its end.
+    VideoLate,
+    /// A phone's clip: 60 fps, then 30 fps, then 60 fps (10 s each, timestamps kept), turned
+    /// 90° by its display matrix, AAC at 44.1 kHz.
+    Phone,
+    /// MKV declaring 30 fps whose packets are timed every 20 ms (50 fps), 30 s.
+    DeclaresThirtyRunsFifty,
+    /// 16 s of video, 40 s of sound.
+    AudioLonger,
+    /// 641x361 (4:4:4, so the encoder takes the odd sides), 24 s.
+    OddSize,
+}
+
+/// The marked picture: `seconds` of testsrc2 at `rate`, a white frame where `t + shift` is a
+/// multiple of 4 s.
+fn marked_picture(size: &str, rate: &str, seconds: u32, shift: u32) -> String {
+    format!(
+        "testsrc2=size={size}:rate={rate}:duration={seconds},\
+         drawbox=c=white:t=fill:enable='lt(mod(t+{shift}.0005,4),0.001)'"
+    )
+}
+
+/// The marked sound: `seconds` of silence with a 50 ms 1 kHz beep every 4 s.
+fn marked_sound(seconds: u32, sample_rate: u32) -> String {
+    format!(
+        "aevalsrc=exprs='0.5*sin(2*PI*1000*t)*lt(mod(t,4),0.05)':s={sample_rate}:d={seconds}"
+    )
+}
+
+/// One of the [`UploadedSource`]s.
+pub fn uploaded_source(kind: UploadedSource) -> PathBuf {
+    let x264 = [
+        "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p",
+    ];
+    let inputs = |v: &str, a: &str| -> Vec<String> {
+        ["-f", "lavfi", "-i", v, "-f", "lavfi", "-i", a]
+            .map(str::to_owned)
+            .to_vec()
+    };
+    let run = |name: &str, args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        make(name, &args)
+    };
+    let with = |mut args: Vec<String>, more: &[&str]| {
+        args.extend(more.iter().map(|s| (*s).to_owned()));
+        args
+    };
+    match kind {
+        UploadedSource::StartsLate => {
+            let args = inputs(
+                &marked_picture("320x240", "25", 30, 0),
+                &marked_sound(30, 48_000),
+            );
+            let args = with(with(args, &x264), &["-c:a", "aac", "-output_ts_offset", "10", "-f", "mp4"]);
+            run("up_starts_late.mp4", args)
+        }
+        UploadedSource::Paused => {
+            let args = inputs(
+                &marked_picture("320x240", "30", 32, 0),
+                &marked_sound(32, 48_000),
+            );
+            let args = with(args, &["-vf", "select='lt(t,5)+gte(t,12)'", "-fps_mode:v", "vfr"]);
+            let args = with(with(args, &x264), &["-c:a", "aac", "-f", "mp4"]);
+            run("up_paused.mp4", args)
+        }
+        UploadedSource::UndecodableTail => {
+            let head = {
+                let args = vec!["-f".to_owned(), "lavfi".to_owned(), "-i".to_owned(),
+                    marked_picture("320x240", "25", 22, 0)];
+                run("up_tail_a.ts", with(with(args, &x264), &["-f", "mpegts"]))
+            };
+            // The tail's slices name parameter sets it does not carry: no decoder can read
+            // them, though every packet is there with its time.
+            let tail = {
+                let args = vec!["-f".to_owned(), "lavfi".to_owned(), "-i".to_owned(),
+                    "testsrc2=size=320x240:rate=25:duration=8".to_owned()];
+                let args = with(args, &x264);
+                run("up_tail_b.ts", with(args, &["-x264-params", "sps-id=5",
+                    "-bsf:v", "filter_units=remove_types=7|8", "-f", "mpegts"]))
+            };
+            let list = dir().join("up_tail_list.txt");
+            if !list.exists() {
+                let text = format!("file '{}'\nfile '{}'\n", head.display(), tail.display());
+                let partial = dir().join(format!("up_tail_list.{}.{}", std::process::id(), rand_suffix()));
+                std::fs::write(&partial, text).unwrap();
+                std::fs::rename(partial, &list).unwrap();
+            }
+            let list = list.to_string_lossy().into_owned();
+            let sound = marked_sound(30, 48_000);
+            run("up_undecodable_tail.mp4", vec![
+                "-f", "concat", "-safe", "0", "-i", &list, "-f", "lavfi", "-i", &sound,
+                "-map", "0:v", "-map", "1:a", "-c:v", "copy", "-c:a", "aac", "-f", "mp4",
+            ].into_iter().map(str::to_owned).collect())
+        }
+        UploadedSource::VideoLate => {
+            let (v, a) = (marked_picture("320x240", "25", 30, 2), marked_sound(40, 48_000));
+            let args: Vec<String> = [
+                "-f", "lavfi", "-i", &a, "-itsoffset", "10", "-f", "lavfi", "-i", &v,
+                "-map", "1:v", "-map", "0:a", "-fps_mode:v", "passthrough",
+            ].map(str::to_owned).to_vec();
+            run("up_video_late.mp4", with(with(args, &x264), &["-c:a", "aac", "-f", "mp4"]))
+        }
+        UploadedSource::Phone => {
+            let upright = {
+                let args = inputs(
+                    &marked_picture("320x240", "60", 30, 0),
+                    &marked_sound(30, 44_100),
+                );
+                let args = with(args, &["-vf", "select='lt(t,10)+gte(t,20)+not(mod(n,2))'", "-fps_mode:v", "vfr"]);
+                run("up_phone_upright.mp4", with(with(args, &x264), &["-c:a", "aac", "-ar", "44100", "-f", "mp4"]))
+            };
+            let upright = upright.to_string_lossy().into_owned();
+            make("up_phone.mp4", &["-i", &upright, "-map", "0", "-c", "copy",
+                "-metadata:s:v:0", "rotate=90", "-f", "mp4"])
+        }
+        UploadedSource::DeclaresThirtyRunsFifty => {
+            let args = inputs(
+                &marked_picture("320x240", "50", 30, 0),
+                &marked_sound(30, 48_000),
+            );
+            let args = with(args, &["-r", "30", "-fps_mode:v", "passthrough", "-enc_time_base:v", "1/1000"]);
+            run("up_declares_30_runs_50.mkv", with(with(args, &x264), &["-c:a", "aac", "-f", "matroska"]))
+        }
+        UploadedSource::AudioLonger => {
+            let args = inputs(
+                &marked_picture("320x240", "25", 16, 0),
+                &marked_sound(40, 48_000),
+            );
+            run("up_audio_longer.mp4", with(with(args, &x264), &["-c:a", "aac", "-f", "mp4"]))
+        }
+        UploadedSource::OddSize => {
+            let args = inputs(
+                &marked_picture("640x360", "25", 24, 0),
+                &marked_sound(24, 48_000),
+            );
+            run("up_odd_size.mp4", with(args, &["-vf", "scale=641:361,setsar=1",
+                "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv444p",
+                "-c:a", "aac", "-f", "mp4"]))
         }
     }
 }

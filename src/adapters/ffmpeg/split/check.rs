@@ -138,8 +138,9 @@ pub enum StitchFault {
     /// A segment (or a chunk) does not start with a keyframe.
     #[error("no keyframe at frame {0}, where a segment starts")]
     NoKeyframe(i64),
-    /// The audio is longer or shorter than the video by more than one AAC and one video frame.
-    #[error("audio and video durations differ by {0:.4} s")]
+    /// The audio is longer or shorter than the plan's sound (all of the source's, or the
+    /// video's length where that is longer) by more than one AAC and one video frame.
+    #[error("the audio lasts {0:.4} s longer than planned")]
     AudioDrift(f64),
 }
 
@@ -213,10 +214,11 @@ pub fn judge(
     {
         return Err(StitchFault::NoKeyframe(missing));
     }
-    if let Some((video, audio)) = audio {
+    if let Some((_, audio)) = audio {
+        let planned = plan.audio_samples(AUDIO_RATE) as f64 / AUDIO_RATE as f64;
         let tolerance = AAC_FRAME_SAMPLES as f64 / AUDIO_RATE as f64 + plan.rate.time_of(1);
-        if (video - audio).abs() > tolerance {
-            return Err(StitchFault::AudioDrift(video - audio));
+        if (audio - planned).abs() > tolerance {
+            return Err(StitchFault::AudioDrift(audio - planned));
         }
     }
     Ok(())

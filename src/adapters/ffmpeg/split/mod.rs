@@ -33,10 +33,6 @@ use crate::domain::split::{ChunkRange, SplitPlan};
 /// come before the chunk's first presentation time, which is 0 for the first chunk.
 pub const TS_OFFSET_SECS: u32 = 10;
 
-/// How far before a chunk's first frame its decode starts: the seek lands on the keyframe at
-/// or before that point, and the frames in between are decoded and dropped.
-const SEEK_PREROLL_SECS: f64 = 3.0;
-
 /// The audio every split video gets: AAC stereo 128 kb/s at 48 kHz, as a whole encode's.
 const AUDIO_RATE: i64 = 48_000;
 
@@ -96,16 +92,15 @@ fn ts_muxer() -> Vec<String> {
     .collect()
 }
 
-/// The filter graph of chunk `range`: the source put on the grid (origin moved to 0, the
-/// `fps` filter making it constant-rate, the last frame held so the grid's last frames
-/// exist), exactly the range's frames kept, then one scale per rendition from one decode.
-fn chunk_graph(plan: &SplitPlan, range: ChunkRange) -> String {
+/// The filter graph of chunk `range`: the source put on the grid
+/// ([`super::encode::grid_filter`]), exactly the range's frames kept, then one scale per
+/// rendition from one decode. A chunk whose decode starts at the beginning (`held_from_origin`)
+/// holds the first frame back to the origin, as the whole encode does.
+fn chunk_graph(plan: &SplitPlan, range: ChunkRange, held_from_origin: bool) -> String {
     let outputs = plan.short_sides.len();
     let mut graph = format!(
-        "[0:v:0]setpts=PTS-{origin:.6}/TB,fps={rate},tpad=stop_mode=clone:stop_duration=2,\
-         trim=start_pts={first}:end_pts={end},format=yuv420p,split={outputs}",
-        origin = plan.origin_secs,
-        rate = plan.rate.ffmpeg(),
+        "[0:v:0]{grid},trim=start_pts={first}:end_pts={end},format=yuv420p,split={outputs}",
+        grid = super::encode::grid_filter(plan.rate, plan.origin_secs, held_from_origin),
         first = range.first,
         end = range.end,
     );
@@ -114,7 +109,8 @@ fn chunk_graph(plan: &SplitPlan, range: ChunkRange) -> String {
     }
     for (n, side) in plan.short_sides.iter().enumerate() {
         graph.push_str(&format!(
-            ";[s{n}]scale=w='if(gte(iw,ih),-2,min({side},iw))':h='if(gte(iw,ih),min({side},ih),-2)'[v{n}]"
+            ";[s{n}]{}[v{n}]",
+            super::encode::scale_filter(*side)
         ));
     }
     graph
@@ -140,13 +136,17 @@ pub fn chunk_args(
     input: &Path,
     outputs: &[PathBuf],
 ) -> Vec<OsString> {
-    let seek = (plan.origin_secs + plan.rate.time_of(range.first) - SEEK_PREROLL_SECS).max(0.0);
-    let mut args = hardened_input(config, input, Some(seek));
+    let seek = plan.seek(range.part);
+    let mut args = hardened_input(config, input, None);
     // The source's own timestamps through the seek: the graph puts them on the grid.
     let at_input = args.len() - 2;
-    args.insert(at_input, "-copyts".into());
+    let mut before_input: Vec<OsString> = vec!["-copyts".into()];
+    if let Some(seconds) = seek {
+        before_input.extend(source_seek(seconds));
+    }
+    args.splice(at_input..at_input, before_input);
     args.push("-filter_complex".into());
-    args.push(chunk_graph(plan, range).into());
+    args.push(chunk_graph(plan, range, seek.is_none()).into());
     let keyframes = keyframe_times(plan, range);
     for (n, out) in outputs.iter().enumerate() {
         let mut output: Vec<String> = vec!["-map".into(), format!("[v{n}]")];
@@ -170,8 +170,23 @@ pub fn chunk_args(
     args
 }
 
+/// An input seek to `seconds` on the source's own clock (not from its container's start, as
+/// `-ss` alone counts), landing on the keyframe at or before it with every frame from there
+/// kept: the graph's `trim` makes the cut, on the grid.
+fn source_seek(seconds: f64) -> Vec<OsString> {
+    vec![
+        "-seek_timestamp".into(),
+        "1".into(),
+        "-noaccurate_seek".into(),
+        "-ss".into(),
+        format!("{seconds:.6}").into(),
+    ]
+}
+
 /// Encodes chunk `range` of `input` into one TS per rendition under `out`; their paths,
-/// rendition order. Each is checked: exactly the range's frames, the first a keyframe.
+/// rendition order. Each is checked: exactly the range's frames, the first a keyframe; a
+/// chunk that fails a check is `Ok(Err(what))`: encoding it again would decode the same
+/// frames, so the video is left to the whole encode.
 pub async fn encode_chunk(
     config: &MediaConfig,
     plan: &SplitPlan,
@@ -179,7 +194,7 @@ pub async fn encode_chunk(
     input: &Path,
     out: &Path,
     cancel: &CancellationToken,
-) -> Result<Vec<PathBuf>, MediaError> {
+) -> Result<Result<Vec<PathBuf>, String>, MediaError> {
     tokio::fs::create_dir_all(out)
         .await
         .map_err(io("local disk"))?;
@@ -205,34 +220,27 @@ pub async fn encode_chunk(
             None
         };
         if let Some(wrong) = wrong {
-            // Encoded again by the chunk's next attempt.
-            return Err(MediaError::retryable(
-                FailureCode::EncodeFailed,
-                format!("chunk {} ({}): {wrong}", range.part, path.display()),
-            ));
+            let rendition = path.file_name().unwrap_or_default().to_string_lossy();
+            return Ok(Err(format!("chunk {} ({rendition}): {wrong}", range.part)));
         }
     }
-    Ok(outputs)
+    Ok(Ok(outputs))
 }
 
-/// The audio's command line: the first audio stream on the video's clock (its origin moved
-/// to 0, a late start filled with silence), padded or cut to the grid's length, as AAC in TS.
+/// The audio's command line: the first audio stream on the video's clock
+/// ([`super::encode::audio_filter`]: a late start filled with silence, all of a long track
+/// kept, a short one padded to the video's length), as AAC in TS.
 pub fn audio_args(
     config: &MediaConfig,
     plan: &SplitPlan,
     input: &Path,
     out: &Path,
 ) -> Vec<OsString> {
-    let samples = audio_samples(plan);
+    let samples = plan.audio_samples(AUDIO_RATE);
     let mut args = hardened_input(config, input, None);
     let at_input = args.len() - 2;
     args.insert(at_input, "-copyts".into());
-    let filter = format!(
-        "asetpts=PTS-{origin:.6}/TB,aresample={AUDIO_RATE}:async=1:first_pts=0,\
-         aformat=sample_fmts=fltp:sample_rates={AUDIO_RATE}:channel_layouts=stereo,\
-         apad=whole_len={samples},atrim=end_sample={samples}",
-        origin = plan.origin_secs,
-    );
+    let filter = super::encode::audio_filter(plan.origin_secs, samples);
     let mut output: Vec<String> = ["-map", "0:a:0", "-vn", "-sn", "-dn", "-af"]
         .map(str::to_owned)
         .to_vec();
@@ -248,11 +256,6 @@ pub fn audio_args(
     args.extend(output.into_iter().map(OsString::from));
     args.push(out.into());
     args
-}
-
-/// Samples of audio the whole video has: its frames' duration at 48 kHz.
-fn audio_samples(plan: &SplitPlan) -> i64 {
-    (plan.rate.time_of(plan.frames) * AUDIO_RATE as f64).round() as i64
 }
 
 /// Encodes the whole audio of `input` into `out` (one TS).
@@ -388,8 +391,8 @@ pub async fn stitch(
         let (width, height) = frame_size(config, &files[0], cancel).await?;
         renditions.push(collect(&dir, &prefix, width, height).await?);
     }
-    let media = crate::domain::media::MediaInfo::from(&plan.media);
-    let thumbnail = super::encode::thumbnail(config, &media, &mp4, out, cancel).await?;
+    let video_secs = plan.rate.time_of(plan.frames);
+    let thumbnail = super::encode::thumbnail(config, video_secs, &mp4, out, cancel).await?;
     let playlist = out.join(outputs::PLAYLIST);
     if ladder {
         let master = master_playlist(&renditions, plan.media.duration_ms)
@@ -453,6 +456,8 @@ pub(crate) mod tests {
             origin_secs: 0.0,
             frames,
             chunk_starts: vec![0, 240],
+            seeks: vec![None, Some(7.0)],
+            audio_secs: 0.0,
             segment_secs: 4,
             short_sides: vec![360, 180],
             has_audio: true,
@@ -484,7 +489,10 @@ pub(crate) mod tests {
             .map(|a| a.to_string_lossy().into_owned())
             .collect::<Vec<_>>()
             .join(" ");
-        assert!(line.contains("-ss 5.000 -copyts -i /in/orig"), "{line}");
+        assert!(
+            line.contains("-copyts -seek_timestamp 1 -noaccurate_seek -ss 7.000000 -i /in/orig"),
+            "{line}"
+        );
         assert!(line.contains("trim=start_pts=240:end_pts=300"), "{line}");
         assert!(line.contains("split=2[s0][s1]"), "{line}");
         assert!(line.contains("-force_key_frames 8.000000 "), "{line}");

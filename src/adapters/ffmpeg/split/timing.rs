@@ -1,5 +1,7 @@
-//! The timing probe of a source about to be split: its first video stream's rates, start,
-//! rotation and the end of its last frame, from one demux pass (nothing decoded).
+//! The timing probe of a source about to be encoded: its first video stream's rates, rotation,
+//! every frame's time and which are keyframes, the container's start, and the first audio
+//! stream's span, from one demux pass (nothing decoded). Both encode paths put the source on
+//! the [`crate::domain::timeline::Timeline`] made from it.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -14,8 +16,9 @@ use crate::domain::failure::FailureCode;
 use crate::domain::media::MediaError;
 use crate::domain::split::{Rate, StreamTiming};
 
-/// ffprobe's view of the first video stream's timing: rates, start, rotation, and each
-/// packet's time (written to `listing`, a scratch file: a long video's list is megabytes).
+/// ffprobe's view of the streams' timing: rates, rotation, the container's start, and each
+/// packet's stream, time, duration and keyframe flag (written to `listing`, a scratch file: a
+/// long video's list is megabytes).
 pub fn timing_args(input: &Path, listing: &Path) -> Vec<OsString> {
     let mut args: Vec<OsString> = [
         "-v",
@@ -25,10 +28,10 @@ pub fn timing_args(input: &Path, listing: &Path) -> Vec<OsString> {
         PROTOCOL_ALLOW_LIST,
         "-format_whitelist",
         super::super::DEMUXER_ALLOW_LIST,
-        "-select_streams",
-        "v:0",
         "-show_entries",
-        "stream=r_frame_rate,avg_frame_rate,start_time:stream_side_data=rotation:packet=pts_time,duration_time",
+        "format=start_time:stream=index,codec_type,r_frame_rate,avg_frame_rate:\
+         stream_disposition=attached_pic:stream_side_data=rotation:\
+         packet=stream_index,pts_time,duration_time,flags",
         "-of",
         "json=c=1",
         "-o",
@@ -47,21 +50,39 @@ struct TimingProbe {
     packets: Vec<PacketTime>,
     #[serde(default)]
     streams: Vec<TimingStream>,
+    format: Option<TimingFormat>,
+}
+
+#[derive(Deserialize)]
+struct TimingFormat {
+    start_time: Option<String>,
 }
 
 #[derive(Deserialize)]
 struct PacketTime {
+    stream_index: Option<i64>,
     pts_time: Option<String>,
     duration_time: Option<String>,
+    #[serde(default)]
+    flags: String,
 }
 
 #[derive(Deserialize)]
 struct TimingStream {
+    index: i64,
+    codec_type: Option<String>,
     r_frame_rate: Option<String>,
     avg_frame_rate: Option<String>,
-    start_time: Option<String>,
+    #[serde(default)]
+    disposition: Disposition,
     #[serde(default)]
     side_data_list: Vec<SideData>,
+}
+
+#[derive(Deserialize, Default)]
+struct Disposition {
+    #[serde(default)]
+    attached_pic: i32,
 }
 
 #[derive(Deserialize)]
@@ -92,7 +113,8 @@ pub async fn timing(
     parse_timing(&json)
 }
 
-/// Parses [`timing_args`]' output.
+/// Parses [`timing_args`]' output. The video is the first video stream that is not cover
+/// art (as the encode maps it); the audio, the first audio stream.
 pub fn parse_timing(json: &[u8]) -> Result<StreamTiming, MediaError> {
     let probe: TimingProbe = serde_json::from_slice(json).map_err(|e| {
         MediaError::permanent(
@@ -100,32 +122,66 @@ pub fn parse_timing(json: &[u8]) -> Result<StreamTiming, MediaError> {
             format!("unreadable timing probe: {e}"),
         )
     })?;
-    let stream = probe.streams.first().ok_or_else(|| {
-        MediaError::permanent(FailureCode::NoVideoStream, "the file has no video stream")
-    })?;
-    let number = |s: &Option<String>| s.as_deref().and_then(|s| s.parse::<f64>().ok());
-    let start_secs = number(&stream.start_time)
-        .filter(|s| s.is_finite())
-        .unwrap_or(0.0);
-    let end_secs = probe
-        .packets
+    let kind = |s: &&TimingStream, kind: &str| s.codec_type.as_deref() == Some(kind);
+    let video = probe
+        .streams
         .iter()
-        .filter_map(|p| Some(number(&p.pts_time)? + number(&p.duration_time).unwrap_or(0.0)))
-        .filter(|end| end.is_finite())
-        .fold(None, |most: Option<f64>, end| {
-            Some(most.map_or(end, |m| m.max(end)))
-        });
-    let rotation = stream
+        .find(|s| kind(s, "video") && s.disposition.attached_pic == 0)
+        .ok_or_else(|| {
+            MediaError::permanent(FailureCode::NoVideoStream, "the file has no video stream")
+        })?;
+    let audio = probe.streams.iter().find(|s| kind(s, "audio"));
+    let number = |s: &Option<String>| {
+        s.as_deref()
+            .and_then(|s| s.parse::<f64>().ok())
+            .filter(|n| n.is_finite())
+    };
+    // (time, end, key) of each packet of stream `index` that has a time.
+    let packets = |index: i64| {
+        probe
+            .packets
+            .iter()
+            .filter(move |p| p.stream_index == Some(index))
+            .filter_map(move |p| {
+                let pts = number(&p.pts_time)?;
+                Some((pts, pts + number(&p.duration_time).unwrap_or(0.0), p.flags.contains('K')))
+            })
+    };
+    let mut frame_times: Vec<f64> = packets(video.index).map(|(t, _, _)| t).collect();
+    let mut keyframe_times: Vec<f64> = packets(video.index)
+        .filter(|(_, _, key)| *key)
+        .map(|(t, _, _)| t)
+        .collect();
+    for times in [&mut frame_times, &mut keyframe_times] {
+        times.sort_by(f64::total_cmp);
+        times.dedup_by(|a, b| (*a - *b).abs() < 1e-9);
+    }
+    let end_secs = packets(video.index)
+        .map(|(_, end, _)| end)
+        .reduce(f64::max);
+    let audio_span = audio.and_then(|a| {
+        let start = packets(a.index).map(|(t, _, _)| t).reduce(f64::min)?;
+        let end = packets(a.index).map(|(_, end, _)| end).reduce(f64::max)?;
+        Some((start, end))
+    });
+    let rotation = video
         .side_data_list
         .iter()
         .find_map(|d| d.rotation)
         .map_or(0, |r| r.round() as i32);
     Ok(StreamTiming {
-        base_rate: stream.r_frame_rate.as_deref().and_then(Rate::parse),
-        average_rate: stream.avg_frame_rate.as_deref().and_then(Rate::parse),
-        start_secs,
+        base_rate: video.r_frame_rate.as_deref().and_then(Rate::parse),
+        average_rate: video.avg_frame_rate.as_deref().and_then(Rate::parse),
+        container_start_secs: probe
+            .format
+            .as_ref()
+            .and_then(|f| number(&f.start_time))
+            .unwrap_or(0.0),
+        frame_times,
+        keyframe_times,
         end_secs,
         rotation,
+        audio_span,
     })
 }
 
@@ -135,13 +191,23 @@ mod tests {
 
     #[test]
     fn the_timing_probe_finds_the_grid_and_the_rotation() {
-        let json = br#"{"packets":[{"pts_time":"0.000000","duration_time":"0.033333"},
-            {"pts_time":"0.100000","duration_time":"0.033333"},{"pts_time":"0.033333","duration_time":"0.033333"}],
-            "streams":[{"r_frame_rate":"30/1","avg_frame_rate":"30/1","start_time":"0.000000",
-            "side_data_list":[{"rotation":-90}]}]}"#;
+        let json = br#"{"packets":[
+            {"stream_index":1,"pts_time":"0.000000","duration_time":"0.033333","flags":"K__"},
+            {"stream_index":0,"pts_time":"1.000000","duration_time":"0.021333","flags":"K__"},
+            {"stream_index":1,"pts_time":"0.100000","duration_time":"0.033333","flags":"___"},
+            {"stream_index":0,"pts_time":"9.000000","duration_time":"0.021333","flags":"K__"},
+            {"stream_index":1,"pts_time":"0.033333","duration_time":"0.033333","flags":"K__"}],
+            "streams":[{"index":0,"codec_type":"audio"},
+            {"index":1,"codec_type":"video","r_frame_rate":"30/1","avg_frame_rate":"30/1",
+             "side_data_list":[{"rotation":-90}]}],
+            "format":{"start_time":"0.000000"}}"#;
         let timing = parse_timing(json).unwrap();
         assert_eq!(timing.base_rate, Some(Rate { num: 30, den: 1 }));
         assert_eq!(timing.rotation, -90);
         assert!((timing.end_secs.unwrap() - 0.133333).abs() < 1e-6);
+        assert_eq!(timing.frame_times, [0.0, 0.033333, 0.1]);
+        assert_eq!(timing.keyframe_times, [0.0, 0.033333]);
+        let (start, end) = timing.audio_span.unwrap();
+        assert!((start - 1.0).abs() < 1e-9 && (end - 9.021333).abs() < 1e-9);
     }
 }
