@@ -104,9 +104,9 @@ async fn plain_ffmpeg_seconds(clip: &Path) -> anyhow::Result<f64> {
         &config.ffmpeg,
         encode::encode_args(&config, &info, timeline.as_ref(), clip, out.path(), &rungs),
     ));
-    let video_secs = timeline.as_ref().map_or(info.duration_ms as f64 / 1000.0, |t| {
-        t.video_secs()
-    });
+    let video_secs = timeline
+        .as_ref()
+        .map_or(info.duration_ms as f64 / 1000.0, |t| t.video_secs());
     let mp4 = out.path().join(crate::domain::keys::outputs::MP4);
     steps.push((
         &config.ffmpeg,

@@ -98,8 +98,15 @@ pub async fn encode(args: EncodeArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&commands)?);
         return Ok(());
     }
-    let files = match encode::encode(&config, &info, timeline.as_ref(), &args.file, &args.out, &cancel)
-        .await
+    let files = match encode::encode(
+        &config,
+        &info,
+        timeline.as_ref(),
+        &args.file,
+        &args.out,
+        &cancel,
+    )
+    .await
     {
         Ok(files) => files,
         Err(err) => return refuse(&err),

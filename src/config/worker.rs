@@ -74,6 +74,15 @@ pub struct MediaArgs {
     #[arg(long = "chunk-secs", env = "VIDQ_CHUNK_SECS", value_name = "SECS", default_value_t = 48,
           value_parser = clap::value_parser!(u32).range(1..=3600))]
     pub chunk_secs: u32,
+    /// The most disk the copies of originals a worker keeps for a split video's next parts may
+    /// take, in MiB (the three most recently used, none unused for 30 min); 0 keeps none.
+    #[arg(
+        long = "originals-cache-mb",
+        env = "VIDQ_ORIGINALS_CACHE_MB",
+        value_name = "MIB",
+        default_value_t = 4096
+    )]
+    pub originals_cache_mb: u64,
     /// Encoder threads per FFmpeg call (0 lets FFmpeg choose; 1 per core pinned).
     #[arg(
         long = "ffmpeg-threads",

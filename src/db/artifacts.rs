@@ -162,6 +162,26 @@ pub async fn forget_superseded(
     .await
 }
 
+/// Forgets every part's rows of `video`'s `run`, in the transaction that ends the run's
+/// split (a failure, a cancel, a fallback to the whole encode) and owes the bucket their
+/// prefix: the ledger then never names an object that may be gone.
+pub async fn forget_parts(
+    mut conn: &AsyncPgConnection,
+    video: VideoId,
+    run: i32,
+) -> QueryResult<usize> {
+    diesel::delete(
+        video_artifacts::table.filter(
+            video_artifacts::video_id
+                .eq(video)
+                .and(video_artifacts::run.eq(run))
+                .and(video_artifacts::part.is_not_null()),
+        ),
+    )
+    .execute(&mut conn)
+    .await
+}
+
 /// CAS `pending -> uploaded`, only if the size S3 reports is the size registered. A row
 /// already `uploaded` with that size counts too: the same confirm again, after its answer
 /// was lost with the connection. Zero rows means the ledger disagrees (another size, or

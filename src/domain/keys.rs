@@ -37,6 +37,12 @@ pub fn part_attempt_prefix(video: VideoId, run: i32, part: i32, attempt: i32) ->
     format!("{}p{part}/a{attempt}/", run_prefix(video, run))
 }
 
+/// Every part of a run (`r{run}/p`, which no attempt's own prefix is under): what a split run
+/// that ends any way owes the bucket once its parts are no longer read.
+pub fn parts_prefix(video: VideoId, run: i32) -> String {
+    format!("{}p", run_prefix(video, run))
+}
+
 /// One intermediate object of a part's attempt.
 pub fn part_object(video: VideoId, run: i32, part: i32, attempt: i32, name: &str) -> String {
     format!("{}{name}", part_attempt_prefix(video, run, part, attempt))
@@ -55,7 +61,7 @@ pub fn superseded_prefixes(video: VideoId, run: i32, attempt: i32, split: bool) 
     let runs = (1..run).map(|r| run_prefix(video, r));
     attempts
         .chain(runs)
-        .chain(std::iter::once(format!("{}p", run_prefix(video, run))))
+        .chain(std::iter::once(parts_prefix(video, run)))
         .collect()
 }
 

@@ -10,8 +10,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::media::MediaInfo;
-pub use super::timeline::{Rate, StreamTiming};
 use super::timeline::{NoTimeline, Timeline};
+pub use super::timeline::{Rate, StreamTiming};
 
 /// How splitting is configured (`VIDQ_CHUNK_SECS`, `VIDQ_CHUNK_MIN_SOURCE_SECS`, and the
 /// segment length chunks are measured in).
@@ -365,7 +365,11 @@ mod tests {
         StreamTiming {
             base_rate: Rate::parse(base),
             average_rate: Rate::parse(average),
-            keyframe_times: frames.iter().step_by(fps.round() as usize).copied().collect(),
+            keyframe_times: frames
+                .iter()
+                .step_by(fps.round() as usize)
+                .copied()
+                .collect(),
             frame_times: frames,
             end_secs: Some(seconds),
             audio_span: Some((0.0, seconds)),
@@ -380,7 +384,13 @@ mod tests {
         sides: Vec<i32>,
     ) -> Result<SplitPlan, WholeBecause> {
         let line = crate::domain::timeline::timeline(timing, 60);
-        super::decide(settings, media, timing, line.as_ref().map_err(|e| *e), sides)
+        super::decide(
+            settings,
+            media,
+            timing,
+            line.as_ref().map_err(|e| *e),
+            sides,
+        )
     }
 
     #[test]
@@ -476,7 +486,9 @@ mod tests {
         );
         let mut uneven = cfr.clone();
         uneven.frame_times = (0..18_000).map(|i| f64::from(i) / 24.0).collect();
-        uneven.frame_times.extend((0..3_000).map(|i| 750.0 + f64::from(i) / 30.0));
+        uneven
+            .frame_times
+            .extend((0..3_000).map(|i| 750.0 + f64::from(i) / 30.0));
         uneven.end_secs = Some(850.0);
         assert_eq!(
             decide(s, &media(850, true), &uneven, vec![720]),

@@ -57,7 +57,11 @@ impl Rate {
 }
 
 fn gcd(a: i64, b: i64) -> i64 {
-    if b == 0 { a.abs().max(1) } else { gcd(b, a % b) }
+    if b == 0 {
+        a.abs().max(1)
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// Rates a measured rate snaps to when it is within [`SNAP`] of one.
@@ -141,8 +145,8 @@ impl StreamTiming {
     pub fn seek_for(&self, timeline: &Timeline, first: i64) -> Option<f64> {
         // A frame belongs to the slot its time rounds to (the `fps` filter's rule): slot
         // `first` starts half a frame before its time.
-        let slot_start = timeline.origin_secs + timeline.rate.time_of(first)
-            - timeline.rate.time_of(1) / 2.0;
+        let slot_start =
+            timeline.origin_secs + timeline.rate.time_of(first) - timeline.rate.time_of(1) / 2.0;
         let before = self.frame_times.partition_point(|&t| t < slot_start);
         let last_before = *self.frame_times.get(before.checked_sub(1)?)?;
         let key = self.keyframe_times.partition_point(|&t| t <= last_before);
@@ -199,11 +203,21 @@ pub enum NoTimeline {
 /// The timeline of `timing`, its rate capped at `max_fps`.
 pub fn timeline(timing: &StreamTiming, max_fps: u32) -> Result<Timeline, NoTimeline> {
     let start = timing.video_start_secs().ok_or(NoTimeline::NoLength)?;
+    let (rate, capped) = output_rate(timing, max_fps).ok_or(NoTimeline::NoFrameRate)?;
+    // The last frame lasts what its packet says, but no longer than a slot where the stream
+    // runs faster than it declares (an MKV's default duration of 1/30 s on 50 fps packets).
+    let last = timing.frame_times.last().copied().unwrap_or(start);
     let end = timing
         .end_secs
+        .map(|end| {
+            if last < end {
+                end.min(last + rate.time_of(1)).max(last)
+            } else {
+                end
+            }
+        })
         .filter(|end| *end > start)
         .ok_or(NoTimeline::NoLength)?;
-    let (rate, capped) = output_rate(timing, max_fps).ok_or(NoTimeline::NoFrameRate)?;
     let origin = match timing.audio_span {
         Some((audio_start, _)) if audio_start < start - PRIMING_SECS => audio_start,
         _ => start,
@@ -376,7 +390,9 @@ mod tests {
 
     #[test]
     fn packets_timed_faster_than_the_declared_rate_set_the_rate() {
-        let t = timing(run(0.0, 50.0, 30.0), "30/1", "30/1");
+        let mut t = timing(run(0.0, 50.0, 30.0), "30/1", "30/1");
+        // The last packet's duration is the declared 1/30 s.
+        t.end_secs = Some(29.98 + 1.0 / 30.0);
         let line = timeline(&t, 60).unwrap();
         assert_eq!(line.rate, Rate { num: 50, den: 1 });
         assert_eq!(line.frames, 1500);
@@ -423,7 +439,10 @@ mod tests {
         t.audio_span = Some((0.0, 40.0));
         let line = timeline(&t, 60).unwrap();
         assert_eq!(line.origin_secs, 0.0);
-        assert_eq!(line.frames, 1000, "40 s of video: the first frame held for 10 s");
+        assert_eq!(
+            line.frames, 1000,
+            "40 s of video: the first frame held for 10 s"
+        );
         assert_eq!(t.seek_for(&line, 200), None, "8 s: no frame before it");
         assert!((line.duration_secs() - 40.0).abs() < 1e-9);
     }

@@ -186,6 +186,7 @@ impl Pipeline {
                 format!("cannot create a scratch directory: {e}"),
             )
         })?;
+        self.abort_earlier_multiparts(plan).await;
         match plan.kind {
             JobKind::Chunk | JobKind::Audio => {
                 return self.run_part(plan, scratch.path(), cancel).await;
@@ -226,12 +227,21 @@ impl Pipeline {
             .await?
         {
             // Its parts read it again: this worker keeps a copy for those it takes.
-            originals::Originals::new(&self.work_root).keep(&plan.original_key, &original);
+            self.originals().keep(&plan.original_key, &original);
             return Ok(Attempted::Handed(Handed::Planned(Box::new(split))));
         }
-        let whole = line.ok().filter(crate::domain::timeline::Timeline::faithful);
-        self.encode_whole(plan, media, whole.as_ref(), &original, scratch.path(), cancel)
-            .await
+        let whole = line
+            .ok()
+            .filter(crate::domain::timeline::Timeline::faithful);
+        self.encode_whole(
+            plan,
+            media,
+            whole.as_ref(),
+            &original,
+            scratch.path(),
+            cancel,
+        )
+        .await
     }
 
     /// The whole encode of `original` on `timeline` (`None`: its own timing), its outputs
@@ -285,6 +295,44 @@ impl Pipeline {
 }
 
 impl Pipeline {
+    /// Aborts the multipart uploads an earlier attempt of this job left open: a worker killed
+    /// mid-upload never aborts its own, and S3 keeps (and bills) their parts until someone
+    /// does. The earlier attempt's claim is gone (this one holds the job), so whatever it was
+    /// writing would be fenced out anyway. Best effort: a failure is logged, and the attempt
+    /// goes on.
+    async fn abort_earlier_multiparts(&self, plan: &AttemptPlan) {
+        for earlier in 1..plan.attempt {
+            let prefix = match plan.part_of {
+                Some((_, part)) => keys::part_attempt_prefix(plan.video, plan.run, part, earlier),
+                None => keys::attempt_prefix(plan.video, plan.run, earlier),
+            };
+            let open = match self.storage.list_multiparts(&prefix).await {
+                Ok(open) => open,
+                Err(error) => {
+                    tracing::warn!(%prefix, error = %crate::telemetry::error_chain(&error),
+                        "could not list an earlier attempt's multipart uploads");
+                    continue;
+                }
+            };
+            for (key, id) in open {
+                match self.storage.abort_multipart(&key, &id).await {
+                    Ok(()) => {
+                        tracing::info!(%key, "aborted a multipart upload an earlier attempt left")
+                    }
+                    Err(error) => {
+                        tracing::warn!(%key, error = %crate::telemetry::error_chain(&error),
+                        "could not abort an earlier attempt's multipart upload")
+                    }
+                }
+            }
+        }
+    }
+
+    /// This worker's kept copies of originals (see [`originals`]).
+    fn originals(&self) -> originals::Originals {
+        originals::Originals::new(&self.work_root, self.media.originals_cache_bytes)
+    }
+
     /// An upload's original: this worker's kept copy of it, if it has one (see
     /// [`originals`]), else from S3.
     async fn download_original(
@@ -293,7 +341,7 @@ impl Pipeline {
         original: &std::path::Path,
         cancel: &CancellationToken,
     ) -> Result<(), MediaError> {
-        if originals::Originals::new(&self.work_root).take(&plan.original_key, original) {
+        if self.originals().take(&plan.original_key, original) {
             tracing::debug!("the original from this worker's copy");
             return Ok(());
         }

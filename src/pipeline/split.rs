@@ -13,9 +13,9 @@ use crate::db;
 use crate::domain::artifact::Axis;
 use crate::domain::failure::FailureCode;
 use crate::domain::job::JobKind;
+use crate::domain::job::MAX_ATTEMPTS;
 use crate::domain::keys;
 use crate::domain::media::{MediaError, MediaInfo};
-use crate::domain::job::MAX_ATTEMPTS;
 use crate::domain::split::{Fallback, SplitPlan, StreamTiming};
 use crate::domain::timeline::{NoTimeline, Timeline};
 
@@ -133,7 +133,7 @@ impl Pipeline {
         let original = scratch.join("original");
         self.download_original(plan, &original, cancel).await?;
         // The video's other parts read it too: kept for those this worker takes.
-        super::originals::Originals::new(&self.work_root).keep(&plan.original_key, &original);
+        self.originals().keep(&plan.original_key, &original);
         let out = scratch.join("out");
         let key = |name: &str| keys::part_object(plan.video, plan.run, part, plan.attempt, name);
         let files: Vec<outputs::Planned> = match plan.kind {

@@ -126,8 +126,10 @@ pub async fn apply(pool: &DbPool, id: i64, action: OperatorAction) -> Result<(),
                 let event = Event::video_failed(video, run, at, code, message);
                 db::deliveries::outbox::insert(conn, owner, &event).await?;
                 let changed = db::jobs::cancel(conn, id, status.as_str()).await?;
-                // A split video's parts stop with it.
-                db::jobs::parts::close_family(conn, id).await?;
+                // A split video's parts stop with it, and their objects go (for a video that
+                // was never split the prefix is empty: one listing, on a rare command).
+                db::jobs::parts::close_family(conn, id, db::jobs::parts::Closed::Cancelled).await?;
+                crate::queue::complete::parts::owe_parts(conn, video, run).await?;
                 changed
             }
         };

@@ -9,7 +9,7 @@ use crate::db::{self, DbPool, jobs::AttemptEnd};
 use crate::domain::event::Event;
 use crate::domain::failure::FailureCode;
 use crate::domain::ids::VideoId;
-use crate::domain::job::Outcome;
+use crate::domain::job::{JobKind, Outcome};
 use crate::domain::recording::RecordingState;
 
 /// Closes jobs that died in their last attempt: DEAD (closed), the video FAILED and one
@@ -45,7 +45,13 @@ pub async fn reap_dead(pool: &DbPool) -> Result<usize, JobError> {
                 };
                 fenced(db::jobs::mark_dead(conn, job.id, job.claim_token, ended).await?)?;
                 if let Some(head) = job.parent_id {
-                    db::jobs::parts::close_family(conn, head).await?;
+                    db::jobs::parts::close_family(conn, head, db::jobs::parts::Closed::VideoFailed)
+                        .await?;
+                }
+                // A split run that dies leaves its parts to nobody: the head's own death
+                // (its stitch) or a part's.
+                if job.parent_id.is_some() || job.kind == JobKind::Stitch {
+                    crate::queue::complete::parts::owe_parts(conn, video, job.run).await?;
                 }
                 Ok(())
             })

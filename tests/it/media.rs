@@ -166,9 +166,16 @@ async fn an_hls_playlist_or_concat_script_named_mp4_is_refused_without_reading_w
             .unwrap();
         let out = dir.path().join(format!("{name}.out"));
         assert!(
-            encode::encode(&config(), &info, None, &hostile, &out, &CancellationToken::new())
-                .await
-                .is_err()
+            encode::encode(
+                &config(),
+                &info,
+                None,
+                &hostile,
+                &out,
+                &CancellationToken::new()
+            )
+            .await
+            .is_err()
         );
         assert!(
             !wire.was_opened(),

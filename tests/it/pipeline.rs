@@ -426,3 +426,35 @@ async fn no_transaction_is_open_while_an_attempt_runs_ffmpeg_or_transfers() {
         "a session sat idle inside a transaction during the attempt"
     );
 }
+
+#[tokio::test]
+async fn a_multipart_upload_left_by_a_killed_attempt_is_aborted_by_the_next() {
+    let app = TestApp::spawn().await;
+    let key = app.create_user("alice").await;
+    let video = upload_clip(&app, &key, &clips::small()).await;
+    let video_id = crate::support::queue::video_id(&video);
+    let work = tempfile::tempdir().unwrap();
+    // Attempt 1 began its MP4's multipart upload and was killed: its lease runs out.
+    let first = crate::support::queue::claim(&app, "killed", 30.0)
+        .await
+        .unwrap();
+    let left = vidq::domain::keys::attempt_object(video_id, 1, 1, "video.mp4");
+    app.storage
+        .create_multipart(&left, "video/mp4")
+        .await
+        .unwrap();
+    crate::support::queue::expire_lease(&app, &first).await;
+    assert_eq!(app.storage.list_multiparts("").await.unwrap().len(), 1);
+
+    let plan = claimed(&app, video_id).await;
+    assert_eq!(plan.attempt, 2);
+    pipeline(&app, work.path())
+        .run(&plan, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        app.storage.list_multiparts("").await.unwrap(),
+        vec![],
+        "no multipart upload is left open"
+    );
+}

@@ -133,7 +133,11 @@ pub(super) fn grid_filter(rate: Rate, origin_secs: f64, held_from_origin: bool) 
     format!(
         "setpts=PTS-{origin_secs:.6}/TB,fps={rate}{start},tpad=stop_mode=clone:stop_duration=2",
         rate = rate.ffmpeg(),
-        start = if held_from_origin { ":start_time=0" } else { "" },
+        start = if held_from_origin {
+            ":start_time=0"
+        } else {
+            ""
+        },
     )
 }
 

@@ -43,6 +43,9 @@ pub struct MediaConfig {
     pub split: crate::domain::split::SplitSettings,
     /// Highest output frame rate (`VIDQ_MAX_FPS`).
     pub max_fps: u32,
+    /// The most a worker's kept copies of originals may take on its disk, in bytes
+    /// (`VIDQ_ORIGINALS_CACHE_MB`).
+    pub originals_cache_bytes: u64,
 }
 
 impl From<&crate::config::MediaArgs> for MediaConfig {
@@ -58,6 +61,7 @@ impl From<&crate::config::MediaArgs> for MediaConfig {
                 max_fps: args.max_source_fps,
             },
             max_fps: args.max_fps,
+            originals_cache_bytes: args.originals_cache_mb.saturating_mul(1024 * 1024),
             ladder: args.ladder.clone(),
             segment_seconds: args.segment_secs,
             threads: args.ffmpeg_threads,
@@ -82,6 +86,7 @@ impl Default for MediaConfig {
             threads: 0,
             split: crate::domain::split::SplitSettings::DEFAULT,
             max_fps: 60,
+            originals_cache_bytes: 4096 * 1024 * 1024,
         }
     }
 }

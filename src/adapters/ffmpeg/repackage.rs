@@ -95,7 +95,14 @@ pub async fn vod(
     .await
     .map_err(|err| classify_encode(err, original))?;
     let rendition = collect(&dir, "", info.width, info.height).await?;
-    let thumbnail = thumbnail(config, info.duration_ms as f64 / 1000.0, original, out, cancel).await?;
+    let thumbnail = thumbnail(
+        config,
+        info.duration_ms as f64 / 1000.0,
+        original,
+        out,
+        cancel,
+    )
+    .await?;
     Ok(EncodedFiles {
         dir: out.to_owned(),
         playlist: out.join(outputs::PLAYLIST),

@@ -46,6 +46,9 @@ pub struct DeadCandidate {
     /// A part's head job (`None`: the video's own job).
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
     pub parent_id: Option<i64>,
+    /// What it was doing.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub kind: crate::domain::job::JobKind,
 }
 
 /// Up to `limit` jobs that died in their last attempt (served by the last-attempt index).
@@ -54,7 +57,7 @@ pub async fn dead_candidates(
     limit: i64,
 ) -> QueryResult<Vec<DeadCandidate>> {
     crate::db::prepared::prepared(
-        "SELECT j.id, j.video_id, j.claim_token, j.run, j.parent_id
+        "SELECT j.id, j.video_id, j.claim_token, j.run, j.parent_id, j.kind
            FROM video_encoding_jobs j
           WHERE j.status = 'PROCESSING' AND j.attempt_count >= 3 AND j.lease_until <= statement_timestamp()
           ORDER BY j.lease_until

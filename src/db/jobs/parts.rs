@@ -11,7 +11,7 @@ use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
-use super::finalize::{AttemptEnd, fenced};
+use super::finalize::{AttemptEnd, LOG_ATTEMPT, fenced};
 use crate::db::CountRow;
 use crate::domain::ids::{ClaimToken, VideoId};
 use crate::domain::job::JobKind;
@@ -93,19 +93,70 @@ pub async fn wake_stitch(conn: &mut AsyncPgConnection, head: i64) -> QueryResult
     .await
 }
 
+/// Why a split video's open jobs are closed, as their `last_error` and the attempt log say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// An operator cancelled the video.
+    Cancelled,
+    /// The video failed (a part, or the stitch).
+    VideoFailed,
+}
+
+impl Closed {
+    /// (`last_error`, the attempt log's error code and message).
+    fn words(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Self::Cancelled => (
+                "cancelled with its video",
+                "cancelled",
+                "an operator cancelled the video",
+            ),
+            Self::VideoFailed => (
+                "closed with its failed video",
+                "video_failed",
+                "another job of the video failed it",
+            ),
+        }
+    }
+}
+
 /// Closes every open job of a split video (its head and its parts, PENDING or PROCESSING) as
-/// COMPLETED: a part that failed the video, a cancel. A worker still running a part finds
-/// its fence gone at its next heartbeat and stops. Returns how many it closed.
-pub async fn close_family(conn: &mut AsyncPgConnection, head: i64) -> QueryResult<usize> {
-    diesel::sql_query(
-        "UPDATE video_encoding_jobs
-            SET status = 'COMPLETED', completed_at = statement_timestamp(),
-                last_error = coalesce(last_error, 'closed with its video')
-          WHERE (id = $1 OR parent_id = $1) AND status IN ('PENDING', 'PROCESSING')",
-    )
+/// COMPLETED with no claim, `why` in its `last_error`; a running attempt is logged as lost
+/// with `why`'s code (its worker, finding its fence gone at its next heartbeat, stops and
+/// logs nothing more). Returns how many it closed.
+pub async fn close_family(
+    conn: &mut AsyncPgConnection,
+    head: i64,
+    why: Closed,
+) -> QueryResult<usize> {
+    let (last_error, code, message) = why.words();
+    diesel::sql_query(format!(
+        "WITH prior AS (
+             SELECT id, run, attempt_count, claim_token, claimed_by, claimed_at
+               FROM video_encoding_jobs
+              WHERE (id = $1 OR parent_id = $1) AND status = 'PROCESSING'),
+         done AS (
+             UPDATE video_encoding_jobs
+                SET status = 'COMPLETED', completed_at = statement_timestamp(), claim_token = NULL,
+                    claimed_by = NULL, claimed_at = NULL, lease_until = NULL,
+                    last_error = coalesce(last_error, $2)
+              WHERE (id = $1 OR parent_id = $1) AND status IN ('PENDING', 'PROCESSING')
+             RETURNING id),
+         logged AS ({LOG_ATTEMPT}
+             SELECT p.id, p.run, p.attempt_count, p.claim_token, p.claimed_by,
+                    coalesce(p.claimed_at, statement_timestamp()), statement_timestamp(), 'lost',
+                    $3, $4
+               FROM prior p JOIN done d ON d.id = p.id
+             ON CONFLICT (claim_token) DO NOTHING)
+         SELECT count(*) AS n FROM done"
+    ))
     .bind::<diesel::sql_types::BigInt, _>(head)
-    .execute(conn)
+    .bind::<diesel::sql_types::Text, _>(last_error)
+    .bind::<diesel::sql_types::Text, _>(code)
+    .bind::<diesel::sql_types::Text, _>(message)
+    .get_result(conn)
     .await
+    .map(CountRow::rows)
 }
 
 /// Deletes the parts of `head` (an operator retry starts the video over; a part that sends

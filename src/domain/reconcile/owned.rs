@@ -78,10 +78,12 @@ fn video_orphan(rest: &str, videos: &HashMap<Uuid, &VideoRecord>) -> Option<Stri
         return Some(format!("video {id} does not exist"));
     };
     if let Some(run) = part_run_of(rest) {
-        // A split video's parts: its stitch reads them until the video is READY.
+        // A split video's parts: its stitch reads them until the video is READY; a video
+        // that failed (or was cancelled) has no stitch to come.
         let current_run = video.current.map(|(run, _)| run);
         return match (video.status, current_run) {
             (VideoStatus::Ready, _) => Some("a part of a video that is ready".to_owned()),
+            (VideoStatus::Failed, _) => Some("a part of a video that failed".to_owned()),
             (_, Some(current)) if current == run => None,
             _ => Some(format!(
                 "a part of run r{run}, not the job's current run ({} video)",

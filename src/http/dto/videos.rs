@@ -57,11 +57,12 @@ pub struct VideoDto {
     pub status: VideoStatus,
     /// Encoding attempts so far (at most 3).
     pub attempts: i32,
-    /// Probed duration in milliseconds.
+    /// The encoded video's length in milliseconds: its picture or its sound, whichever runs
+    /// longer.
     pub duration_ms: Option<i64>,
-    /// Probed width.
+    /// The source's displayed width (its rotation applied: a portrait clip is portrait).
     pub width: Option<i32>,
-    /// Probed height.
+    /// The source's displayed height.
     pub height: Option<i32>,
     /// When the upload was confirmed.
     pub created_at: DateTime<Utc>,

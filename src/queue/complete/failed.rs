@@ -7,10 +7,10 @@ use super::retry::{FirstTry, retry_transient};
 use crate::db::{self, DbPool};
 use crate::domain::event::Event;
 use crate::domain::failure::FailureCode;
-use crate::domain::split::Fallback;
-use crate::domain::job::{MAX_ATTEMPTS, Outcome};
+use crate::domain::job::{JobKind, MAX_ATTEMPTS, Outcome};
 use crate::domain::media::MediaError;
 use crate::domain::recording::RecordingState;
+use crate::domain::split::Fallback;
 use crate::queue::error::{end, fenced, lock_owner, video_gone};
 use crate::queue::{Claim, JobError};
 
@@ -60,7 +60,7 @@ async fn finalize_failed_once(
     );
     let ended = end(Outcome::Failed, Some((error.code.as_str(), &message)));
     tx.run(async {
-        let (_, _, _, _, completed) = futures_util::try_join!(
+        let (_, _, _, _, _, completed) = futures_util::try_join!(
             lock_owner(c, claim.video),
             async {
                 db::videos::set_failed(c, claim.video, error.code.as_str(), &message)
@@ -76,6 +76,13 @@ async fn finalize_failed_once(
                 db::deliveries::outbox::insert_stamped(c, &event)
                     .await
                     .map_err(JobError::from)
+            },
+            async {
+                // A stitch that fails for good leaves its parts to nobody.
+                match claim.kind {
+                    JobKind::Stitch => super::parts::owe_parts(c, claim.video, claim.run).await,
+                    _ => Ok(()),
+                }
             },
             async {
                 db::jobs::complete(c, claim.job_id, claim.token, ended)
@@ -110,7 +117,8 @@ async fn finalize_part_failed_once(
             .ok_or(JobError::ClaimLost)?;
         let ended = end(Outcome::Failed, Some((error.code.as_str(), &message)));
         fenced(db::jobs::complete(&*conn, claim.job_id, claim.token, ended).await?)?;
-        db::jobs::parts::close_family(conn, head).await?;
+        db::jobs::parts::close_family(conn, head, db::jobs::parts::Closed::VideoFailed).await?;
+        super::parts::owe_parts(conn, claim.video, claim.run).await?;
         let event = Event::video_failed(
             claim.video,
             claim.run,

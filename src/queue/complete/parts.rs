@@ -10,7 +10,9 @@ use diesel_async::AsyncConnection;
 use super::retry::{FirstTry, retry_transient};
 use crate::db::{self, DbPool};
 use crate::domain::failure::FailureCode;
+use crate::domain::ids::VideoId;
 use crate::domain::job::{JobKind, Outcome};
+use crate::domain::keys;
 use crate::domain::split::{Fallback, SplitPlan};
 use crate::queue::error::{end, fenced, lock_owner};
 use crate::queue::{Claim, JobError};
@@ -29,6 +31,24 @@ where
 {
     let first = once().await;
     retry_transient(pool, claim, outcome, FirstTry::Answered(first), once).await
+}
+
+/// In a transaction that ends a split run without READY (its video failed or cancelled, or
+/// sent to the whole encode): forgets the parts' ledger rows and owes the bucket their prefix
+/// (`db::doomed_objects`), so nothing of them outlives the run (a sweeper deletes them; one
+/// that lands later still is an orphan of a failed video, or superseded by the READY).
+pub(crate) async fn owe_parts(
+    conn: &diesel_async::AsyncPgConnection,
+    video: VideoId,
+    run: i32,
+) -> Result<(), JobError> {
+    let prefix = [keys::parts_prefix(video, run)];
+    futures_util::try_join!(
+        db::artifacts::forget_parts(conn, video, run),
+        db::doomed_objects::owe(conn, &[], &prefix),
+    )
+    .map(drop)
+    .map_err(JobError::from)
 }
 
 /// The head's plan: its parts enqueued (the audio, then every chunk) and the head parked as
@@ -137,6 +157,7 @@ pub async fn encode_whole_instead(
                 return Ok(false);
             }
             db::jobs::parts::delete_parts(conn, head).await?;
+            owe_parts(conn, claim.video, claim.run).await?;
             db::jobs::notify_claimable(conn).await?;
             Ok(true)
         })

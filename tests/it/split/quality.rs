@@ -46,7 +46,10 @@ async fn size_and_duration(path: &Path) -> ((u32, u32), f64) {
 }
 
 /// The plan vidq stored on the video's job.
-pub(super) async fn stored_plan(app: &crate::support::app::TestApp, id: &dyn std::fmt::Display) -> SplitPlan {
+pub(super) async fn stored_plan(
+    app: &crate::support::app::TestApp,
+    id: &dyn std::fmt::Display,
+) -> SplitPlan {
     #[derive(diesel::QueryableByName)]
     struct Row {
         #[diesel(sql_type = diesel::sql_types::Jsonb)]

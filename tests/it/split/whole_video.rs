@@ -370,3 +370,85 @@ async fn a_part_that_dies_in_its_last_attempt_is_reaped_with_its_whole_video() {
     );
     assert!(claim(&app, "enc-b", 60.0).await.is_none());
 }
+
+#[tokio::test]
+async fn cancelling_a_split_video_leaves_none_of_its_parts_behind() {
+    let (app, key, id, head, work) = planned().await;
+    // One part stored (its objects in the bucket), one still running on another node.
+    let stored = claim(&app, "enc-a", 60.0).await.unwrap();
+    let handed = pipeline(&app, work.path())
+        .run(&stored.plan(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(matches!(handed, Attempted::Handed(Handed::PartStored)));
+    parts::record_part_stored(&app.pool, &stored).await.unwrap();
+    let running = claim(&app, "enc-b", 60.0).await.unwrap();
+    let part_prefix = vidq::domain::keys::parts_prefix(id, 1);
+    assert!(
+        !app.storage
+            .list_prefix(&part_prefix)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the stored part is in the bucket"
+    );
+
+    operator::apply(&app.pool, head, OperatorAction::Cancel)
+        .await
+        .unwrap();
+    assert_eq!(app.video(&key, &id).await["error"]["code"], "cancelled");
+    // The running part shows as cancelled: no claim kept, its attempt logged as lost.
+    let cancelled = format!(
+        "SELECT count(*) AS n FROM video_encoding_jobs
+          WHERE id = {} AND status = 'COMPLETED' AND claim_token IS NULL
+            AND claimed_by IS NULL AND last_error = 'cancelled with its video'",
+        running.job_id
+    );
+    assert_eq!(app.count(&cancelled).await, 1);
+    let logged = format!(
+        "SELECT count(*) AS n FROM job_attempt_log
+          WHERE job_id = {} AND outcome = 'lost' AND error_code = 'cancelled'",
+        running.job_id
+    );
+    assert_eq!(app.count(&logged).await, 1);
+    // The cancel forgot the parts' ledger rows and owed their prefix, in its transaction.
+    let rows = format!(
+        "SELECT count(*) AS n FROM video_artifacts WHERE video_id = '{id}' AND part IS NOT NULL"
+    );
+    assert_eq!(app.count(&rows).await, 0);
+    let owed = format!(
+        "SELECT count(*) AS n FROM doomed_objects WHERE key = '{part_prefix}' AND is_prefix"
+    );
+    assert_eq!(app.count(&owed).await, 1);
+    // The part that was still running lands its files after the cancel: its claim is gone,
+    // and so is its ledger row, so they are an orphan of a failed video.
+    let late = pipeline(&app, work.path())
+        .run(&running.plan(), &CancellationToken::new())
+        .await;
+    assert!(
+        late.is_err(),
+        "a part whose claim is gone stores nothing: {late:?}"
+    );
+    // A sweeper pays the debt once it is due (made due here rather than waited for): no
+    // part is left, and `vidq reconcile` with no grace finds the ledger and the bucket agree.
+    {
+        use diesel_async::RunQueryDsl;
+        let mut conn = app.pool.get().await.unwrap();
+        diesel::sql_query("UPDATE doomed_objects SET next_try_at = clock_timestamp()")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let due = vidq::db::doomed_objects::take_due(&mut conn, 64, 300.0)
+            .await
+            .unwrap();
+        drop(conn);
+        let deleted = vidq::app::doomed::pay(&app.storage, &app.pool, due).await;
+        assert!(deleted > 0, "the stored part's objects were deleted");
+    }
+    let left = app.storage.list_prefix(&part_prefix).await.unwrap();
+    assert!(left.is_empty(), "parts left in the bucket: {left:?}");
+    crate::support::reconcile::expect(
+        &crate::support::reconcile::reconcile(&app, &["--grace-secs", "0"]).await,
+        0,
+    );
+}

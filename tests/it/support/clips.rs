@@ -141,6 +141,27 @@ pub enum SplitSource {
     ShortLastChunk,
 }
 
+/// `name`: `upright`'s streams copied, turned 90° by a display matrix (FFmpeg writes none
+/// while it encodes, so this is a second pass).
+fn turned(name: &str, upright: &Path) -> PathBuf {
+    let upright = upright.to_string_lossy().into_owned();
+    make(
+        name,
+        &[
+            "-i",
+            &upright,
+            "-map",
+            "0",
+            "-c",
+            "copy",
+            "-metadata:s:v:0",
+            "rotate=90",
+            "-f",
+            "mp4",
+        ],
+    )
+}
+
 /// One of the [`SplitSource`]s.
 pub fn split_source(kind: SplitSource) -> PathBuf {
     let pattern =
@@ -198,20 +219,7 @@ pub fn split_source(kind: SplitSource) -> PathBuf {
                 args.extend(["-f", "mp4"]);
                 make("split_upright.mp4", &args)
             };
-            let upright = upright.to_string_lossy().into_owned();
-            make(
-                "split_rotated.mp4",
-                &[
-                    "-i",
-                    &upright,
-                    "-c",
-                    "copy",
-                    "-metadata:s:v:0",
-                    "rotate=90",
-                    "-f",
-                    "mp4",
-                ],
-            )
+            turned("split_rotated.mp4", &upright)
         }
         SplitSource::OpenGopHevc => {
             let (v, a) = (pattern("25", 20), sine(20));
@@ -316,9 +324,7 @@ fn marked_picture(size: &str, rate: &str, seconds: u32, shift: u32) -> String {
 
 /// The marked sound: `seconds` of silence with a 50 ms 1 kHz beep every 4 s.
 fn marked_sound(seconds: u32, sample_rate: u32) -> String {
-    format!(
-        "aevalsrc=exprs='0.5*sin(2*PI*1000*t)*lt(mod(t,4),0.05)':s={sample_rate}:d={seconds}"
-    )
+    format!("aevalsrc=exprs='0.5*sin(2*PI*1000*t)*lt(mod(t,4),0.05)':s={sample_rate}:d={seconds}")
 }
 
 /// One of the [`UploadedSource`]s.
@@ -345,7 +351,10 @@ pub fn uploaded_source(kind: UploadedSource) -> PathBuf {
                 &marked_picture("320x240", "25", 30, 0),
                 &marked_sound(30, 48_000),
             );
-            let args = with(with(args, &x264), &["-c:a", "aac", "-output_ts_offset", "10", "-f", "mp4"]);
+            let args = with(
+                with(args, &x264),
+                &["-c:a", "aac", "-output_ts_offset", "10", "-f", "mp4"],
+            );
             run("up_starts_late.mp4", args)
         }
         UploadedSource::Paused => {
@@ -353,46 +362,101 @@ pub fn uploaded_source(kind: UploadedSource) -> PathBuf {
                 &marked_picture("320x240", "30", 32, 0),
                 &marked_sound(32, 48_000),
             );
-            let args = with(args, &["-vf", "select='lt(t,5)+gte(t,12)'", "-fps_mode:v", "vfr"]);
+            let args = with(
+                args,
+                &["-vf", "select='lt(t,5)+gte(t,12)'", "-fps_mode:v", "vfr"],
+            );
             let args = with(with(args, &x264), &["-c:a", "aac", "-f", "mp4"]);
             run("up_paused.mp4", args)
         }
         UploadedSource::UndecodableTail => {
             let head = {
-                let args = vec!["-f".to_owned(), "lavfi".to_owned(), "-i".to_owned(),
-                    marked_picture("320x240", "25", 22, 0)];
+                let args = vec![
+                    "-f".to_owned(),
+                    "lavfi".to_owned(),
+                    "-i".to_owned(),
+                    marked_picture("320x240", "25", 22, 0),
+                ];
                 run("up_tail_a.ts", with(with(args, &x264), &["-f", "mpegts"]))
             };
             // The tail's slices name parameter sets it does not carry: no decoder can read
             // them, though every packet is there with its time.
             let tail = {
-                let args = vec!["-f".to_owned(), "lavfi".to_owned(), "-i".to_owned(),
-                    "testsrc2=size=320x240:rate=25:duration=8".to_owned()];
+                let args = vec![
+                    "-f".to_owned(),
+                    "lavfi".to_owned(),
+                    "-i".to_owned(),
+                    "testsrc2=size=320x240:rate=25:duration=8".to_owned(),
+                ];
                 let args = with(args, &x264);
-                run("up_tail_b.ts", with(args, &["-x264-params", "sps-id=5",
-                    "-bsf:v", "filter_units=remove_types=7|8", "-f", "mpegts"]))
+                run(
+                    "up_tail_b.ts",
+                    with(
+                        args,
+                        &[
+                            "-x264-params",
+                            "sps-id=5",
+                            "-bsf:v",
+                            "filter_units=remove_types=7|8",
+                            "-f",
+                            "mpegts",
+                        ],
+                    ),
+                )
             };
             let list = dir().join("up_tail_list.txt");
             if !list.exists() {
                 let text = format!("file '{}'\nfile '{}'\n", head.display(), tail.display());
-                let partial = dir().join(format!("up_tail_list.{}.{}", std::process::id(), rand_suffix()));
+                let partial = dir().join(format!(
+                    "up_tail_list.{}.{}",
+                    std::process::id(),
+                    rand_suffix()
+                ));
                 std::fs::write(&partial, text).unwrap();
                 std::fs::rename(partial, &list).unwrap();
             }
             let list = list.to_string_lossy().into_owned();
             let sound = marked_sound(30, 48_000);
-            run("up_undecodable_tail.mp4", vec![
-                "-f", "concat", "-safe", "0", "-i", &list, "-f", "lavfi", "-i", &sound,
-                "-map", "0:v", "-map", "1:a", "-c:v", "copy", "-c:a", "aac", "-f", "mp4",
-            ].into_iter().map(str::to_owned).collect())
+            run(
+                "up_undecodable_tail.mp4",
+                vec![
+                    "-f", "concat", "-safe", "0", "-i", &list, "-f", "lavfi", "-i", &sound, "-map",
+                    "0:v", "-map", "1:a", "-c:v", "copy", "-c:a", "aac", "-f", "mp4",
+                ]
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            )
         }
         UploadedSource::VideoLate => {
-            let (v, a) = (marked_picture("320x240", "25", 30, 2), marked_sound(40, 48_000));
+            let (v, a) = (
+                marked_picture("320x240", "25", 30, 2),
+                marked_sound(40, 48_000),
+            );
             let args: Vec<String> = [
-                "-f", "lavfi", "-i", &a, "-itsoffset", "10", "-f", "lavfi", "-i", &v,
-                "-map", "1:v", "-map", "0:a", "-fps_mode:v", "passthrough",
-            ].map(str::to_owned).to_vec();
-            run("up_video_late.mp4", with(with(args, &x264), &["-c:a", "aac", "-f", "mp4"]))
+                "-f",
+                "lavfi",
+                "-i",
+                &a,
+                "-itsoffset",
+                "10",
+                "-f",
+                "lavfi",
+                "-i",
+                &v,
+                "-map",
+                "1:v",
+                "-map",
+                "0:a",
+                "-fps_mode:v",
+                "passthrough",
+            ]
+            .map(str::to_owned)
+            .to_vec();
+            run(
+                "up_video_late.mp4",
+                with(with(args, &x264), &["-c:a", "aac", "-f", "mp4"]),
+            )
         }
         UploadedSource::Phone => {
             let upright = {
@@ -400,36 +464,81 @@ pub fn uploaded_source(kind: UploadedSource) -> PathBuf {
                     &marked_picture("320x240", "60", 30, 0),
                     &marked_sound(30, 44_100),
                 );
-                let args = with(args, &["-vf", "select='lt(t,10)+gte(t,20)+not(mod(n,2))'", "-fps_mode:v", "vfr"]);
-                run("up_phone_upright.mp4", with(with(args, &x264), &["-c:a", "aac", "-ar", "44100", "-f", "mp4"]))
+                let args = with(
+                    args,
+                    &[
+                        "-vf",
+                        "select='lt(t,10)+gte(t,20)+not(mod(n,2))'",
+                        "-fps_mode:v",
+                        "vfr",
+                    ],
+                );
+                run(
+                    "up_phone_upright.mp4",
+                    with(
+                        with(args, &x264),
+                        &["-c:a", "aac", "-ar", "44100", "-f", "mp4"],
+                    ),
+                )
             };
-            let upright = upright.to_string_lossy().into_owned();
-            make("up_phone.mp4", &["-i", &upright, "-map", "0", "-c", "copy",
-                "-metadata:s:v:0", "rotate=90", "-f", "mp4"])
+            turned("up_phone.mp4", &upright)
         }
         UploadedSource::DeclaresThirtyRunsFifty => {
             let args = inputs(
                 &marked_picture("320x240", "50", 30, 0),
                 &marked_sound(30, 48_000),
             );
-            let args = with(args, &["-r", "30", "-fps_mode:v", "passthrough", "-enc_time_base:v", "1/1000"]);
-            run("up_declares_30_runs_50.mkv", with(with(args, &x264), &["-c:a", "aac", "-f", "matroska"]))
+            let args = with(
+                args,
+                &[
+                    "-r",
+                    "30",
+                    "-fps_mode:v",
+                    "passthrough",
+                    "-enc_time_base:v",
+                    "1/1000",
+                ],
+            );
+            run(
+                "up_declares_30_runs_50.mkv",
+                with(with(args, &x264), &["-c:a", "aac", "-f", "matroska"]),
+            )
         }
         UploadedSource::AudioLonger => {
             let args = inputs(
                 &marked_picture("320x240", "25", 16, 0),
                 &marked_sound(40, 48_000),
             );
-            run("up_audio_longer.mp4", with(with(args, &x264), &["-c:a", "aac", "-f", "mp4"]))
+            run(
+                "up_audio_longer.mp4",
+                with(with(args, &x264), &["-c:a", "aac", "-f", "mp4"]),
+            )
         }
         UploadedSource::OddSize => {
             let args = inputs(
                 &marked_picture("640x360", "25", 24, 0),
                 &marked_sound(24, 48_000),
             );
-            run("up_odd_size.mp4", with(args, &["-vf", "scale=641:361,setsar=1",
-                "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv444p",
-                "-c:a", "aac", "-f", "mp4"]))
+            run(
+                "up_odd_size.mp4",
+                with(
+                    args,
+                    &[
+                        "-vf",
+                        "scale=641:361,setsar=1",
+                        "-c:v",
+                        "libx264",
+                        "-preset",
+                        "veryfast",
+                        "-pix_fmt",
+                        "yuv444p",
+                        "-c:a",
+                        "aac",
+                        "-f",
+                        "mp4",
+                    ],
+                ),
+            )
         }
     }
 }

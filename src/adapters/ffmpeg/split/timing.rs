@@ -90,8 +90,122 @@ struct SideData {
     rotation: Option<f64>,
 }
 
-/// Reads the timing of `input`'s first video stream (one demux pass, nothing decoded).
+/// How far before its last packet a source's tail is decoded to find where its frames end;
+/// four times as far each time nothing in the window decodes.
+const TAIL_SECS: f64 = 10.0;
+
+/// Reads the timing of `input` (one demux pass), then decodes its tail: a stream that stops
+/// decoding early ends there, on both encode paths, as a decoder plays it.
 pub async fn timing(
+    config: &MediaConfig,
+    input: &Path,
+    scratch: &Path,
+    cancel: &CancellationToken,
+) -> Result<StreamTiming, MediaError> {
+    let mut timing = packet_timing(config, input, scratch, cancel).await?;
+    end_at_decodable(config, input, &mut timing, cancel).await?;
+    Ok(timing)
+}
+
+/// Cuts `timing` at its last frame that decodes: the tail from the keyframe [`TAIL_SECS`]
+/// before the last packet is decoded (nothing else is), and further back while nothing in it
+/// decodes. A source none of whose frames decode is left as its packets say: its encode
+/// fails on it as it would have.
+async fn end_at_decodable(
+    config: &MediaConfig,
+    input: &Path,
+    timing: &mut StreamTiming,
+    cancel: &CancellationToken,
+) -> Result<(), MediaError> {
+    let (Some(&first), Some(&last)) = (timing.frame_times.first(), timing.frame_times.last())
+    else {
+        return Ok(());
+    };
+    let mut window = TAIL_SECS;
+    loop {
+        let at = timing
+            .keyframe_times
+            .iter()
+            .rev()
+            .find(|&&k| k <= last - window)
+            .copied()
+            .unwrap_or(first);
+        let decoded = decoded_times(config, input, at, cancel).await?;
+        if let Some(end) = decoded.into_iter().reduce(f64::max) {
+            if end < last - 1e-6 {
+                tracing::warn!(
+                    last_packet = last,
+                    last_frame = end,
+                    "the video stops decoding before its last packet; it ends at its last frame"
+                );
+                cut_at(timing, end);
+            }
+            return Ok(());
+        }
+        if at <= first {
+            return Ok(());
+        }
+        window *= 4.0;
+    }
+}
+
+/// Drops every frame after `end` from `timing`; the last one lasts as long as the one before it.
+fn cut_at(timing: &mut StreamTiming, end: f64) {
+    timing.frame_times.retain(|&t| t <= end + 1e-9);
+    timing.keyframe_times.retain(|&t| t <= end + 1e-9);
+    let step = match timing.frame_times.as_slice() {
+        [.., before, last] => last - before,
+        _ => 0.0,
+    };
+    timing.end_secs = Some(end + step);
+}
+
+/// The times of the frames of the first video stream that decode from `from` (a time on
+/// the source's clock) to the end.
+async fn decoded_times(
+    config: &MediaConfig,
+    input: &Path,
+    from: f64,
+    cancel: &CancellationToken,
+) -> Result<Vec<f64>, MediaError> {
+    let mut args: Vec<OsString> = [
+        "-v",
+        "quiet",
+        "-hide_banner",
+        "-protocol_whitelist",
+        PROTOCOL_ALLOW_LIST,
+        "-format_whitelist",
+        super::super::DEMUXER_ALLOW_LIST,
+        "-select_streams",
+        "v:0",
+        "-read_intervals",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    args.push(format!("{from:.6}%").into());
+    args.extend(
+        [
+            "-show_entries",
+            "frame=best_effort_timestamp_time",
+            "-of",
+            "csv=p=0",
+        ]
+        .iter()
+        .map(OsString::from),
+    );
+    args.push(input.into());
+    let out = process::run(&config.ffprobe, &args, config.call_timeout, cancel)
+        .await
+        .map_err(|err| classify(err, input, FailureCode::ProbeTimeout))?;
+    Ok(String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|line| line.trim().trim_end_matches(',').parse::<f64>().ok())
+        .collect())
+}
+
+/// Reads the packets' timing of `input` (one demux pass, nothing decoded).
+async fn packet_timing(
     config: &MediaConfig,
     input: &Path,
     scratch: &Path,
@@ -136,15 +250,20 @@ pub fn parse_timing(json: &[u8]) -> Result<StreamTiming, MediaError> {
             .and_then(|s| s.parse::<f64>().ok())
             .filter(|n| n.is_finite())
     };
-    // (time, end, key) of each packet of stream `index` that has a time.
+    // (time, end, key) of each packet of stream `index` that has a time and is shown (not an
+    // encoder's priming, flagged `D`: the decoder drops it).
     let packets = |index: i64| {
         probe
             .packets
             .iter()
-            .filter(move |p| p.stream_index == Some(index))
+            .filter(move |p| p.stream_index == Some(index) && !p.flags.contains('D'))
             .filter_map(move |p| {
                 let pts = number(&p.pts_time)?;
-                Some((pts, pts + number(&p.duration_time).unwrap_or(0.0), p.flags.contains('K')))
+                Some((
+                    pts,
+                    pts + number(&p.duration_time).unwrap_or(0.0),
+                    p.flags.contains('K'),
+                ))
             })
     };
     let mut frame_times: Vec<f64> = packets(video.index).map(|(t, _, _)| t).collect();
@@ -156,9 +275,7 @@ pub fn parse_timing(json: &[u8]) -> Result<StreamTiming, MediaError> {
         times.sort_by(f64::total_cmp);
         times.dedup_by(|a, b| (*a - *b).abs() < 1e-9);
     }
-    let end_secs = packets(video.index)
-        .map(|(_, end, _)| end)
-        .reduce(f64::max);
+    let end_secs = packets(video.index).map(|(_, end, _)| end).reduce(f64::max);
     let audio_span = audio.and_then(|a| {
         let start = packets(a.index).map(|(t, _, _)| t).reduce(f64::min)?;
         let end = packets(a.index).map(|(_, end, _)| end).reduce(f64::max)?;
@@ -193,6 +310,7 @@ mod tests {
     fn the_timing_probe_finds_the_grid_and_the_rotation() {
         let json = br#"{"packets":[
             {"stream_index":1,"pts_time":"0.000000","duration_time":"0.033333","flags":"K__"},
+            {"stream_index":0,"pts_time":"0.978667","duration_time":"0.021333","flags":"KD_"},
             {"stream_index":0,"pts_time":"1.000000","duration_time":"0.021333","flags":"K__"},
             {"stream_index":1,"pts_time":"0.100000","duration_time":"0.033333","flags":"___"},
             {"stream_index":0,"pts_time":"9.000000","duration_time":"0.021333","flags":"K__"},
