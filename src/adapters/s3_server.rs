@@ -111,7 +111,8 @@ impl S3 for WithUploadListing {
 
     /// s3s-fs keeps `.bucket-{bucket}.object-{key}.upload-{id}.metadata.json` (names in
     /// URL-safe base64) from the creation of a multipart upload to its completion or abort:
-    /// those are the uploads in progress. One page, keys under the prefix.
+    /// those are the uploads in progress, begun when that file was written. One page, keys
+    /// under the prefix.
     async fn list_multipart_uploads(
         &self,
         req: S3Request<dto::ListMultipartUploadsInput>,
@@ -139,9 +140,16 @@ impl S3 for WithUploadListing {
                 continue;
             };
             if key.starts_with(&prefix) {
+                // Written once, when the upload is created: its time is the upload's start.
+                let initiated = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .map(dto::Timestamp::from);
                 uploads.push(dto::MultipartUpload {
                     key: Some(key),
                     upload_id: Some(id.to_owned()),
+                    initiated,
                     ..Default::default()
                 });
             }

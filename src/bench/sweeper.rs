@@ -135,6 +135,17 @@ impl SweepStore for FaultStore {
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
         self.inner.delete(key).await
     }
+
+    async fn open_multiparts(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<crate::adapters::storage::OpenMultipart>, StorageError> {
+        self.inner.open_multiparts(prefix).await
+    }
+
+    async fn abort_multipart(&self, key: &str, id: &str) -> Result<(), StorageError> {
+        self.inner.abort_multipart(key, id).await
+    }
 }
 
 /// Writes `count` spool files of `bytes` bytes under `root` and registers each as a

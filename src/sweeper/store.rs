@@ -5,7 +5,7 @@ use std::path::Path;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::adapters::storage::{ListedObject, ObjectHead, Storage, StorageError};
+use crate::adapters::storage::{ListedObject, ObjectHead, OpenMultipart, Storage, StorageError};
 
 /// The S3 calls the sweeper makes, so tests and `vidq bench sweeper` can wrap the real
 /// client (count PUTs, fail some) without changing the code under test.
@@ -32,6 +32,17 @@ pub trait SweepStore: Clone + Send + Sync + 'static {
         &self,
         prefix: &str,
     ) -> impl Future<Output = Result<Vec<ListedObject>, StorageError>> + Send;
+    /// The multipart uploads in progress under `prefix` (the orphan pass).
+    fn open_multiparts(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<OpenMultipart>, StorageError>> + Send;
+    /// Aborts a multipart upload (one S3 no longer knows is fine).
+    fn abort_multipart(
+        &self,
+        key: &str,
+        id: &str,
+    ) -> impl Future<Output = Result<(), StorageError>> + Send;
 }
 
 impl SweepStore for Storage {
@@ -54,5 +65,11 @@ impl SweepStore for Storage {
     }
     async fn list(&self, prefix: &str) -> Result<Vec<ListedObject>, StorageError> {
         self.list_with_sizes(prefix).await
+    }
+    async fn open_multiparts(&self, prefix: &str) -> Result<Vec<OpenMultipart>, StorageError> {
+        Storage::open_multiparts(self, prefix).await
+    }
+    async fn abort_multipart(&self, key: &str, id: &str) -> Result<(), StorageError> {
+        Storage::abort_multipart(self, key, id).await
     }
 }

@@ -92,6 +92,17 @@ async fn the_orphan_pass_deletes_what_no_live_row_owns_and_keeps_the_running_att
     artifact(&app, &running, 1, &failed_output, "uploaded").await;
     artifact(&app, &running, 2, &current_output, "pending").await;
 
+    // Attempt 1's node was killed while it uploaded its MP4 in parts; attempt 2 is uploading
+    // its own now.
+    let killed_mp4 = format!("videos/{running}/r1/a1/video.mp4");
+    let current_mp4 = format!("videos/{running}/r1/a2/video.mp4");
+    for key in [&killed_mp4, &current_mp4] {
+        app.storage
+            .create_multipart(key, "video/mp4")
+            .await
+            .unwrap();
+    }
+
     // A video whose node died mid-attempt 1: the job is back to PENDING, its row pending.
     let released: Value = app.uploaded_video(&key).await;
     let released = released["id"].as_str().unwrap().to_owned();
@@ -122,9 +133,24 @@ async fn the_orphan_pass_deletes_what_no_live_row_owns_and_keeps_the_running_att
             deleted: 3,
             dead_pending_rows: 1,
             young: 0,
+            multiparts_aborted: 1,
         },
         "2 originals + 4 video objects listed; the failed attempt's output, the deleted \
-         video's and the stray original deleted; the released attempt's row forgotten"
+         video's and the stray original deleted; the released attempt's row forgotten; the \
+         killed attempt's multipart upload aborted"
+    );
+    let open: Vec<String> = app
+        .storage
+        .list_multiparts("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    assert_eq!(
+        open,
+        vec![current_mp4.clone()],
+        "the running attempt's upload goes on"
     );
     let mut left = app.storage.list_prefix("videos/").await.unwrap();
     left.sort();

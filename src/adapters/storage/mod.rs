@@ -64,6 +64,17 @@ pub struct ListedObject {
     pub last_modified: chrono::DateTime<chrono::Utc>,
 }
 
+/// A multipart upload in progress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenMultipart {
+    /// The key it will complete on.
+    pub key: String,
+    /// S3's id of it.
+    pub id: String,
+    /// When it was begun, by the storage's clock, where the listing says.
+    pub initiated: Option<chrono::DateTime<chrono::Utc>>,
+}
+
 /// A presigned PUT: the URL and the headers the client must send with it.
 #[derive(Clone, Debug)]
 pub struct PresignedPut {

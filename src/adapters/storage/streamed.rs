@@ -298,6 +298,19 @@ impl Storage {
         &self,
         prefix: &str,
     ) -> Result<Vec<(String, String)>, StorageError> {
+        Ok(self
+            .open_multiparts(prefix)
+            .await?
+            .into_iter()
+            .map(|open| (open.key, open.id))
+            .collect())
+    }
+
+    /// The multipart uploads in progress under `prefix`, with when each began.
+    pub async fn open_multiparts(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<super::OpenMultipart>, StorageError> {
         let mut found = Vec::new();
         let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
         loop {
@@ -314,7 +327,13 @@ impl Storage {
             for upload in out.uploads() {
                 let key = upload.key().and_then(|k| self.within(k));
                 if let (Some(key), Some(id)) = (key, upload.upload_id()) {
-                    found.push((key.to_owned(), id.to_owned()));
+                    found.push(super::OpenMultipart {
+                        key: key.to_owned(),
+                        id: id.to_owned(),
+                        initiated: upload.initiated().and_then(|t| {
+                            chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())
+                        }),
+                    });
                 }
             }
             if out.is_truncated() != Some(true) {

@@ -342,6 +342,7 @@ async fn split_matches_its_single_pass(kind: UploadedSource, rate: &str, stays_s
             let at = (plan.rate.time_of(seam) * per_second).round() as i64;
             let near = (at - 5).max(0) as usize..((at + 6) as usize).min(s.len());
             let worst = s[near].iter().copied().fold(1.0, f64::min);
+            eprintln!("{kind:?}: worst SSIM within 5 frames of the seam at {seam}: {worst:.4}");
             assert!(
                 worst >= 0.98,
                 "{kind:?}: SSIM {worst:.4} beside the seam at frame {seam}"
@@ -358,6 +359,19 @@ async fn split_matches_its_single_pass(kind: UploadedSource, rate: &str, stays_s
         split_marks.len(),
         source_marks.len(),
         "{kind:?}: sync marks split {split_marks:?} / source {source_marks:?}"
+    );
+    let worst_shift = split_marks
+        .iter()
+        .zip(&source_marks)
+        .map(|((_, got), (_, want))| (got - want).abs())
+        .fold(0.0, f64::max);
+    eprintln!(
+        "{kind:?}: {} sync marks, largest A/V shift from the source's {:.1} ms; {}x{}, {} ms",
+        source_marks.len(),
+        worst_shift * 1000.0,
+        split.video["width"],
+        split.video["height"],
+        split.video["duration_ms"]
     );
     for ((_, got), (at, want)) in split_marks.iter().zip(&source_marks) {
         assert!(
