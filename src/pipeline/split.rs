@@ -203,51 +203,10 @@ impl Pipeline {
         cancel: &CancellationToken,
     ) -> Result<Attempted, MediaError> {
         let split = self.split_plan(plan.job_id, cancel).await?;
-        let done = {
-            let read = async {
-                let mut conn = self.db.get().await.map_err(db_error)?;
-                db::jobs::parts::done_parts(&mut conn, plan.job_id)
-                    .await
-                    .map_err(db_error)
-            };
-            until_cancelled(cancel, read).await??
-        };
-        let attempt_of = |part: i32| {
-            done.iter()
-                .find(|d| d.part == part)
-                .map(|d| d.attempt)
-                .ok_or_else(|| {
-                    MediaError::retryable(
-                        FailureCode::InternalError,
-                        format!("part {part} is not done"),
-                    )
-                })
-        };
         let parts_dir = scratch.join("parts");
-        tokio::fs::create_dir_all(&parts_dir)
-            .await
-            .map_err(|e| MediaError::retryable(FailureCode::IoError, format!("local disk: {e}")))?;
-        let renditions = split.short_sides.len();
-        let mut chunks: Vec<Vec<PathBuf>> = vec![Vec::new(); renditions];
-        for part in 0..split.chunks() {
-            let attempt = attempt_of(part)?;
-            for (n, files) in chunks.iter_mut().enumerate() {
-                let key = keys::part_object(plan.video, plan.run, part, attempt, &chunk_name(n));
-                let path = parts_dir.join(format!("c{part:05}_v{n}.ts"));
-                self.download_part(&key, &path, cancel).await?;
-                files.push(path);
-            }
-        }
-        let audio = match split.audio_part() {
-            Some(part) => {
-                let key =
-                    keys::part_object(plan.video, plan.run, part, attempt_of(part)?, AUDIO_NAME);
-                let path = parts_dir.join(AUDIO_NAME);
-                self.download_part(&key, &path, cancel).await?;
-                Some(path)
-            }
-            None => None,
-        };
+        let (chunks, audio) = self
+            .download_parts(plan, &split, &parts_dir, cancel)
+            .await?;
         let out = scratch.join("out");
         let files =
             split::stitch(&self.media, &split, &chunks, audio.as_deref(), &out, cancel).await?;
@@ -281,6 +240,61 @@ impl Pipeline {
             media: MediaInfo::from(&split.media),
             keys,
         }))
+    }
+
+    /// Every part's files of the current run into `parts_dir`: each rendition's chunks in order
+    /// (`[rendition][part]`), and the audio if there is one.
+    async fn download_parts(
+        &self,
+        plan: &AttemptPlan,
+        split: &SplitPlan,
+        parts_dir: &Path,
+        cancel: &CancellationToken,
+    ) -> Result<(Vec<Vec<PathBuf>>, Option<PathBuf>), MediaError> {
+        let done = {
+            let read = async {
+                let mut conn = self.db.get().await.map_err(db_error)?;
+                db::jobs::parts::done_parts(&mut conn, plan.job_id)
+                    .await
+                    .map_err(db_error)
+            };
+            until_cancelled(cancel, read).await??
+        };
+        let attempt_of = |part: i32| {
+            done.iter()
+                .find(|d| d.part == part)
+                .map(|d| d.attempt)
+                .ok_or_else(|| {
+                    MediaError::retryable(
+                        FailureCode::InternalError,
+                        format!("part {part} is not done"),
+                    )
+                })
+        };
+        tokio::fs::create_dir_all(parts_dir)
+            .await
+            .map_err(|e| MediaError::retryable(FailureCode::IoError, format!("local disk: {e}")))?;
+        let mut chunks: Vec<Vec<PathBuf>> = vec![Vec::new(); split.short_sides.len()];
+        for part in 0..split.chunks() {
+            let attempt = attempt_of(part)?;
+            for (n, files) in chunks.iter_mut().enumerate() {
+                let key = keys::part_object(plan.video, plan.run, part, attempt, &chunk_name(n));
+                let path = parts_dir.join(format!("c{part:05}_v{n}.ts"));
+                self.download_part(&key, &path, cancel).await?;
+                files.push(path);
+            }
+        }
+        let audio = match split.audio_part() {
+            Some(part) => {
+                let key =
+                    keys::part_object(plan.video, plan.run, part, attempt_of(part)?, AUDIO_NAME);
+                let path = parts_dir.join(AUDIO_NAME);
+                self.download_part(&key, &path, cancel).await?;
+                Some(path)
+            }
+            None => None,
+        };
+        Ok((chunks, audio))
     }
 
     /// The whole encode of a split video, in this attempt: its original again (this worker's

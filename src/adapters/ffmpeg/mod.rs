@@ -4,6 +4,7 @@
 
 pub mod check;
 pub mod encode;
+mod filters;
 pub mod probe;
 pub mod process;
 pub mod repackage;

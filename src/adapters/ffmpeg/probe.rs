@@ -209,27 +209,7 @@ pub fn parse(json: &[u8]) -> Result<MediaInfo, MediaError> {
         .streams
         .iter()
         .find(|s| s.codec_type.as_deref() == Some("audio"));
-    let (width, height) = match (video.width, video.height) {
-        (Some(w), Some(h)) if w > 0 && h > 0 => (w, h),
-        _ => {
-            return Err(MediaError::permanent(
-                crate::domain::failure::FailureCode::InvalidMedia,
-                "the video stream has no frame size",
-            ));
-        }
-    };
-    // FFmpeg shows the picture turned by its display matrix, so a quarter turn swaps the
-    // sides: the video is reported, and its renditions labelled, by the size people see.
-    let quarter_turn = video
-        .side_data_list
-        .iter()
-        .find_map(|d| d.rotation)
-        .is_some_and(|r| (r.round() as i64).rem_euclid(180) == 90);
-    let (width, height) = if quarter_turn {
-        (height, width)
-    } else {
-        (width, height)
-    };
+    let (width, height) = displayed_size(video)?;
     let seconds = format
         .duration
         .as_deref()
@@ -255,6 +235,31 @@ pub fn parse(json: &[u8]) -> Result<MediaInfo, MediaError> {
         height,
         fps,
         audio_codec: audio.and_then(|a| a.codec_name.clone()),
+    })
+}
+
+/// The video stream's size as it is shown: FFmpeg turns the picture by its display matrix, so
+/// a quarter turn swaps the sides, and the video is reported, and its renditions labelled, by
+/// the size people see. `invalid_media` without a size.
+fn displayed_size(video: &Stream) -> Result<(i32, i32), MediaError> {
+    let (width, height) = match (video.width, video.height) {
+        (Some(w), Some(h)) if w > 0 && h > 0 => (w, h),
+        _ => {
+            return Err(MediaError::permanent(
+                crate::domain::failure::FailureCode::InvalidMedia,
+                "the video stream has no frame size",
+            ));
+        }
+    };
+    let quarter_turn = video
+        .side_data_list
+        .iter()
+        .find_map(|d| d.rotation)
+        .is_some_and(|r| (r.round() as i64).rem_euclid(180) == 90);
+    Ok(if quarter_turn {
+        (height, width)
+    } else {
+        (width, height)
     })
 }
 

@@ -449,3 +449,39 @@ async fn the_reported_facts_are_the_outputs() {
         longer.video
     );
 }
+
+#[tokio::test]
+async fn a_source_no_one_grid_shows_evenly_is_encoded_whole_with_every_frame() {
+    let source = clips::uploaded_source(UploadedSource::ThirtyThenTwentyFour);
+    let (split, whole) = tokio::join!(encode(&source, true), encode(&source, false));
+    assert!(
+        split.ready() && whole.ready(),
+        "{} / {}",
+        split.video,
+        whole.video
+    );
+    // 24 fps on a 30 fps grid would hold one frame in four twice: not split, and the whole
+    // encode keeps the source's own timing, every frame once.
+    let planned = format!(
+        "SELECT count(*) AS n FROM video_encoding_jobs WHERE video_id = '{}'",
+        split.id
+    );
+    assert_eq!(split.app.count(&planned).await, 1, "encoded as one job");
+    let split_out = download_outputs(&split.app, split.id, 0).await;
+    let whole_out = download_outputs(&whole.app, whole.id, 0).await;
+    let frames = frame_count(&source).await;
+    assert_eq!(frames, 12 * 30 + 12 * 24);
+    assert_eq!(frame_count(&split_out.mp4).await, frames);
+    assert_eq!(frame_count(&whole_out.mp4).await, frames);
+    let (source_marks, out_marks) = (
+        offsets(&sync_marks(&source).await),
+        offsets(&sync_marks(&split_out.mp4).await),
+    );
+    assert_eq!(out_marks.len(), source_marks.len(), "{out_marks:?}");
+    for ((_, got), (at, want)) in out_marks.iter().zip(&source_marks) {
+        assert!(
+            (got - want).abs() <= AAC_FRAME_SECS,
+            "at {at:.2} s the sound is {got:.4} s off its picture, the source's {want:.4}"
+        );
+    }
+}

@@ -94,6 +94,11 @@ async fn a_part_that_fails_for_good_sends_the_video_to_the_whole_encode() {
     assert_eq!(app.count(&whole).await, 1, "the head is a whole encode now");
     let parts = format!("SELECT count(*) AS n FROM video_encoding_jobs WHERE parent_id = {head}");
     assert_eq!(app.count(&parts).await, 0, "its parts are gone");
+    let owed = format!(
+        "SELECT count(*) AS n FROM doomed_objects WHERE key = '{}' AND is_prefix",
+        vidq::domain::keys::parts_prefix(id, 1)
+    );
+    assert_eq!(app.count(&owed).await, 1, "and their objects owed");
     // The part another worker still holds finds its claim gone, and writes nothing.
     let late = parts::record_part_stored(&app.pool, &second).await;
     assert!(
@@ -132,6 +137,12 @@ async fn a_part_that_finds_the_original_gone_fails_the_video_once_and_closes_eve
     assert_eq!(video["status"], "failed", "{video}");
     assert_eq!(app.count(&events(id, "video.failed")).await, 1);
     assert_eq!(app.count(&open_jobs(id)).await, 0, "head and parts closed");
+    // The run's parts are owed to the bucket in the same transaction.
+    let owed = format!(
+        "SELECT count(*) AS n FROM doomed_objects WHERE key = '{}' AND is_prefix",
+        vidq::domain::keys::parts_prefix(id, 1)
+    );
+    assert_eq!(app.count(&owed).await, 1);
     // The part another worker still holds finds its claim gone, and writes nothing.
     let late = parts::record_part_stored(&app.pool, &second).await;
     assert!(

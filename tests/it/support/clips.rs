@@ -311,6 +311,9 @@ pub enum UploadedSource {
     AudioLonger,
     /// 641x361 (4:4:4, so the encoder takes the odd sides), 24 s.
     OddSize,
+    /// 12 s at 30 fps, then 12 s at 24 fps (timestamps kept, MKV): no one grid shows both
+    /// evenly.
+    ThirtyThenTwentyFour,
 }
 
 /// The marked picture: `seconds` of testsrc2 at `rate`, a white frame where `t + shift` is a
@@ -512,6 +515,41 @@ pub fn uploaded_source(kind: UploadedSource) -> PathBuf {
             run(
                 "up_audio_longer.mp4",
                 with(with(args, &x264), &["-c:a", "aac", "-f", "mp4"]),
+            )
+        }
+        UploadedSource::ThirtyThenTwentyFour => {
+            let (first, second, sound) = (
+                marked_picture("320x240", "30", 12, 0),
+                marked_picture("320x240", "24", 12, 0),
+                marked_sound(24, 48_000),
+            );
+            let args: Vec<String> = [
+                "-f",
+                "lavfi",
+                "-i",
+                &first,
+                "-f",
+                "lavfi",
+                "-i",
+                &second,
+                "-f",
+                "lavfi",
+                "-i",
+                &sound,
+                "-filter_complex",
+                "[0:v][1:v]concat=n=2:v=1:a=0[v]",
+                "-map",
+                "[v]",
+                "-map",
+                "2:a",
+                "-fps_mode",
+                "vfr",
+            ]
+            .map(str::to_owned)
+            .to_vec();
+            run(
+                "up_30_then_24.mkv",
+                with(with(args, &x264), &["-c:a", "aac", "-f", "matroska"]),
             )
         }
         UploadedSource::OddSize => {

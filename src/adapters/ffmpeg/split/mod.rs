@@ -93,14 +93,14 @@ fn ts_muxer() -> Vec<String> {
 }
 
 /// The filter graph of chunk `range`: the source put on the grid
-/// ([`super::encode::grid_filter`]), exactly the range's frames kept, then one scale per
+/// ([`super::filters::grid_filter`]), exactly the range's frames kept, then one scale per
 /// rendition from one decode. A chunk whose decode starts at the beginning (`held_from_origin`)
 /// holds the first frame back to the origin, as the whole encode does.
 fn chunk_graph(plan: &SplitPlan, range: ChunkRange, held_from_origin: bool) -> String {
     let outputs = plan.short_sides.len();
     let mut graph = format!(
         "[0:v:0]{grid},trim=start_pts={first}:end_pts={end},format=yuv420p,split={outputs}",
-        grid = super::encode::grid_filter(plan.rate, plan.origin_secs, held_from_origin),
+        grid = super::filters::grid_filter(plan.rate, plan.origin_secs, held_from_origin),
         first = range.first,
         end = range.end,
     );
@@ -110,7 +110,7 @@ fn chunk_graph(plan: &SplitPlan, range: ChunkRange, held_from_origin: bool) -> S
     for (n, side) in plan.short_sides.iter().enumerate() {
         graph.push_str(&format!(
             ";[s{n}]{}[v{n}]",
-            super::encode::scale_filter(*side)
+            super::filters::scale_filter(*side)
         ));
     }
     graph
@@ -228,7 +228,7 @@ pub async fn encode_chunk(
 }
 
 /// The audio's command line: the first audio stream on the video's clock
-/// ([`super::encode::audio_filter`]: a late start filled with silence, all of a long track
+/// ([`super::filters::audio_filter`]: a late start filled with silence, all of a long track
 /// kept, a short one padded to the video's length), as AAC in TS.
 pub fn audio_args(
     config: &MediaConfig,
@@ -240,7 +240,7 @@ pub fn audio_args(
     let mut args = hardened_input(config, input, None);
     let at_input = args.len() - 2;
     args.insert(at_input, "-copyts".into());
-    let filter = super::encode::audio_filter(plan.origin_secs, samples);
+    let filter = super::filters::audio_filter(plan.origin_secs, samples);
     let mut output: Vec<String> = ["-map", "0:a:0", "-vn", "-sn", "-dn", "-af"]
         .map(str::to_owned)
         .to_vec();
