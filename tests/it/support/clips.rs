@@ -141,6 +141,47 @@ pub enum SplitSource {
     ShortLastChunk,
 }
 
+/// `name`: the picture `first`, then `second` (each its own rate, timestamps kept), with
+/// `sound`, H.264 and AAC in MKV.
+fn two_rates(name: &str, first: &str, second: &str, sound: &str) -> PathBuf {
+    make(
+        name,
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            first,
+            "-f",
+            "lavfi",
+            "-i",
+            second,
+            "-f",
+            "lavfi",
+            "-i",
+            sound,
+            "-filter_complex",
+            "[0:v][1:v]concat=n=2:v=1:a=0[v]",
+            "-map",
+            "[v]",
+            "-map",
+            "2:a",
+            "-fps_mode",
+            "vfr",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-pix_fmt",
+            "yuv420p",
+            "-c:a",
+            "aac",
+            "-shortest",
+            "-f",
+            "matroska",
+        ],
+    )
+}
+
 /// `name`: `upright`'s streams copied, turned 90° by a display matrix (FFmpeg writes none
 /// while it encodes, so this is a second pass).
 fn turned(name: &str, upright: &Path) -> PathBuf {
@@ -181,35 +222,12 @@ pub fn split_source(kind: SplitSource) -> PathBuf {
             args.extend(["-f", "mp4"]);
             make("split_bframes.mp4", &args)
         }
-        SplitSource::VariableRate => {
-            let (first, second, a) = (pattern("30", 10), pattern("15", 10), sine(20));
-            let mut args = vec![
-                "-f",
-                "lavfi",
-                "-i",
-                &first,
-                "-f",
-                "lavfi",
-                "-i",
-                &second,
-                "-f",
-                "lavfi",
-                "-i",
-                &a,
-                "-filter_complex",
-                "[0:v][1:v]concat=n=2:v=1:a=0[v]",
-                "-map",
-                "[v]",
-                "-map",
-                "2:a",
-                "-fps_mode",
-                "vfr",
-            ];
-            args.extend(x264);
-            args.extend(aac);
-            args.extend(["-f", "matroska"]);
-            make("split_vfr_30_15.mkv", &args)
-        }
+        SplitSource::VariableRate => two_rates(
+            "split_vfr_30_15.mkv",
+            &pattern("30", 10),
+            &pattern("15", 10),
+            &sine(20),
+        ),
         SplitSource::Rotated => {
             let upright = {
                 let (v, a) = (pattern("30000/1001", 20), sine(20));
@@ -517,41 +535,12 @@ pub fn uploaded_source(kind: UploadedSource) -> PathBuf {
                 with(with(args, &x264), &["-c:a", "aac", "-f", "mp4"]),
             )
         }
-        UploadedSource::ThirtyThenTwentyFour => {
-            let (first, second, sound) = (
-                marked_picture("320x240", "30", 12, 0),
-                marked_picture("320x240", "24", 12, 0),
-                marked_sound(24, 48_000),
-            );
-            let args: Vec<String> = [
-                "-f",
-                "lavfi",
-                "-i",
-                &first,
-                "-f",
-                "lavfi",
-                "-i",
-                &second,
-                "-f",
-                "lavfi",
-                "-i",
-                &sound,
-                "-filter_complex",
-                "[0:v][1:v]concat=n=2:v=1:a=0[v]",
-                "-map",
-                "[v]",
-                "-map",
-                "2:a",
-                "-fps_mode",
-                "vfr",
-            ]
-            .map(str::to_owned)
-            .to_vec();
-            run(
-                "up_30_then_24.mkv",
-                with(with(args, &x264), &["-c:a", "aac", "-f", "matroska"]),
-            )
-        }
+        UploadedSource::ThirtyThenTwentyFour => two_rates(
+            "up_30_then_24.mkv",
+            &marked_picture("320x240", "30", 12, 0),
+            &marked_picture("320x240", "24", 12, 0),
+            &marked_sound(24, 48_000),
+        ),
         UploadedSource::OddSize => {
             let args = inputs(
                 &marked_picture("640x360", "25", 24, 0),
