@@ -161,6 +161,15 @@ async fn a_long_upload_is_encoded_as_parts_and_stitched_ready_once() {
           WHERE j.video_id = '{id}' AND l.outcome = 'planned'"
     );
     assert_eq!(app.count(&planned).await, 1);
+    // The video's own job numbered its attempts once (I6): planning was attempt 1 (logged
+    // `planned`), the stitch attempt 2 (a READY is not logged as an attempt of its own).
+    let numbered = format!(
+        "SELECT count(*) AS n FROM video_encoding_jobs j
+          WHERE j.video_id = '{id}' AND j.parent_id IS NULL AND j.attempt_count = 2
+            AND EXISTS (SELECT 1 FROM job_attempt_log l
+                         WHERE l.job_id = j.id AND l.attempt = 1 AND l.outcome = 'planned')"
+    );
+    assert_eq!(app.count(&numbered).await, 1);
     let events = format!(
         "SELECT count(*) AS n FROM notification_outbox WHERE video_id = '{id}' AND event_type = 'video.ready'"
     );
