@@ -192,7 +192,8 @@ async fn ssim_at(rate: &str, encoded: &Path, source: &Path, stats: &Path) -> Vec
         stats = stats.display(),
     );
     let status = tokio::process::Command::new("ffmpeg")
-        .args(["-nostdin", "-v", "error", "-threads", "1", "-i"])
+        // `fatal`: an undecodable source's decode errors are the point, not news.
+        .args(["-nostdin", "-v", "fatal", "-threads", "1", "-i"])
         .arg(encoded)
         .arg("-i")
         .arg(source)

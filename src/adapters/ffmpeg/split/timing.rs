@@ -107,8 +107,9 @@ pub async fn timing(
     Ok(timing)
 }
 
-/// Cuts `timing` at its last frame that decodes: the tail from the keyframe [`TAIL_SECS`]
-/// before the last packet is decoded (nothing else is), and further back while nothing in it
+/// Cuts `timing` at its last frame that decodes: its last GOP is decoded (nothing else is,
+/// for a source that decodes to its end), and if none of it decodes, the tail from the
+/// keyframe [`TAIL_SECS`] before the last packet, then further back while nothing in it
 /// decodes. A source none of whose frames decode is left as its packets say: its encode
 /// fails on it as it would have.
 async fn end_at_decodable(
@@ -121,7 +122,7 @@ async fn end_at_decodable(
     else {
         return Ok(());
     };
-    let mut window = TAIL_SECS;
+    let mut window = 0.0;
     loop {
         let at = timing
             .keyframe_times
@@ -145,7 +146,11 @@ async fn end_at_decodable(
         if at <= first {
             return Ok(());
         }
-        window *= 4.0;
+        window = if window == 0.0 {
+            TAIL_SECS
+        } else {
+            window * 4.0
+        };
     }
 }
 
