@@ -87,7 +87,7 @@ async fn plain_ffmpeg_seconds(clip: &Path) -> anyhow::Result<f64> {
     let out = tempfile::tempdir()?;
     std::fs::create_dir_all(out.path().join("hls"))?;
     let timeline =
-        encode::whole_timeline(&config, clip, out.path(), &CancellationToken::new()).await?;
+        encode::measured_timeline(&config, clip, out.path(), &CancellationToken::new()).await?;
     let listing = out.path().join("timing.json");
     let mut steps = vec![
         (&config.ffprobe, probe::args(clip)),
@@ -104,13 +104,11 @@ async fn plain_ffmpeg_seconds(clip: &Path) -> anyhow::Result<f64> {
         &config.ffmpeg,
         encode::encode_args(&config, &info, timeline.as_ref(), clip, out.path(), &rungs),
     ));
-    let video_secs = timeline
-        .as_ref()
-        .map_or(info.duration_ms as f64 / 1000.0, |t| t.video_secs());
     let mp4 = out.path().join(crate::domain::keys::outputs::MP4);
+    let at = encode::thumbnail_secs(&info, timeline.as_ref());
     steps.push((
         &config.ffmpeg,
-        encode::thumbnail_args(&config, video_secs / 2.0, &mp4, out.path()),
+        encode::thumbnail_args(&config, at, &mp4, out.path()),
     ));
     let started = Instant::now();
     for (program, args) in steps {

@@ -62,7 +62,7 @@ pub async fn encode(args: EncodeArgs) -> anyhow::Result<()> {
         Err(err) => return refuse(&err),
     };
     std::fs::create_dir_all(&args.out)?;
-    let timeline = match encode::whole_timeline(&config, &args.file, &args.out, &cancel).await {
+    let timeline = match encode::measured_timeline(&config, &args.file, &args.out, &cancel).await {
         Ok(timeline) => timeline,
         Err(err) => return refuse(&err),
     };
@@ -90,7 +90,7 @@ pub async fn encode(args: EncodeArgs) -> anyhow::Result<()> {
             )],
             "thumbnail": command(&config.ffmpeg, &encode::thumbnail_args(
                 &config,
-                timeline.as_ref().map_or(info.duration_ms as f64 / 1000.0, |t| t.video_secs()) / 2.0,
+                encode::thumbnail_secs(&info, timeline.as_ref()),
                 &args.out.join(crate::domain::keys::outputs::MP4),
                 &args.out,
             )),

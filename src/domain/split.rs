@@ -67,6 +67,10 @@ pub struct SplitPlan {
     /// chunk then starts [`LEGACY_PREROLL_SECS`] early.
     #[serde(default)]
     pub seeks: Vec<Option<f64>>,
+    /// How long the last frame is held past its own end, where the sound outlasts the picture
+    /// (0 in a plan made before vidq stored it).
+    #[serde(default)]
+    pub hold_secs: f64,
     /// Seconds of sound from the origin (0: as long as the video, in a plan made before vidq
     /// stored it). The audio part keeps all of it; the video keeps its last frame on screen.
     #[serde(default)]
@@ -251,19 +255,6 @@ impl From<NoTimeline> for WholeBecause {
 }
 
 impl WholeBecause {
-    /// The reason as a metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::SplittingOff => "splitting_off",
-            Self::Short => "short",
-            Self::NoFrameRate => "no_frame_rate",
-            Self::NoLength => "no_length",
-            Self::OddRotation => "odd_rotation",
-            Self::OneChunk => "one_chunk",
-            Self::OffGrid => "off_grid",
-        }
-    }
-
     /// The log's sentence.
     pub fn sentence(self) -> &'static str {
         match self {
@@ -323,6 +314,7 @@ pub fn decide(
         frames,
         chunk_starts,
         seeks,
+        hold_secs: timeline.hold_secs,
         audio_secs: timeline.audio_secs,
         segment_secs: settings.segment_secs,
         short_sides,

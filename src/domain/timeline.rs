@@ -105,6 +105,10 @@ const SUSTAINED_SECS: f64 = 1.0;
 /// decoder drops), and that is no lead to hold a picture for.
 const PRIMING_SECS: f64 = 0.05;
 
+/// How much longer than the picture the sound must run for the picture to be held to its end:
+/// AAC pads its last frame (tens of milliseconds), and that is no sound to hold a picture for.
+const OUTLASTS_SECS: f64 = 0.5;
+
 /// The share of frames the grid may drop or hold unevenly before a source counts as off-grid:
 /// the split path then leaves it to the whole encode, which keeps its own timing.
 pub const MAX_OFF_GRID: f64 = 0.01;
@@ -116,8 +120,6 @@ pub struct StreamTiming {
     pub base_rate: Option<Rate>,
     /// Its average rate (`avg_frame_rate`).
     pub average_rate: Option<Rate>,
-    /// Where the container's clock starts (`format.start_time`), in seconds.
-    pub container_start_secs: f64,
     /// The video's frames' presentation times, ascending, each once, in seconds on the
     /// container's clock.
     pub frame_times: Vec<f64>,
@@ -162,8 +164,12 @@ pub struct Timeline {
     /// Time zero of the output, on the source's clock: the earlier of the first video frame
     /// and the first audio sample (video that starts late holds its first frame until then).
     pub origin_secs: f64,
-    /// Frames of video on the grid, from the origin to the end of the last frame.
+    /// Frames of video on the grid, from the origin to the end of the last frame, or to the end
+    /// of the sound where it outlasts the picture (by over [`OUTLASTS_SECS`]): the last frame
+    /// is held, so every player plays all of the sound, an HLS one included.
     pub frames: i64,
+    /// How long the last frame is held past its own end (0 unless the sound outlasts it).
+    pub hold_secs: f64,
     /// Seconds of sound from the origin to the end of the audio (0 without audio).
     pub audio_secs: f64,
     /// The share of the source's frames the grid drops or holds unevenly (see
@@ -177,6 +183,12 @@ impl Timeline {
     /// Seconds of video from the origin.
     pub fn video_secs(&self) -> f64 {
         self.rate.time_of(self.frames)
+    }
+
+    /// Seconds of the source's own picture from the origin (the video less the held last
+    /// frame).
+    pub fn picture_secs(&self) -> f64 {
+        self.video_secs() - self.hold_secs
     }
 
     /// The output's length: its video or its sound, whichever runs longer.
@@ -222,7 +234,11 @@ pub fn timeline(timing: &StreamTiming, max_fps: u32) -> Result<Timeline, NoTimel
         Some((audio_start, _)) if audio_start < start - PRIMING_SECS => audio_start,
         _ => start,
     };
-    let frames = ((end - origin) * rate.per_second()).round() as i64;
+    let hold = match timing.audio_span {
+        Some((_, audio_end)) if audio_end > end + OUTLASTS_SECS => audio_end - end,
+        _ => 0.0,
+    };
+    let frames = ((end + hold - origin) * rate.per_second()).round() as i64;
     let audio_secs = timing
         .audio_span
         .map_or(0.0, |(_, audio_end)| (audio_end - origin).max(0.0));
@@ -230,6 +246,7 @@ pub fn timeline(timing: &StreamTiming, max_fps: u32) -> Result<Timeline, NoTimel
         rate,
         origin_secs: origin,
         frames,
+        hold_secs: hold,
         audio_secs,
         off_grid: off_grid_share(&timing.frame_times, origin, rate, capped),
         capped,
@@ -460,8 +477,12 @@ mod tests {
         let mut t = timing(run(0.0, 25.0, 16.0), "25/1", "25/1");
         t.audio_span = Some((0.0, 40.0));
         let line = timeline(&t, 60).unwrap();
-        assert_eq!(line.frames, 400);
+        assert_eq!(line.frames, 1000, "the last frame held to the sound's end");
+        assert!((line.picture_secs() - 16.0).abs() < 1e-9);
         assert!((line.duration_secs() - 40.0).abs() < 1e-9);
+        // An AAC track's padding past the picture holds nothing.
+        t.audio_span = Some((0.0, 16.021));
+        assert_eq!(timeline(&t, 60).unwrap().frames, 400);
     }
 
     #[test]

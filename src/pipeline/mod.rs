@@ -230,13 +230,10 @@ impl Pipeline {
             self.originals().keep(&plan.original_key, &original);
             return Ok(Attempted::Handed(Handed::Planned(Box::new(split))));
         }
-        let whole = line
-            .ok()
-            .filter(crate::domain::timeline::Timeline::faithful);
         self.encode_whole(
             plan,
             media,
-            whole.as_ref(),
+            line.ok().as_ref(),
             &original,
             scratch.path(),
             cancel,
@@ -244,8 +241,10 @@ impl Pipeline {
         .await
     }
 
-    /// The whole encode of `original` on `timeline` (`None`: its own timing), its outputs
-    /// stored under the attempt's prefix.
+    /// The whole encode of `original`, whose measured timeline is `timeline` (`None`: it has
+    /// none), its outputs stored under the attempt's prefix. The encode decides whether the
+    /// timeline's grid shows the source faithfully ([`encode::encode`]); the facts reported
+    /// (rate, length) are the timeline's either way.
     async fn encode_whole(
         &self,
         plan: &AttemptPlan,
@@ -263,7 +262,9 @@ impl Pipeline {
         let files = encode::encode(&self.media, &media, timeline, original, &out, cancel).await?;
         tracing::info!(
             renditions = files.renditions.len(),
-            grid = timeline.map(|t| t.rate.ffmpeg()),
+            rate = timeline.map(|t| t.rate.ffmpeg()),
+            capped = timeline.is_some_and(|t| t.capped),
+            on_grid = timeline.is_some_and(crate::domain::timeline::Timeline::faithful),
             "encoded"
         );
         self.store(plan, media, &files, None, cancel).await

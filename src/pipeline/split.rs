@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{AttemptOutput, AttemptPlan, Attempted, Handed, Pipeline, outputs, until_cancelled};
+use super::{AttemptPlan, Attempted, Handed, Pipeline, outputs, until_cancelled};
 use crate::adapters::ffmpeg::{encode, split};
 use crate::db;
 use crate::domain::artifact::Axis;
@@ -226,20 +226,8 @@ impl Pipeline {
             frames = split.frames,
             "stitched and checked"
         );
-        let keys = outputs::upload(
-            &self.storage,
-            &self.db,
-            plan,
-            &files,
-            None,
-            self.waits.storage,
-            cancel,
-        )
-        .await?;
-        Ok(Attempted::Ready(AttemptOutput {
-            media: MediaInfo::from(&split.media),
-            keys,
-        }))
+        self.store(plan, MediaInfo::from(&split.media), &files, None, cancel)
+            .await
     }
 
     /// Every part's files of the current run into `parts_dir`: each rendition's chunks in order
@@ -308,11 +296,8 @@ impl Pipeline {
         let original = scratch.join("original");
         self.download_original(plan, &original, cancel).await?;
         let media = crate::adapters::ffmpeg::probe::probe(&self.media, &original, cancel).await?;
-        let timing = split::timing(&self.media, &original, scratch, cancel).await?;
-        let whole = crate::domain::timeline::timeline(&timing, self.media.max_fps)
-            .ok()
-            .filter(Timeline::faithful);
-        self.encode_whole(plan, media, whole.as_ref(), &original, scratch, cancel)
+        let timeline = encode::measured_timeline(&self.media, &original, scratch, cancel).await?;
+        self.encode_whole(plan, media, timeline.as_ref(), &original, scratch, cancel)
             .await
     }
 

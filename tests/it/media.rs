@@ -245,10 +245,10 @@ async fn encode_clip(config: &MediaConfig, clip: &Path, out: &Path) -> encode::E
     let cancel = CancellationToken::new();
     let info = probe::probe(config, clip, &cancel).await.unwrap();
     std::fs::create_dir_all(out).unwrap();
-    let timeline = encode::whole_timeline(config, clip, out, &cancel)
+    let timeline = encode::measured_timeline(config, clip, out, &cancel)
         .await
         .unwrap();
-    assert!(timeline.is_some(), "{} has a grid", clip.display());
+    assert!(timeline.is_some(), "{} has a timeline", clip.display());
     encode::encode(config, &info, timeline.as_ref(), clip, out, &cancel)
         .await
         .unwrap()

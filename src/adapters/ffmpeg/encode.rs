@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use tokio_util::sync::CancellationToken;
 
-use super::filters::{audio_filter, grid_filter, scale_filter};
+use super::filters::{AUDIO_RATE, audio_filter, grid_filter, scale_filter};
 use super::probe::classify;
 use super::process;
 use super::{DEMUXER_ALLOW_LIST, MediaConfig, PROTOCOL_ALLOW_LIST};
@@ -144,9 +144,23 @@ pub(super) fn hardened_input(
     args
 }
 
-/// The encode's one command line: the hardened input decoded once, put on `timeline`'s grid
-/// (`None`: the source keeps its own timing, every frame at its time), a `split` filter
-/// feeding one scale per rung, then per rung its outputs: that rung's video and the audio,
+/// The grid a whole encode puts a source with `timeline` on: the timeline's, where it shows
+/// the source faithfully; `None` (off the grid, or no timeline) keeps the source's own timing,
+/// every frame at its time (docs/architecture.md, "One frame rate for both paths").
+fn grid(timeline: Option<&Timeline>) -> Option<&Timeline> {
+    timeline.filter(|line| line.faithful())
+}
+
+/// Where in the encoded MP4 the thumbnail is taken: the middle of the source's picture (not
+/// of its sound, which may run longer, nor of the last frame held for it), as `timeline`
+/// measured it.
+pub fn thumbnail_secs(info: &MediaInfo, timeline: Option<&Timeline>) -> f64 {
+    timeline.map_or(info.duration_ms as f64 / 1000.0, Timeline::picture_secs) / 2.0
+}
+
+/// The encode's one command line: the hardened input decoded once, put on the [`grid`] of
+/// `timeline` (the source's, as the timing probe measured it), a `split` filter feeding one
+/// scale per rung, then per rung its outputs: that rung's video and the audio,
 /// the encoders (`video_encoding`, `audio_encoding`), and the tee muxer writing the rung's
 /// `tee_outputs`. One decode serves the whole ladder.
 pub fn encode_args(
@@ -158,6 +172,7 @@ pub fn encode_args(
     rungs: &[Rung],
 ) -> Vec<OsString> {
     let segment = config.segment_seconds.max(1);
+    let timeline = grid(timeline);
     let mut args = hardened_input(config, input, None);
     if timeline.is_some() {
         // The source's own clock: the graph and the audio filter measure from the origin.
@@ -204,10 +219,10 @@ pub fn encode_args(
     args
 }
 
-/// Samples of sound a whole encode on `timeline` writes at 48 kHz: all of the source's, or
-/// the video's length where that is longer.
+/// Samples of sound a whole encode on `timeline` writes: all of the source's, or the video's
+/// length where that is longer.
 fn audio_samples(timeline: &Timeline) -> i64 {
-    (timeline.duration_secs() * 48_000.0).round() as i64
+    (timeline.duration_secs() * AUDIO_RATE as f64).round() as i64
 }
 
 /// The ladder's filter graph: the first video stream on `timeline`'s grid (exactly its
@@ -218,7 +233,7 @@ fn ladder_graph(timeline: Option<&Timeline>, rungs: &[Rung]) -> String {
     let source = match timeline {
         Some(line) => format!(
             "[0:v:0]{},trim=end_pts={},",
-            grid_filter(line.rate, line.origin_secs, true),
+            grid_filter(line.rate, line.origin_secs, true, line.hold_secs),
             line.frames
         ),
         None => "[0:v:0]".to_owned(),
@@ -346,24 +361,21 @@ pub fn thumbnail_args(config: &MediaConfig, at_secs: f64, mp4: &Path, out: &Path
     args
 }
 
-/// The timeline a whole encode of `input` puts it on: the timing probe (its listing written
-/// under `scratch`), then the grid if one shows the source faithfully; `None` keeps the
-/// source's own timing (docs/architecture.md, "One frame rate for both paths").
-pub async fn whole_timeline(
+/// The timeline of `input` as the timing probe measures it (its listing written under
+/// `scratch`); `None` where it has none (no frame rate, no packet times).
+pub async fn measured_timeline(
     config: &MediaConfig,
     input: &Path,
     scratch: &Path,
     cancel: &CancellationToken,
 ) -> Result<Option<Timeline>, MediaError> {
     let timing = super::split::timing(config, input, scratch, cancel).await?;
-    Ok(crate::domain::timeline::timeline(&timing, config.max_fps)
-        .ok()
-        .filter(Timeline::faithful))
+    Ok(crate::domain::timeline::timeline(&timing, config.max_fps).ok())
 }
 
-/// Encodes `input` into `out` (which must be empty) on `timeline`'s grid (`None`: its own
-/// timing): every rung, the thumbnail, and the master playlist when there is more than one
-/// rung.
+/// Encodes `input`, whose measured timeline is `timeline`, into `out` (which must be empty) on
+/// its [`grid`]: every rung, the thumbnail, and the master playlist when there is more than
+/// one rung.
 pub async fn encode(
     config: &MediaConfig,
     info: &MediaInfo,
@@ -397,8 +409,8 @@ pub async fn encode(
         let (width, height) = scaled(info, rung.short_side);
         renditions.push(collect(&dir, &rung.prefix, width, height).await?);
     }
-    let video_secs = timeline.map_or(info.duration_ms as f64 / 1000.0, Timeline::video_secs);
-    let thumbnail = thumbnail(config, video_secs, &out.join(outputs::MP4), out, cancel).await?;
+    let at = thumbnail_secs(info, timeline);
+    let thumbnail = thumbnail(config, at, &out.join(outputs::MP4), out, cancel).await?;
     let playlist = out.join(outputs::PLAYLIST);
     if renditions.len() > 1 {
         let master = master_playlist(&renditions, info.duration_ms)
@@ -423,19 +435,18 @@ pub async fn encode(
     Ok(files)
 }
 
-/// Makes `out/thumb.jpg` from the middle of the video stream of `mp4`, which lasts
-/// `video_secs` (not the sound's length: a track that outlasts the picture would put the
-/// middle where no frame is); its path once it exists.
+/// Makes `out/thumb.jpg` from the frame `at_secs` into `mp4` (see [`thumbnail_secs`]); its
+/// path once it exists.
 pub(super) async fn thumbnail(
     config: &MediaConfig,
-    video_secs: f64,
+    at_secs: f64,
     mp4: &Path,
     out: &Path,
     cancel: &CancellationToken,
 ) -> Result<PathBuf, MediaError> {
     process::run(
         &config.ffmpeg,
-        &thumbnail_args(config, video_secs / 2.0, mp4, out),
+        &thumbnail_args(config, at_secs, mp4, out),
         config.call_timeout,
         cancel,
     )
@@ -571,6 +582,7 @@ mod tests {
             rate: Rate { num: 25, den: 1 },
             origin_secs: 1.5,
             frames: 250,
+            hold_secs: 0.0,
             audio_secs: 10.5,
             off_grid: 0.0,
             capped: false,
@@ -592,6 +604,6 @@ mod tests {
         );
     }
 
-    const ONE: &str = r#"-nostdin -hide_banner -loglevel error -y -protocol_whitelist file -format_whitelist mov,mp4,m4a,3gp,3g2,mj2,matroska,webm -max_pixels 8294400 -copyts -i /in/orig -filter_complex [0:v:0]setpts=PTS-1.500000/TB,fps=25/1:start_time=0,tpad=stop_mode=clone:stop_duration=2,trim=end_pts=250,scale=w='if(gte(iw,ih),-2,min(720,trunc(iw/2)*2))':h='if(gte(iw,ih),min(720,trunc(ih/2)*2),-2)',format=yuv420p[v0] -map [v0] -map 0:a:0? -map_metadata -1 -map_chapters -1 -af asetpts=PTS-1.500000/TB,aresample=48000:async=1:first_pts=0,aformat=sample_fmts=fltp:sample_rates=48000:channel_layouts=stereo,apad=whole_len=504000,atrim=end_sample=504000 -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/index.m3u8|[f=mp4:movflags=+faststart]/out/video.mp4"#;
+    const ONE: &str = r#"-nostdin -hide_banner -loglevel error -y -protocol_whitelist file -format_whitelist mov,mp4,m4a,3gp,3g2,mj2,matroska,webm -max_pixels 8294400 -copyts -i /in/orig -filter_complex [0:v:0]setpts=PTS-1.500000/TB,fps=25/1:start_time=0,tpad=stop_mode=clone:stop_duration=2.000,trim=end_pts=250,scale=w='if(gte(iw,ih),-2,min(720,trunc(iw/2)*2))':h='if(gte(iw,ih),min(720,trunc(ih/2)*2),-2)',format=yuv420p[v0] -map [v0] -map 0:a:0? -map_metadata -1 -map_chapters -1 -af asetpts=PTS-1.500000/TB,aresample=48000:async=1:first_pts=0,aformat=sample_fmts=fltp:sample_rates=48000:channel_layouts=stereo,apad=whole_len=504000,atrim=end_sample=504000 -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/index.m3u8|[f=mp4:movflags=+faststart]/out/video.mp4"#;
     const LADDER: &str = r#"-nostdin -hide_banner -loglevel error -y -protocol_whitelist file -format_whitelist mov,mp4,m4a,3gp,3g2,mj2,matroska,webm -max_pixels 8294400 -i /in/orig -filter_complex [0:v:0]split=2[s0][s1];[s0]scale=w='if(gte(iw,ih),-2,min(720,trunc(iw/2)*2))':h='if(gte(iw,ih),min(720,trunc(ih/2)*2),-2)',format=yuv420p[v0];[s1]scale=w='if(gte(iw,ih),-2,min(360,trunc(iw/2)*2))':h='if(gte(iw,ih),min(360,trunc(ih/2)*2),-2)',format=yuv420p[v1] -map [v0] -map 0:a:0? -map_metadata -1 -map_chapters -1 -fps_mode vfr -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/v0/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/v0/index.m3u8|[f=mp4:movflags=+faststart]/out/video.mp4 -map [v1] -map 0:a:0? -map_metadata -1 -map_chapters -1 -fps_mode vfr -c:v libx264 -preset veryfast -crf 23 -profile:v high -pix_fmt yuv420p -g 100 -keyint_min 100 -sc_threshold 0 -force_key_frames expr:gte(t,n_forced*4) -c:a aac -b:a 128k -ac 2 -ar 48000 -flags +global_header -threads 0 -f tee [f=hls:hls_time=4:hls_playlist_type=vod:hls_segment_type=fmp4:hls_fmp4_init_filename=init.mp4:hls_segment_filename=/out/hls/v1/seg_%05d.m4s:hls_flags=independent_segments]/out/hls/v1/index.m3u8"#;
 }

@@ -155,9 +155,15 @@ struct Stream {
     side_data_list: Vec<SideData>,
 }
 
+/// A stream's side data as ffprobe lists it: only the display matrix's rotation is read.
 #[derive(Deserialize)]
-struct SideData {
+pub(super) struct SideData {
     rotation: Option<f64>,
+}
+
+/// The display rotation in degrees a stream's side data gives, if any.
+pub(super) fn rotation_of(side_data: &[SideData]) -> Option<f64> {
+    side_data.iter().find_map(|d| d.rotation)
 }
 
 #[derive(Deserialize, Default)]
@@ -251,10 +257,7 @@ fn displayed_size(video: &Stream) -> Result<(i32, i32), MediaError> {
             ));
         }
     };
-    let quarter_turn = video
-        .side_data_list
-        .iter()
-        .find_map(|d| d.rotation)
+    let quarter_turn = rotation_of(&video.side_data_list)
         .is_some_and(|r| (r.round() as i64).rem_euclid(180) == 90);
     Ok(if quarter_turn {
         (height, width)

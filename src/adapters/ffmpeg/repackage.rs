@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::MediaConfig;
 use super::encode::{
     EncodedFiles, Rung, classify_encode, collect, hardened_input, missing, stream_selection,
-    tee_outputs, thumbnail,
+    tee_outputs, thumbnail, thumbnail_secs,
 };
 use super::process;
 use crate::domain::keys::outputs;
@@ -95,14 +95,7 @@ pub async fn vod(
     .await
     .map_err(|err| classify_encode(err, original))?;
     let rendition = collect(&dir, "", info.width, info.height).await?;
-    let thumbnail = thumbnail(
-        config,
-        info.duration_ms as f64 / 1000.0,
-        original,
-        out,
-        cancel,
-    )
-    .await?;
+    let thumbnail = thumbnail(config, thumbnail_secs(info, None), original, out, cancel).await?;
     Ok(EncodedFiles {
         dir: out.to_owned(),
         playlist: out.join(outputs::PLAYLIST),

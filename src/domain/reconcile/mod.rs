@@ -473,6 +473,33 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_videos_parts_are_orphans_of_its_current_run_too() {
+        let (failed, running) = (Uuid::now_v7(), Uuid::now_v7());
+        let record = |id, status| VideoRecord {
+            id,
+            status,
+            live: None,
+            current: Some((1, 2)),
+        };
+        let videos = [
+            record(failed, VideoStatus::Failed),
+            record(running, VideoStatus::Processing),
+        ];
+        let objects = [
+            object(&format!("videos/{failed}/r1/p0/a1/v0.ts"), 7, 9999),
+            object(&format!("videos/{running}/r1/p0/a1/v0.ts"), 7, 9999),
+        ];
+        let live = LiveLedger::default();
+        let report = compare(&[], &[], &videos, &live, &objects, Utc::now(), 0);
+        let orphans: Vec<&str> = report.differences.iter().map(|d| d.key.as_str()).collect();
+        assert_eq!(
+            orphans,
+            [objects[0].key.as_str()],
+            "no stitch comes for a failed video; a running one's stitch reads its parts"
+        );
+    }
+
+    #[test]
     fn a_recording_file_whose_object_holds_other_bytes_of_its_size_is_a_digest_mismatch() {
         let recording = Uuid::now_v7();
         let file = |name: &str, sha: char| LiveFileRecord {

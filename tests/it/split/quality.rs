@@ -111,6 +111,11 @@ async fn ssim(plan: &SplitPlan, encoded: &Path, source: &Path, stats: &Path) -> 
         .await
         .unwrap();
     assert!(status.success(), "ssim of {}", encoded.display());
+    ssim_stats(stats)
+}
+
+/// The per-frame `All:` values of an `ssim` filter's stats file.
+pub(super) fn ssim_stats(stats: &Path) -> Vec<f64> {
     std::fs::read_to_string(stats)
         .unwrap()
         .lines()

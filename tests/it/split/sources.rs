@@ -202,18 +202,7 @@ async fn ssim_at(rate: &str, encoded: &Path, source: &Path, stats: &Path) -> Vec
         .await
         .unwrap();
     assert!(status.success(), "ssim of {}", encoded.display());
-    std::fs::read_to_string(stats)
-        .unwrap()
-        .lines()
-        .filter_map(|line| {
-            line.split("All:")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect()
+    super::quality::ssim_stats(stats)
 }
 
 /// Where a source's output starts on the clock FFmpeg reads it by (its container's start
@@ -339,8 +328,12 @@ async fn split_matches_its_single_pass(kind: UploadedSource, rate: &str, stays_s
         let per_second = vidq::domain::split::Rate::parse(rate).unwrap().per_second();
         let plan = super::quality::stored_plan(&split.app, &split.id).await;
         for seam in split.seams().await {
-            // The seam's frame on the comparison's grid.
+            // The seam's frame on the comparison's grid. A seam past the source's picture
+            // (where its last frame is held for sound that runs on) has nothing to compare.
             let at = (plan.rate.time_of(seam) * per_second).round() as i64;
+            if at as usize >= s.len() {
+                continue;
+            }
             let near = (at - 5).max(0) as usize..((at + 6) as usize).min(s.len());
             let worst = s[near].iter().copied().fold(1.0, f64::min);
             eprintln!("{kind:?}: worst SSIM within 5 frames of the seam at {seam}: {worst:.4}");
@@ -440,6 +433,13 @@ async fn the_reported_facts_are_the_outputs() {
     assert_eq!(frame_count(&out.mp4).await, 1800);
     let stream = crate::support::media::video_stream(&out.mp4).await;
     assert_eq!(stream["r_frame_rate"], "60/1", "{stream}");
+    // A player on its playback URL plays all 30 s of the picture.
+    let url = phone.video["playback"]["hls_url"].as_str().unwrap();
+    let played = crate::support::playback::played_seconds_by_stream(url).await;
+    assert!(
+        played.len() == 1 && (played[0] - 30.0).abs() <= 0.1,
+        "played {played:?} of the phone's 30 s"
+    );
 
     let longer = encode(&clips::uploaded_source(UploadedSource::AudioLonger), true).await;
     assert!(longer.ready(), "{}", longer.video);
@@ -449,6 +449,10 @@ async fn the_reported_facts_are_the_outputs() {
         "the sound's 40 s: {}",
         longer.video
     );
+    // A player on its playback URL plays the sound to its end, past the picture's 16 s.
+    let url = longer.video["playback"]["hls_url"].as_str().unwrap();
+    let played = crate::support::playback::played_seconds(url).await;
+    assert!((played - 40.0).abs() <= 0.1, "played {played} s of 40 s");
 }
 
 #[tokio::test]

@@ -61,6 +61,19 @@ async fn planned() -> (TestApp, String, VideoId, i64, tempfile::TempDir) {
     (app, key, id, head.job_id, work)
 }
 
+/// Runs an in-process worker named `node` with `body` until `id` is READY.
+async fn ready_on<B: JobBody>(app: &TestApp, body: Arc<B>, node: &str, id: VideoId) {
+    let worker = Worker::start(&app.db.url, body, fast_settings(node)).await;
+    wait_for_count(
+        app,
+        &format!("SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready'"),
+        1,
+        Duration::from_secs(120),
+    )
+    .await;
+    worker.stop().await;
+}
+
 fn events(id: VideoId, kind: &str) -> String {
     format!(
         "SELECT count(*) AS n FROM notification_outbox WHERE video_id = '{id}' AND event_type = '{kind}'"
@@ -107,15 +120,7 @@ async fn a_part_that_fails_for_good_sends_the_video_to_the_whole_encode() {
     );
     // The whole encode runs on the head's next attempt: planning was its first (I6).
     let body = Arc::new(pipeline(&app, work.path()));
-    let worker = Worker::start(&app.db.url, body, fast_settings("enc-c")).await;
-    wait_for_count(
-        &app,
-        &format!("SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready'"),
-        1,
-        Duration::from_secs(120),
-    )
-    .await;
-    worker.stop().await;
+    ready_on(&app, body, "enc-c", id).await;
     let video = app.video(&key, &id).await;
     assert_eq!(video["attempts"], 2, "{video}");
     assert_eq!(app.count(&events(id, "video.ready")).await, 1);
@@ -193,15 +198,7 @@ async fn cancel_and_retry_act_on_the_whole_split_video() {
         format!("SELECT count(*) AS n FROM video_encoding_jobs WHERE parent_id = {head}");
     assert_eq!(app.count(&old_parts).await, 0);
     let body = Arc::new(pipeline(&app, work.path()));
-    let worker = Worker::start(&app.db.url, body, fast_settings("enc-a")).await;
-    wait_for_count(
-        &app,
-        &format!("SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready'"),
-        1,
-        Duration::from_secs(120),
-    )
-    .await;
-    worker.stop().await;
+    ready_on(&app, body, "enc-a", id).await;
     let run_two = format!(
         "SELECT count(*) AS n FROM video_encoding_jobs
           WHERE parent_id = {head} AND run = 2 AND status = 'COMPLETED'"
@@ -274,15 +271,7 @@ async fn a_stitch_that_fails_its_checks_falls_back_to_a_whole_encode() {
     let id = video_id(&upload_clip(&app, &key, &clip).await);
     let work = tempfile::tempdir().unwrap();
     let body = Arc::new(CorruptsChunkOne(pipeline(&app, work.path())));
-    let worker = Worker::start(&app.db.url, body, fast_settings("enc-a")).await;
-    wait_for_count(
-        &app,
-        &format!("SELECT count(*) AS n FROM videos WHERE id = '{id}' AND status = 'ready'"),
-        1,
-        Duration::from_secs(120),
-    )
-    .await;
-    worker.stop().await;
+    ready_on(&app, body, "enc-a", id).await;
     // Encoded whole by the stitch's own attempt (the second of the head's: planning was the
     // first), so a fallback costs no attempt whatever the stitch's number.
     let stitched = format!(
@@ -439,6 +428,13 @@ async fn cancelling_a_split_video_leaves_none_of_its_parts_behind() {
     assert!(
         late.is_err(),
         "a part whose claim is gone stores nothing: {late:?}"
+    );
+    let (_, part) = running.part_of.unwrap();
+    let late_prefix = vidq::domain::keys::part_attempt_prefix(id, 1, part, running.attempt);
+    assert_eq!(
+        app.storage.list_prefix(&late_prefix).await.unwrap(),
+        Vec::<String>::new(),
+        "nothing of the late part reached the bucket"
     );
     // A sweeper pays the debt once it is due (made due here rather than waited for): no
     // part is left, and `vidq reconcile` with no grace finds the ledger and the bucket agree.

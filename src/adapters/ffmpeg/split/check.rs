@@ -140,7 +140,7 @@ pub enum StitchFault {
     NoKeyframe(i64),
     /// The audio is longer or shorter than the plan's sound (all of the source's, or the
     /// video's length where that is longer) by more than one AAC and one video frame.
-    #[error("the audio lasts {0:.4} s longer than planned")]
+    #[error("the audio's length is {0:+.4} s off the planned length")]
     AudioDrift(f64),
 }
 

@@ -22,6 +22,8 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::encode::{EncodedFiles, classify_encode, collect, hardened_input, master_playlist};
+// The audio every split video gets is a whole encode's: AAC stereo at 48 kHz.
+use super::filters::AUDIO_RATE;
 use super::{MediaConfig, process};
 use crate::domain::failure::FailureCode;
 use crate::domain::keys::outputs;
@@ -32,9 +34,6 @@ use crate::domain::split::{ChunkRange, SplitPlan};
 /// first frames are B-frame references decoded before they are shown, so their decode times
 /// come before the chunk's first presentation time, which is 0 for the first chunk.
 pub const TS_OFFSET_SECS: u32 = 10;
-
-/// The audio every split video gets: AAC stereo 128 kb/s at 48 kHz, as a whole encode's.
-const AUDIO_RATE: i64 = 48_000;
 
 /// Samples in one AAC frame: the audio may end up to one of these away from the video.
 const AAC_FRAME_SAMPLES: i64 = 1024;
@@ -100,7 +99,12 @@ fn chunk_graph(plan: &SplitPlan, range: ChunkRange, held_from_origin: bool) -> S
     let outputs = plan.short_sides.len();
     let mut graph = format!(
         "[0:v:0]{grid},trim=start_pts={first}:end_pts={end},format=yuv420p,split={outputs}",
-        grid = super::filters::grid_filter(plan.rate, plan.origin_secs, held_from_origin),
+        grid = super::filters::grid_filter(
+            plan.rate,
+            plan.origin_secs,
+            held_from_origin,
+            plan.hold_secs
+        ),
         first = range.first,
         end = range.end,
     );
@@ -140,7 +144,11 @@ pub fn chunk_args(
     let mut args = hardened_input(config, input, None);
     // The source's own timestamps through the seek: the graph puts them on the grid.
     let at_input = args.len() - 2;
-    let mut before_input: Vec<OsString> = vec!["-copyts".into()];
+    // A chunk past a stream's last decodable frame reads mostly packets that fail to decode
+    // (it holds that last frame); FFmpeg would give up on the share of failures (exit 69).
+    // The chunk's frame count is checked whatever the decoder met, so no failure goes unseen.
+    let mut before_input: Vec<OsString> =
+        vec!["-max_error_rate".into(), "1".into(), "-copyts".into()];
     if let Some(seconds) = seek {
         before_input.extend(source_seek(seconds));
     }
@@ -391,8 +399,9 @@ pub async fn stitch(
         let (width, height) = frame_size(config, &files[0], cancel).await?;
         renditions.push(collect(&dir, &prefix, width, height).await?);
     }
-    let video_secs = plan.rate.time_of(plan.frames);
-    let thumbnail = super::encode::thumbnail(config, video_secs, &mp4, out, cancel).await?;
+    // The middle of the source's picture, not of its sound nor of the last frame held for it.
+    let at = (plan.rate.time_of(plan.frames) - plan.hold_secs) / 2.0;
+    let thumbnail = super::encode::thumbnail(config, at, &mp4, out, cancel).await?;
     let playlist = out.join(outputs::PLAYLIST);
     if ladder {
         let master = master_playlist(&renditions, plan.media.duration_ms)
@@ -457,6 +466,7 @@ pub(crate) mod tests {
             frames,
             chunk_starts: vec![0, 240],
             seeks: vec![None, Some(7.0)],
+            hold_secs: 0.0,
             audio_secs: 0.0,
             segment_secs: 4,
             short_sides: vec![360, 180],
@@ -490,7 +500,9 @@ pub(crate) mod tests {
             .collect::<Vec<_>>()
             .join(" ");
         assert!(
-            line.contains("-copyts -seek_timestamp 1 -noaccurate_seek -ss 7.000000 -i /in/orig"),
+            line.contains(
+                "-max_error_rate 1 -copyts -seek_timestamp 1 -noaccurate_seek -ss 7.000000 -i /in/orig"
+            ),
             "{line}"
         );
         assert!(line.contains("trim=start_pts=240:end_pts=300"), "{line}");

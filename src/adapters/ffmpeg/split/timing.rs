@@ -1,6 +1,6 @@
 //! The timing probe of a source about to be encoded: its first video stream's rates, rotation,
-//! every frame's time and which are keyframes, the container's start, and the first audio
-//! stream's span, from one demux pass (nothing decoded). Both encode paths put the source on
+//! every frame's time and which are keyframes, and the first audio stream's span, from one
+//! demux pass; then its last GOP decoded, to find where its frames really end. Both encode paths put the source on
 //! the [`crate::domain::timeline::Timeline`] made from it.
 
 use std::ffi::OsString;
@@ -9,15 +9,15 @@ use std::path::Path;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use super::super::probe::classify;
+use super::super::probe::{SideData, classify, rotation_of};
 use super::super::{MediaConfig, PROTOCOL_ALLOW_LIST, process};
 use super::io;
 use crate::domain::failure::FailureCode;
 use crate::domain::media::MediaError;
 use crate::domain::split::{Rate, StreamTiming};
 
-/// ffprobe's view of the streams' timing: rates, rotation, the container's start, and each
-/// packet's stream, time, duration and keyframe flag (written to `listing`, a scratch file: a
+/// ffprobe's view of the streams' timing: rates, rotation, and each packet's stream, time,
+/// duration and keyframe flag (written to `listing`, a scratch file: a
 /// long video's list is megabytes).
 pub fn timing_args(input: &Path, listing: &Path) -> Vec<OsString> {
     let mut args: Vec<OsString> = [
@@ -29,7 +29,7 @@ pub fn timing_args(input: &Path, listing: &Path) -> Vec<OsString> {
         "-format_whitelist",
         super::super::DEMUXER_ALLOW_LIST,
         "-show_entries",
-        "format=start_time:stream=index,codec_type,r_frame_rate,avg_frame_rate:\
+        "stream=index,codec_type,r_frame_rate,avg_frame_rate:\
          stream_disposition=attached_pic:stream_side_data=rotation:\
          packet=stream_index,pts_time,duration_time,flags",
         "-of",
@@ -50,12 +50,6 @@ struct TimingProbe {
     packets: Vec<PacketTime>,
     #[serde(default)]
     streams: Vec<TimingStream>,
-    format: Option<TimingFormat>,
-}
-
-#[derive(Deserialize)]
-struct TimingFormat {
-    start_time: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -83,11 +77,6 @@ struct TimingStream {
 struct Disposition {
     #[serde(default)]
     attached_pic: i32,
-}
-
-#[derive(Deserialize)]
-struct SideData {
-    rotation: Option<f64>,
 }
 
 /// How far before its last packet a source's tail is decoded to find where its frames end;
@@ -257,12 +246,12 @@ pub fn parse_timing(json: &[u8]) -> Result<StreamTiming, MediaError> {
     };
     // (time, end, key) of each packet of stream `index` that has a time and is shown (not an
     // encoder's priming, flagged `D`: the decoder drops it).
-    let packets = |index: i64| {
+    let packets = |index: i64| -> Vec<(f64, f64, bool)> {
         probe
             .packets
             .iter()
-            .filter(move |p| p.stream_index == Some(index) && !p.flags.contains('D'))
-            .filter_map(move |p| {
+            .filter(|p| p.stream_index == Some(index) && !p.flags.contains('D'))
+            .filter_map(|p| {
                 let pts = number(&p.pts_time)?;
                 Some((
                     pts,
@@ -270,37 +259,32 @@ pub fn parse_timing(json: &[u8]) -> Result<StreamTiming, MediaError> {
                     p.flags.contains('K'),
                 ))
             })
+            .collect()
     };
-    let mut frame_times: Vec<f64> = packets(video.index).map(|(t, _, _)| t).collect();
-    let mut keyframe_times: Vec<f64> = packets(video.index)
-        .filter(|(_, _, key)| *key)
-        .map(|(t, _, _)| t)
-        .collect();
-    for times in [&mut frame_times, &mut keyframe_times] {
+    let shown = packets(video.index);
+    let times = |keys_only: bool| {
+        let mut times: Vec<f64> = shown
+            .iter()
+            .filter(|(_, _, key)| *key || !keys_only)
+            .map(|(t, _, _)| *t)
+            .collect();
         times.sort_by(f64::total_cmp);
         times.dedup_by(|a, b| (*a - *b).abs() < 1e-9);
-    }
-    let end_secs = packets(video.index).map(|(_, end, _)| end).reduce(f64::max);
+        times
+    };
+    let end_secs = shown.iter().map(|(_, end, _)| *end).reduce(f64::max);
     let audio_span = audio.and_then(|a| {
-        let start = packets(a.index).map(|(t, _, _)| t).reduce(f64::min)?;
-        let end = packets(a.index).map(|(_, end, _)| end).reduce(f64::max)?;
+        let heard = packets(a.index);
+        let start = heard.iter().map(|(t, _, _)| *t).reduce(f64::min)?;
+        let end = heard.iter().map(|(_, end, _)| *end).reduce(f64::max)?;
         Some((start, end))
     });
-    let rotation = video
-        .side_data_list
-        .iter()
-        .find_map(|d| d.rotation)
-        .map_or(0, |r| r.round() as i32);
+    let rotation = rotation_of(&video.side_data_list).map_or(0, |r| r.round() as i32);
     Ok(StreamTiming {
         base_rate: video.r_frame_rate.as_deref().and_then(Rate::parse),
         average_rate: video.avg_frame_rate.as_deref().and_then(Rate::parse),
-        container_start_secs: probe
-            .format
-            .as_ref()
-            .and_then(|f| number(&f.start_time))
-            .unwrap_or(0.0),
-        frame_times,
-        keyframe_times,
+        frame_times: times(false),
+        keyframe_times: times(true),
         end_secs,
         rotation,
         audio_span,
@@ -322,8 +306,7 @@ mod tests {
             {"stream_index":1,"pts_time":"0.033333","duration_time":"0.033333","flags":"K__"}],
             "streams":[{"index":0,"codec_type":"audio"},
             {"index":1,"codec_type":"video","r_frame_rate":"30/1","avg_frame_rate":"30/1",
-             "side_data_list":[{"rotation":-90}]}],
-            "format":{"start_time":"0.000000"}}"#;
+             "side_data_list":[{"rotation":-90}]}]}"#;
         let timing = parse_timing(json).unwrap();
         assert_eq!(timing.base_rate, Some(Rate { num: 30, den: 1 }));
         assert_eq!(timing.rotation, -90);
