@@ -105,10 +105,10 @@ async fn plain_ffmpeg_seconds(clip: &Path) -> anyhow::Result<f64> {
         encode::encode_args(&config, &info, timeline.as_ref(), clip, out.path(), &rungs),
     ));
     let mp4 = out.path().join(crate::domain::keys::outputs::MP4);
-    let at = encode::thumbnail_secs(&info, timeline.as_ref());
+    let at = crate::adapters::ffmpeg::thumbnail::thumbnail_secs(&info, timeline.as_ref());
     steps.push((
         &config.ffmpeg,
-        encode::thumbnail_args(&config, at, &mp4, out.path()),
+        crate::adapters::ffmpeg::thumbnail::thumbnail_args(&config, at, &mp4, out.path()),
     ));
     let started = Instant::now();
     for (program, args) in steps {

@@ -88,9 +88,9 @@ pub async fn encode(args: EncodeArgs) -> anyhow::Result<()> {
                 &encode::encode_args(&config, &info, timeline.as_ref(), &args.file, &args.out,
                     &encode::rungs(&config, &info)),
             )],
-            "thumbnail": command(&config.ffmpeg, &encode::thumbnail_args(
+            "thumbnail": command(&config.ffmpeg, &crate::adapters::ffmpeg::thumbnail::thumbnail_args(
                 &config,
-                encode::thumbnail_secs(&info, timeline.as_ref()),
+                crate::adapters::ffmpeg::thumbnail::thumbnail_secs(&info, timeline.as_ref()),
                 &args.out.join(crate::domain::keys::outputs::MP4),
                 &args.out,
             )),

@@ -17,9 +17,6 @@ use crate::domain::keys::outputs;
 use crate::domain::media::{MediaError, MediaInfo};
 use crate::domain::timeline::Timeline;
 
-/// Widest thumbnail.
-const THUMBNAIL_MAX_WIDTH: i32 = 640;
-
 /// One HLS rendition on disk.
 #[derive(Clone, Debug)]
 pub struct Rendition {
@@ -149,13 +146,6 @@ pub(super) fn hardened_input(
 /// every frame at its time (docs/architecture.md, "One frame rate for both paths").
 fn grid(timeline: Option<&Timeline>) -> Option<&Timeline> {
     timeline.filter(|line| line.faithful())
-}
-
-/// Where in the encoded MP4 the thumbnail is taken: the middle of the source's picture (not
-/// of its sound, which may run longer, nor of the last frame held for it), as `timeline`
-/// measured it.
-pub fn thumbnail_secs(info: &MediaInfo, timeline: Option<&Timeline>) -> f64 {
-    timeline.map_or(info.duration_ms as f64 / 1000.0, Timeline::picture_secs) / 2.0
 }
 
 /// The encode's one command line: the hardened input decoded once, put on the [`grid`] of
@@ -338,29 +328,6 @@ fn tee_escape(path: &Path) -> String {
     out
 }
 
-/// The thumbnail's command line: the frame `at_secs` into `mp4` (the encoded MP4, whose video
-/// starts at 0), at most 640 wide.
-pub fn thumbnail_args(config: &MediaConfig, at_secs: f64, mp4: &Path, out: &Path) -> Vec<OsString> {
-    let mut args = hardened_input(config, mp4, Some(at_secs));
-    let scale = format!("scale='min({THUMBNAIL_MAX_WIDTH},iw)':-2");
-    for s in [
-        "-map",
-        "0:v:0",
-        "-frames:v",
-        "1",
-        "-vf",
-        &scale,
-        "-q:v",
-        "3",
-        "-map_metadata",
-        "-1",
-    ] {
-        args.push(s.into());
-    }
-    args.push(out.join(outputs::THUMBNAIL).into());
-    args
-}
-
 /// The timeline of `input` as the timing probe measures it (its listing written under
 /// `scratch`); `None` where it has none (no frame rate, no packet times).
 pub async fn measured_timeline(
@@ -409,8 +376,9 @@ pub async fn encode(
         let (width, height) = scaled(info, rung.short_side);
         renditions.push(collect(&dir, &rung.prefix, width, height).await?);
     }
-    let at = thumbnail_secs(info, timeline);
-    let thumbnail = thumbnail(config, at, &out.join(outputs::MP4), out, cancel).await?;
+    let at = super::thumbnail::thumbnail_secs(info, timeline);
+    let thumbnail =
+        super::thumbnail::thumbnail(config, at, &out.join(outputs::MP4), out, cancel).await?;
     let playlist = out.join(outputs::PLAYLIST);
     if renditions.len() > 1 {
         let master = master_playlist(&renditions, info.duration_ms)
@@ -433,30 +401,6 @@ pub async fn encode(
         }
     }
     Ok(files)
-}
-
-/// Makes `out/thumb.jpg` from the frame `at_secs` into `mp4` (see [`thumbnail_secs`]); its
-/// path once it exists.
-pub(super) async fn thumbnail(
-    config: &MediaConfig,
-    at_secs: f64,
-    mp4: &Path,
-    out: &Path,
-    cancel: &CancellationToken,
-) -> Result<PathBuf, MediaError> {
-    process::run(
-        &config.ffmpeg,
-        &thumbnail_args(config, at_secs, mp4, out),
-        config.call_timeout,
-        cancel,
-    )
-    .await
-    .map_err(|err| classify_encode(err, mp4))?;
-    let path = out.join(outputs::THUMBNAIL);
-    if !tokio::fs::try_exists(&path).await.unwrap_or(false) {
-        return Err(missing(outputs::THUMBNAIL));
-    }
-    Ok(path)
 }
 
 /// The master playlist of a ladder: each rendition with its average bandwidth and size.

@@ -9,6 +9,7 @@ pub mod probe;
 pub mod process;
 pub mod repackage;
 pub mod split;
+pub mod thumbnail;
 
 use std::path::PathBuf;
 use std::time::Duration;

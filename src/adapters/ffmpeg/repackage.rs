@@ -12,9 +12,10 @@ use tokio_util::sync::CancellationToken;
 use super::MediaConfig;
 use super::encode::{
     EncodedFiles, Rung, classify_encode, collect, hardened_input, missing, stream_selection,
-    tee_outputs, thumbnail, thumbnail_secs,
+    tee_outputs,
 };
 use super::process;
+use super::thumbnail::{thumbnail, thumbnail_secs};
 use crate::domain::keys::outputs;
 use crate::domain::media::{MediaError, MediaInfo};
 

@@ -401,7 +401,7 @@ pub async fn stitch(
     }
     // The middle of the source's picture, not of its sound nor of the last frame held for it.
     let at = (plan.rate.time_of(plan.frames) - plan.hold_secs) / 2.0;
-    let thumbnail = super::encode::thumbnail(config, at, &mp4, out, cancel).await?;
+    let thumbnail = super::thumbnail::thumbnail(config, at, &mp4, out, cancel).await?;
     let playlist = out.join(outputs::PLAYLIST);
     if ladder {
         let master = master_playlist(&renditions, plan.media.duration_ms)
